@@ -1,0 +1,227 @@
+use crate::aligned::{is_aligned, AlignedBuf};
+use crate::counters::{IoCounters, IoStats, VolatileTracker};
+use crate::{check_io, Device, DeviceError, IoKind, Result, WriteFlags};
+use std::fs::{File, OpenOptions};
+use std::io::{IoSlice, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Whether to bypass the host page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirectIo {
+    /// O_DIRECT where the host filesystem allows it (not on tmpfs), buffered IO otherwise.
+    #[default]
+    Auto,
+    Never,
+    Require,
+}
+
+/// How a FUA write becomes syscalls. Both end in a cache flush on devices without native FUA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FuaMode {
+    /// One `pwritev2(RWF_DSYNC)`: measured cheaper here (126 us vs 154 us per 4 KiB).
+    #[default]
+    DsyncWrite,
+    /// `pwrite` followed by `fdatasync`.
+    WriteThenSync,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FileDeviceOptions {
+    pub direct: DirectIo,
+    pub fua: FuaMode,
+    pub read_only: bool,
+}
+
+/// A device backed by an image file or a block device.
+///
+/// PREFLUSH becomes an `fdatasync` before the write, FUA an `RWF_DSYNC` write (or write +
+/// `fdatasync`); a flush with no completed-but-unflushed write outstanding is skipped.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    path: PathBuf,
+    len: u64,
+    direct: bool,
+    block_device: bool,
+    fua: FuaMode,
+    counters: IoCounters,
+    volatile: VolatileTracker,
+}
+
+fn open_file(path: &Path, opts: &FileDeviceOptions, direct: bool) -> std::io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(!opts.read_only);
+    if direct {
+        o.custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
+    }
+    o.open(path)
+}
+
+impl FileDevice {
+    pub fn open(path: &Path, opts: FileDeviceOptions) -> Result<Self> {
+        let open_err = |source| DeviceError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        let (mut file, direct) = match opts.direct {
+            DirectIo::Never => (open_file(path, &opts, false).map_err(open_err)?, false),
+            DirectIo::Require => (open_file(path, &opts, true).map_err(open_err)?, true),
+            DirectIo::Auto => match open_file(path, &opts, true) {
+                Ok(f) => (f, true),
+                // tmpfs and some others refuse O_DIRECT with EINVAL.
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                    (open_file(path, &opts, false).map_err(open_err)?, false)
+                }
+                Err(e) => return Err(open_err(e)),
+            },
+        };
+        let meta = file.metadata().map_err(open_err)?;
+        let block_device = meta.file_type().is_block_device();
+        let len = if block_device {
+            // lseek(SEEK_END) on a block device yields its size.
+            file.seek(SeekFrom::End(0)).map_err(open_err)?
+        } else if meta.file_type().is_file() {
+            meta.len()
+        } else {
+            return Err(DeviceError::Unsuitable {
+                path: path.to_path_buf(),
+                reason: "not a regular file or block device".into(),
+            });
+        };
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            len,
+            direct,
+            block_device,
+            fua: opts.fua,
+            counters: IoCounters::default(),
+            volatile: VolatileTracker::default(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    fn io_err(kind: IoKind, offset: u64) -> impl FnOnce(std::io::Error) -> DeviceError {
+        move |source| DeviceError::Io {
+            kind,
+            offset,
+            source,
+        }
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.counters.sync_syscall();
+        self.file.sync_data().map_err(Self::io_err(IoKind::Flush, 0))
+    }
+
+    fn flush_if_needed(&self) -> Result<()> {
+        match self.volatile.flush_needed() {
+            None => self.counters.flush_elided(),
+            Some(generation) => {
+                self.sync()?;
+                self.counters.flush_issued();
+                self.volatile.flush_done(generation);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_dsync(&self, offset: u64, mut buf: &[u8]) -> Result<()> {
+        let mut pos = offset;
+        while !buf.is_empty() {
+            self.counters.sync_syscall();
+            let n = rustix::io::pwritev2(
+                &self.file,
+                &[IoSlice::new(buf)],
+                pos,
+                rustix::io::ReadWriteFlags::DSYNC,
+            )
+            .map_err(|e| DeviceError::Io {
+                kind: IoKind::Write,
+                offset: pos,
+                source: e.into(),
+            })?;
+            if n == 0 {
+                return Err(DeviceError::Io {
+                    kind: IoKind::Write,
+                    offset: pos,
+                    source: std::io::ErrorKind::WriteZero.into(),
+                });
+            }
+            buf = &buf[n..];
+            pos += n as u64;
+        }
+        Ok(())
+    }
+}
+
+impl Device for FileDevice {
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_io(IoKind::Read, offset, buf.len(), self.len)?;
+        let err = Self::io_err(IoKind::Read, offset);
+        if self.direct && !is_aligned(buf) {
+            let mut bounce = AlignedBuf::zeroed(buf.len());
+            self.file.read_exact_at(&mut bounce, offset).map_err(err)?;
+            buf.copy_from_slice(&bounce);
+        } else {
+            self.file.read_exact_at(buf, offset).map_err(err)?;
+        }
+        self.counters.read(buf.len());
+        Ok(())
+    }
+
+    fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<()> {
+        check_io(IoKind::Write, offset, buf.len(), self.len)?;
+        if flags.preflush() {
+            self.flush_if_needed()?;
+        }
+        let bounce;
+        let data = if self.direct && !is_aligned(buf) {
+            bounce = AlignedBuf::from_slice(buf);
+            &bounce[..]
+        } else {
+            buf
+        };
+        match (flags.fua(), self.fua) {
+            (true, FuaMode::DsyncWrite) => self.write_dsync(offset, data)?,
+            (true, FuaMode::WriteThenSync) => {
+                self.file
+                    .write_all_at(data, offset)
+                    .map_err(Self::io_err(IoKind::Write, offset))?;
+                self.sync()?;
+            }
+            (false, _) => {
+                self.file
+                    .write_all_at(data, offset)
+                    .map_err(Self::io_err(IoKind::Write, offset))?;
+                self.volatile.volatile_write_completed();
+            }
+        }
+        self.counters.write(buf.len(), flags);
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.flush_if_needed()
+    }
+
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn stats(&self) -> IoStats {
+        self.counters.snapshot()
+    }
+}
