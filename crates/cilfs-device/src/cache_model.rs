@@ -121,7 +121,11 @@ impl CacheModel {
                 Survival::Lost => {}
                 Survival::Kept => w.apply(&mut image, |_| true),
                 Survival::Torn(mask) => {
-                    assert_eq!(mask.len(), w.sectors.len(), "torn mask must cover every sector");
+                    assert_eq!(
+                        mask.len(),
+                        w.sectors.len(),
+                        "torn mask must cover every sector"
+                    );
                     w.apply(&mut image, |s| mask[s]);
                 }
             }

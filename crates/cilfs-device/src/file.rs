@@ -123,7 +123,9 @@ impl FileDevice {
 
     fn sync(&self) -> Result<()> {
         self.counters.sync_syscall();
-        self.file.sync_data().map_err(Self::io_err(IoKind::Flush, 0))
+        self.file
+            .sync_data()
+            .map_err(Self::io_err(IoKind::Flush, 0))
     }
 
     fn flush_if_needed(&self) -> Result<()> {

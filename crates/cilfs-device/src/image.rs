@@ -60,7 +60,12 @@ impl SparseImage {
 
     /// Offsets of the pages that differ between two images, for test failure messages.
     pub fn differing_pages(&self, other: &Self) -> Vec<u64> {
-        let mut keys: Vec<u64> = self.pages.keys().chain(other.pages.keys()).copied().collect();
+        let mut keys: Vec<u64> = self
+            .pages
+            .keys()
+            .chain(other.pages.keys())
+            .copied()
+            .collect();
         keys.sort_unstable();
         keys.dedup();
         keys.into_iter()

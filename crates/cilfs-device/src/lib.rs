@@ -32,7 +32,9 @@ pub use flags::WriteFlags;
 pub use image::SparseImage;
 pub use recorder::{RecordedOp, RecordingDevice};
 pub use sim::{CrashOptions, FaultMode, SimDevice};
-pub use throttle::{Clock, SystemClock, TenantDevice, TenantId, TenantLimits, TenantStats, Throttle};
+pub use throttle::{
+    Clock, SystemClock, TenantDevice, TenantId, TenantLimits, TenantStats, Throttle,
+};
 
 /// The unit of alignment of all device IO, and the unit a torn write tears at.
 pub const SECTOR_SIZE: u32 = 512;

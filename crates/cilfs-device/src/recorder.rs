@@ -72,7 +72,11 @@ impl<D: Device> RecordingDevice<D> {
         choose: &mut dyn FnMut(usize, usize) -> Survival,
     ) -> SparseImage {
         let ops = self.ops.lock();
-        assert!(n <= ops.len(), "crash point {n} past the {} recorded operations", ops.len());
+        assert!(
+            n <= ops.len(),
+            "crash point {n} past the {} recorded operations",
+            ops.len()
+        );
         replay(&self.base, &ops[..n]).crash_image(choose)
     }
 

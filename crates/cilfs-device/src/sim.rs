@@ -99,7 +99,9 @@ impl SimDevice {
     pub fn crash(&self, opts: CrashOptions) -> SimDevice {
         let st = self.state.lock();
         let mut rng = SimRng::derive(self.seed, st.op_index);
-        let image = st.cache.crash_image(&mut |_, sectors| random_survival(&mut rng, sectors, opts));
+        let image = st
+            .cache
+            .crash_image(&mut |_, sectors| random_survival(&mut rng, sectors, opts));
         let next_seed = rng.next_u64();
         SimDevice::from_image(image, self.len, next_seed)
     }
@@ -116,12 +118,14 @@ impl SimDevice {
         let index = st.op_index;
         st.op_index += 1;
         match st.fault {
-            Some((k, FaultMode::Once)) if k == index => {
-                Err(DeviceError::Injected { kind, op_index: index })
-            }
-            Some((k, FaultMode::FromThenOn)) if index >= k => {
-                Err(DeviceError::Injected { kind, op_index: index })
-            }
+            Some((k, FaultMode::Once)) if k == index => Err(DeviceError::Injected {
+                kind,
+                op_index: index,
+            }),
+            Some((k, FaultMode::FromThenOn)) if index >= k => Err(DeviceError::Injected {
+                kind,
+                op_index: index,
+            }),
             _ => Ok(index),
         }
     }

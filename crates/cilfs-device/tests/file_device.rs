@@ -1,0 +1,92 @@
+//! The file device: flags become syscalls, flushes with nothing volatile are elided.
+
+#![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
+
+use cilfs_device::{
+    AlignedBuf, Device, DirectIo, FileDevice, FileDeviceOptions, FuaMode, WriteFlags,
+};
+
+fn image(len: u64) -> tempfile::NamedTempFile {
+    let f = tempfile::NamedTempFile::new().unwrap();
+    f.as_file().set_len(len).unwrap();
+    f
+}
+
+#[test]
+fn write_read_roundtrip_aligned_and_unaligned_memory() {
+    let f = image(1 << 20);
+    let dev = FileDevice::open(f.path(), FileDeviceOptions::default()).unwrap();
+    assert_eq!(dev.len(), 1 << 20);
+    let mut buf = AlignedBuf::zeroed(4096);
+    buf.fill(0xab);
+    dev.write(8192, &buf, WriteFlags::NONE).unwrap();
+    // A Vec slice at an odd address goes through a bounce buffer under O_DIRECT.
+    let v = vec![0xcdu8; 513];
+    dev.write(0, &v[1..], WriteFlags::NONE).unwrap();
+    let mut back = vec![0u8; 4097];
+    dev.read(8192, &mut back[1..]).unwrap();
+    assert!(back[1..].iter().all(|&b| b == 0xab));
+    let mut back = vec![0u8; 512];
+    dev.read(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0xcd));
+    let s = dev.stats();
+    assert_eq!(
+        (s.writes, s.write_bytes, s.reads, s.read_bytes),
+        (2, 4608, 2, 4608)
+    );
+}
+
+#[test]
+fn unaligned_io_is_refused_with_a_clear_error() {
+    let f = image(1 << 20);
+    let dev = FileDevice::open(f.path(), FileDeviceOptions::default()).unwrap();
+    let err = dev.write(100, &[0; 512], WriteFlags::NONE).unwrap_err();
+    assert!(err.to_string().contains("512"), "{err}");
+    assert!(dev.read(0, &mut [0; 100]).is_err());
+    assert!(dev.write(1 << 20, &[0; 512], WriteFlags::NONE).is_err());
+    assert_eq!(dev.stats().writes, 0);
+}
+
+#[test]
+fn flags_become_syscalls_and_idle_flushes_are_elided() {
+    for fua in [FuaMode::DsyncWrite, FuaMode::WriteThenSync] {
+        let f = image(1 << 20);
+        let opts = FileDeviceOptions {
+            fua,
+            ..Default::default()
+        };
+        let dev = FileDevice::open(f.path(), opts).unwrap();
+        let buf = AlignedBuf::zeroed(4096);
+        dev.flush().unwrap(); // nothing written: elided
+        dev.write(0, &buf, WriteFlags::NONE).unwrap();
+        dev.write(4096, &buf, WriteFlags::PREFLUSH | WriteFlags::FUA)
+            .unwrap(); // flush + sync write
+        dev.write(8192, &buf, WriteFlags::PREFLUSH).unwrap(); // nothing volatile: elided
+        dev.flush().unwrap(); // the previous write is volatile: issued
+        let s = dev.stats();
+        assert_eq!(s.flushes_issued, 2, "{fua:?}");
+        assert_eq!(s.flushes_elided, 2, "{fua:?}");
+        assert_eq!((s.preflush_writes, s.fua_writes), (2, 1), "{fua:?}");
+        // fdatasync, then pwritev2(DSYNC) or the write's own fdatasync, then fdatasync.
+        assert_eq!(s.sync_syscalls, 3, "{fua:?}");
+    }
+}
+
+#[test]
+fn buffered_mode_and_missing_files() {
+    let f = image(65536);
+    let opts = FileDeviceOptions {
+        direct: DirectIo::Never,
+        ..Default::default()
+    };
+    let dev = FileDevice::open(f.path(), opts).unwrap();
+    assert!(!dev.is_direct());
+    dev.write(512, &[7; 512], WriteFlags::FUA).unwrap();
+    let mut b = [0; 512];
+    dev.read(512, &mut b).unwrap();
+    assert_eq!(b, [7; 512]);
+    let err = FileDevice::open(std::path::Path::new("/nonexistent/cilfs.img"), opts).unwrap_err();
+    assert!(err.to_string().contains("/nonexistent/cilfs.img"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    assert!(FileDevice::open(dir.path(), opts).is_err());
+}
