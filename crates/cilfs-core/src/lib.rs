@@ -1,0 +1,8 @@
+//! The cilfs library. Layers, lowest first: `format` (pure encode/decode), `mkfs` and `geometry`
+//! (making and reading a filesystem's layout); the journal and filesystem layers build on these.
+
+pub mod format;
+pub mod geometry;
+pub mod mkfs;
+
+pub use geometry::{Geometry, LogLocation};

@@ -1,0 +1,84 @@
+use crate::size::parse_size;
+use crate::Failure;
+use cilfs_core::geometry::Geometry;
+use cilfs_core::mkfs::{plan, MkfsRequest};
+use cilfs_device::{FileDevice, FileDeviceOptions, IoStats};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Image file or block device
+    image: PathBuf,
+    /// Filesystem size [default: 1G for a new file, the whole device or file otherwise]
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Block size: a power of two in 512..65536
+    #[arg(long, default_value = "4096", value_parser = parse_size)]
+    block_size: u64,
+    /// Log size [default: size/2048, at least 64M and at most 2G, at most a quarter of the device;
+    /// with --logdev: the whole log device if it exists]
+    #[arg(long, value_parser = parse_size)]
+    log_size: Option<u64>,
+    /// Put the log on this file or block device instead of inside the image
+    #[arg(long)]
+    logdev: Option<PathBuf>,
+    /// Overwrite a target that contains data
+    #[arg(long)]
+    force: bool,
+    /// Print nothing but errors
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> Result<(), Failure> {
+    let req = MkfsRequest {
+        image: a.image.clone(),
+        size: a.size,
+        block_size: a.block_size,
+        log_size: a.log_size,
+        logdev: a.logdev.clone(),
+        force: a.force,
+    };
+    let plan = plan(&req).map_err(Failure::usage)?;
+    let bar =
+        ProgressBar::with_draw_target(Some(plan.layout.log_bytes()), ProgressDrawTarget::stderr());
+    if a.quiet {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(
+        ProgressStyle::with_template("writing log {bar:30} {bytes}/{total_bytes}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let report = plan
+        .execute(&mut |done, _| bar.set_position(done))
+        .map_err(Failure::usage)?;
+    bar.finish_and_clear();
+    if a.quiet {
+        return Ok(());
+    }
+    // Print what is now on disk, read back through the same path `info` uses.
+    let opts = FileDeviceOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let data = FileDevice::open(&a.image, opts).map_err(Failure::usage)?;
+    let logdev = a
+        .logdev
+        .as_deref()
+        .map(|p| FileDevice::open(p, opts))
+        .transpose()
+        .map_err(Failure::usage)?;
+    let g = Geometry::read(&data, logdev.as_ref().map(|d| d as _)).map_err(Failure::usage)?;
+    super::info::print_geometry(&a.image, a.logdev.as_deref(), &g);
+    print_stats("data device io", &report.data_stats);
+    if let Some(s) = &report.logdev_stats {
+        print_stats("log device io", s);
+    }
+    Ok(())
+}
+
+fn print_stats(label: &str, s: &IoStats) {
+    let fields: Vec<String> = s.fields().iter().map(|(k, v)| format!("{k}={v}")).collect();
+    println!("{label:<15} {}", fields.join(" "));
+}

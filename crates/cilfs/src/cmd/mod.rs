@@ -1,0 +1,2 @@
+pub mod info;
+pub mod mkfs;

@@ -1,0 +1,59 @@
+//! The `cilfs` command. Each subcommand lives in `cmd/`; this file parses and dispatches, and owns
+//! the exit statuses: 0 success, 1 a check found a problem, 2 bad input or could not run.
+
+mod cmd;
+mod size;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cilfs",
+    version,
+    about = "A crash-safe journaling filesystem in userspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Make a filesystem on an image file or a block device
+    Mkfs(cmd::mkfs::Args),
+    /// Print the geometry of a filesystem, like xfs_info
+    Info(cmd::info::Args),
+}
+
+/// A failure with the exit status it maps to.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: u8,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    /// Bad input or could not run.
+    pub fn usage(error: impl Into<anyhow::Error>) -> Self {
+        Self {
+            status: 2,
+            error: error.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Mkfs(a) => cmd::mkfs::run(a),
+        Command::Info(a) => cmd::info::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("cilfs: {:#}", f.error);
+            ExitCode::from(f.status)
+        }
+    }
+}

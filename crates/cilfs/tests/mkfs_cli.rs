@@ -1,0 +1,214 @@
+//! `cilfs mkfs` and `cilfs info` as a user runs them: every refused input names the problem,
+//! exits 2 and leaves the target exactly as it was.
+
+#![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn cilfs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cilfs"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Asserts a refusal: exit status 2 and a one-line message containing `needle`.
+fn assert_refused(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+}
+
+struct Dir {
+    dir: tempfile::TempDir,
+}
+
+impl Dir {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+#[test]
+fn refuses_a_target_with_data_without_force() {
+    let d = Dir::new();
+    let img = d.path("data.img");
+    std::fs::write(&img, b"precious user data").unwrap();
+    assert_refused(&cilfs(&["mkfs", s(&img)]), "contains data (use --force");
+    assert_eq!(std::fs::read(&img).unwrap(), b"precious user data");
+    // --force overwrites it.
+    let out = cilfs(&["mkfs", "--force", "--size", "32M", s(&img)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 32 << 20);
+}
+
+#[test]
+fn refuses_a_size_too_small() {
+    let d = Dir::new();
+    let img = d.path("small.img");
+    assert_refused(
+        &cilfs(&["mkfs", "--size", "8M", s(&img)]),
+        "size 8 MiB is too small: the minimum is 16 MiB",
+    );
+    assert!(!img.exists());
+}
+
+#[test]
+fn refuses_a_log_too_small_or_larger_than_half_the_device() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    assert_refused(
+        &cilfs(&["mkfs", "--log-size", "512k", s(&img)]),
+        "log size 512 KiB is too small",
+    );
+    assert!(!img.exists());
+    assert_refused(
+        &cilfs(&["mkfs", "--size", "64M", "--log-size", "40M", s(&img)]),
+        "log size 40 MiB is larger than half the device (32 MiB)",
+    );
+    assert!(!img.exists());
+}
+
+#[test]
+fn refuses_a_log_device_too_small() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    let log = d.path("log.img");
+    std::fs::write(&log, vec![0u8; 600 * 1024]).unwrap();
+    assert_refused(
+        &cilfs(&["mkfs", "--logdev", s(&log), s(&img)]),
+        "log device too small",
+    );
+    assert!(!img.exists());
+    assert_eq!(std::fs::read(&log).unwrap(), vec![0u8; 600 * 1024]);
+    // A log size that does not fit the device is refused the same way.
+    std::fs::write(&log, vec![0u8; 4 << 20]).unwrap();
+    assert_refused(
+        &cilfs(&["mkfs", "--logdev", s(&log), "--log-size", "8M", s(&img)]),
+        "log device too small",
+    );
+    assert!(!img.exists());
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), 4 << 20);
+}
+
+#[test]
+fn refuses_a_log_device_with_data() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    let log = d.path("log.img");
+    std::fs::write(&log, b"someone's log").unwrap();
+    assert_refused(
+        &cilfs(&["mkfs", "--logdev", s(&log), s(&img)]),
+        "contains data",
+    );
+    assert!(!img.exists());
+    assert_eq!(std::fs::read(&log).unwrap(), b"someone's log");
+}
+
+#[test]
+fn refuses_bad_block_sizes() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    for bs in ["3000", "256", "128k", "0"] {
+        assert_refused(
+            &cilfs(&["mkfs", "--block-size", bs, s(&img)]),
+            "is not a power of two in 512..65536",
+        );
+        assert!(!img.exists(), "block size {bs}");
+    }
+    for bs in ["512", "64k"] {
+        let out = cilfs(&[
+            "mkfs",
+            "--force",
+            "--size",
+            "32M",
+            "--block-size",
+            bs,
+            s(&img),
+        ]);
+        assert!(
+            out.status.success(),
+            "{bs}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn info_needs_the_log_device_of_an_external_log() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    let log = d.path("log.img");
+    let out = cilfs(&["mkfs", "--size", "64M", "--logdev", s(&log), s(&img)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_refused(
+        &cilfs(&["info", s(&img)]),
+        "external log: give its device with --logdev",
+    );
+    assert_refused(
+        &cilfs(&["info", s(&img), "--logdev", s(&d.path("missing.img"))]),
+        "missing.img",
+    );
+    let out = cilfs(&["info", s(&img), "--logdev", s(&log)]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("log            external"), "{text}");
+}
+
+#[test]
+fn default_mkfs_and_info_agree() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    let out = cilfs(&["mkfs", s(&img)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mkfs_text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(mkfs_text.contains("data device io"), "{mkfs_text}");
+    let meta = std::fs::metadata(&img).unwrap();
+    assert_eq!(meta.len(), 1 << 30);
+    let info = String::from_utf8_lossy(&cilfs(&["info", s(&img)]).stdout).to_string();
+    assert!(
+        info.contains("data           262144 blocks (1.0 GiB)"),
+        "{info}"
+    );
+    assert!(
+        info.contains("log            internal, blocks 1..16385 (16384 blocks, 64.0 MiB)"),
+        "{info}"
+    );
+    assert!(info.contains("state          clean"), "{info}");
+    assert!(
+        mkfs_text.starts_with(&info),
+        "mkfs prints the geometry info prints"
+    );
+}
+
+#[test]
+fn info_on_garbage_names_the_problem() {
+    let d = Dir::new();
+    let img = d.path("junk.img");
+    std::fs::write(&img, vec![0x5au8; 8192]).unwrap();
+    assert_refused(&cilfs(&["info", s(&img)]), "superblock: bad magic");
+    assert_refused(&cilfs(&["info", s(&d.path("none.img"))]), "none.img");
+}
