@@ -162,3 +162,16 @@ pub(crate) fn seal_header(sector: &mut [u8]) {
     let crc = header_crc(sector);
     sector[HEADER_CRC_OFFSET..HEADER_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
 }
+
+/// Reads the format version field and refuses versions this build does not know.
+pub(crate) fn check_version(d: &mut Decoder<'_>, what: &'static str) -> Result<(), FormatError> {
+    let version = d.u32()?;
+    if version != super::superblock::FORMAT_VERSION {
+        return Err(FormatError::UnsupportedVersion {
+            what,
+            found: version,
+            supported: super::superblock::FORMAT_VERSION,
+        });
+    }
+    Ok(())
+}

@@ -1,6 +1,6 @@
 //! The header in sector 0 of an external log device; the log itself starts at its block 1.
 
-use super::codec::{check_header, seal_header};
+use super::codec::{check_header, check_version, seal_header};
 use super::superblock::{is_valid_block_size, FORMAT_VERSION};
 use super::{Decoder, Encoder, FormatError, HEADER_BYTES};
 
@@ -37,14 +37,7 @@ impl LogDeviceHeader {
         check_header(sector, WHAT, &LOGDEV_MAGIC)?;
         let mut d = Decoder::new(sector, WHAT);
         d.skip_to(8)?;
-        let version = d.u32()?;
-        if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                what: WHAT,
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
+        check_version(&mut d, WHAT)?;
         let _flags = d.u32()?;
         let log_uuid = d.array::<16>()?;
         let fs_uuid = d.array::<16>()?;

@@ -1,6 +1,6 @@
 //! The superblock: sector 0 of the data device. Layout in `docs/on-disk-format.md`.
 
-use super::codec::{check_header, seal_header};
+use super::codec::{check_header, check_version, seal_header};
 use super::{Decoder, Encoder, FormatError, HEADER_BYTES};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"CILFS\0SB";
@@ -81,14 +81,7 @@ impl Superblock {
         check_header(sector, WHAT, &SUPERBLOCK_MAGIC)?;
         let mut d = Decoder::new(sector, WHAT);
         d.skip_to(8)?;
-        let version = d.u32()?;
-        if version != FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                what: WHAT,
-                found: version,
-                supported: FORMAT_VERSION,
-            });
-        }
+        check_version(&mut d, WHAT)?;
         let flags = d.u32()?;
         if flags & !KNOWN_FLAGS != 0 {
             return Err(d.invalid("flags", format!("unknown flags {flags:#x}")));

@@ -14,21 +14,24 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), Failure> {
+    let g = read_geometry(&a.image, a.logdev.as_deref())?;
+    print_geometry(&a.image, a.logdev.as_deref(), &g);
+    Ok(())
+}
+
+/// Opens the devices read-only and reads the filesystem's layout.
+pub fn read_geometry(image: &Path, logdev: Option<&Path>) -> Result<Geometry, Failure> {
     let opts = FileDeviceOptions {
         read_only: true,
         ..Default::default()
     };
-    let data = FileDevice::open(&a.image, opts).map_err(Failure::usage)?;
-    let logdev = a
-        .logdev
-        .as_deref()
+    let data = FileDevice::open(image, opts).map_err(Failure::usage)?;
+    let logdev = logdev
         .map(|p| FileDevice::open(p, opts))
         .transpose()
         .map_err(Failure::usage)?;
-    let g = Geometry::read(&data, logdev.as_ref().map(|d| d as _))
-        .map_err(|e| Failure::usage(anyhow::anyhow!("{}: {e}", a.image.display())))?;
-    print_geometry(&a.image, a.logdev.as_deref(), &g);
-    Ok(())
+    Geometry::read(&data, logdev.as_ref().map(|d| d as _))
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{}: {e}", image.display())))
 }
 
 fn mib(bytes: u64) -> String {

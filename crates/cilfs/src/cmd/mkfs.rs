@@ -1,8 +1,7 @@
 use crate::size::parse_size;
 use crate::Failure;
-use cilfs_core::geometry::Geometry;
 use cilfs_core::mkfs::{plan, MkfsRequest};
-use cilfs_device::{FileDevice, FileDeviceOptions, IoStats};
+use cilfs_device::IoStats;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::PathBuf;
 
@@ -58,18 +57,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         return Ok(());
     }
     // Print what is now on disk, read back through the same path `info` uses.
-    let opts = FileDeviceOptions {
-        read_only: true,
-        ..Default::default()
-    };
-    let data = FileDevice::open(&a.image, opts).map_err(Failure::usage)?;
-    let logdev = a
-        .logdev
-        .as_deref()
-        .map(|p| FileDevice::open(p, opts))
-        .transpose()
-        .map_err(Failure::usage)?;
-    let g = Geometry::read(&data, logdev.as_ref().map(|d| d as _)).map_err(Failure::usage)?;
+    let g = super::info::read_geometry(&a.image, a.logdev.as_deref())?;
     super::info::print_geometry(&a.image, a.logdev.as_deref(), &g);
     print_stats("data device io", &report.data_stats);
     if let Some(s) = &report.logdev_stats {
