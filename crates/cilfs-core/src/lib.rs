@@ -3,6 +3,7 @@
 
 pub mod format;
 pub mod geometry;
+pub mod log;
 pub mod mkfs;
 
 pub use geometry::{Geometry, LogLocation};

@@ -1,0 +1,11 @@
+//! The on-disk log: positions, record and op format, the record writer with its flush policies,
+//! and recovery.
+
+pub mod item_format;
+pub mod lsn;
+pub mod record;
+pub mod recover;
+pub mod writer;
+
+pub use lsn::{LogSpace, Lsn};
+pub use writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};

@@ -1,0 +1,455 @@
+//! Reading the log back: head and tail discovery by cycle stamps, a walk over the valid records
+//! from the tail, checkpoint assembly, and replay of committed checkpoints onto the data device.
+//!
+//! The walk trusts a record only if its sector stamps carry the cycle of their position, its
+//! header names its own LSN, its CRC matches, and its mount generation and tail do not go back.
+//! The first record that fails ends the log: a torn or lost write (holes can only follow the last
+//! stable commit record, because every commit iclog is PREFLUSH+FUA) or the old end of the log.
+//! Records of an older mount generation beyond the head can never be chained on later, because
+//! every mount raises the generation in the superblock before it writes the log.
+
+use super::item_format::{decode_item, BufImage};
+use super::lsn::{LogSpace, Lsn, LOG_SECTOR};
+use super::record::{
+    parse_ops, record_crc, stamp_of, unpack, OpKind, RecordHeader, OP_CONTINUATION, OP_CONTINUED,
+    SECTOR,
+};
+use cilfs_device::{Device, DeviceError, WriteFlags};
+use std::collections::HashMap;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum RecoveryError {
+    #[error("reading the log at byte {offset}: {source}")]
+    Device { offset: u64, source: DeviceError },
+    #[error("corrupt log record at lsn {lsn} (log byte {offset}): {reason}")]
+    Corrupt { lsn: Lsn, offset: u64, reason: String },
+    #[error("replaying onto the data device: {0}")]
+    Replay(DeviceError),
+}
+
+/// Reads sectors of the log region of a device.
+#[derive(Debug, Clone, Copy)]
+pub struct LogRegion<'a> {
+    pub dev: &'a dyn Device,
+    pub offset: u64,
+    pub space: LogSpace,
+}
+
+impl LogRegion<'_> {
+    fn read(&self, block: u32, buf: &mut [u8]) -> Result<(), RecoveryError> {
+        let offset = self.offset + u64::from(block) * LOG_SECTOR;
+        self.dev
+            .read(offset, buf)
+            .map_err(|source| RecoveryError::Device { offset, source })
+    }
+
+    fn stamp(&self, block: u32) -> Result<u32, RecoveryError> {
+        let mut s = [0u8; SECTOR];
+        self.read(block, &mut s)?;
+        Ok(stamp_of(&s))
+    }
+
+    /// Reads `n` sectors starting at `lsn`, wrapping at the end of the log.
+    fn read_wrapping(&self, lsn: Lsn, n: usize) -> Result<Vec<u8>, RecoveryError> {
+        let mut buf = vec![0u8; n * SECTOR];
+        let to_end = (self.space.sectors - lsn.block()) as usize;
+        if n <= to_end {
+            self.read(lsn.block(), &mut buf)?;
+        } else {
+            let (a, b) = buf.split_at_mut(to_end * SECTOR);
+            self.read(lsn.block(), a)?;
+            self.read(0, b)?;
+        }
+        Ok(buf)
+    }
+
+    fn byte_offset(&self, lsn: Lsn) -> u64 {
+        self.space.offset(lsn)
+    }
+}
+
+/// One op as logprint shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpSummary {
+    pub tid: u64,
+    pub kind: OpKind,
+    pub flags: u8,
+    pub len: u32,
+    /// For an item op that is complete in this record: the block it logs.
+    pub blkno: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordInfo {
+    pub header: RecordHeader,
+    pub sectors: u32,
+    pub ops: Vec<OpSummary>,
+}
+
+/// A committed checkpoint read from the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub seq: u64,
+    pub start: Lsn,
+    pub commit: Lsn,
+    pub items: Vec<BufImage>,
+}
+
+/// Why the walk stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEnd {
+    /// The next sector belongs to an older cycle: the normal end of the log.
+    Clean,
+    /// A record at the head failed validation: a torn or lost write, discarded.
+    Torn { lsn: Lsn, reason: String },
+    /// The walk covered the whole log.
+    Full,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogScan {
+    pub tail: Lsn,
+    /// Where the next record goes.
+    pub head: Lsn,
+    /// Highest generation among the valid records (0 if none).
+    pub generation: u32,
+    pub records: Vec<RecordInfo>,
+    pub checkpoints: Vec<Checkpoint>,
+    /// Checkpoints begun but not committed in the valid part of the log (not replayed).
+    pub uncommitted: Vec<u64>,
+    /// The last valid record is an unmount record.
+    pub unmounted: bool,
+    pub end: LogEnd,
+}
+
+impl LogScan {
+    /// Nothing to replay.
+    pub fn is_clean(&self) -> bool {
+        self.checkpoints.is_empty()
+    }
+}
+
+/// Validates and reads the record at `lsn`; `Ok(None)` if its first sector is from another
+/// cycle (the end of the log), `Err(reason)` if it is not a valid record.
+fn read_record(
+    region: &LogRegion<'_>,
+    lsn: Lsn,
+) -> Result<Result<(RecordHeader, Vec<u8>), Option<String>>, RecoveryError> {
+    let mut first = [0u8; SECTOR];
+    region.read(lsn.block(), &mut first)?;
+    if stamp_of(&first) != lsn.cycle() {
+        return Ok(Err(None));
+    }
+    let h = match RecordHeader::decode(&first) {
+        Ok(h) => h,
+        Err(e) => return Ok(Err(Some(e.to_string()))),
+    };
+    if h.lsn != lsn {
+        return Ok(Err(Some(format!("header names lsn {}", h.lsn))));
+    }
+    let sectors = h.total_sectors();
+    if sectors as u64 > u64::from(region.space.sectors) / 2 {
+        return Ok(Err(Some(format!("record of {sectors} sectors"))));
+    }
+    let rec = region.read_wrapping(lsn, sectors)?;
+    let to_end = (region.space.sectors - lsn.block()) as usize;
+    for (i, s) in rec.chunks(SECTOR).enumerate() {
+        let want = if i < to_end { lsn.cycle() } else { lsn.cycle() + 1 };
+        if stamp_of(s) != want {
+            return Ok(Err(Some(format!("sector {i} of the record has cycle {}, expected {want}", stamp_of(s)))));
+        }
+    }
+    let crc = record_crc(&rec);
+    if crc != h.crc {
+        return Ok(Err(Some(format!("checksum mismatch (stored {:#010x}, computed {crc:#010x})", h.crc))));
+    }
+    Ok(Ok((h, rec)))
+}
+
+/// The first sector whose cycle differs from sector 0's, by binary search: the head of a log
+/// written without holes. Holes only move the real head back; the walk finds it.
+fn rough_head(region: &LogRegion<'_>) -> Result<Lsn, RecoveryError> {
+    let n = region.space.sectors;
+    let c0 = region.stamp(0)?;
+    if region.stamp(n - 1)? == c0 {
+        return Ok(Lsn::new(c0.saturating_add(1), 0));
+    }
+    let (mut lo, mut hi) = (0u32, n - 1); // stamp(lo) == c0, stamp(hi) != c0
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if region.stamp(mid)? == c0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Lsn::new(c0, hi))
+}
+
+/// Searches back from `head` for the last valid record; returns its header.
+fn last_record_before(
+    region: &LogRegion<'_>,
+    head: Lsn,
+) -> Result<Option<RecordHeader>, RecoveryError> {
+    let n = region.space.sectors;
+    let mut pos = head;
+    for _ in 0..n {
+        pos = if pos.block() == 0 {
+            if pos.cycle() <= 1 {
+                return Ok(None);
+            }
+            Lsn::new(pos.cycle() - 1, n - 1)
+        } else {
+            Lsn::new(pos.cycle(), pos.block() - 1)
+        };
+        if let Ok((h, _)) = read_record(region, pos)? {
+            return Ok(Some(h));
+        }
+    }
+    Ok(None)
+}
+
+#[derive(Debug, Default)]
+struct Building {
+    start: Lsn,
+    items: Vec<BufImage>,
+    partial: Option<Vec<u8>>,
+}
+
+/// Finds head and tail and reads every valid record from the tail on.
+pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, RecoveryError> {
+    let space = region.space;
+    let empty = |head: Lsn| LogScan {
+        tail: head,
+        head,
+        generation: 0,
+        records: Vec::new(),
+        checkpoints: Vec::new(),
+        uncommitted: Vec::new(),
+        unmounted: false,
+        end: LogEnd::Clean,
+    };
+    if region.stamp(0)? == 0 {
+        return Ok(empty(Lsn::new(1, 0)));
+    }
+    let rough = rough_head(region)?;
+    let Some(last) = last_record_before(region, rough)? else {
+        // No valid record anywhere: nothing was ever committed. Start a fresh cycle so that no
+        // old sector can be mistaken for a new one.
+        let c = region.stamp(0)?.max(region.stamp(space.sectors - 1)?);
+        return Ok(empty(Lsn::new(c + 1, 0)));
+    };
+    let tail = last.tail;
+    let mut scan = empty(tail);
+    scan.tail = tail;
+    let mut building: HashMap<u64, Building> = HashMap::new();
+    let mut pos = tail;
+    let mut prev: Option<RecordHeader> = None;
+    let corrupt = |lsn: Lsn, reason: String| RecoveryError::Corrupt {
+        lsn,
+        offset: region.byte_offset(lsn),
+        reason,
+    };
+    scan.end = LogEnd::Full;
+    while space.distance(tail, pos) < u64::from(space.sectors) {
+        let (h, rec) = match read_record(region, pos)? {
+            Ok(r) => r,
+            Err(None) => {
+                scan.end = LogEnd::Clean;
+                break;
+            }
+            Err(Some(reason)) => {
+                scan.end = LogEnd::Torn { lsn: pos, reason };
+                break;
+            }
+        };
+        if let Some(p) = prev {
+            if h.generation < p.generation || h.tail < p.tail {
+                scan.end = LogEnd::Torn {
+                    lsn: pos,
+                    reason: format!(
+                        "stale record (generation {}, tail {}) after generation {}, tail {}",
+                        h.generation, h.tail, p.generation, p.tail
+                    ),
+                };
+                break;
+            }
+        }
+        if space.distance(tail, pos) + h.total_sectors() as u64 > u64::from(space.sectors) {
+            scan.end = LogEnd::Full;
+            break;
+        }
+        let stream = unpack(&rec, h.payload_len as usize);
+        let ops = parse_ops(&stream).map_err(|(at, e)| corrupt(pos, format!("op at stream byte {at}: {e}")))?;
+        let mut info = RecordInfo {
+            header: h,
+            sectors: h.total_sectors() as u32,
+            ops: Vec::with_capacity(ops.len()),
+        };
+        scan.unmounted = false;
+        for op in ops {
+            let oh = op.header;
+            let mut blkno = None;
+            match oh.kind {
+                OpKind::Start => {
+                    if oh.flags != 0 || building.insert(oh.tid, Building { start: pos, ..Default::default() }).is_some() {
+                        return Err(corrupt(pos, format!("second start of checkpoint {}", oh.tid)));
+                    }
+                }
+                OpKind::Item => {
+                    let b = building
+                        .get_mut(&oh.tid)
+                        .ok_or_else(|| corrupt(pos, format!("item of checkpoint {} before its start", oh.tid)))?;
+                    let mut data = match (b.partial.take(), oh.flags & OP_CONTINUATION != 0) {
+                        (None, false) => op.data.to_vec(),
+                        (Some(mut p), true) => {
+                            p.extend_from_slice(op.data);
+                            p
+                        }
+                        _ => return Err(corrupt(pos, "item continuation out of order".into())),
+                    };
+                    if oh.flags & OP_CONTINUED != 0 {
+                        b.partial = Some(std::mem::take(&mut data));
+                    } else {
+                        let img = decode_item(&data, block_size).map_err(|e| corrupt(pos, e.to_string()))?;
+                        blkno = Some(img.blkno);
+                        b.items.push(img);
+                    }
+                }
+                OpKind::Commit => {
+                    let b = building
+                        .remove(&oh.tid)
+                        .ok_or_else(|| corrupt(pos, format!("commit of checkpoint {} without start", oh.tid)))?;
+                    let count = op.data.try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+                    if b.partial.is_some() || count != b.items.len() as u64 {
+                        return Err(corrupt(pos, format!("commit of checkpoint {} counts {count} items, log holds {}", oh.tid, b.items.len())));
+                    }
+                    scan.checkpoints.push(Checkpoint {
+                        seq: oh.tid,
+                        start: b.start,
+                        commit: pos,
+                        items: b.items,
+                    });
+                }
+                OpKind::Unmount => scan.unmounted = true,
+            }
+            info.ops.push(OpSummary {
+                tid: oh.tid,
+                kind: oh.kind,
+                flags: oh.flags,
+                len: oh.len,
+                blkno,
+            });
+        }
+        scan.generation = scan.generation.max(h.generation);
+        scan.records.push(info);
+        prev = Some(h);
+        pos = space.advance(pos, h.total_sectors() as u32);
+    }
+    scan.head = pos;
+    let mut uncommitted: Vec<u64> = building.into_keys().collect();
+    uncommitted.sort_unstable();
+    scan.uncommitted = uncommitted;
+    Ok(scan)
+}
+
+/// Bytes at a block's LSN stamp: the LSN and the filesystem UUID.
+pub const LSN_STAMP_BYTES: usize = 24;
+
+/// Reads the LSN stamped into a block at `offset` if the stamp carries this filesystem's UUID.
+pub fn read_lsn_stamp(block: &[u8], offset: u16, uuid: &[u8; 16]) -> Option<Lsn> {
+    let o = usize::from(offset);
+    let s = block.get(o..o + LSN_STAMP_BYTES)?;
+    (s[8..24] == uuid[..]).then(|| Lsn::from_raw(u64::from_le_bytes(s[..8].try_into().unwrap_or_default())))
+}
+
+pub fn write_lsn_stamp(block: &mut [u8], offset: u16, lsn: Lsn, uuid: &[u8; 16]) {
+    let o = usize::from(offset);
+    block[o..o + 8].copy_from_slice(&lsn.raw().to_le_bytes());
+    block[o + 8..o + LSN_STAMP_BYTES].copy_from_slice(uuid);
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayStats {
+    pub checkpoints: u64,
+    pub items_replayed: u64,
+    pub items_cancelled: u64,
+    pub items_newer_on_disk: u64,
+    pub blocks_written: u64,
+}
+
+/// Where replay may write: blocks `[first, end)` of the data device.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayTarget<'a> {
+    pub dev: &'a dyn Device,
+    pub block_size: u32,
+    pub first_block: u64,
+    pub end_block: u64,
+    pub uuid: [u8; 16],
+}
+
+/// Replays committed checkpoints in order and makes the result stable. Every item is checked
+/// before anything is written, so a log that cannot be replayed leaves the device untouched.
+pub fn replay(checkpoints: &[Checkpoint], t: &ReplayTarget<'_>) -> Result<ReplayStats, RecoveryError> {
+    let mut stats = ReplayStats::default();
+    let mut cancelled_at: HashMap<u64, usize> = HashMap::new();
+    for (k, ck) in checkpoints.iter().enumerate() {
+        for img in &ck.items {
+            if img.blkno < t.first_block || img.blkno >= t.end_block {
+                return Err(RecoveryError::Corrupt {
+                    lsn: ck.start,
+                    offset: 0,
+                    reason: format!("checkpoint {} logs block {} outside the metadata area {}..{}", ck.seq, img.blkno, t.first_block, t.end_block),
+                });
+            }
+            if img.cancel {
+                cancelled_at.insert(img.blkno, k);
+            }
+        }
+    }
+    let bs = t.block_size as usize;
+    let mut blocks: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut order: Vec<u64> = Vec::new();
+    for (k, ck) in checkpoints.iter().enumerate() {
+        stats.checkpoints += 1;
+        for img in &ck.items {
+            if img.cancel || cancelled_at.get(&img.blkno).is_some_and(|&c| c >= k) {
+                stats.items_cancelled += 1;
+                continue;
+            }
+            if !blocks.contains_key(&img.blkno) {
+                let mut b = vec![0u8; bs];
+                t.dev.read(img.blkno * bs as u64, &mut b).map_err(RecoveryError::Replay)?;
+                blocks.insert(img.blkno, b);
+                order.push(img.blkno);
+            }
+            let Some(block) = blocks.get_mut(&img.blkno) else { continue };
+            if let Some(off) = img.lsn_offset {
+                if read_lsn_stamp(block, off, &t.uuid).is_some_and(|l| l >= ck.start) {
+                    stats.items_newer_on_disk += 1;
+                    continue;
+                }
+            }
+            for (off, data) in &img.ranges {
+                let o = *off as usize;
+                block[o..o + data.len()].copy_from_slice(data);
+            }
+            if let Some(off) = img.lsn_offset {
+                write_lsn_stamp(block, off, ck.start, &t.uuid);
+            }
+            stats.items_replayed += 1;
+        }
+    }
+    order.sort_unstable();
+    for blkno in order {
+        if let Some(b) = blocks.get(&blkno) {
+            t.dev.write(blkno * bs as u64, b, WriteFlags::NONE).map_err(RecoveryError::Replay)?;
+            stats.blocks_written += 1;
+        }
+    }
+    if stats.blocks_written > 0 {
+        t.dev.flush().map_err(RecoveryError::Replay)?;
+    }
+    Ok(stats)
+}

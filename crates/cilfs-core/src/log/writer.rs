@@ -1,0 +1,430 @@
+//! Writing records: checkpoints and unmount records go out through a ring of in-core log buffers
+//! (iclogs) with the cache-flush policy of journal.md section 2.
+//!
+//! This writer submits each iclog synchronously from the pushing thread, so at most one iclog is
+//! in flight and completions trivially run in LSN order; the ring provides the buffers.
+
+use super::lsn::{LogSpace, Lsn};
+use super::record::{
+    pack, seal_record, OpHeader, OpKind, RecordHeader, OP_CONTINUATION, OP_CONTINUED,
+    OP_HEADER_BYTES, SECTOR, SECTOR_PAYLOAD,
+};
+use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Which cache flushes the log issues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlushPolicy {
+    /// One data-device flush before a checkpoint, PREFLUSH+FUA only on its commit iclog (FUA
+    /// alone when the checkpoint fits in one iclog). Linux 5.14 and later.
+    #[default]
+    Reduced,
+    /// PREFLUSH+FUA on every iclog (and a data-device flush before each when the log is
+    /// external), as XFS did before Linux 5.14.
+    Legacy,
+}
+
+impl std::str::FromStr for FlushPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "reduced" => Ok(Self::Reduced),
+            "legacy" => Ok(Self::Legacy),
+            _ => Err(format!("flush policy '{s}': expected reduced or legacy")),
+        }
+    }
+}
+
+impl std::fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Reduced => "reduced",
+            Self::Legacy => "legacy",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    pub logbufs: u32,
+    pub logbsize: u32,
+    pub policy: FlushPolicy,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            logbufs: 8,
+            logbsize: 256 * 1024,
+            policy: FlushPolicy::Reduced,
+        }
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("logbufs {0} is not in 2..8")]
+    Logbufs(u32),
+    #[error("logbsize {0} is not a power of two in 16k..256k")]
+    Logbsize(u32),
+    #[error("the log ({log_bytes} bytes) is too small for {logbufs} iclogs of {logbsize} bytes: it needs at least 4 rings")]
+    LogTooSmall { log_bytes: u64, logbufs: u32, logbsize: u32 },
+}
+
+impl LogConfig {
+    pub fn validate(&self, log_bytes: u64) -> Result<(), ConfigError> {
+        if !(2..=8).contains(&self.logbufs) {
+            return Err(ConfigError::Logbufs(self.logbufs));
+        }
+        if !self.logbsize.is_power_of_two() || !(16 * 1024..=256 * 1024).contains(&self.logbsize) {
+            return Err(ConfigError::Logbsize(self.logbsize));
+        }
+        if log_bytes < 4 * u64::from(self.logbufs) * u64::from(self.logbsize) {
+            return Err(ConfigError::LogTooSmall {
+                log_bytes,
+                logbufs: self.logbufs,
+                logbsize: self.logbsize,
+            });
+        }
+        Ok(())
+    }
+
+    /// Stream bytes one iclog carries.
+    pub fn iclog_payload(&self) -> usize {
+        (self.logbsize as usize / SECTOR - 1) * SECTOR_PAYLOAD
+    }
+
+    /// An upper bound on the log sectors a checkpoint whose op stream is `stream` bytes occupies.
+    pub fn sectors_bound(&self, stream: u64) -> u64 {
+        let p = self.iclog_payload() as u64;
+        // Each record may hold a continuation op header and leave up to one op header unused.
+        let records = stream / (p - 2 * OP_HEADER_BYTES as u64) + 1;
+        let payload = stream + records * 2 * OP_HEADER_BYTES as u64;
+        records * 2 + payload / SECTOR_PAYLOAD as u64 + 1
+    }
+}
+
+/// Log counters (journal.md section 2), shared with whoever reports them.
+#[derive(Debug, Default)]
+pub struct LogCounters {
+    pub iclog_writes: AtomicU64,
+    pub log_bytes: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub noiclog_waits: AtomicU64,
+    pub log_forces: AtomicU64,
+    pub reservation_waits: AtomicU64,
+    pub unmount_records: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub iclog_writes: u64,
+    pub log_bytes: u64,
+    pub checkpoints: u64,
+    pub noiclog_waits: u64,
+    pub log_forces: u64,
+    pub reservation_waits: u64,
+    pub unmount_records: u64,
+}
+
+impl LogCounters {
+    pub fn snapshot(&self) -> LogStats {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        LogStats {
+            iclog_writes: l(&self.iclog_writes),
+            log_bytes: l(&self.log_bytes),
+            checkpoints: l(&self.checkpoints),
+            noiclog_waits: l(&self.noiclog_waits),
+            log_forces: l(&self.log_forces),
+            reservation_waits: l(&self.reservation_waits),
+            unmount_records: l(&self.unmount_records),
+        }
+    }
+}
+
+impl LogStats {
+    pub fn fields(&self) -> [(&'static str, u64); 7] {
+        [
+            ("iclog_writes", self.iclog_writes),
+            ("log_bytes", self.log_bytes),
+            ("checkpoints", self.checkpoints),
+            ("noiclog_waits", self.noiclog_waits),
+            ("log_forces", self.log_forces),
+            ("reservation_waits", self.reservation_waits),
+            ("unmount_records", self.unmount_records),
+        ]
+    }
+}
+
+/// Where a written checkpoint landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// LSN of the record holding the start op: the checkpoint's items enter the AIL here.
+    pub start: Lsn,
+    /// LSN of the record holding the commit op.
+    pub commit: Lsn,
+    /// The tail stamped into the records, made stable by a flush before any of them.
+    pub tail: Lsn,
+}
+
+/// The record writer. Owned by the journal, used under its push lock.
+#[derive(Debug)]
+pub struct LogWriter {
+    log_dev: Arc<dyn Device>,
+    data_dev: Arc<dyn Device>,
+    external: bool,
+    log_offset: u64,
+    space: LogSpace,
+    cfg: LogConfig,
+    head: Lsn,
+    generation: u32,
+    ring: Vec<AlignedBuf>,
+    next_iclog: usize,
+    counters: Arc<LogCounters>,
+}
+
+impl LogWriter {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        log_dev: Arc<dyn Device>,
+        data_dev: Arc<dyn Device>,
+        external: bool,
+        log_offset: u64,
+        space: LogSpace,
+        cfg: LogConfig,
+        head: Lsn,
+        generation: u32,
+        counters: Arc<LogCounters>,
+    ) -> Self {
+        let ring = (0..cfg.logbufs)
+            .map(|_| AlignedBuf::zeroed(cfg.logbsize as usize))
+            .collect();
+        Self {
+            log_dev,
+            data_dev,
+            external,
+            log_offset,
+            space,
+            cfg,
+            head,
+            generation,
+            ring,
+            next_iclog: 0,
+            counters,
+        }
+    }
+
+    pub fn head(&self) -> Lsn {
+        self.head
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.cfg
+    }
+
+    pub fn space(&self) -> LogSpace {
+        self.space
+    }
+
+    /// Writes one checkpoint: start op, one op per item payload, commit op.
+    ///
+    /// `sample_tail` is called before anything is written; with the reduced policy the data
+    /// device is then flushed, so the sampled tail is safe to stamp into every record and
+    /// everything written back before the sample (and all ordered data) is stable before the
+    /// first iclog goes out.
+    pub fn write_checkpoint<'a>(
+        &mut self,
+        seq: u64,
+        items: impl ExactSizeIterator<Item = &'a [u8]>,
+        sample_tail: impl FnOnce(Lsn) -> Lsn,
+    ) -> Result<Written, DeviceError> {
+        let tail = sample_tail(self.head);
+        if self.cfg.policy == FlushPolicy::Reduced {
+            self.data_dev.flush()?;
+        }
+        let count = items.len() as u64;
+        let mut w = RecordStream::new(self, tail);
+        w.op(seq, OpKind::Start, &seq.to_le_bytes())?;
+        for item in items {
+            w.op(seq, OpKind::Item, item)?;
+        }
+        w.op(seq, OpKind::Commit, &count.to_le_bytes())?;
+        let (start, commit) = w.finish()?;
+        self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(Written {
+            start,
+            commit,
+            tail,
+        })
+    }
+
+    /// Writes an unmount record, PREFLUSH+FUA after a data-device flush, and returns its LSN.
+    /// The caller has emptied the AIL: the record's tail is the record itself.
+    pub fn write_unmount(&mut self) -> Result<Lsn, DeviceError> {
+        self.data_dev.flush()?;
+        let tail = self.head;
+        let mut w = RecordStream::new(self, tail);
+        w.force_flags = true;
+        w.op(0, OpKind::Unmount, &[])?;
+        let (lsn, _) = w.finish()?;
+        self.counters.unmount_records.fetch_add(1, Ordering::Relaxed);
+        Ok(lsn)
+    }
+
+    /// Seals and writes the iclog in ring slot `slot` holding `stream_len` stream bytes at the
+    /// head, with `flags`. A record that runs past the end of the log goes out as two IOs.
+    fn write_iclog(
+        &mut self,
+        slot: usize,
+        stream_len: usize,
+        tail: Lsn,
+        flags: WriteFlags,
+    ) -> Result<Lsn, DeviceError> {
+        let lsn = self.head;
+        let header = RecordHeader {
+            cycle: lsn.cycle(),
+            payload_len: stream_len as u32,
+            lsn,
+            tail,
+            generation: self.generation,
+            crc: 0,
+        };
+        let sectors = header.total_sectors();
+        let bytes = sectors * SECTOR;
+        let buf = &mut self.ring[slot];
+        header.encode_into(&mut buf[..SECTOR]);
+        // Zero the tail of the last payload sector so stale stream bytes never reach disk.
+        let used = SECTOR + (stream_len / SECTOR_PAYLOAD) * SECTOR + 4 + stream_len % SECTOR_PAYLOAD;
+        if used < bytes {
+            buf[used..bytes].fill(0);
+        }
+        let to_end = (self.space.sectors - lsn.block()) as usize;
+        seal_record(&mut buf[..bytes], |i| {
+            if i < to_end {
+                lsn.cycle()
+            } else {
+                lsn.cycle() + 1
+            }
+        });
+        debug_assert!(RecordHeader::decode(&buf[..SECTOR]).is_ok());
+        if self.external && self.cfg.policy == FlushPolicy::Legacy {
+            // PREFLUSH on the log device does not cover the data device.
+            self.data_dev.flush()?;
+        }
+        let base = self.log_offset;
+        if sectors <= to_end {
+            self.log_dev
+                .write(base + self.space.offset(lsn), &buf[..bytes], flags)?;
+        } else {
+            let split = to_end * SECTOR;
+            self.log_dev
+                .write(base + self.space.offset(lsn), &buf[..split], flags)?;
+            self.log_dev.write(base, &buf[split..bytes], flags)?;
+        }
+        self.head = self.space.advance(lsn, sectors as u32);
+        self.counters.iclog_writes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .log_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(lsn)
+    }
+}
+
+/// Packs an op stream into consecutive iclogs and writes them with the policy's flags.
+struct RecordStream<'w> {
+    w: &'w mut LogWriter,
+    tail: Lsn,
+    slot: usize,
+    stream_len: usize,
+    capacity: usize,
+    /// LSN of the first record written, and how many have been.
+    first: Option<Lsn>,
+    records: usize,
+    /// Every record PREFLUSH+FUA (unmount record).
+    force_flags: bool,
+}
+
+impl<'w> RecordStream<'w> {
+    fn new(w: &'w mut LogWriter, tail: Lsn) -> Self {
+        let slot = w.next_iclog;
+        let capacity = w.cfg.iclog_payload();
+        Self {
+            w,
+            tail,
+            slot,
+            stream_len: 0,
+            capacity,
+            first: None,
+            records: 0,
+            force_flags: false,
+        }
+    }
+
+    fn put(&mut self, bytes: &[u8]) {
+        debug_assert!(bytes.len() <= self.capacity - self.stream_len);
+        pack(&mut self.w.ring[self.slot], self.stream_len, bytes);
+        self.stream_len += bytes.len();
+    }
+
+    fn op(&mut self, tid: u64, kind: OpKind, mut data: &[u8]) -> Result<(), DeviceError> {
+        let mut flags = 0;
+        loop {
+            let need = OP_HEADER_BYTES + usize::from(!data.is_empty());
+            if self.capacity - self.stream_len < need {
+                self.emit(false)?;
+            }
+            let room = self.capacity - self.stream_len - OP_HEADER_BYTES;
+            let n = data.len().min(room);
+            if n < data.len() {
+                flags |= OP_CONTINUED;
+            }
+            let header = OpHeader {
+                tid,
+                kind,
+                flags,
+                len: n as u32,
+            };
+            self.put(&header.encode());
+            self.put(&data[..n]);
+            data = &data[n..];
+            if data.is_empty() {
+                return Ok(());
+            }
+            self.emit(false)?;
+            flags = OP_CONTINUATION;
+        }
+    }
+
+    /// Writes the current iclog; `last` marks the one holding the commit (or unmount) op.
+    fn emit(&mut self, last: bool) -> Result<(), DeviceError> {
+        let policy = self.w.cfg.policy;
+        let flags = if self.force_flags || policy == FlushPolicy::Legacy {
+            WriteFlags::PREFLUSH | WriteFlags::FUA
+        } else if !last {
+            WriteFlags::NONE
+        } else if self.records == 0 {
+            // Start and commit share this iclog; the pre-checkpoint flush covered the rest.
+            WriteFlags::FUA
+        } else {
+            WriteFlags::PREFLUSH | WriteFlags::FUA
+        };
+        let lsn = self
+            .w
+            .write_iclog(self.slot, self.stream_len, self.tail, flags)?;
+        self.first.get_or_insert(lsn);
+        self.records += 1;
+        self.slot = (self.slot + 1) % self.w.ring.len();
+        self.w.next_iclog = self.slot;
+        self.stream_len = 0;
+        Ok(())
+    }
+
+    /// Writes the last iclog; returns (first record LSN, last record LSN).
+    fn finish(mut self) -> Result<(Lsn, Lsn), DeviceError> {
+        let last = self.w.head;
+        self.emit(true)?;
+        Ok((self.first.unwrap_or(last), last))
+    }
+}
