@@ -35,6 +35,9 @@ pub struct Superblock {
     pub clean: bool,
     /// Raised by every mount that found the log dirty; folded into the change attribute users see.
     pub unclean_epoch: u64,
+    /// Raised by every mount before it writes the log; stamped into every log record so that
+    /// records of an earlier mount can never be chained after newer ones.
+    pub log_generation: u32,
 }
 
 pub fn is_valid_block_size(bs: u32) -> bool {
@@ -69,7 +72,7 @@ impl Superblock {
             .u64(self.log_blocks)
             .bytes(&log_uuid)
             .u32(u32::from(self.clean))
-            .u32(0)
+            .u32(self.log_generation)
             .u64(self.unclean_epoch);
         debug_assert_eq!(e.position(), 96);
         seal_header(&mut s);
@@ -110,7 +113,7 @@ impl Superblock {
             1 => true,
             other => return Err(d.invalid("clean flag", format!("{other}"))),
         };
-        let _reserved = d.u32()?;
+        let log_generation = d.u32()?;
         let unclean_epoch = d.u64()?;
         let bs = u64::from(block_size);
         if data_blocks.checked_mul(bs).is_none() || log_blocks.checked_mul(bs).is_none() {
@@ -141,6 +144,7 @@ impl Superblock {
             log_blocks,
             clean,
             unclean_epoch,
+            log_generation,
         })
     }
 }
@@ -160,6 +164,7 @@ mod tests {
             log_blocks: 16_384,
             clean: true,
             unclean_epoch: 3,
+            log_generation: 5,
         }
     }
 

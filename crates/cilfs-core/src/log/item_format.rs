@@ -49,7 +49,10 @@ pub fn encode_buf_item(
         .u16(lsn_offset.unwrap_or(0))
         .u16(u16::try_from(ranges.len()).unwrap_or(u16::MAX))
         .u64(blkno);
-    assert!(ranges.len() <= usize::from(u16::MAX), "too many ranges in one buffer");
+    assert!(
+        ranges.len() <= usize::from(u16::MAX),
+        "too many ranges in one buffer"
+    );
     for &(off, n) in ranges {
         e.u32(off).u32(n);
     }
@@ -75,7 +78,10 @@ pub fn decode_item(payload: &[u8], block_size: u32) -> Result<BufImage, FormatEr
     let blkno = d.u64()?;
     let lsn_offset = (flags & BUF_LSN_STAMP != 0).then_some(lsn_off);
     if lsn_offset.is_some_and(|o| u32::from(o) + 24 > block_size) {
-        return Err(d.invalid("lsn offset", format!("{lsn_off} in a {block_size}-byte block")));
+        return Err(d.invalid(
+            "lsn offset",
+            format!("{lsn_off} in a {block_size}-byte block"),
+        ));
     }
     let mut spans = Vec::with_capacity(usize::from(n));
     let mut end_prev = 0u64;

@@ -50,7 +50,10 @@ pub struct LogSpace {
 impl LogSpace {
     pub fn new(log_bytes: u64) -> Self {
         let sectors = log_bytes / LOG_SECTOR;
-        assert!(sectors >= 16 && sectors <= u64::from(u32::MAX), "log of {sectors} sectors");
+        assert!(
+            sectors >= 16 && sectors <= u64::from(u32::MAX),
+            "log of {sectors} sectors"
+        );
         Self {
             sectors: sectors as u32,
         }
@@ -68,6 +71,18 @@ impl LogSpace {
             Lsn::new(lsn.cycle() + 1, (b - u64::from(self.sectors)) as u32)
         } else {
             Lsn::new(lsn.cycle(), b as u32)
+        }
+    }
+
+    /// The position `n` sectors before `lsn` (never before cycle 1, block 0).
+    pub fn back(&self, lsn: Lsn, n: u32) -> Lsn {
+        debug_assert!(n <= self.sectors);
+        if lsn.block() >= n {
+            Lsn::new(lsn.cycle(), lsn.block() - n)
+        } else if lsn.cycle() > 1 {
+            Lsn::new(lsn.cycle() - 1, self.sectors - (n - lsn.block()))
+        } else {
+            Lsn::new(1, 0)
         }
     }
 

@@ -80,7 +80,10 @@ impl RecordHeader {
         let sectors = d.u32()?;
         let crc = d.u32()?;
         if sectors as usize != payload_sectors(payload_len as usize) {
-            return Err(d.invalid("payload sectors", format!("{sectors} for {payload_len} bytes")));
+            return Err(d.invalid(
+                "payload sectors",
+                format!("{sectors} for {payload_len} bytes"),
+            ));
         }
         if lsn.cycle() != cycle || cycle == 0 {
             return Err(d.invalid("lsn", format!("{lsn} in a sector of cycle {cycle}")));
@@ -273,7 +276,7 @@ mod tests {
         stream.extend((0..1000u32).map(|i| i as u8));
         let rec = build(&stream, Lsn::new(3, 40));
         let h = RecordHeader::decode(&rec).unwrap();
-        assert_eq!(h.total_sectors(), 1 + 3);
+        assert_eq!(h.total_sectors(), 1 + 2); // 1016 stream bytes: two full payload sectors
         assert_eq!(h.crc, record_crc(&rec));
         let back = unpack(&rec, h.payload_len as usize);
         assert_eq!(back, stream);

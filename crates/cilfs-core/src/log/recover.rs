@@ -23,7 +23,11 @@ pub enum RecoveryError {
     #[error("reading the log at byte {offset}: {source}")]
     Device { offset: u64, source: DeviceError },
     #[error("corrupt log record at lsn {lsn} (log byte {offset}): {reason}")]
-    Corrupt { lsn: Lsn, offset: u64, reason: String },
+    Corrupt {
+        lsn: Lsn,
+        offset: u64,
+        reason: String,
+    },
     #[error("replaying onto the data device: {0}")]
     Replay(DeviceError),
 }
@@ -130,41 +134,56 @@ impl LogScan {
     }
 }
 
-/// Validates and reads the record at `lsn`; `Ok(None)` if its first sector is from another
-/// cycle (the end of the log), `Err(reason)` if it is not a valid record.
-fn read_record(
-    region: &LogRegion<'_>,
-    lsn: Lsn,
-) -> Result<Result<(RecordHeader, Vec<u8>), Option<String>>, RecoveryError> {
+/// What is at a log position.
+enum RecordRead {
+    Valid(RecordHeader, Vec<u8>),
+    /// The first sector belongs to another cycle: the end of the log.
+    OtherCycle,
+    /// Not a valid record, and why.
+    Invalid(String),
+}
+
+/// Validates and reads the record at `lsn`.
+fn read_record(region: &LogRegion<'_>, lsn: Lsn) -> Result<RecordRead, RecoveryError> {
     let mut first = [0u8; SECTOR];
     region.read(lsn.block(), &mut first)?;
     if stamp_of(&first) != lsn.cycle() {
-        return Ok(Err(None));
+        return Ok(RecordRead::OtherCycle);
     }
     let h = match RecordHeader::decode(&first) {
         Ok(h) => h,
-        Err(e) => return Ok(Err(Some(e.to_string()))),
+        Err(e) => return Ok(RecordRead::Invalid(e.to_string())),
     };
     if h.lsn != lsn {
-        return Ok(Err(Some(format!("header names lsn {}", h.lsn))));
+        return Ok(RecordRead::Invalid(format!("header names lsn {}", h.lsn)));
     }
     let sectors = h.total_sectors();
     if sectors as u64 > u64::from(region.space.sectors) / 2 {
-        return Ok(Err(Some(format!("record of {sectors} sectors"))));
+        return Ok(RecordRead::Invalid(format!("record of {sectors} sectors")));
     }
     let rec = region.read_wrapping(lsn, sectors)?;
     let to_end = (region.space.sectors - lsn.block()) as usize;
     for (i, s) in rec.chunks(SECTOR).enumerate() {
-        let want = if i < to_end { lsn.cycle() } else { lsn.cycle() + 1 };
+        let want = if i < to_end {
+            lsn.cycle()
+        } else {
+            lsn.cycle() + 1
+        };
         if stamp_of(s) != want {
-            return Ok(Err(Some(format!("sector {i} of the record has cycle {}, expected {want}", stamp_of(s)))));
+            return Ok(RecordRead::Invalid(format!(
+                "sector {i} of the record has cycle {}, expected {want}",
+                stamp_of(s)
+            )));
         }
     }
     let crc = record_crc(&rec);
     if crc != h.crc {
-        return Ok(Err(Some(format!("checksum mismatch (stored {:#010x}, computed {crc:#010x})", h.crc))));
+        return Ok(RecordRead::Invalid(format!(
+            "checksum mismatch (stored {:#010x}, computed {crc:#010x})",
+            h.crc
+        )));
     }
-    Ok(Ok((h, rec)))
+    Ok(RecordRead::Valid(h, rec))
 }
 
 /// The first sector whose cycle differs from sector 0's, by binary search: the head of a log
@@ -203,7 +222,7 @@ fn last_record_before(
         } else {
             Lsn::new(pos.cycle(), pos.block() - 1)
         };
-        if let Ok((h, _)) = read_record(region, pos)? {
+        if let RecordRead::Valid(h, _) = read_record(region, pos)? {
             return Ok(Some(h));
         }
     }
@@ -254,12 +273,12 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
     scan.end = LogEnd::Full;
     while space.distance(tail, pos) < u64::from(space.sectors) {
         let (h, rec) = match read_record(region, pos)? {
-            Ok(r) => r,
-            Err(None) => {
+            RecordRead::Valid(h, rec) => (h, rec),
+            RecordRead::OtherCycle => {
                 scan.end = LogEnd::Clean;
                 break;
             }
-            Err(Some(reason)) => {
+            RecordRead::Invalid(reason) => {
                 scan.end = LogEnd::Torn { lsn: pos, reason };
                 break;
             }
@@ -281,7 +300,8 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
             break;
         }
         let stream = unpack(&rec, h.payload_len as usize);
-        let ops = parse_ops(&stream).map_err(|(at, e)| corrupt(pos, format!("op at stream byte {at}: {e}")))?;
+        let ops = parse_ops(&stream)
+            .map_err(|(at, e)| corrupt(pos, format!("op at stream byte {at}: {e}")))?;
         let mut info = RecordInfo {
             header: h,
             sectors: h.total_sectors() as u32,
@@ -293,14 +313,30 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
             let mut blkno = None;
             match oh.kind {
                 OpKind::Start => {
-                    if oh.flags != 0 || building.insert(oh.tid, Building { start: pos, ..Default::default() }).is_some() {
-                        return Err(corrupt(pos, format!("second start of checkpoint {}", oh.tid)));
+                    if oh.flags != 0
+                        || building
+                            .insert(
+                                oh.tid,
+                                Building {
+                                    start: pos,
+                                    ..Default::default()
+                                },
+                            )
+                            .is_some()
+                    {
+                        return Err(corrupt(
+                            pos,
+                            format!("second start of checkpoint {}", oh.tid),
+                        ));
                     }
                 }
                 OpKind::Item => {
-                    let b = building
-                        .get_mut(&oh.tid)
-                        .ok_or_else(|| corrupt(pos, format!("item of checkpoint {} before its start", oh.tid)))?;
+                    let b = building.get_mut(&oh.tid).ok_or_else(|| {
+                        corrupt(
+                            pos,
+                            format!("item of checkpoint {} before its start", oh.tid),
+                        )
+                    })?;
                     let mut data = match (b.partial.take(), oh.flags & OP_CONTINUATION != 0) {
                         (None, false) => op.data.to_vec(),
                         (Some(mut p), true) => {
@@ -312,18 +348,33 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
                     if oh.flags & OP_CONTINUED != 0 {
                         b.partial = Some(std::mem::take(&mut data));
                     } else {
-                        let img = decode_item(&data, block_size).map_err(|e| corrupt(pos, e.to_string()))?;
+                        let img = decode_item(&data, block_size)
+                            .map_err(|e| corrupt(pos, e.to_string()))?;
                         blkno = Some(img.blkno);
                         b.items.push(img);
                     }
                 }
                 OpKind::Commit => {
-                    let b = building
-                        .remove(&oh.tid)
-                        .ok_or_else(|| corrupt(pos, format!("commit of checkpoint {} without start", oh.tid)))?;
-                    let count = op.data.try_into().map(u64::from_le_bytes).unwrap_or(u64::MAX);
+                    let b = building.remove(&oh.tid).ok_or_else(|| {
+                        corrupt(
+                            pos,
+                            format!("commit of checkpoint {} without start", oh.tid),
+                        )
+                    })?;
+                    let count = op
+                        .data
+                        .try_into()
+                        .map(u64::from_le_bytes)
+                        .unwrap_or(u64::MAX);
                     if b.partial.is_some() || count != b.items.len() as u64 {
-                        return Err(corrupt(pos, format!("commit of checkpoint {} counts {count} items, log holds {}", oh.tid, b.items.len())));
+                        return Err(corrupt(
+                            pos,
+                            format!(
+                                "commit of checkpoint {} counts {count} items, log holds {}",
+                                oh.tid,
+                                b.items.len()
+                            ),
+                        ));
                     }
                     scan.checkpoints.push(Checkpoint {
                         seq: oh.tid,
@@ -361,7 +412,8 @@ pub const LSN_STAMP_BYTES: usize = 24;
 pub fn read_lsn_stamp(block: &[u8], offset: u16, uuid: &[u8; 16]) -> Option<Lsn> {
     let o = usize::from(offset);
     let s = block.get(o..o + LSN_STAMP_BYTES)?;
-    (s[8..24] == uuid[..]).then(|| Lsn::from_raw(u64::from_le_bytes(s[..8].try_into().unwrap_or_default())))
+    (s[8..24] == uuid[..])
+        .then(|| Lsn::from_raw(u64::from_le_bytes(s[..8].try_into().unwrap_or_default())))
 }
 
 pub fn write_lsn_stamp(block: &mut [u8], offset: u16, lsn: Lsn, uuid: &[u8; 16]) {
@@ -391,7 +443,10 @@ pub struct ReplayTarget<'a> {
 
 /// Replays committed checkpoints in order and makes the result stable. Every item is checked
 /// before anything is written, so a log that cannot be replayed leaves the device untouched.
-pub fn replay(checkpoints: &[Checkpoint], t: &ReplayTarget<'_>) -> Result<ReplayStats, RecoveryError> {
+pub fn replay(
+    checkpoints: &[Checkpoint],
+    t: &ReplayTarget<'_>,
+) -> Result<ReplayStats, RecoveryError> {
     let mut stats = ReplayStats::default();
     let mut cancelled_at: HashMap<u64, usize> = HashMap::new();
     for (k, ck) in checkpoints.iter().enumerate() {
@@ -400,7 +455,10 @@ pub fn replay(checkpoints: &[Checkpoint], t: &ReplayTarget<'_>) -> Result<Replay
                 return Err(RecoveryError::Corrupt {
                     lsn: ck.start,
                     offset: 0,
-                    reason: format!("checkpoint {} logs block {} outside the metadata area {}..{}", ck.seq, img.blkno, t.first_block, t.end_block),
+                    reason: format!(
+                        "checkpoint {} logs block {} outside the metadata area {}..{}",
+                        ck.seq, img.blkno, t.first_block, t.end_block
+                    ),
                 });
             }
             if img.cancel {
@@ -418,13 +476,17 @@ pub fn replay(checkpoints: &[Checkpoint], t: &ReplayTarget<'_>) -> Result<Replay
                 stats.items_cancelled += 1;
                 continue;
             }
-            if !blocks.contains_key(&img.blkno) {
-                let mut b = vec![0u8; bs];
-                t.dev.read(img.blkno * bs as u64, &mut b).map_err(RecoveryError::Replay)?;
-                blocks.insert(img.blkno, b);
-                order.push(img.blkno);
-            }
-            let Some(block) = blocks.get_mut(&img.blkno) else { continue };
+            let block = match blocks.entry(img.blkno) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let mut b = vec![0u8; bs];
+                    t.dev
+                        .read(img.blkno * bs as u64, &mut b)
+                        .map_err(RecoveryError::Replay)?;
+                    order.push(img.blkno);
+                    v.insert(b)
+                }
+            };
             if let Some(off) = img.lsn_offset {
                 if read_lsn_stamp(block, off, &t.uuid).is_some_and(|l| l >= ck.start) {
                     stats.items_newer_on_disk += 1;
@@ -444,7 +506,9 @@ pub fn replay(checkpoints: &[Checkpoint], t: &ReplayTarget<'_>) -> Result<Replay
     order.sort_unstable();
     for blkno in order {
         if let Some(b) = blocks.get(&blkno) {
-            t.dev.write(blkno * bs as u64, b, WriteFlags::NONE).map_err(RecoveryError::Replay)?;
+            t.dev
+                .write(blkno * bs as u64, b, WriteFlags::NONE)
+                .map_err(RecoveryError::Replay)?;
             stats.blocks_written += 1;
         }
     }

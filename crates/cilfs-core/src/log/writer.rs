@@ -70,7 +70,11 @@ pub enum ConfigError {
     #[error("logbsize {0} is not a power of two in 16k..256k")]
     Logbsize(u32),
     #[error("the log ({log_bytes} bytes) is too small for {logbufs} iclogs of {logbsize} bytes: it needs at least 4 rings")]
-    LogTooSmall { log_bytes: u64, logbufs: u32, logbsize: u32 },
+    LogTooSmall {
+        log_bytes: u64,
+        logbufs: u32,
+        logbsize: u32,
+    },
 }
 
 impl LogConfig {
@@ -269,7 +273,9 @@ impl LogWriter {
         w.force_flags = true;
         w.op(0, OpKind::Unmount, &[])?;
         let (lsn, _) = w.finish()?;
-        self.counters.unmount_records.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .unmount_records
+            .fetch_add(1, Ordering::Relaxed);
         Ok(lsn)
     }
 
@@ -296,7 +302,8 @@ impl LogWriter {
         let buf = &mut self.ring[slot];
         header.encode_into(&mut buf[..SECTOR]);
         // Zero the tail of the last payload sector so stale stream bytes never reach disk.
-        let used = SECTOR + (stream_len / SECTOR_PAYLOAD) * SECTOR + 4 + stream_len % SECTOR_PAYLOAD;
+        let used =
+            SECTOR + (stream_len / SECTOR_PAYLOAD) * SECTOR + 4 + stream_len % SECTOR_PAYLOAD;
         if used < bytes {
             buf[used..bytes].fill(0);
         }

@@ -76,6 +76,7 @@ impl Layout {
             log_blocks: self.log_blocks,
             clean: true,
             unclean_epoch: 0,
+            log_generation: 0,
         }
     }
 }

@@ -1,0 +1,82 @@
+//! The committed item list: the items of the current checkpoint context, each with the formatted
+//! image of its latest state. Relogging an item replaces its image, so an object changed many
+//! times between checkpoints is written to the log once, in its newest state.
+
+use crate::log::record::OP_HEADER_BYTES;
+use crate::log::LogConfig;
+use crate::trans::item::{ItemKey, LogItem};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Op-stream bytes every checkpoint has besides its items: start and commit ops.
+pub const CHECKPOINT_FIXED_STREAM: u64 = 2 * OP_HEADER_BYTES as u64 + 16;
+
+#[derive(Debug)]
+pub struct CilEntry {
+    pub item: Arc<dyn LogItem>,
+    pub image: Vec<u8>,
+}
+
+/// One checkpoint context: the sequence it will be written as, and its items.
+#[derive(Debug)]
+pub struct CilCtx {
+    pub seq: u64,
+    pub items: BTreeMap<ItemKey, CilEntry>,
+    /// Op-stream bytes this context will write.
+    pub stream_bytes: u64,
+    /// Log bytes charged for it against the log space (an upper bound of what it will occupy).
+    pub charge: u64,
+}
+
+impl CilCtx {
+    pub fn new(seq: u64) -> Self {
+        Self {
+            seq,
+            items: BTreeMap::new(),
+            stream_bytes: CHECKPOINT_FIXED_STREAM,
+            charge: 0,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Inserts or relogs an item's image. Pins the item the first time this context holds it.
+    pub fn insert(&mut self, item: Arc<dyn LogItem>, image: Vec<u8>) {
+        let new_len = (OP_HEADER_BYTES + image.len()) as u64;
+        match self.items.get_mut(&item.key()) {
+            Some(e) => {
+                self.stream_bytes -= (OP_HEADER_BYTES + e.image.len()) as u64;
+                e.image = image;
+            }
+            None => {
+                item.pins().fetch_add(1, Ordering::AcqRel);
+                self.items.insert(item.key(), CilEntry { item, image });
+            }
+        }
+        self.stream_bytes += new_len;
+    }
+}
+
+/// When the CIL is pushed in the background (`space_limit`, S) and when committers block
+/// (`hard_limit`, 2S): journal.md section 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CilLimits {
+    pub space_limit: u64,
+    pub hard_limit: u64,
+}
+
+impl CilLimits {
+    /// S = min(log / 8, 16 x logbufs x logbsize), or `requested`; never more than a quarter of
+    /// the log, so a checkpoint (at most 2S) never exceeds half of it.
+    pub fn new(log_bytes: u64, cfg: &LogConfig, requested: Option<u64>) -> Self {
+        let default = (log_bytes / 8).min(16 * u64::from(cfg.logbufs) * u64::from(cfg.logbsize));
+        let s = requested.unwrap_or(default).clamp(4096, log_bytes / 4);
+        Self {
+            space_limit: s,
+            hard_limit: 2 * s,
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The journal: ties the log writer, CIL, AIL and log space together into a transactional store
+//! of metadata blocks. `open` recovers; `commit` never waits for IO; `force` makes a checkpoint
+//! stable; `unmount` leaves a log that needs no replay.
+
+mod push;
+mod space;
+mod stats;
+
+pub use stats::JournalStats;
+
+use crate::ail::Ail;
+use crate::buf::{Buf, BufCache};
+use crate::cil::{CilCtx, CilLimits};
+use crate::format::superblock::SbLog;
+use crate::format::{FormatError, Superblock};
+use crate::geometry::{Geometry, GeometryError, LogLocation};
+use crate::log::recover::{
+    replay, scan_log, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
+};
+use crate::log::writer::ConfigError;
+use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
+use crate::trans::{Reservation, Transaction};
+use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum JournalError {
+    #[error("device: {0}")]
+    Device(#[from] DeviceError),
+    #[error("{0}")]
+    Geometry(#[from] GeometryError),
+    #[error("log recovery: {0}")]
+    Recovery(#[from] RecoveryError),
+    #[error("log configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error("superblock: {0}")]
+    Format(#[from] FormatError),
+    #[error("the journal is shut down after an IO error")]
+    Shutdown,
+    #[error("a reservation of {need} bytes can never fit the log (at most {max})")]
+    ReservationTooLarge { need: u64, max: u64 },
+    #[error("block {blkno} is outside the metadata area {first}..{end}")]
+    BlockOutOfRange { blkno: u64, first: u64, end: u64 },
+}
+
+/// Who runs CIL pushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PushMode {
+    /// The committing or forcing thread pushes itself: fully deterministic, for crash tests.
+    #[default]
+    Inline,
+    /// A background worker pushes when the CIL passes its space limit.
+    Background,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct JournalConfig {
+    pub log: LogConfig,
+    /// Override of the CIL space limit S in bytes.
+    pub cil_limit: Option<u64>,
+    pub push_mode: PushMode,
+}
+
+/// Log space accounting (journal.md section 4), under one lock.
+#[derive(Debug)]
+pub(crate) struct SpaceState {
+    /// Bytes reserved by open transactions.
+    pub reserved: u64,
+    /// Bytes charged by CIL contexts not yet written.
+    pub cil_charged: u64,
+    /// Where the next record goes.
+    pub head: Lsn,
+    /// The tail as of the last completed data-device flush: log space before it may be reused.
+    pub safe_tail: Lsn,
+    /// Highest checkpoint sequence that is stable (or was empty).
+    pub completed_seq: u64,
+    /// FIFO of reservation tickets waiting for space.
+    pub waiters: std::collections::VecDeque<u64>,
+    pub next_ticket: u64,
+}
+
+#[derive(Debug)]
+pub struct Journal {
+    pub(crate) data: Arc<dyn Device>,
+    pub(crate) logdev: Option<Arc<dyn Device>>,
+    pub(crate) geo: Geometry,
+    pub(crate) sb: Mutex<Superblock>,
+    pub(crate) cfg: JournalConfig,
+    pub(crate) limits: CilLimits,
+    pub(crate) space_math: LogSpace,
+    pub(crate) cache: BufCache,
+    pub(crate) cil: Mutex<CilCtx>,
+    pub(crate) cil_switched: Condvar,
+    pub(crate) writer: Mutex<LogWriter>,
+    pub(crate) space: Mutex<SpaceState>,
+    pub(crate) space_changed: Condvar,
+    pub(crate) ail: Mutex<Ail>,
+    pub(crate) counters: Arc<LogCounters>,
+    pub(crate) extra: stats::ExtraCounters,
+    pub(crate) shut_down: AtomicBool,
+    pub(crate) worker: Mutex<Option<push::Worker>>,
+    /// First and end block of the area metadata buffers may live in.
+    pub(crate) meta_first: u64,
+    pub(crate) meta_end: u64,
+    pub(crate) recovered: RecoveryReport,
+}
+
+/// What mounting found and did.
+#[derive(Debug, Clone, Default)]
+pub struct RecoveryReport {
+    pub was_clean: bool,
+    pub checkpoints_replayed: u64,
+    pub replay: ReplayStats,
+    pub head: Lsn,
+    pub tail: Lsn,
+    pub torn: Option<String>,
+}
+
+pub(crate) fn log_region<'a>(
+    geo: &Geometry,
+    data: &'a dyn Device,
+    logdev: Option<&'a dyn Device>,
+) -> LogRegion<'a> {
+    LogRegion {
+        dev: match geo.log {
+            LogLocation::Internal => data,
+            LogLocation::External { .. } => logdev.unwrap_or(data),
+        },
+        offset: geo.log_offset,
+        space: LogSpace::new(geo.log_bytes),
+    }
+}
+
+/// Reads a filesystem's log without writing anything (logprint, check).
+pub fn scan(
+    data: &dyn Device,
+    logdev: Option<&dyn Device>,
+) -> Result<(Geometry, LogScan), JournalError> {
+    let geo = Geometry::read(data, logdev)?;
+    let region = log_region(&geo, data, logdev);
+    let s = scan_log(&region, geo.sb.block_size)?;
+    Ok((geo, s))
+}
+
+fn write_superblock(
+    dev: &dyn Device,
+    sb: &Superblock,
+    flags: WriteFlags,
+) -> Result<(), DeviceError> {
+    let mut buf = AlignedBuf::zeroed(sb.block_size as usize);
+    buf[..512].copy_from_slice(&sb.encode());
+    dev.write(0, &buf, flags)
+}
+
+impl Journal {
+    /// Mounts: reads the geometry, recovers the log (replaying committed checkpoints and making
+    /// them stable), raises the mount generation (and the unclean epoch if the log was dirty) in
+    /// the superblock, and readies the log for writing at the recovered head.
+    pub fn open(
+        data: Arc<dyn Device>,
+        logdev: Option<Arc<dyn Device>>,
+        cfg: JournalConfig,
+    ) -> Result<Arc<Self>, JournalError> {
+        let geo = Geometry::read(&*data, logdev.as_deref())?;
+        cfg.log.validate(geo.log_bytes)?;
+        let bs = geo.sb.block_size;
+        let region = log_region(&geo, &*data, logdev.as_deref());
+        let s = scan_log(&region, bs)?;
+        let (meta_first, meta_end) = match geo.sb.log {
+            SbLog::Internal { start } => (start + geo.sb.log_blocks, geo.sb.data_blocks),
+            SbLog::External { .. } => (1, geo.sb.data_blocks),
+        };
+        let target = ReplayTarget {
+            dev: &*data,
+            block_size: bs,
+            first_block: meta_first,
+            end_block: meta_end,
+            uuid: geo.sb.uuid,
+        };
+        let replayed = replay(&s.checkpoints, &target)?;
+        let mut sb = geo.sb.clone();
+        if !sb.clean {
+            sb.unclean_epoch += 1;
+        }
+        sb.clean = false;
+        sb.log_generation = sb.log_generation.max(s.generation) + 1;
+        // PREFLUSH: the replayed blocks are stable before the superblock says we moved on.
+        write_superblock(&*data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
+        let counters = Arc::new(LogCounters::default());
+        let space_math = LogSpace::new(geo.log_bytes);
+        let writer = LogWriter::new(
+            match geo.log {
+                LogLocation::Internal => Arc::clone(&data),
+                LogLocation::External { .. } => logdev.clone().unwrap_or_else(|| Arc::clone(&data)),
+            },
+            Arc::clone(&data),
+            matches!(geo.log, LogLocation::External { .. }),
+            geo.log_offset,
+            space_math,
+            cfg.log,
+            s.head,
+            sb.log_generation,
+            Arc::clone(&counters),
+        );
+        let recovered = RecoveryReport {
+            was_clean: geo.sb.clean,
+            checkpoints_replayed: s.checkpoints.len() as u64,
+            replay: replayed,
+            head: s.head,
+            tail: s.tail,
+            torn: match &s.end {
+                crate::log::recover::LogEnd::Torn { lsn, reason } => {
+                    Some(format!("{lsn}: {reason}"))
+                }
+                _ => None,
+            },
+        };
+        let limits = CilLimits::new(geo.log_bytes, &cfg.log, cfg.cil_limit);
+        let j = Arc::new(Self {
+            cache: BufCache::new(Arc::clone(&data), bs),
+            data,
+            logdev,
+            limits,
+            space_math,
+            cil: Mutex::new(CilCtx::new(1)),
+            cil_switched: Condvar::new(),
+            writer: Mutex::new(writer),
+            space: Mutex::new(SpaceState {
+                reserved: 0,
+                cil_charged: 0,
+                head: s.head,
+                // Everything before the head was replayed and flushed.
+                safe_tail: s.head,
+                completed_seq: 0,
+                waiters: Default::default(),
+                next_ticket: 0,
+            }),
+            space_changed: Condvar::new(),
+            ail: Mutex::new(Ail::default()),
+            counters,
+            extra: Default::default(),
+            shut_down: AtomicBool::new(false),
+            worker: Mutex::new(None),
+            sb: Mutex::new(sb),
+            geo,
+            cfg,
+            meta_first,
+            meta_end,
+            recovered,
+        });
+        if cfg.push_mode == PushMode::Background {
+            *j.worker.lock() = Some(push::Worker::start(&j));
+        }
+        Ok(j)
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.geo
+    }
+
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovered
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        self.sb.lock().clone()
+    }
+
+    pub fn cil_limits(&self) -> CilLimits {
+        self.limits
+    }
+
+    /// Blocks `[first, end)` of the data device, where metadata buffers live.
+    pub fn metadata_area(&self) -> (u64, u64) {
+        (self.meta_first, self.meta_end)
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.geo.sb.block_size
+    }
+
+    /// Starts a transaction, waiting (FIFO) for log space.
+    pub fn begin(&self, r: Reservation) -> Result<Transaction<'_>, JournalError> {
+        self.check_alive()?;
+        self.reserve(r.unit_bytes)?;
+        Ok(Transaction::new(self, r.unit_bytes))
+    }
+
+    /// The newest in-memory version of a metadata block.
+    pub fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        if blkno < self.meta_first || blkno >= self.meta_end {
+            return Err(JournalError::BlockOutOfRange {
+                blkno,
+                first: self.meta_first,
+                end: self.meta_end,
+            });
+        }
+        Ok(self.cache.get(blkno)?)
+    }
+
+    pub(crate) fn check_alive(&self) -> Result<(), JournalError> {
+        if self.shut_down.load(Ordering::Acquire) {
+            Err(JournalError::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Marks the journal dead after an IO error: nothing more is written, so nothing written
+    /// after the error can contradict what recovery will find.
+    pub(crate) fn shut_down<T>(&self, e: impl Into<JournalError>) -> Result<T, JournalError> {
+        self.shut_down.store(true, Ordering::Release);
+        self.space_changed.notify_all();
+        self.cil_switched.notify_all();
+        Err(e.into())
+    }
+
+    /// Clean unmount: force the log, write every item back, write the unmount record, and mark the
+    /// superblock clean. Afterwards mount replays nothing.
+    pub fn unmount(&self) -> Result<(), JournalError> {
+        self.stop_worker();
+        self.check_alive()?;
+        self.force_all()?;
+        {
+            let mut ail = self.ail.lock();
+            let r = ail.push(Lsn::from_raw(u64::MAX), &*self.data, &self.geo.sb.uuid);
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => return self.shut_down(e),
+            };
+            self.extra
+                .ail_writeback_bytes
+                .fetch_add(r.written_bytes, Ordering::Relaxed);
+            assert!(
+                ail.is_empty(),
+                "AIL not empty after a full push at unmount: {r:?}"
+            );
+        }
+        let mut w = self.writer.lock();
+        let lsn = match w.write_unmount() {
+            Ok(l) => l,
+            Err(e) => return self.shut_down(e),
+        };
+        {
+            let mut sp = self.space.lock();
+            sp.head = w.head();
+            sp.safe_tail = lsn;
+        }
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
+            return self.shut_down(e);
+        }
+        self.shut_down.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        self.collect_stats()
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,221 @@
+//! Committing into the CIL, pushing checkpoints, and log forces.
+
+use super::{Journal, JournalError, PushMode};
+use crate::buf::Buf;
+use crate::cil::CilCtx;
+use crate::trans::item::LogItem;
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+impl Journal {
+    /// Puts formatted images into the current CIL context (relogging replaces older images) and
+    /// moves the transaction's reservation into the context's charge.
+    pub(crate) fn commit_images(
+        &self,
+        unit: u64,
+        images: Vec<(Arc<Buf>, Vec<u8>)>,
+    ) -> Result<u64, JournalError> {
+        if let Err(e) = self.check_alive() {
+            self.release_reservation(unit);
+            return Err(e);
+        }
+        let mut cil = self.cil.lock();
+        let seq = cil.seq;
+        for (buf, image) in images {
+            cil.insert(buf as Arc<dyn LogItem>, image);
+        }
+        let charge = self.charge_for(cil.stream_bytes);
+        let delta = charge.saturating_sub(cil.charge);
+        cil.charge = charge.max(cil.charge);
+        let bytes = cil.stream_bytes;
+        {
+            let mut sp = self.space.lock();
+            sp.reserved -= unit;
+            sp.cil_charged += delta;
+        }
+        self.space_changed.notify_all();
+        self.extra.commits.fetch_add(1, Ordering::Relaxed);
+        self.extra.cil_bytes_max.fetch_max(bytes, Ordering::Relaxed);
+        if bytes < self.limits.space_limit {
+            return Ok(seq);
+        }
+        match self.cfg.push_mode {
+            PushMode::Inline => {
+                drop(cil);
+                self.push(seq)?;
+            }
+            PushMode::Background => {
+                self.request_push(seq);
+                // Committers block at 2S until the push has switched contexts.
+                while cil.seq == seq
+                    && cil.stream_bytes >= self.limits.hard_limit
+                    && self.check_alive().is_ok()
+                {
+                    self.extra
+                        .cil_blocked_commits
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.cil_switched.wait(&mut cil);
+                }
+            }
+        }
+        Ok(seq)
+    }
+
+    /// Log bytes charged for a context whose op stream is `stream` bytes.
+    pub(crate) fn charge_for(&self, stream: u64) -> u64 {
+        self.cfg.log.sectors_bound(stream) * 512
+    }
+
+    /// Makes every checkpoint up to `seq` stable. Concurrent forcers share one checkpoint.
+    pub fn force(&self, seq: u64) -> Result<(), JournalError> {
+        self.counters.log_forces.fetch_add(1, Ordering::Relaxed);
+        self.push(seq)
+    }
+
+    /// Forces everything committed so far.
+    pub fn force_all(&self) -> Result<(), JournalError> {
+        let seq = self.cil.lock().seq;
+        self.force(seq)
+    }
+
+    /// The current CIL sequence: what a commit now would join.
+    pub fn current_seq(&self) -> u64 {
+        self.cil.lock().seq
+    }
+
+    pub fn completed_seq(&self) -> u64 {
+        self.space.lock().completed_seq
+    }
+
+    /// Pushes CIL contexts until checkpoint `seq` is stable. Pushes are serialised by the writer
+    /// lock, so commit records reach the log in sequence order.
+    pub(crate) fn push(&self, seq: u64) -> Result<(), JournalError> {
+        self.check_alive()?;
+        let mut writer = self.writer.lock();
+        loop {
+            if self.space.lock().completed_seq >= seq {
+                return Ok(());
+            }
+            self.check_alive()?;
+            let ctx = {
+                let mut cil = self.cil.lock();
+                let next = CilCtx::new(cil.seq + 1);
+                let ctx = std::mem::replace(&mut *cil, next);
+                self.cil_switched.notify_all();
+                ctx
+            };
+            if ctx.is_empty() {
+                self.space.lock().completed_seq = ctx.seq;
+                continue;
+            }
+            let written = writer.write_checkpoint(
+                ctx.seq,
+                ctx.items.values().map(|e| &e.image[..]),
+                |head| self.ail.lock().min_lsn().unwrap_or(head),
+            );
+            let written = match written {
+                Ok(w) => w,
+                Err(e) => return self.shut_down(e),
+            };
+            self.extra
+                .items_logged
+                .fetch_add(ctx.items.len() as u64, Ordering::Relaxed);
+            // The checkpoint is stable: its items go to the AIL at its start LSN and are unpinned.
+            {
+                let mut ail = self.ail.lock();
+                for e in ctx.items.into_values() {
+                    ail.insert(Arc::clone(&e.item), written.start);
+                    let prev = e.item.pins().fetch_sub(1, Ordering::AcqRel);
+                    debug_assert!(prev > 0, "unpinning an unpinned item");
+                }
+            }
+            {
+                let mut sp = self.space.lock();
+                sp.cil_charged -= ctx.charge;
+                let used = self.space_math.distance(written.tail, writer.head());
+                assert!(
+                    used <= u64::from(self.space_math.sectors),
+                    "log head {} overran the tail {}",
+                    writer.head(),
+                    written.tail
+                );
+                sp.head = writer.head();
+                sp.safe_tail = sp.safe_tail.max(written.tail);
+                sp.completed_seq = ctx.seq;
+            }
+            self.space_changed.notify_all();
+            // Keep a quarter of the log free ahead of need (journal.md section 4).
+            self.ail_push_ahead()?;
+        }
+    }
+
+    fn request_push(&self, seq: u64) {
+        if let Some(w) = self.worker.lock().as_ref() {
+            w.request(seq);
+        }
+    }
+
+    pub(crate) fn stop_worker(&self) {
+        let w = self.worker.lock().take();
+        if let Some(w) = w {
+            w.stop();
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct WorkerState {
+    target: u64,
+    stop: bool,
+}
+
+/// The background CIL push worker.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    shared: Arc<(Mutex<WorkerState>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    pub(crate) fn start(j: &Arc<Journal>) -> Self {
+        let shared = Arc::new((Mutex::new(WorkerState::default()), Condvar::new()));
+        let weak: Weak<Journal> = Arc::downgrade(j);
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("cilfs-cil-push".into())
+            .spawn(move || loop {
+                let target = {
+                    let mut st = s.0.lock();
+                    while st.target == 0 && !st.stop {
+                        s.1.wait(&mut st);
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    std::mem::take(&mut st.target)
+                };
+                let Some(j) = weak.upgrade() else { return };
+                if j.push(target).is_err() {
+                    return;
+                }
+            })
+            .ok();
+        Self { shared, thread }
+    }
+
+    fn request(&self, seq: u64) {
+        let mut st = self.shared.0.lock();
+        st.target = st.target.max(seq);
+        self.shared.1.notify_one();
+    }
+
+    fn stop(mut self) {
+        self.shared.0.lock().stop = true;
+        self.shared.1.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

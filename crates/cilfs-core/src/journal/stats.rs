@@ -1,0 +1,52 @@
+use super::Journal;
+use crate::log::writer::LogStats;
+use cilfs_device::IoStats;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Default)]
+pub(crate) struct ExtraCounters {
+    pub commits: AtomicU64,
+    pub cil_bytes_max: AtomicU64,
+    pub cil_blocked_commits: AtomicU64,
+    pub ail_writeback_bytes: AtomicU64,
+    pub items_logged: AtomicU64,
+    pub tail_flushes: AtomicU64,
+}
+
+/// Everything the journal counts.
+#[derive(Debug, Clone, Default)]
+pub struct JournalStats {
+    pub log: LogStats,
+    pub data_dev: IoStats,
+    /// External log device, if any.
+    pub log_dev: Option<IoStats>,
+    pub commits: u64,
+    pub cil_space_limit: u64,
+    pub cil_bytes_max: u64,
+    pub cil_blocked_commits: u64,
+    pub ail_writeback_bytes: u64,
+    pub ail_len: u64,
+    /// Item images written in checkpoints (a relogged item counts once per checkpoint).
+    pub items_logged: u64,
+    /// Data-device flushes made only to move the tail for waiting reservations.
+    pub tail_flushes: u64,
+}
+
+impl Journal {
+    pub(crate) fn collect_stats(&self) -> JournalStats {
+        let l = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        JournalStats {
+            log: self.counters.snapshot(),
+            data_dev: self.data.stats(),
+            log_dev: self.logdev.as_ref().map(|d| d.stats()),
+            commits: l(&self.extra.commits),
+            cil_space_limit: self.limits.space_limit,
+            cil_bytes_max: l(&self.extra.cil_bytes_max),
+            cil_blocked_commits: l(&self.extra.cil_blocked_commits),
+            ail_writeback_bytes: l(&self.extra.ail_writeback_bytes),
+            ail_len: self.ail.lock().len() as u64,
+            items_logged: l(&self.extra.items_logged),
+            tail_flushes: l(&self.extra.tail_flushes),
+        }
+    }
+}

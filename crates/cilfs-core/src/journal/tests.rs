@@ -1,0 +1,210 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::format::superblock::SbLog;
+use crate::log::FlushPolicy;
+use crate::mkfs::{write_filesystem, Layout};
+use cilfs_device::{CrashOptions, SimDevice, Survival};
+
+const BS: u32 = 1024;
+
+/// A tiny filesystem: 4 MiB data device with a 256 KiB internal log.
+fn tiny_layout(log_blocks: u64) -> Layout {
+    Layout {
+        uuid: [0x11; 16],
+        block_size: BS,
+        data_blocks: 4096,
+        log: SbLog::Internal { start: 1 },
+        log_blocks,
+    }
+}
+
+fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
+    JournalConfig {
+        log: LogConfig {
+            logbufs: 2,
+            logbsize: 16 * 1024,
+            policy,
+        },
+        cil_limit: Some(8 * 1024),
+        push_mode: PushMode::Inline,
+    }
+}
+
+fn fresh(seed: u64) -> Arc<SimDevice> {
+    let dev = Arc::new(SimDevice::new(4096 * u64::from(BS), seed));
+    write_filesystem(&*dev, None, &tiny_layout(256), &mut |_, _| {}).unwrap();
+    dev
+}
+
+fn open(dev: &Arc<SimDevice>, policy: FlushPolicy) -> Arc<Journal> {
+    Journal::open(dev.clone() as Arc<dyn Device>, None, tiny_cfg(policy)).unwrap()
+}
+
+fn write_block(j: &Journal, blkno: u64, byte: u8) -> u64 {
+    let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
+    let b = tx.buf(blkno).unwrap();
+    tx.write(b, 100, &[byte; 200]);
+    tx.commit().unwrap()
+}
+
+fn read_byte(dev: &SimDevice, blkno: u64) -> u8 {
+    let mut b = vec![0u8; BS as usize];
+    dev.read(blkno * u64::from(BS), &mut b).unwrap();
+    b[150]
+}
+
+#[test]
+fn forced_commit_survives_any_crash() {
+    for seed in 0..20 {
+        let dev = fresh(seed);
+        let j = open(&dev, FlushPolicy::Reduced);
+        let seq = write_block(&j, 300, 7);
+        j.force(seq).unwrap();
+        write_block(&j, 301, 8); // not forced: may or may not survive
+        let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+        drop(j);
+        let j2 = open(&crashed, FlushPolicy::Reduced);
+        assert!(!j2.recovery_report().was_clean);
+        assert_eq!(read_byte(&crashed, 300), 7, "seed {seed}");
+        assert!(matches!(read_byte(&crashed, 301), 0 | 8));
+    }
+}
+
+#[test]
+fn unforced_commits_are_all_or_nothing_per_checkpoint() {
+    let dev = fresh(3);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let mut tx = j.begin(Reservation::for_buffers(2, BS)).unwrap();
+    let a = tx.buf(400).unwrap();
+    let b = tx.buf(401).unwrap();
+    tx.write(a, 0, &[1; 512]);
+    tx.write(b, 0, &[1; 512]);
+    let seq = tx.commit().unwrap();
+    j.push(seq).unwrap();
+    // Every fate of the volatile writes gives both blocks or neither.
+    let n = dev.volatile_writes();
+    for mask in 0..(1u32 << n.min(10)) {
+        let crashed = Arc::new(dev.crash_with(&mut |i, _| {
+            if mask & (1 << i) != 0 {
+                Survival::Kept
+            } else {
+                Survival::Lost
+            }
+        }));
+        let _j = open(&crashed, FlushPolicy::Reduced);
+        let (x, y) = (read_byte(&crashed, 400), read_byte(&crashed, 401));
+        assert_eq!(x, y, "mask {mask:b}: half a transaction");
+    }
+}
+
+#[test]
+fn clean_unmount_replays_nothing_and_keeps_data() {
+    let dev = fresh(1);
+    let j = open(&dev, FlushPolicy::Reduced);
+    for i in 0..50 {
+        write_block(&j, 300 + i % 7, i as u8 + 1);
+    }
+    j.unmount().unwrap();
+    drop(j);
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+    let j2 = open(&crashed, FlushPolicy::Reduced);
+    let r = j2.recovery_report();
+    assert!(r.was_clean);
+    assert_eq!(r.checkpoints_replayed, 0);
+    for k in 0..7u64 {
+        let last = (0..50u64).filter(|i| i % 7 == k).max().unwrap();
+        assert_eq!(read_byte(&crashed, 300 + k), last as u8 + 1);
+    }
+    assert_eq!(j2.superblock().unclean_epoch, 0);
+}
+
+#[test]
+fn relogging_writes_an_item_once_per_checkpoint() {
+    let dev = fresh(2);
+    let j = open(&dev, FlushPolicy::Reduced);
+    for i in 0..5000u32 {
+        write_block(&j, 300 + u64::from(i % 10), i as u8);
+    }
+    j.force_all().unwrap();
+    let s = j.stats();
+    assert!(s.log.checkpoints >= 1);
+    assert!(
+        s.items_logged <= s.log.checkpoints * 10,
+        "{} images in {} checkpoints",
+        s.items_logged,
+        s.log.checkpoints
+    );
+}
+
+#[test]
+fn log_wraps_many_times_and_recovers() {
+    for policy in [FlushPolicy::Reduced, FlushPolicy::Legacy] {
+        let dev = fresh(9);
+        let j = open(&dev, policy);
+        for i in 0..3000u64 {
+            let seq = write_block(&j, 300 + i % 300, (i % 251) as u8 + 1);
+            if i % 50 == 0 {
+                j.force(seq).unwrap();
+            }
+        }
+        j.force_all().unwrap();
+        let s = j.stats();
+        assert!(
+            s.log.log_bytes > 2 * 256 * 1024,
+            "log did not wrap: {} bytes",
+            s.log.log_bytes
+        );
+        let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+        drop(j);
+        let _j2 = open(&crashed, policy);
+        for k in 0..300u64 {
+            let last = (0..3000u64).filter(|i| i % 300 == k).max().unwrap();
+            assert_eq!(
+                read_byte(&crashed, 300 + k),
+                (last % 251) as u8 + 1,
+                "{policy} block {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn reduced_policy_flush_counts() {
+    let dev = fresh(4);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let before = dev.stats();
+    let mut tx = j.begin(Reservation::for_buffers(40, BS)).unwrap();
+    for b in 0..40 {
+        let r = tx.buf(500 + b).unwrap();
+        tx.write(r, 0, &[3; 1024]);
+    }
+    let seq = tx.commit().unwrap();
+    j.force(seq).unwrap();
+    let after = dev.stats();
+    let iclogs = j.stats().log.iclog_writes;
+    assert!(iclogs >= 3, "{iclogs} iclogs");
+    assert_eq!(after.fua_writes - before.fua_writes, 1);
+    assert_eq!(after.preflush_writes - before.preflush_writes, 1);
+    // Two flush points: before the first iclog (elided here: nothing was volatile) and the
+    // commit iclog's PREFLUSH.
+    let points = (after.flushes_issued + after.flushes_elided)
+        - (before.flushes_issued + before.flushes_elided);
+    assert_eq!(points, 2);
+    assert_eq!(after.flushes_issued - before.flushes_issued, 1);
+    // Legacy: a flush and a FUA on every iclog.
+    let dev = fresh(4);
+    let j = open(&dev, FlushPolicy::Legacy);
+    let before = dev.stats();
+    let mut tx = j.begin(Reservation::for_buffers(40, BS)).unwrap();
+    for b in 0..40 {
+        let r = tx.buf(500 + b).unwrap();
+        tx.write(r, 0, &[3; 1024]);
+    }
+    let seq = tx.commit().unwrap();
+    j.force(seq).unwrap();
+    let after = dev.stats();
+    let iclogs = j.stats().log.iclog_writes;
+    assert_eq!(after.fua_writes - before.fua_writes, iclogs);
+    assert_eq!(after.preflush_writes - before.preflush_writes, iclogs);
+}
