@@ -9,3 +9,6 @@ pub mod writer;
 
 pub use lsn::{LogSpace, Lsn};
 pub use writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
+
+#[cfg(test)]
+mod tests;

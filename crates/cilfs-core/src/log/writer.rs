@@ -377,8 +377,15 @@ impl<'w> RecordStream<'w> {
 
     fn op(&mut self, tid: u64, kind: OpKind, mut data: &[u8]) -> Result<(), DeviceError> {
         let mut flags = 0;
+        // Only item ops may be split across records; the others are small and must stay whole.
+        let splittable = kind == OpKind::Item;
         loop {
-            let need = OP_HEADER_BYTES + usize::from(!data.is_empty());
+            let need = OP_HEADER_BYTES
+                + if splittable {
+                    usize::from(!data.is_empty())
+                } else {
+                    data.len()
+                };
             if self.capacity - self.stream_len < need {
                 self.emit(false)?;
             }

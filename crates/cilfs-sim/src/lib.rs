@@ -1,0 +1,9 @@
+//! Crash exploration. A seeded workload runs on recorded simulated devices; afterwards the crash
+//! image at chosen operation indexes (every flush/FUA point is a candidate, and points between
+//! them) is rebuilt with a seeded choice of lost and torn volatile writes, recovered, and checked
+//! against a model of which states recovery may produce.
+
+pub mod journal_crash;
+mod recorded;
+
+pub use journal_crash::{run_journal_crashtest, CrashReport, JournalCrashConfig};

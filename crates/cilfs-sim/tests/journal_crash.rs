@@ -1,0 +1,58 @@
+//! The journal crash explorer on both flush policies and with an external log.
+
+use cilfs_core::log::FlushPolicy;
+use cilfs_sim::{run_journal_crashtest, JournalCrashConfig};
+
+/// Per configuration; about a second each in a debug build.
+const POINTS: usize = 2000;
+
+fn check(seed: u64, policy: FlushPolicy, external_log: bool) {
+    let cfg = JournalCrashConfig {
+        seed,
+        points: POINTS,
+        policy,
+        external_log,
+    };
+    let r = run_journal_crashtest(&cfg, &mut |_, _| {});
+    assert!(
+        r.failed == 0,
+        "{} of {} crash points failed; replay: cilfs crashtest journal --seed {seed} --points {POINTS} --policy {policy}{}\n{}",
+        r.failed,
+        r.passed + r.failed,
+        if external_log { " --external-log" } else { "" },
+        r.failures.join("\n")
+    );
+    eprintln!(
+        "{policy} external={external_log}: {} passed, {} checkpoints, {} laps, {} runs",
+        r.passed,
+        r.checkpoints,
+        r.log_laps(),
+        r.runs
+    );
+    assert!(r.checkpoints > 50, "only {} checkpoints", r.checkpoints);
+    assert!(
+        r.log_laps() > 2,
+        "the log wrapped only {} times",
+        r.log_laps()
+    );
+}
+
+#[test]
+fn reduced_internal() {
+    check(1, FlushPolicy::Reduced, false);
+}
+
+#[test]
+fn legacy_internal() {
+    check(2, FlushPolicy::Legacy, false);
+}
+
+#[test]
+fn reduced_external() {
+    check(3, FlushPolicy::Reduced, true);
+}
+
+#[test]
+fn legacy_external() {
+    check(4, FlushPolicy::Legacy, true);
+}
