@@ -24,6 +24,11 @@ enum Command {
     Mkfs(cmd::mkfs::Args),
     /// Print the geometry of a filesystem, like xfs_info
     Info(cmd::info::Args),
+    /// Print every record and op of the log, like xfs_logprint
+    Logprint(cmd::logprint::Args),
+    /// Crash-test a layer on simulated devices
+    #[command(subcommand)]
+    Crashtest(cmd::crashtest::Kind),
 }
 
 /// A failure with the exit status it maps to.
@@ -34,6 +39,14 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A check ran and found problems.
+    pub fn found(error: impl Into<anyhow::Error>) -> Self {
+        Self {
+            status: 1,
+            error: error.into(),
+        }
+    }
+
     /// Bad input or could not run.
     pub fn usage(error: impl Into<anyhow::Error>) -> Self {
         Self {
@@ -48,6 +61,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::Logprint(a) => cmd::logprint::run(a),
+        Command::Crashtest(k) => cmd::crashtest::run(k),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,2 +1,4 @@
+pub mod crashtest;
 pub mod info;
+pub mod logprint;
 pub mod mkfs;
