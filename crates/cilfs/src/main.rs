@@ -29,6 +29,9 @@ enum Command {
     /// Crash-test a layer on simulated devices
     #[command(subcommand)]
     Crashtest(cmd::crashtest::Kind),
+    /// Benchmarks that print one JSON object of figures
+    #[command(subcommand)]
+    Bench(cmd::bench::Kind),
 }
 
 /// A failure with the exit status it maps to.
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Info(a) => cmd::info::run(a),
         Command::Logprint(a) => cmd::logprint::run(a),
         Command::Crashtest(k) => cmd::crashtest::run(k),
+        Command::Bench(k) => cmd::bench::run(k),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

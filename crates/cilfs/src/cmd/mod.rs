@@ -1,3 +1,4 @@
+pub mod bench;
 pub mod crashtest;
 pub mod info;
 pub mod logprint;
