@@ -73,15 +73,22 @@ fn rss_max_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()))
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .and_then(|v| v.parse::<u64>().ok())
+            })
         })
         .map_or(0, |kib| kib * 1024)
 }
 
 fn dev_json(s: &IoStats) -> serde_json::Value {
-    serde_json::Value::Object(s.fields().iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect())
+    serde_json::Value::Object(
+        s.fields()
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), json!(v)))
+            .collect(),
+    )
 }
 
 pub fn run(k: Kind) -> Result<(), Failure> {
@@ -92,8 +99,15 @@ pub fn run(k: Kind) -> Result<(), Failure> {
 
 fn journal(a: JournalArgs) -> Result<(), Failure> {
     let usage = |m: String| Failure::usage(anyhow::anyhow!(m));
-    if a.items == 0 || a.items_per_tx == 0 || a.items_per_tx > a.items || a.item_bytes == 0 || a.item_bytes > u64::from(BS) {
-        return Err(usage(format!("need 0 < --items-per-tx <= --items and 0 < --item-bytes <= {BS}")));
+    if a.items == 0
+        || a.items_per_tx == 0
+        || a.items_per_tx > a.items
+        || a.item_bytes == 0
+        || a.item_bytes > u64::from(BS)
+    {
+        return Err(usage(format!(
+            "need 0 < --items-per-tx <= --items and 0 < --item-bytes <= {BS}"
+        )));
     }
     if a.threads == 0 || a.threads > 256 {
         return Err(usage("--threads must be in 1..256".into()));
@@ -113,11 +127,19 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
     let image = tmp.path().join("bench.img");
     // Room for the working set after the superblock (and the internal log).
     let internal_log = if a.logdev.is_some() { 0 } else { a.log_size };
-    let fs_bytes = ((1 + a.items) * u64::from(BS) + internal_log + (16 << 20)).max(2 * internal_log + (16 << 20));
-    let layout = Layout::new(fs_bytes, u64::from(BS), Some(a.log_size), a.logdev.as_ref().map(|_| a.log_size)).map_err(Failure::usage)?;
+    let fs_bytes = ((1 + a.items) * u64::from(BS) + internal_log + (16 << 20))
+        .max(2 * internal_log + (16 << 20));
+    let layout = Layout::new(
+        fs_bytes,
+        u64::from(BS),
+        Some(a.log_size),
+        a.logdev.as_ref().map(|_| a.log_size),
+    )
+    .map_err(Failure::usage)?;
     let create = |p: &PathBuf, len: u64| -> Result<(), Failure> {
         let f = std::fs::File::create(p).map_err(|e| usage(format!("{}: {e}", p.display())))?;
-        f.set_len(len).map_err(|e| usage(format!("{}: {e}", p.display())))
+        f.set_len(len)
+            .map_err(|e| usage(format!("{}: {e}", p.display())))
     };
     create(&image, layout.fs_bytes())?;
     if let Some(l) = &a.logdev {
@@ -129,7 +151,10 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         Some(p) => Some(Arc::new(FileDevice::open(p, opts).map_err(Failure::usage)?)),
         None => None,
     };
-    eprintln!("bench journal: writing the {} MiB log once", a.log_size >> 20);
+    eprintln!(
+        "bench journal: writing the {} MiB log once",
+        a.log_size >> 20
+    );
     write_filesystem(&*data, logdev.as_deref(), &layout, &mut |_, _| {}).map_err(Failure::usage)?;
     let cfg = JournalConfig {
         log: log_cfg,
@@ -154,7 +179,8 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
                 let pattern = vec![t as u8 + 1; a.item_bytes as usize];
                 let mut mine = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let mut blocks: Vec<u64> = (0..a.items_per_tx).map(|_| rng.below(a.items)).collect();
+                    let mut blocks: Vec<u64> =
+                        (0..a.items_per_tx).map(|_| rng.below(a.items)).collect();
                     // One lock order for every transaction: ascending block numbers.
                     blocks.sort_unstable();
                     blocks.dedup();
@@ -197,7 +223,13 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
                 stop.store(true, Ordering::Relaxed);
                 break;
             }
-            std::thread::sleep(Duration::from_millis(10).min(deadline.saturating_duration_since(now).max(Duration::from_millis(1))));
+            std::thread::sleep(
+                Duration::from_millis(10).min(
+                    deadline
+                        .saturating_duration_since(now)
+                        .max(Duration::from_millis(1)),
+                ),
+            );
         }
     });
     let elapsed = start.elapsed().as_secs_f64();

@@ -42,9 +42,22 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "cilfs crashtest journal --seed {seed} --points {} --policy {}{}",
         a.points,
         a.policy,
-        if a.external_log { " --external-log" } else { "" }
+        if a.external_log {
+            " --external-log"
+        } else {
+            ""
+        }
     );
-    eprintln!("crashtest journal: seed {seed}, {} points, policy {}, {} log", a.points, a.policy, if a.external_log { "external" } else { "internal" });
+    eprintln!(
+        "crashtest journal: seed {seed}, {} points, policy {}, {} log",
+        a.points,
+        a.policy,
+        if a.external_log {
+            "external"
+        } else {
+            "internal"
+        }
+    );
     let bar = ProgressBar::new(a.points as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} crash points {elapsed}")
@@ -72,7 +85,11 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
     }
     println!("{} passed, {} failed", r.passed, r.failed);
     if r.failed > 0 {
-        return Err(Failure::found(anyhow::anyhow!("{} of {} crash points failed", r.failed, r.passed + r.failed)));
+        return Err(Failure::found(anyhow::anyhow!(
+            "{} of {} crash points failed",
+            r.failed,
+            r.passed + r.failed
+        )));
     }
     Ok(())
 }

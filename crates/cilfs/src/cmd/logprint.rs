@@ -52,7 +52,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
         .transpose()
         .map_err(Failure::usage)?;
     let logdev_ref = logdev.as_ref().map(|d| d as &dyn Device);
-    let (geo, s) = scan(&data, logdev_ref).map_err(|e| Failure::usage(anyhow::anyhow!("{}: {e}", a.image.display())))?;
+    let (geo, s) = scan(&data, logdev_ref)
+        .map_err(|e| Failure::usage(anyhow::anyhow!("{}: {e}", a.image.display())))?;
     // A log whose first sector is neither zero nor a record holds garbage, not an empty log.
     if s.records.is_empty() {
         let dev: &dyn Device = match geo.log {
@@ -60,16 +61,25 @@ pub fn run(a: Args) -> Result<(), Failure> {
             LogLocation::External { .. } => logdev_ref.unwrap_or(&data),
         };
         let mut first = [0u8; 512];
-        dev.read(geo.log_offset, &mut first).map_err(Failure::usage)?;
+        dev.read(geo.log_offset, &mut first)
+            .map_err(Failure::usage)?;
         if first.iter().any(|&b| b != 0) {
-            let why = RecordHeader::decode(&first).err().map_or_else(|| "no valid record".to_string(), |e| e.to_string());
-            return Err(Failure::usage(anyhow::anyhow!("log byte 0 (device byte {}): not a log record: {why}", geo.log_offset)));
+            let why = RecordHeader::decode(&first)
+                .err()
+                .map_or_else(|| "no valid record".to_string(), |e| e.to_string());
+            return Err(Failure::usage(anyhow::anyhow!(
+                "log byte 0 (device byte {}): not a log record: {why}",
+                geo.log_offset
+            )));
         }
     }
     let end = match &s.end {
         LogEnd::Clean => "clean".to_string(),
         LogEnd::Full => "the whole log is valid".to_string(),
-        LogEnd::Torn { lsn, reason } => format!("torn write discarded at lsn {lsn} (log byte {}): {reason}", u64::from(lsn.block()) * 512),
+        LogEnd::Torn { lsn, reason } => format!(
+            "torn write discarded at lsn {lsn} (log byte {}): {reason}",
+            u64::from(lsn.block()) * 512
+        ),
     };
     if a.json {
         let records: Vec<_> = s
@@ -130,13 +140,23 @@ pub fn run(a: Args) -> Result<(), Failure> {
                 "  op tid {} {}{} len {}{blk}",
                 o.tid,
                 kind_name(o.kind),
-                if fl.is_empty() { String::new() } else { format!(" [{fl}]") },
+                if fl.is_empty() {
+                    String::new()
+                } else {
+                    format!(" [{fl}]")
+                },
                 o.len
             );
         }
     }
     for c in &s.checkpoints {
-        println!("checkpoint {} start {} commit {} items {}", c.seq, c.start, c.commit, c.items.len());
+        println!(
+            "checkpoint {} start {} commit {} items {}",
+            c.seq,
+            c.start,
+            c.commit,
+            c.items.len()
+        );
     }
     println!(
         "{} records, {} committed checkpoints, {} uncommitted, tail {}, head {}, {}{}",
@@ -145,7 +165,11 @@ pub fn run(a: Args) -> Result<(), Failure> {
         s.uncommitted.len(),
         s.tail,
         s.head,
-        if s.unmounted { "cleanly unmounted, " } else { "" },
+        if s.unmounted {
+            "cleanly unmounted, "
+        } else {
+            ""
+        },
         end
     );
     Ok(())
