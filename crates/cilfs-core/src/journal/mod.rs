@@ -205,6 +205,11 @@ impl Journal {
             sb.log_generation,
             Arc::clone(&counters),
         );
+        // Concurrent iclog IO in service; inline pushes stay synchronous and deterministic.
+        let writer = match cfg.push_mode {
+            PushMode::Background => writer.with_io_threads(),
+            PushMode::Inline => writer,
+        };
         let recovered = RecoveryReport {
             was_clean: geo.sb.clean,
             checkpoints_replayed: s.checkpoints.len() as u64,

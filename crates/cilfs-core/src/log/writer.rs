@@ -1,8 +1,11 @@
 //! Writing records: checkpoints and unmount records go out through a ring of in-core log buffers
 //! (iclogs) with the cache-flush policy of journal.md section 2.
 //!
-//! This writer submits each iclog synchronously from the pushing thread, so at most one iclog is
-//! in flight and completions trivially run in LSN order; the ring provides the buffers.
+//! With an IO pool (`LogWriter::with_io_threads`) up to `logbufs` iclogs are in flight at once;
+//! the pushing thread fills the next iclog while earlier ones are written, and waits (a noiclog
+//! event) only when the ring has no free buffer. The iclog holding a commit record is written
+//! only after every earlier iclog has completed, so its PREFLUSH covers them all. Without a pool
+//! (crash tests) each iclog is written synchronously, which keeps runs deterministic.
 
 use super::lsn::{LogSpace, Lsn};
 use super::record::{
@@ -184,9 +187,90 @@ pub struct LogWriter {
     cfg: LogConfig,
     head: Lsn,
     generation: u32,
-    ring: Vec<AlignedBuf>,
+    /// `None` while the iclog is in flight on the IO pool.
+    ring: Vec<Option<AlignedBuf>>,
     next_iclog: usize,
     counters: Arc<LogCounters>,
+    pool: Option<IoPool>,
+}
+
+/// One iclog write handed to the IO pool: its buffer travels with it and comes back on completion.
+struct Job {
+    slot: usize,
+    buf: AlignedBuf,
+    /// (device offset, byte range of `buf`): two when the record wraps past the end of the log.
+    ios: Vec<(u64, std::ops::Range<usize>)>,
+    flags: WriteFlags,
+}
+
+struct Done {
+    slot: usize,
+    buf: AlignedBuf,
+    result: Result<(), DeviceError>,
+}
+
+/// Threads that write iclogs, so several are in flight at once.
+struct IoPool {
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+    done: std::sync::mpsc::Receiver<Done>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for IoPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "IoPool({} threads)", self.threads.len())
+    }
+}
+
+impl IoPool {
+    fn new(dev: Arc<dyn Device>, threads: usize) -> Self {
+        let (jobs_tx, jobs_rx) = std::sync::mpsc::channel::<Job>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<Done>();
+        let jobs_rx = Arc::new(parking_lot::Mutex::new(jobs_rx));
+        let threads = (0..threads)
+            .filter_map(|i| {
+                let (rx, tx, dev) = (Arc::clone(&jobs_rx), done_tx.clone(), Arc::clone(&dev));
+                std::thread::Builder::new()
+                    .name(format!("cilfs-iclog-{i}"))
+                    .spawn(move || loop {
+                        let job = match rx.lock().recv() {
+                            Ok(j) => j,
+                            Err(_) => return,
+                        };
+                        let mut result = Ok(());
+                        for (off, r) in &job.ios {
+                            result = dev.write(*off, &job.buf[r.clone()], job.flags);
+                            if result.is_err() {
+                                break;
+                            }
+                        }
+                        let done = Done {
+                            slot: job.slot,
+                            buf: job.buf,
+                            result,
+                        };
+                        if tx.send(done).is_err() {
+                            return;
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        Self {
+            jobs: Some(jobs_tx),
+            done: done_rx,
+            threads,
+        }
+    }
+}
+
+impl Drop for IoPool {
+    fn drop(&mut self) {
+        self.jobs.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
 
 impl LogWriter {
@@ -203,7 +287,7 @@ impl LogWriter {
         counters: Arc<LogCounters>,
     ) -> Self {
         let ring = (0..cfg.logbufs)
-            .map(|_| AlignedBuf::zeroed(cfg.logbsize as usize))
+            .map(|_| Some(AlignedBuf::zeroed(cfg.logbsize as usize)))
             .collect();
         Self {
             log_dev,
@@ -217,7 +301,62 @@ impl LogWriter {
             ring,
             next_iclog: 0,
             counters,
+            pool: None,
         }
+    }
+
+    /// Writes iclogs from `logbufs` IO threads so that several are in flight at once.
+    pub fn with_io_threads(mut self) -> Self {
+        if self.pool.is_none() {
+            self.pool = Some(IoPool::new(Arc::clone(&self.log_dev), self.ring.len()));
+        }
+        self
+    }
+
+    /// Takes completions until ring slot `slot` has its buffer back.
+    fn wait_slot(&mut self, slot: usize) -> Result<(), DeviceError> {
+        let mut first_err = Ok(());
+        while self.ring[slot].is_none() {
+            let Some(pool) = &self.pool else {
+                unreachable!("iclog in flight without an IO pool")
+            };
+            let d = match pool.done.recv() {
+                Ok(d) => d,
+                Err(_) => {
+                    return Err(DeviceError::Io {
+                        kind: cilfs_device::IoKind::Write,
+                        offset: 0,
+                        source: std::io::Error::other("iclog IO threads are gone"),
+                    })
+                }
+            };
+            self.ring[d.slot] = Some(d.buf);
+            if first_err.is_ok() {
+                first_err = d.result;
+            }
+        }
+        first_err
+    }
+
+    /// Waits until no iclog is in flight.
+    fn wait_all(&mut self) -> Result<(), DeviceError> {
+        let mut r = Ok(());
+        for slot in 0..self.ring.len() {
+            let x = self.wait_slot(slot);
+            if r.is_ok() {
+                r = x;
+            }
+        }
+        r
+    }
+
+    /// The buffer of ring slot `slot`, waiting for it (a noiclog event) if it is in flight.
+    fn claim(&mut self, slot: usize) -> Result<(), DeviceError> {
+        if self.ring[slot].is_none() {
+            self.counters.noiclog_waits.fetch_add(1, Ordering::Relaxed);
+            self.wait_slot(slot)?;
+        }
+        Ok(())
     }
 
     pub fn head(&self) -> Lsn {
@@ -249,6 +388,7 @@ impl LogWriter {
             self.data_dev.flush()?;
         }
         let count = items.len() as u64;
+        self.claim(self.next_iclog)?;
         let mut w = RecordStream::new(self, tail);
         w.op(seq, OpKind::Start, &seq.to_le_bytes())?;
         for item in items {
@@ -267,6 +407,7 @@ impl LogWriter {
     /// Writes an unmount record, PREFLUSH+FUA after a data-device flush, and returns its LSN.
     /// The caller has emptied the AIL: the record's tail is the record itself.
     pub fn write_unmount(&mut self) -> Result<Lsn, DeviceError> {
+        self.wait_all()?;
         self.data_dev.flush()?;
         let tail = self.head;
         let mut w = RecordStream::new(self, tail);
@@ -287,6 +428,7 @@ impl LogWriter {
         stream_len: usize,
         tail: Lsn,
         flags: WriteFlags,
+        wait: bool,
     ) -> Result<Lsn, DeviceError> {
         let lsn = self.head;
         let header = RecordHeader {
@@ -299,7 +441,9 @@ impl LogWriter {
         };
         let sectors = header.total_sectors();
         let bytes = sectors * SECTOR;
-        let buf = &mut self.ring[slot];
+        let Some(buf) = self.ring[slot].as_mut() else {
+            unreachable!("writing iclog {slot} while it is in flight")
+        };
         header.encode_into(&mut buf[..SECTOR]);
         // Zero the tail of the last payload sector so stale stream bytes never reach disk.
         let used =
@@ -321,14 +465,44 @@ impl LogWriter {
             self.data_dev.flush()?;
         }
         let base = self.log_offset;
-        if sectors <= to_end {
-            self.log_dev
-                .write(base + self.space.offset(lsn), &buf[..bytes], flags)?;
+        let ios = if sectors <= to_end {
+            vec![(base + self.space.offset(lsn), 0..bytes)]
         } else {
             let split = to_end * SECTOR;
-            self.log_dev
-                .write(base + self.space.offset(lsn), &buf[..split], flags)?;
-            self.log_dev.write(base, &buf[split..bytes], flags)?;
+            vec![
+                (base + self.space.offset(lsn), 0..split),
+                (base, split..bytes),
+            ]
+        };
+        match (&self.pool, wait) {
+            (Some(pool), false) => {
+                let buf = self.ring[slot].take();
+                let (Some(buf), Some(jobs)) = (buf, pool.jobs.as_ref()) else {
+                    unreachable!("iclog pool without buffer or job queue")
+                };
+                let job = Job {
+                    slot,
+                    buf,
+                    ios,
+                    flags,
+                };
+                if let Err(std::sync::mpsc::SendError(job)) = jobs.send(job) {
+                    self.ring[slot] = Some(job.buf);
+                    return Err(DeviceError::Io {
+                        kind: cilfs_device::IoKind::Write,
+                        offset: base + self.space.offset(lsn),
+                        source: std::io::Error::other("iclog IO threads are gone"),
+                    });
+                }
+            }
+            _ => {
+                let Some(buf) = self.ring[slot].as_ref() else {
+                    unreachable!("iclog {slot} in flight")
+                };
+                for (off, r) in ios {
+                    self.log_dev.write(off, &buf[r], flags)?;
+                }
+            }
         }
         self.head = self.space.advance(lsn, sectors as u32);
         self.counters.iclog_writes.fetch_add(1, Ordering::Relaxed);
@@ -371,7 +545,10 @@ impl<'w> RecordStream<'w> {
 
     fn put(&mut self, bytes: &[u8]) {
         debug_assert!(bytes.len() <= self.capacity - self.stream_len);
-        pack(&mut self.w.ring[self.slot], self.stream_len, bytes);
+        let Some(buf) = self.w.ring[self.slot].as_mut() else {
+            unreachable!("filling iclog {} while it is in flight", self.slot)
+        };
+        pack(buf, self.stream_len, bytes);
         self.stream_len += bytes.len();
     }
 
@@ -424,14 +601,22 @@ impl<'w> RecordStream<'w> {
         } else {
             WriteFlags::PREFLUSH | WriteFlags::FUA
         };
+        if last {
+            // The commit iclog goes out only after every earlier iclog completed, so that its
+            // PREFLUSH (or the FUA of a one-iclog checkpoint) covers the whole checkpoint.
+            self.w.wait_all()?;
+        }
         let lsn = self
             .w
-            .write_iclog(self.slot, self.stream_len, self.tail, flags)?;
+            .write_iclog(self.slot, self.stream_len, self.tail, flags, last)?;
         self.first.get_or_insert(lsn);
         self.records += 1;
         self.slot = (self.slot + 1) % self.w.ring.len();
         self.w.next_iclog = self.slot;
         self.stream_len = 0;
+        if !last {
+            self.w.claim(self.slot)?;
+        }
         Ok(())
     }
 
