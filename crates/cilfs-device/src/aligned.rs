@@ -3,23 +3,24 @@ use std::ops::{Deref, DerefMut};
 /// Alignment of [`AlignedBuf`]: enough for O_DIRECT on any device with sectors up to 4 KiB.
 pub const BUF_ALIGN: usize = 4096;
 
+/// One aligned page. `bytemuck` views a slice of them as bytes, so the buffer is aligned by its
+/// type (no over-allocation, no unsafe code of ours).
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(4096))]
+struct Page([u8; BUF_ALIGN]);
+
 /// A zero-initialised byte buffer whose start is aligned to [`BUF_ALIGN`], as O_DIRECT needs.
-/// Built from an over-allocated `Vec` so no unsafe code is needed; the heap block never moves.
+/// Its allocation is rounded up to whole pages.
 #[derive(Clone)]
 pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
+    pages: Vec<Page>,
     len: usize,
 }
 
 impl AlignedBuf {
     pub fn zeroed(len: usize) -> Self {
-        let storage = vec![0u8; len + BUF_ALIGN];
-        let start = storage.as_ptr().align_offset(BUF_ALIGN);
-        debug_assert!(start < BUF_ALIGN);
         Self {
-            storage,
-            start,
+            pages: vec![Page([0; BUF_ALIGN]); len.div_ceil(BUF_ALIGN)],
             len,
         }
     }
@@ -34,13 +35,13 @@ impl AlignedBuf {
 impl Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
+        &bytemuck::cast_slice::<Page, u8>(&self.pages)[..self.len]
     }
 }
 
 impl DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
+        &mut bytemuck::cast_slice_mut::<Page, u8>(&mut self.pages)[..self.len]
     }
 }
 

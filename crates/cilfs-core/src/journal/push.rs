@@ -3,6 +3,7 @@
 use super::{Journal, JournalError, PushMode};
 use crate::buf::Buf;
 use crate::cil::CilCtx;
+use crate::log::record::OP_HEADER_BYTES;
 use crate::trans::item::LogItem;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
@@ -22,6 +23,25 @@ impl Journal {
             return Err(e);
         }
         let mut cil = self.cil.lock();
+        if self.cfg.push_mode == PushMode::Background {
+            // Committers block at 2S (before adding, so the context never passes it) until the
+            // push has switched contexts; a transaction larger than 2S goes into an empty one.
+            let adding: u64 = images
+                .iter()
+                .map(|(_, i)| (OP_HEADER_BYTES + i.len()) as u64)
+                .sum();
+            while !cil.is_empty()
+                && cil.stream_bytes + adding > self.limits.hard_limit
+                && self.check_alive().is_ok()
+            {
+                self.extra
+                    .cil_blocked_commits
+                    .fetch_add(1, Ordering::Relaxed);
+                let seq = cil.seq;
+                self.request_push(seq);
+                self.cil_switched.wait(&mut cil);
+            }
+        }
         let seq = cil.seq;
         for (buf, image) in images {
             cil.insert(buf as Arc<dyn LogItem>, image);
@@ -47,17 +67,8 @@ impl Journal {
                 self.push(seq)?;
             }
             PushMode::Background => {
+                drop(cil);
                 self.request_push(seq);
-                // Committers block at 2S until the push has switched contexts.
-                while cil.seq == seq
-                    && cil.stream_bytes >= self.limits.hard_limit
-                    && self.check_alive().is_ok()
-                {
-                    self.extra
-                        .cil_blocked_commits
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.cil_switched.wait(&mut cil);
-                }
             }
         }
         Ok(seq)
@@ -110,24 +121,23 @@ impl Journal {
                 self.space.lock().completed_seq = ctx.seq;
                 continue;
             }
-            let written = writer.write_checkpoint(
-                ctx.seq,
-                ctx.items.values().map(|e| &e.image[..]),
-                |head| self.ail.lock().min_lsn().unwrap_or(head),
-            );
+            let nitems = ctx.items.len() as u64;
+            let (items, images): (Vec<_>, Vec<_>) =
+                ctx.items.into_values().map(|e| (e.item, e.image)).unzip();
+            let written = writer.write_checkpoint(ctx.seq, images.into_iter(), |head| {
+                self.ail.lock().min_lsn().unwrap_or(head)
+            });
             let written = match written {
                 Ok(w) => w,
                 Err(e) => return self.shut_down(e),
             };
-            self.extra
-                .items_logged
-                .fetch_add(ctx.items.len() as u64, Ordering::Relaxed);
+            self.extra.items_logged.fetch_add(nitems, Ordering::Relaxed);
             // The checkpoint is stable: its items go to the AIL at its start LSN and are unpinned.
             {
                 let mut ail = self.ail.lock();
-                for e in ctx.items.into_values() {
-                    ail.insert(Arc::clone(&e.item), written.start);
-                    let prev = e.item.pins().fetch_sub(1, Ordering::AcqRel);
+                for item in items {
+                    let prev = item.pins().fetch_sub(1, Ordering::AcqRel);
+                    ail.insert(item, written.start);
                     debug_assert!(prev > 0, "unpinning an unpinned item");
                 }
             }

@@ -377,12 +377,19 @@ impl LogWriter {
     /// device is then flushed, so the sampled tail is safe to stamp into every record and
     /// everything written back before the sample (and all ordered data) is stable before the
     /// first iclog goes out.
-    pub fn write_checkpoint<'a>(
+    ///
+    /// Owned images are dropped as soon as they are packed, so the memory of a checkpoint being
+    /// written shrinks while the next context fills.
+    pub fn write_checkpoint<I>(
         &mut self,
         seq: u64,
-        items: impl ExactSizeIterator<Item = &'a [u8]>,
+        items: I,
         sample_tail: impl FnOnce(Lsn) -> Lsn,
-    ) -> Result<Written, DeviceError> {
+    ) -> Result<Written, DeviceError>
+    where
+        I: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
         let tail = sample_tail(self.head);
         if self.cfg.policy == FlushPolicy::Reduced {
             self.data_dev.flush()?;
@@ -392,7 +399,7 @@ impl LogWriter {
         let mut w = RecordStream::new(self, tail);
         w.op(seq, OpKind::Start, &seq.to_le_bytes())?;
         for item in items {
-            w.op(seq, OpKind::Item, item)?;
+            w.op(seq, OpKind::Item, item.as_ref())?;
         }
         w.op(seq, OpKind::Commit, &count.to_le_bytes())?;
         let (start, commit) = w.finish()?;
