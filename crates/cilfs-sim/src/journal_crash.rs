@@ -204,6 +204,11 @@ fn workload(
                 }
                 model.snapshot((mount, 0));
             }
+            11..=12 => {
+                // Idle: cover the log (everything is forced and written back first).
+                j.cover().map_err(|e| e.to_string())?;
+                model.durable.push((set.op_count(), (mount, last_seq)));
+            }
             10 => {
                 // The daemon dies: unpushed commits are gone, the rest is recovered from the log.
                 let done = j.completed_seq();

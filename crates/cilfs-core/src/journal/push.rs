@@ -175,6 +175,9 @@ impl Journal {
     }
 }
 
+/// How long the journal must be idle before the worker covers the log (as XFS's log worker).
+const COVER_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Debug, Default)]
 struct WorkerState {
     target: u64,
@@ -195,20 +198,34 @@ impl Worker {
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("cilfs-cil-push".into())
-            .spawn(move || loop {
-                let target = {
-                    let mut st = s.0.lock();
-                    while st.target == 0 && !st.stop {
-                        s.1.wait(&mut st);
+            .spawn(move || {
+                let mut commits_seen = u64::MAX;
+                loop {
+                    let target = {
+                        let mut st = s.0.lock();
+                        while st.target == 0 && !st.stop {
+                            if s.1.wait_for(&mut st, COVER_INTERVAL).timed_out() {
+                                break;
+                            }
+                        }
+                        if st.stop {
+                            return;
+                        }
+                        std::mem::take(&mut st.target)
+                    };
+                    let Some(j) = weak.upgrade() else { return };
+                    if target > 0 {
+                        if j.push(target).is_err() {
+                            return;
+                        }
+                        continue;
                     }
-                    if st.stop {
+                    // Idle for a whole interval: cover the log.
+                    let commits = j.extra.commits.load(Ordering::Relaxed);
+                    if commits == commits_seen && j.cover().is_err() {
                         return;
                     }
-                    std::mem::take(&mut st.target)
-                };
-                let Some(j) = weak.upgrade() else { return };
-                if j.push(target).is_err() {
-                    return;
+                    commits_seen = commits;
                 }
             })
             .ok();

@@ -11,6 +11,9 @@ pub(crate) struct ExtraCounters {
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,
     pub tail_flushes: AtomicU64,
+    pub covers: AtomicU64,
+    /// Raw LSN of the log head right after the last cover record.
+    pub covered_head: AtomicU64,
 }
 
 /// Everything the journal counts.
@@ -30,6 +33,8 @@ pub struct JournalStats {
     pub items_logged: u64,
     /// Data-device flushes made only to move the tail for waiting reservations.
     pub tail_flushes: u64,
+    /// Cover records written because the log was idle.
+    pub covers: u64,
 }
 
 impl Journal {
@@ -47,6 +52,7 @@ impl Journal {
             ail_len: self.ail.lock().len() as u64,
             items_logged: l(&self.extra.items_logged),
             tail_flushes: l(&self.extra.tail_flushes),
+            covers: l(&self.extra.covers),
         }
     }
 }

@@ -275,3 +275,30 @@ fn log_io_error_shuts_down() {
     let _j2 = open(&crashed, FlushPolicy::Reduced);
     assert_eq!(read_byte(&crashed, 300), 9);
 }
+
+/// After covering, a crash replays nothing and loses nothing; covering twice writes once.
+#[test]
+fn covered_log_replays_nothing() {
+    let dev = fresh(21);
+    let j = open(&dev, FlushPolicy::Reduced);
+    for i in 0..40 {
+        write_block(&j, 300 + i % 5, i as u8 + 1);
+    }
+    assert!(j.cover().unwrap());
+    assert!(
+        !j.cover().unwrap(),
+        "an already covered log was covered again"
+    );
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+    drop(j);
+    let j2 = open(&crashed, FlushPolicy::Reduced);
+    assert_eq!(j2.recovery_report().checkpoints_replayed, 0);
+    assert!(
+        !j2.recovery_report().was_clean,
+        "covering is not a clean unmount"
+    );
+    for k in 0..5u64 {
+        let last = (0..40u64).filter(|i| i % 5 == k).max().unwrap();
+        assert_eq!(read_byte(&crashed, 300 + k), last as u8 + 1);
+    }
+}
