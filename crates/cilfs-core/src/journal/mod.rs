@@ -409,6 +409,12 @@ impl Journal {
         Ok(true)
     }
 
+    /// (bytes reserved by open transactions, bytes charged by unwritten CIL contexts).
+    pub fn space_in_use(&self) -> (u64, u64) {
+        let sp = self.space.lock();
+        (sp.reserved, sp.cil_charged)
+    }
+
     pub fn stats(&self) -> JournalStats {
         self.collect_stats()
     }
