@@ -12,3 +12,6 @@ pub use writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod recover_corruption_tests;
