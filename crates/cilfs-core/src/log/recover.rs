@@ -150,6 +150,13 @@ fn read_record(region: &LogRegion<'_>, lsn: Lsn) -> Result<RecordRead, RecoveryE
     if stamp_of(&first) != lsn.cycle() {
         return Ok(RecordRead::OtherCycle);
     }
+    if lsn.cycle() == u32::MAX {
+        // No log wraps four billion times; such a stamp is garbage, and the next cycle would
+        // not be representable.
+        return Ok(RecordRead::Invalid(
+            "cycle stamp at its maximum value".into(),
+        ));
+    }
     let h = match RecordHeader::decode(&first) {
         Ok(h) => h,
         Err(e) => return Ok(RecordRead::Invalid(e.to_string())),
@@ -192,6 +199,7 @@ fn rough_head(region: &LogRegion<'_>) -> Result<Lsn, RecoveryError> {
     let n = region.space.sectors;
     let c0 = region.stamp(0)?;
     if region.stamp(n - 1)? == c0 {
+        // Saturating: a maximal stamp is garbage, and the record reads refuse it.
         return Ok(Lsn::new(c0.saturating_add(1), 0));
     }
     let (mut lo, mut hi) = (0u32, n - 1); // stamp(lo) == c0, stamp(hi) != c0
@@ -257,9 +265,23 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
         // No valid record anywhere: nothing was ever committed. Start a fresh cycle so that no
         // old sector can be mistaken for a new one.
         let c = region.stamp(0)?.max(region.stamp(space.sectors - 1)?);
-        return Ok(empty(Lsn::new(c + 1, 0)));
+        return match c.checked_add(1) {
+            Some(next) => Ok(empty(Lsn::new(next, 0))),
+            None => Err(RecoveryError::Corrupt {
+                lsn: Lsn::new(c, 0),
+                offset: 0,
+                reason: "cycle stamp at its maximum value".into(),
+            }),
+        };
     };
     let tail = last.tail;
+    if tail.block() >= space.sectors {
+        return Err(RecoveryError::Corrupt {
+            lsn: last.lsn,
+            offset: region.byte_offset(last.lsn),
+            reason: format!("tail {tail} lies outside the {}-sector log", space.sectors),
+        });
+    }
     let mut scan = empty(tail);
     scan.tail = tail;
     let mut building: HashMap<u64, Building> = HashMap::new();

@@ -208,3 +208,21 @@ fn stamped_garbage_never_panics() {
         let _ = scan_log(&region, 4096);
     }
 }
+
+/// Found by the fuzzer: a cycle stamp of u32::MAX made the next cycle overflow.
+#[test]
+fn maximal_cycle_stamp_is_an_error_not_an_overflow() {
+    let dev = SimDevice::new(LOG_BYTES, 1);
+    let mut s = [0u8; 512];
+    s[..5].copy_from_slice(&[0xff, 0xff, 0xff, 0xff, 0xff]);
+    dev.write(0, &s, WriteFlags::NONE).unwrap();
+    let region = LogRegion {
+        dev: &dev,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    };
+    assert!(matches!(
+        scan_log(&region, 4096),
+        Err(RecoveryError::Corrupt { .. })
+    ));
+}
