@@ -332,10 +332,10 @@ fn reservations_under_contention_on_a_tiny_log() {
                             .unwrap();
                         for &b in &blocks {
                             let r = tx.buf(b).unwrap();
-                            tx.write(r, 0, &[(i % 250) as u8 + 1; 64]);
+                            tx.write(r, (i as usize * 64) % 960, &[(i % 250) as u8 + 1; 64]);
                         }
                         let seq = tx.commit().unwrap();
-                        if i % 97 == 0 {
+                        if i % 23 == 0 {
                             j.force(seq).unwrap();
                         }
                     }
@@ -352,7 +352,7 @@ fn reservations_under_contention_on_a_tiny_log() {
     let st = j.stats();
     assert!(
         st.log.log_bytes > 2 * 256 * 1024,
-        "log did not wrap: {}",
+        "log did not wrap twice: {}",
         st.log.log_bytes
     );
     assert_eq!(
