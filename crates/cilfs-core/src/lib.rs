@@ -9,6 +9,7 @@ pub mod geometry;
 pub mod journal;
 pub mod log;
 pub mod mkfs;
+mod sync;
 pub mod trans;
 
 pub use geometry::{Geometry, LogLocation};

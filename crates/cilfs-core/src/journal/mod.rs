@@ -19,6 +19,7 @@ use crate::log::recover::{
 };
 use crate::log::writer::ConfigError;
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
+use crate::trans::grant::GrantHead;
 use crate::trans::{Reservation, Transaction};
 use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
@@ -67,8 +68,6 @@ pub struct JournalConfig {
 /// Log space accounting (journal.md section 4), under one lock.
 #[derive(Debug)]
 pub(crate) struct SpaceState {
-    /// Bytes reserved by open transactions.
-    pub reserved: u64,
     /// Bytes charged by CIL contexts not yet written.
     pub cil_charged: u64,
     /// Where the next record goes.
@@ -77,9 +76,6 @@ pub(crate) struct SpaceState {
     pub safe_tail: Lsn,
     /// Highest checkpoint sequence that is stable (or was empty).
     pub completed_seq: u64,
-    /// FIFO of reservation tickets waiting for space.
-    pub waiters: std::collections::VecDeque<u64>,
-    pub next_ticket: u64,
 }
 
 #[derive(Debug)]
@@ -96,7 +92,8 @@ pub struct Journal {
     pub(crate) cil_switched: Condvar,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
-    pub(crate) space_changed: Condvar,
+    /// Reservations, FIFO; its `in_use` mirrors `space` (see `publish_space`).
+    pub(crate) grant: GrantHead,
     pub(crate) ail: Mutex<Ail>,
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
@@ -234,16 +231,13 @@ impl Journal {
             cil_switched: Condvar::new(),
             writer: Mutex::new(writer),
             space: Mutex::new(SpaceState {
-                reserved: 0,
                 cil_charged: 0,
                 head: s.head,
                 // Everything before the head was replayed and flushed.
                 safe_tail: s.head,
                 completed_seq: 0,
-                waiters: Default::default(),
-                next_ticket: 0,
             }),
-            space_changed: Condvar::new(),
+            grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
             ail: Mutex::new(Ail::default()),
             counters,
             extra: Default::default(),
@@ -318,7 +312,7 @@ impl Journal {
     /// after the error can contradict what recovery will find.
     pub(crate) fn shut_down<T>(&self, e: impl Into<JournalError>) -> Result<T, JournalError> {
         self.shut_down.store(true, Ordering::Release);
-        self.space_changed.notify_all();
+        self.grant.shut_down();
         self.cil_switched.notify_all();
         Err(e.into())
     }
@@ -353,6 +347,7 @@ impl Journal {
             let mut sp = self.space.lock();
             sp.head = w.head();
             sp.safe_tail = lsn;
+            self.publish_space(&sp);
         }
         let mut sb = self.sb.lock();
         sb.clean = true;
@@ -404,15 +399,14 @@ impl Journal {
         let mut sp = self.space.lock();
         sp.head = w.head();
         sp.safe_tail = sp.safe_tail.max(lsn);
-        drop(sp);
-        self.space_changed.notify_all();
+        self.publish_space(&sp);
         Ok(true)
     }
 
     /// (bytes reserved by open transactions, bytes charged by unwritten CIL contexts).
     pub fn space_in_use(&self) -> (u64, u64) {
-        let sp = self.space.lock();
-        (sp.reserved, sp.cil_charged)
+        let charged = self.space.lock().cil_charged;
+        (self.grant.read(|g| g.reserved), charged)
     }
 
     pub fn stats(&self) -> JournalStats {

@@ -52,10 +52,20 @@ impl Journal {
         let bytes = cil.stream_bytes;
         {
             let mut sp = self.space.lock();
-            sp.reserved -= unit;
             sp.cil_charged += delta;
+            // The reservation becomes the context's charge in one step, so no waiter ever sees
+            // the space twice.
+            let in_use = self.space_in_use_bytes(&sp);
+            self.grant.update(|g| {
+                assert!(
+                    g.reserved >= unit,
+                    "committing {unit} of {} reserved bytes",
+                    g.reserved
+                );
+                g.reserved -= unit;
+                g.in_use = in_use;
+            });
         }
-        self.space_changed.notify_all();
         self.extra.commits.fetch_add(1, Ordering::Relaxed);
         self.extra.cil_bytes_max.fetch_max(bytes, Ordering::Relaxed);
         if bytes < self.limits.space_limit {
@@ -154,8 +164,8 @@ impl Journal {
                 sp.head = writer.head();
                 sp.safe_tail = sp.safe_tail.max(written.tail);
                 sp.completed_seq = ctx.seq;
+                self.publish_space(&sp);
             }
-            self.space_changed.notify_all();
             // Keep a quarter of the log free ahead of need (journal.md section 4).
             self.ail_push_ahead()?;
         }

@@ -5,8 +5,8 @@
 
 use super::{Journal, JournalError, SpaceState};
 use crate::log::Lsn;
+use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 impl Journal {
     /// Bytes of log that reservations may use: the log less room for an unmount record and the
@@ -15,64 +15,44 @@ impl Journal {
         self.space_math.bytes() - 2 * u64::from(self.cfg.log.logbsize)
     }
 
-    fn available(&self, sp: &SpaceState) -> u64 {
-        let used = self.space_math.distance(sp.safe_tail, sp.head) * 512;
-        self.capacity()
-            .saturating_sub(used + sp.cil_charged + sp.reserved)
+    /// Log bytes taken: between the safe tail and the head, plus unwritten CIL charges.
+    pub(crate) fn space_in_use_bytes(&self, sp: &SpaceState) -> u64 {
+        self.space_math.distance(sp.safe_tail, sp.head) * 512 + sp.cil_charged
+    }
+
+    /// Tells the grant head what is in use after `space` changed (called with `space` locked,
+    /// so updates reach the grant head in order).
+    pub(crate) fn publish_space(&self, sp: &SpaceState) {
+        let in_use = self.space_in_use_bytes(sp);
+        self.grant.update(|g| g.in_use = in_use);
+    }
+
+    fn available(&self) -> u64 {
+        self.grant.read(|g| g.available())
     }
 
     /// Takes `unit` bytes of log space, waiting in FIFO order while the log is short.
     pub(crate) fn reserve(&self, unit: u64) -> Result<(), JournalError> {
-        let max = self.capacity() / 4;
-        if unit > max {
-            return Err(JournalError::ReservationTooLarge { need: unit, max });
-        }
-        let mut sp = self.space.lock();
-        let ticket = sp.next_ticket;
-        sp.next_ticket += 1;
-        sp.waiters.push_back(ticket);
-        let mut waited = false;
-        loop {
-            if let Err(e) = self.check_alive() {
-                sp.waiters.retain(|&t| t != ticket);
-                return Err(e);
-            }
-            let first = sp.waiters.front() == Some(&ticket);
-            if first && self.available(&sp) >= unit {
-                sp.waiters.pop_front();
-                sp.reserved += unit;
-                drop(sp);
-                self.space_changed.notify_all();
-                return Ok(());
-            }
-            if !waited {
-                waited = true;
-                self.counters
-                    .reservation_waits
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            if first {
-                drop(sp);
-                let progress = self.make_space();
-                sp = self.space.lock();
-                match progress {
-                    Ok(true) => continue,
-                    Ok(false) => {}
-                    Err(e) => {
-                        sp.waiters.retain(|&t| t != ticket);
-                        return Err(e);
-                    }
+        self.check_alive()?;
+        match self.grant.reserve(unit, || self.make_space()) {
+            Ok(waited) => {
+                if waited {
+                    self.counters
+                        .reservation_waits
+                        .fetch_add(1, Ordering::Relaxed);
                 }
+                Ok(())
             }
-            // Space comes back when another transaction commits or a push completes.
-            self.space_changed
-                .wait_for(&mut sp, Duration::from_millis(50));
+            Err(ReserveError::TooLarge { need, max }) => {
+                Err(JournalError::ReservationTooLarge { need, max })
+            }
+            Err(ReserveError::ShutDown) => Err(JournalError::Shutdown),
+            Err(ReserveError::MakeSpace(e)) => Err(e),
         }
     }
 
     pub(crate) fn release_reservation(&self, unit: u64) {
-        self.space.lock().reserved -= unit;
-        self.space_changed.notify_all();
+        self.grant.release(unit);
     }
 
     /// Frees log space now: writes back everything unpinned, pushes the CIL if pinned items hold
@@ -107,8 +87,7 @@ impl Journal {
             self.extra.tail_flushes.fetch_add(1, Ordering::Relaxed);
             let mut sp = self.space.lock();
             sp.safe_tail = sp.safe_tail.max(tail);
-            drop(sp);
-            self.space_changed.notify_all();
+            self.publish_space(&sp);
             return Ok(true);
         }
         Ok(false)
@@ -117,10 +96,8 @@ impl Journal {
     /// After a checkpoint: if less than a quarter of the log is free, write back AIL items so the
     /// next checkpoint's flush can move the tail (no flush of its own here).
     pub(crate) fn ail_push_ahead(&self) -> Result<(), JournalError> {
-        let (free, head) = {
-            let sp = self.space.lock();
-            (self.available(&sp), sp.head)
-        };
+        let head = self.space.lock().head;
+        let free = self.available();
         if free >= self.capacity() / 4 {
             return Ok(());
         }

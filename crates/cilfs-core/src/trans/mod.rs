@@ -1,6 +1,7 @@
 //! Transactions: reserve log space up front, lock and modify buffers, commit into the CIL
 //! without waiting for IO.
 
+pub mod grant;
 pub mod item;
 
 use crate::buf::{Buf, BufGuard};
