@@ -1,9 +1,29 @@
 //! The locks of code that is model-checked with loom: `std` normally, loom's under `--cfg loom`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{mpsc, Condvar, Mutex, MutexGuard};
+#[cfg(loom)]
+pub(crate) use loom::thread::JoinHandle;
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::thread::JoinHandle;
+
+/// Starts a named thread (names are dropped under loom).
+pub(crate) fn spawn<F>(name: String, f: F) -> Option<JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    #[cfg(loom)]
+    {
+        let _ = name;
+        Some(loom::thread::spawn(f))
+    }
+    #[cfg(not(loom))]
+    {
+        std::thread::Builder::new().name(name).spawn(f).ok()
+    }
+}
 
 /// Locks, ignoring poisoning: a panicking holder already failed the operation it was doing.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
