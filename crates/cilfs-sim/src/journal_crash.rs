@@ -39,6 +39,7 @@ pub struct CrashReport {
     pub runs: usize,
     pub checkpoints: u64,
     pub log_bytes: u64,
+    pub cache_evicted: u64,
 }
 
 impl CrashReport {
@@ -101,6 +102,8 @@ fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
         },
         cil_limit: Some(cil_limit),
         push_mode: PushMode::Inline,
+        // Fewer buffers than the workload's region, so eviction and re-reading are exercised.
+        cache_bytes_max: Some(32 * u64::from(BS)),
     }
 }
 
@@ -247,6 +250,7 @@ fn workload(
 fn tally(j: &Journal, report: &mut CrashReport) {
     let s = j.stats();
     report.checkpoints += s.log.checkpoints;
+    report.cache_evicted += s.cache_evicted;
     report.log_bytes += s.log.log_bytes;
 }
 

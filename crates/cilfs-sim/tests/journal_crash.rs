@@ -30,6 +30,7 @@ fn check(seed: u64, policy: FlushPolicy, external_log: bool) {
         r.runs
     );
     assert!(r.checkpoints > 50, "only {} checkpoints", r.checkpoints);
+    assert!(r.cache_evicted > 0, "the buffer cache never evicted");
     assert!(
         r.log_laps() > 2,
         "the log wrapped only {} times",

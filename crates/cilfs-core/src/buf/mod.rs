@@ -93,36 +93,58 @@ impl LogItem for Buf {
     }
 }
 
-/// All buffers in memory. Dirty, pinned and AIL-resident buffers must stay; clean ones could be
-/// evicted (not yet done: the cache grows with the set of blocks touched).
+/// All buffers in memory. Buffers that only the cache holds (not in a transaction, the CIL or
+/// the AIL, hence clean and unpinned) are evicted when the cache passes `max_bytes`.
 #[derive(Debug)]
 pub struct BufCache {
     dev: Arc<dyn Device>,
     block_size: u32,
+    max_buffers: usize,
     bufs: Mutex<HashMap<u64, Arc<Buf>>>,
+    /// Bumped by every eviction pass: a read that raced with one may be older than what was
+    /// evicted, and is retried.
+    evictions: std::sync::atomic::AtomicU64,
+    evicted: std::sync::atomic::AtomicU64,
+    /// The next eviction pass runs when the cache holds more than this many buffers: a pass
+    /// that finds little to evict (everything dirty) is not repeated on every insert.
+    next_pass_at: std::sync::atomic::AtomicUsize,
 }
 
 impl BufCache {
-    pub fn new(dev: Arc<dyn Device>, block_size: u32) -> Self {
+    pub fn new(dev: Arc<dyn Device>, block_size: u32, max_bytes: u64) -> Self {
         Self {
             dev,
             block_size,
+            max_buffers: (max_bytes / u64::from(block_size)).max(16) as usize,
             bufs: Mutex::new(HashMap::new()),
+            evictions: std::sync::atomic::AtomicU64::new(0),
+            evicted: std::sync::atomic::AtomicU64::new(0),
+            next_pass_at: std::sync::atomic::AtomicUsize::new(
+                (max_bytes / u64::from(block_size)).max(16) as usize,
+            ),
         }
     }
 
     /// The buffer of `blkno`, read from the device on first use.
     pub fn get(&self, blkno: u64) -> Result<Arc<Buf>, DeviceError> {
-        if let Some(b) = self.bufs.lock().get(&blkno) {
-            return Ok(Arc::clone(b));
-        }
-        let mut data = AlignedBuf::zeroed(self.block_size as usize);
-        self.dev
-            .read(blkno * u64::from(self.block_size), &mut data)?;
-        let mut bufs = self.bufs.lock();
-        // Another thread may have read it meanwhile: its copy (perhaps already modified) wins.
-        let b = bufs.entry(blkno).or_insert_with(|| {
-            Arc::new(Buf {
+        loop {
+            if let Some(b) = self.bufs.lock().get(&blkno) {
+                return Ok(Arc::clone(b));
+            }
+            let epoch = self.evictions.load(Ordering::Acquire);
+            let mut data = AlignedBuf::zeroed(self.block_size as usize);
+            self.dev
+                .read(blkno * u64::from(self.block_size), &mut data)?;
+            let mut bufs = self.bufs.lock();
+            if let Some(b) = bufs.get(&blkno) {
+                // Another thread read it meanwhile: its copy (perhaps already modified) wins.
+                return Ok(Arc::clone(b));
+            }
+            if self.evictions.load(Ordering::Acquire) != epoch {
+                // A newer version may have been written back and evicted while we read.
+                continue;
+            }
+            let b = Arc::new(Buf {
                 blkno,
                 state: Arc::new(Mutex::new(BufData {
                     data,
@@ -131,9 +153,63 @@ impl BufCache {
                     cancelled: false,
                 })),
                 pins: AtomicU32::new(0),
-            })
-        });
-        Ok(Arc::clone(b))
+            });
+            bufs.insert(blkno, Arc::clone(&b));
+            if bufs.len() > self.next_pass_at.load(Ordering::Relaxed) {
+                self.evict(&mut bufs);
+                let again = bufs.len().max(self.max_buffers) + self.max_buffers / 8;
+                self.next_pass_at.store(again, Ordering::Relaxed);
+            }
+            return Ok(b);
+        }
+    }
+
+    /// Drops buffers only the cache holds until the cache is at 7/8 of its limit.
+    fn evict(&self, bufs: &mut HashMap<u64, Arc<Buf>>) {
+        self.evictions.fetch_add(1, Ordering::AcqRel);
+        let target = self.max_buffers / 8 * 7;
+        let excess = bufs.len().saturating_sub(target);
+        let victims: Vec<u64> = bufs
+            .iter()
+            // Clones are only made under the map lock, which we hold: a count of 1 stays 1.
+            .filter(|(_, b)| Arc::strong_count(b) == 1)
+            .map(|(k, _)| *k)
+            .take(excess)
+            .collect();
+        for k in victims {
+            if let Some(b) = bufs.remove(&k) {
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+                debug_assert_eq!(
+                    b.pins.load(Ordering::Acquire),
+                    0,
+                    "evicting a pinned buffer"
+                );
+                debug_assert!(
+                    b.state.try_lock().is_none_or(|g| g.dirty.is_empty()),
+                    "evicting a dirty buffer"
+                );
+            }
+        }
+    }
+
+    /// Evicts what it can if the cache is over its limit (after the AIL wrote buffers back).
+    pub fn trim(&self) {
+        let mut bufs = self.bufs.lock();
+        if bufs.len() > self.max_buffers {
+            self.evict(&mut bufs);
+            let again = bufs.len().max(self.max_buffers) + self.max_buffers / 8;
+            self.next_pass_at.store(again, Ordering::Relaxed);
+        }
+    }
+
+    /// More buffers than the limit: the AIL should write some back so they can be evicted.
+    pub fn over_limit(&self) -> bool {
+        self.len() > self.max_buffers
+    }
+
+    /// Buffers evicted so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
     }
 
     pub fn len(&self) -> usize {

@@ -63,7 +63,11 @@ pub struct JournalConfig {
     /// Override of the CIL space limit S in bytes.
     pub cil_limit: Option<u64>,
     pub push_mode: PushMode,
+    /// Memory for cached metadata buffers before clean ones are evicted [default 128 MiB].
+    pub cache_bytes_max: Option<u64>,
 }
+
+pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
 
 /// Log space accounting (journal.md section 4), under one lock.
 #[derive(Debug)]
@@ -222,7 +226,11 @@ impl Journal {
         };
         let limits = CilLimits::new(geo.log_bytes, &cfg.log, cfg.cil_limit);
         let j = Arc::new(Self {
-            cache: BufCache::new(Arc::clone(&data), bs),
+            cache: BufCache::new(
+                Arc::clone(&data),
+                bs,
+                cfg.cache_bytes_max.unwrap_or(DEFAULT_CACHE_BYTES),
+            ),
             data,
             logdev,
             limits,

@@ -98,17 +98,22 @@ impl Journal {
     pub(crate) fn ail_push_ahead(&self) -> Result<(), JournalError> {
         let head = self.space.lock().head;
         let free = self.available();
-        if free >= self.capacity() / 4 {
+        let target = if self.cache.over_limit() {
+            // Memory pressure: write back everything unpinned so clean buffers can be evicted.
+            Lsn::from_raw(u64::MAX)
+        } else if free < self.capacity() / 4 {
+            self.space_math.back(head, self.space_math.sectors / 2)
+        } else {
             return Ok(());
-        }
-        let keep = self.space_math.sectors / 2;
-        let target = self.space_math.back(head, keep);
+        };
         let mut ail = self.ail.lock();
         match ail.push(target, &*self.data, &self.geo.sb.uuid) {
             Ok(r) => {
+                drop(ail);
                 self.extra
                     .ail_writeback_bytes
                     .fetch_add(r.written_bytes, Ordering::Relaxed);
+                self.cache.trim();
                 Ok(())
             }
             Err(e) => {

@@ -35,6 +35,8 @@ pub struct JournalStats {
     pub tail_flushes: u64,
     /// Cover records written because the log was idle.
     pub covers: u64,
+    pub cache_buffers: u64,
+    pub cache_evicted: u64,
 }
 
 impl Journal {
@@ -53,6 +55,8 @@ impl Journal {
             items_logged: l(&self.extra.items_logged),
             tail_flushes: l(&self.extra.tail_flushes),
             covers: l(&self.extra.covers),
+            cache_buffers: self.cache.len() as u64,
+            cache_evicted: self.cache.evicted(),
         }
     }
 }

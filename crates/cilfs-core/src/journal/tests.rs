@@ -28,6 +28,8 @@ fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
         },
         cil_limit: Some(8 * 1024),
         push_mode: PushMode::Inline,
+        // 64 buffers: tests touching hundreds of blocks exercise eviction.
+        cache_bytes_max: Some(64 * 1024),
     }
 }
 

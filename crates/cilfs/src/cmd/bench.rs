@@ -59,6 +59,9 @@ pub struct JournalArgs {
     /// CIL space limit S [default: min(log/8, 16 x logbufs x logbsize)]
     #[arg(long, value_parser = parse_size)]
     cil_limit: Option<u64>,
+    /// Memory for cached metadata blocks before clean ones are evicted [default: 128M]
+    #[arg(long, value_parser = parse_size)]
+    cache_size: Option<u64>,
     /// Directory for the image [default: $TMPDIR or /tmp]
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -160,6 +163,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         log: log_cfg,
         cil_limit: a.cil_limit,
         push_mode: PushMode::Background,
+        cache_bytes_max: a.cache_size,
     };
     let j = Journal::open(Arc::clone(&data), logdev.clone(), cfg).map_err(Failure::usage)?;
     let (first, _) = j.metadata_area();
@@ -261,7 +265,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
             "policy": a.policy.to_string(), "logbufs": a.logbufs, "logbsize": a.logbsize,
             "log_size": a.log_size, "external_log": a.logdev.is_some(), "threads": a.threads,
             "seconds": a.seconds, "commits_limit": a.commits, "items": a.items, "item_bytes": a.item_bytes,
-            "items_per_tx": a.items_per_tx, "force_every": a.force_every, "cil_limit": a.cil_limit,
+            "items_per_tx": a.items_per_tx, "cache_size": a.cache_size, "force_every": a.force_every, "cil_limit": a.cil_limit,
             "image_dir": dir.display().to_string(),
         },
         "elapsed_s": elapsed,
@@ -280,6 +284,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "items_logged": st.items_logged,
         "tail_flushes": st.tail_flushes,
         "rss_max_bytes": rss,
+        "cache_evicted": st.cache_evicted,
         "data_device": dev_json(&data_io),
         "log_device": log_io.as_ref().map(dev_json),
         "flushes_issued_per_checkpoint": flushes_total as f64 / st.log.checkpoints.max(1) as f64,
