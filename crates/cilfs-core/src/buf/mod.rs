@@ -93,6 +93,28 @@ impl LogItem for Buf {
     }
 }
 
+/// Block numbers need no DoS-resistant hashing: a multiply-xorshift is enough and much cheaper
+/// than SipHash on the hot lookup path.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BlockHasher(u64);
+
+impl std::hash::Hasher for BlockHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        let m = (x ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = m ^ (m >> 29);
+    }
+}
+
+type BlockMap = HashMap<u64, Arc<Buf>, std::hash::BuildHasherDefault<BlockHasher>>;
+
 /// All buffers in memory. Buffers that only the cache holds (not in a transaction, the CIL or
 /// the AIL, hence clean and unpinned) are evicted when the cache passes `max_bytes`.
 #[derive(Debug)]
@@ -100,7 +122,7 @@ pub struct BufCache {
     dev: Arc<dyn Device>,
     block_size: u32,
     max_buffers: usize,
-    bufs: Mutex<HashMap<u64, Arc<Buf>>>,
+    bufs: Mutex<BlockMap>,
     /// Bumped by every eviction pass: a read that raced with one may be older than what was
     /// evicted, and is retried.
     evictions: std::sync::atomic::AtomicU64,
@@ -116,7 +138,7 @@ impl BufCache {
             dev,
             block_size,
             max_buffers: (max_bytes / u64::from(block_size)).max(16) as usize,
-            bufs: Mutex::new(HashMap::new()),
+            bufs: Mutex::new(BlockMap::default()),
             evictions: std::sync::atomic::AtomicU64::new(0),
             evicted: std::sync::atomic::AtomicU64::new(0),
             next_pass_at: std::sync::atomic::AtomicUsize::new(
@@ -165,7 +187,7 @@ impl BufCache {
     }
 
     /// Drops buffers only the cache holds until the cache is at 7/8 of its limit.
-    fn evict(&self, bufs: &mut HashMap<u64, Arc<Buf>>) {
+    fn evict(&self, bufs: &mut BlockMap) {
         self.evictions.fetch_add(1, Ordering::AcqRel);
         let target = self.max_buffers / 8 * 7;
         let excess = bufs.len().saturating_sub(target);
