@@ -171,10 +171,13 @@ fn log_wraps_many_times_and_recovers() {
     }
 }
 
-#[test]
-fn reduced_policy_flush_counts() {
+/// One forced checkpoint of 40 whole blocks (several iclogs): device stats before and after,
+/// and the iclogs written.
+fn forced_multi_iclog_checkpoint(
+    policy: FlushPolicy,
+) -> (cilfs_device::IoStats, cilfs_device::IoStats, u64) {
     let dev = fresh(4);
-    let j = open(&dev, FlushPolicy::Reduced);
+    let j = open(&dev, policy);
     let before = dev.stats();
     let mut tx = j.begin(Reservation::for_buffers(40, BS)).unwrap();
     for b in 0..40 {
@@ -183,8 +186,12 @@ fn reduced_policy_flush_counts() {
     }
     let seq = tx.commit().unwrap();
     j.force(seq).unwrap();
-    let after = dev.stats();
-    let iclogs = j.stats().log.iclog_writes;
+    (before, dev.stats(), j.stats().log.iclog_writes)
+}
+
+#[test]
+fn reduced_policy_flush_counts() {
+    let (before, after, iclogs) = forced_multi_iclog_checkpoint(FlushPolicy::Reduced);
     assert!(iclogs >= 3, "{iclogs} iclogs");
     assert_eq!(after.fua_writes - before.fua_writes, 1);
     assert_eq!(after.preflush_writes - before.preflush_writes, 1);
@@ -194,19 +201,12 @@ fn reduced_policy_flush_counts() {
         - (before.flushes_issued + before.flushes_elided);
     assert_eq!(points, 2);
     assert_eq!(after.flushes_issued - before.flushes_issued, 1);
-    // Legacy: a flush and a FUA on every iclog.
-    let dev = fresh(4);
-    let j = open(&dev, FlushPolicy::Legacy);
-    let before = dev.stats();
-    let mut tx = j.begin(Reservation::for_buffers(40, BS)).unwrap();
-    for b in 0..40 {
-        let r = tx.buf(500 + b).unwrap();
-        tx.write(r, 0, &[3; 1024]);
-    }
-    let seq = tx.commit().unwrap();
-    j.force(seq).unwrap();
-    let after = dev.stats();
-    let iclogs = j.stats().log.iclog_writes;
+}
+
+#[test]
+fn legacy_policy_flags_every_iclog() {
+    let (before, after, iclogs) = forced_multi_iclog_checkpoint(FlushPolicy::Legacy);
+    assert!(iclogs >= 3, "{iclogs} iclogs");
     assert_eq!(after.fua_writes - before.fua_writes, iclogs);
     assert_eq!(after.preflush_writes - before.preflush_writes, iclogs);
 }

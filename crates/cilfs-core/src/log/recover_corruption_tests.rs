@@ -6,7 +6,6 @@
 
 use super::item_format::{decode_item, encode_buf_item, BufImage};
 use super::recover::{scan_log, LogRegion, RecoveryError};
-use super::writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
 use super::{LogSpace, Lsn};
 use cilfs_device::{Device, SimDevice, WriteFlags};
 use proptest::prelude::*;
@@ -26,21 +25,7 @@ struct Written {
 /// record as its tail, so recovery must return all of them.
 fn build(sizes: &[Vec<u16>]) -> Written {
     let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
-    let mut w = LogWriter::new(
-        dev.clone(),
-        dev.clone(),
-        false,
-        0,
-        LogSpace::new(LOG_BYTES),
-        LogConfig {
-            logbufs: 2,
-            logbsize: 16 * 1024,
-            policy: FlushPolicy::Reduced,
-        },
-        Lsn::new(1, 0),
-        1,
-        Arc::new(LogCounters::default()),
-    );
+    let mut w = super::tests::writer(&dev, Lsn::new(1, 0), 1);
     let mut checkpoints = Vec::new();
     for (seq, ck) in sizes.iter().enumerate() {
         let raw: Vec<Vec<u8>> = ck

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 const LOG_BYTES: u64 = 256 * 1024;
 
-fn writer(dev: &Arc<SimDevice>, head: Lsn, generation: u32) -> LogWriter {
+/// A writer with tiny iclogs (2 x 16 KiB, reduced policy) on a 256 KiB log at offset 0 of `dev`.
+pub(super) fn writer(dev: &Arc<SimDevice>, head: Lsn, generation: u32) -> LogWriter {
     LogWriter::new(
         dev.clone(),
         dev.clone(),
