@@ -119,6 +119,11 @@ impl VolatileTracker {
         (completed != self.stable_upto.load(Ordering::Acquire)).then_some(completed)
     }
 
+    /// The generation a flush issued now covers, volatile writes or not.
+    pub fn current(&self) -> u64 {
+        self.completed.load(Ordering::Acquire)
+    }
+
     /// A flush that sampled `generation` has completed.
     pub fn flush_done(&self, generation: u64) {
         self.stable_upto.fetch_max(generation, Ordering::AcqRel);

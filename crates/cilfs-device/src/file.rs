@@ -31,6 +31,8 @@ pub struct FileDeviceOptions {
     pub direct: DirectIo,
     pub fua: FuaMode,
     pub read_only: bool,
+    /// Issue every flush even when nothing is volatile, as a kernel must (for comparisons).
+    pub no_flush_elision: bool,
 }
 
 /// A device backed by an image file or a block device.
@@ -45,6 +47,7 @@ pub struct FileDevice {
     direct: bool,
     block_device: bool,
     fua: FuaMode,
+    elide: bool,
     counters: IoCounters,
     volatile: VolatileTracker,
 }
@@ -96,6 +99,7 @@ impl FileDevice {
             direct,
             block_device,
             fua: opts.fua,
+            elide: !opts.no_flush_elision,
             counters: IoCounters::default(),
             volatile: VolatileTracker::default(),
         })
@@ -129,7 +133,11 @@ impl FileDevice {
     }
 
     fn flush_if_needed(&self) -> Result<()> {
-        match self.volatile.flush_needed() {
+        let needed = match self.volatile.flush_needed() {
+            None if !self.elide => Some(self.volatile.current()),
+            n => n,
+        };
+        match needed {
             None => self.counters.flush_elided(),
             Some(generation) => {
                 self.sync()?;

@@ -90,3 +90,22 @@ fn buffered_mode_and_missing_files() {
     let dir = tempfile::tempdir().unwrap();
     assert!(FileDevice::open(dir.path(), opts).is_err());
 }
+
+#[test]
+fn flushes_can_be_forced_for_comparisons() {
+    let f = image(1 << 20);
+    let opts = FileDeviceOptions {
+        no_flush_elision: true,
+        ..Default::default()
+    };
+    let dev = FileDevice::open(f.path(), opts).unwrap();
+    dev.flush().unwrap();
+    dev.write(
+        0,
+        &AlignedBuf::zeroed(4096),
+        WriteFlags::PREFLUSH | WriteFlags::FUA,
+    )
+    .unwrap();
+    let s = dev.stats();
+    assert_eq!((s.flushes_issued, s.flushes_elided), (2, 0));
+}

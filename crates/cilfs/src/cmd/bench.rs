@@ -59,6 +59,10 @@ pub struct JournalArgs {
     /// CIL space limit S [default: min(log/8, 16 x logbufs x logbsize)]
     #[arg(long, value_parser = parse_size)]
     cil_limit: Option<u64>,
+    /// Issue every flush even with nothing volatile (as a kernel must): for comparing policies the
+    /// way pre-5.14 XFS paid for them
+    #[arg(long)]
+    no_flush_elision: bool,
     /// Memory for cached metadata blocks before clean ones are evicted [default: 128M]
     #[arg(long, value_parser = parse_size)]
     cache_size: Option<u64>,
@@ -148,7 +152,10 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
     if let Some(l) = &a.logdev {
         create(l, u64::from(BS) + layout.log_bytes())?;
     }
-    let opts = FileDeviceOptions::default();
+    let opts = FileDeviceOptions {
+        no_flush_elision: a.no_flush_elision,
+        ..Default::default()
+    };
     let data: Arc<dyn Device> = Arc::new(FileDevice::open(&image, opts).map_err(Failure::usage)?);
     let logdev: Option<Arc<dyn Device>> = match &a.logdev {
         Some(p) => Some(Arc::new(FileDevice::open(p, opts).map_err(Failure::usage)?)),
@@ -265,7 +272,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
             "policy": a.policy.to_string(), "logbufs": a.logbufs, "logbsize": a.logbsize,
             "log_size": a.log_size, "external_log": a.logdev.is_some(), "threads": a.threads,
             "seconds": a.seconds, "commits_limit": a.commits, "items": a.items, "item_bytes": a.item_bytes,
-            "items_per_tx": a.items_per_tx, "cache_size": a.cache_size, "force_every": a.force_every, "cil_limit": a.cil_limit,
+            "items_per_tx": a.items_per_tx, "cache_size": a.cache_size, "no_flush_elision": a.no_flush_elision, "force_every": a.force_every, "cil_limit": a.cil_limit,
             "image_dir": dir.display().to_string(),
         },
         "elapsed_s": elapsed,
