@@ -17,7 +17,7 @@ use crate::geometry::{Geometry, GeometryError, LogLocation};
 use crate::log::recover::{
     replay, scan_log, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
 };
-use crate::log::writer::ConfigError;
+use crate::log::writer::{ConfigError, LogPlacement};
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
 use crate::trans::{Reservation, Transaction};
@@ -192,15 +192,18 @@ impl Journal {
         write_superblock(&*data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
         let counters = Arc::new(LogCounters::default());
         let space_math = LogSpace::new(geo.log_bytes);
-        let writer = LogWriter::new(
-            match geo.log {
+        let place = LogPlacement {
+            log_dev: match geo.log {
                 LogLocation::Internal => Arc::clone(&data),
                 LogLocation::External { .. } => logdev.clone().unwrap_or_else(|| Arc::clone(&data)),
             },
-            Arc::clone(&data),
-            matches!(geo.log, LogLocation::External { .. }),
-            geo.log_offset,
-            space_math,
+            data_dev: Arc::clone(&data),
+            external: matches!(geo.log, LogLocation::External { .. }),
+            offset: geo.log_offset,
+            space: space_math,
+        };
+        let writer = LogWriter::new(
+            place,
             cfg.log,
             s.head,
             sb.log_generation,

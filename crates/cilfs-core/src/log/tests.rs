@@ -4,7 +4,7 @@
 
 use super::item_format::encode_buf_item;
 use super::recover::{scan_log, LogEnd, LogRegion};
-use super::writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
+use super::writer::{FlushPolicy, LogConfig, LogCounters, LogPlacement, LogWriter};
 use super::{LogSpace, Lsn};
 use cilfs_device::{Device, SimDevice, WriteFlags};
 use proptest::prelude::*;
@@ -14,12 +14,15 @@ const LOG_BYTES: u64 = 256 * 1024;
 
 /// A writer with tiny iclogs (2 x 16 KiB, reduced policy) on a 256 KiB log at offset 0 of `dev`.
 pub(super) fn writer(dev: &Arc<SimDevice>, head: Lsn, generation: u32) -> LogWriter {
+    let place = LogPlacement {
+        log_dev: dev.clone(),
+        data_dev: dev.clone(),
+        external: false,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    };
     LogWriter::new(
-        dev.clone(),
-        dev.clone(),
-        false,
-        0,
-        LogSpace::new(LOG_BYTES),
+        place,
         LogConfig {
             logbufs: 2,
             logbsize: 16 * 1024,

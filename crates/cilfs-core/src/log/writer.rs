@@ -280,14 +280,22 @@ impl Drop for IoPool {
     }
 }
 
+/// Where a log lives: its device and region, and the data device its flushes must cover.
+#[derive(Debug, Clone)]
+pub struct LogPlacement {
+    pub log_dev: Arc<dyn Device>,
+    pub data_dev: Arc<dyn Device>,
+    /// The log is on its own device: a PREFLUSH there does not cover the data device.
+    pub external: bool,
+    /// Byte offset of the log region on `log_dev`.
+    pub offset: u64,
+    pub space: LogSpace,
+}
+
 impl LogWriter {
-    #[allow(clippy::too_many_arguments)]
+    /// A writer that puts the next record at `head`, stamping records with `generation`.
     pub fn new(
-        log_dev: Arc<dyn Device>,
-        data_dev: Arc<dyn Device>,
-        external: bool,
-        log_offset: u64,
-        space: LogSpace,
+        place: LogPlacement,
         cfg: LogConfig,
         head: Lsn,
         generation: u32,
@@ -297,11 +305,11 @@ impl LogWriter {
             .map(|_| Some(AlignedBuf::zeroed(cfg.logbsize as usize)))
             .collect();
         Self {
-            log_dev,
-            data_dev,
-            external,
-            log_offset,
-            space,
+            log_dev: place.log_dev,
+            data_dev: place.data_dev,
+            external: place.external,
+            log_offset: place.offset,
+            space: place.space,
             cfg,
             head,
             generation,
@@ -709,12 +717,15 @@ mod loom_tests {
                 logbsize: 16 * 1024,
                 policy: FlushPolicy::Reduced,
             };
+            let place = LogPlacement {
+                log_dev: dev.clone(),
+                data_dev: dev.clone(),
+                external: false,
+                offset: 0,
+                space: LogSpace::new(LOG_BYTES),
+            };
             let mut w = LogWriter::new(
-                dev.clone(),
-                dev.clone(),
-                false,
-                0,
-                LogSpace::new(LOG_BYTES),
+                place,
                 cfg,
                 Lsn::new(1, 0),
                 1,
