@@ -166,6 +166,11 @@ impl Journal {
         cfg: JournalConfig,
     ) -> Result<Arc<Self>, JournalError> {
         let geo = Geometry::read(&*data, logdev.as_deref())?;
+        let mut cfg = cfg;
+        if cfg.log == LogConfig::default() {
+            // Defaults just work: on a small log they shrink to fit. Explicit settings must fit.
+            cfg.log = cfg.log.fitted_to(geo.log_bytes);
+        }
         cfg.log.validate(geo.log_bytes)?;
         let bs = geo.sb.block_size;
         let region = log_region(&geo, &*data, logdev.as_deref());

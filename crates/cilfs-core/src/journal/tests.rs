@@ -367,3 +367,19 @@ fn reservations_under_contention_on_a_tiny_log() {
     let j3 = open(&crashed, FlushPolicy::Reduced);
     assert!(j3.recovery_report().checkpoints_replayed > 0);
 }
+
+/// The default iclog geometry (8 x 256 KiB) shrinks to fit a small log; explicit settings that do
+/// not fit are refused.
+#[test]
+fn default_log_config_fits_small_logs() {
+    let dev = fresh(41);
+    let cfg = JournalConfig::default();
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    write_block(&j, 300, 1);
+    j.unmount().unwrap();
+    drop(j);
+    let mut explicit = JournalConfig::default();
+    explicit.log.logbufs = 7;
+    let err = Journal::open(dev as Arc<dyn Device>, None, explicit).unwrap_err();
+    assert!(err.to_string().contains("too small"), "{err}");
+}

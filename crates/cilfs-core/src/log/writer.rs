@@ -99,6 +99,21 @@ impl LogConfig {
         Ok(())
     }
 
+    /// This configuration, shrunk (logbsize first, then logbufs) until the log holds four rings
+    /// of iclogs: what the defaults become on a small log.
+    pub fn fitted_to(mut self, log_bytes: u64) -> Self {
+        while self.validate(log_bytes).is_err() {
+            if self.logbsize > 16 * 1024 {
+                self.logbsize /= 2;
+            } else if self.logbufs > 2 {
+                self.logbufs -= 1;
+            } else {
+                break;
+            }
+        }
+        self
+    }
+
     /// Stream bytes one iclog carries.
     pub fn iclog_payload(&self) -> usize {
         (self.logbsize as usize / SECTOR - 1) * SECTOR_PAYLOAD
