@@ -252,7 +252,11 @@ impl Worker {
         self.shared.0.lock().stop = true;
         self.shared.1.notify_one();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // The worker itself may drop the last reference to the journal (it upgrades a weak
+            // one while pushing); it then only has to return, not join itself.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }

@@ -383,3 +383,20 @@ fn default_log_config_fits_small_logs() {
     let err = Journal::open(dev as Arc<dyn Device>, None, explicit).unwrap_err();
     assert!(err.to_string().contains("too small"), "{err}");
 }
+
+/// Dropping the journal while its push worker is busy never hangs, whichever thread drops the
+/// last reference.
+#[test]
+fn dropping_a_busy_background_journal_returns() {
+    for seed in 0..20 {
+        let dev = fresh(50 + seed);
+        let mut cfg = tiny_cfg(FlushPolicy::Reduced);
+        cfg.push_mode = PushMode::Background;
+        cfg.cil_limit = Some(4096);
+        let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+        for i in 0..30 {
+            write_block(&j, 300 + i, 1);
+        }
+        drop(j);
+    }
+}
