@@ -2,6 +2,7 @@
 //! of metadata blocks. `open` recovers; `commit` never waits for IO; `force` makes a checkpoint
 //! stable; `unmount` leaves a log that needs no replay.
 
+mod ail_worker;
 mod push;
 mod space;
 mod stats;
@@ -103,6 +104,7 @@ pub struct Journal {
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
     pub(crate) worker: Mutex<Option<push::Worker>>,
+    pub(crate) ail_worker: Mutex<Option<ail_worker::AilWorker>>,
     /// First and end block of the area metadata buffers may live in.
     pub(crate) meta_first: u64,
     pub(crate) meta_end: u64,
@@ -259,6 +261,7 @@ impl Journal {
             extra: Default::default(),
             shut_down: AtomicBool::new(false),
             worker: Mutex::new(None),
+            ail_worker: Mutex::new(None),
             sb: Mutex::new(sb),
             geo,
             cfg,
@@ -268,6 +271,7 @@ impl Journal {
         });
         if cfg.push_mode == PushMode::Background {
             *j.worker.lock() = Some(push::Worker::start(&j));
+            *j.ail_worker.lock() = Some(ail_worker::AilWorker::start(&j));
         }
         Ok(j)
     }

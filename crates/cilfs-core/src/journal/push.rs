@@ -166,8 +166,12 @@ impl Journal {
                 sp.completed_seq = ctx.seq;
                 self.publish_space(&sp);
             }
-            // Keep a quarter of the log free ahead of need (journal.md section 4).
-            self.ail_push_ahead()?;
+            // Keep a quarter of the log free ahead of need (journal.md section 4): on the AIL
+            // thread when there is one, so this push never waits for metadata writeback.
+            match self.ail_worker.lock().as_ref() {
+                Some(a) => a.kick(),
+                None => self.ail_push_ahead()?,
+            }
         }
     }
 
@@ -181,6 +185,10 @@ impl Journal {
         let w = self.worker.lock().take();
         if let Some(w) = w {
             w.stop();
+        }
+        let a = self.ail_worker.lock().take();
+        if let Some(a) = a {
+            a.stop();
         }
     }
 }

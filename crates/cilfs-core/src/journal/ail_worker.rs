@@ -1,0 +1,64 @@
+//! The AIL pusher thread (XFS's xfsaild): writes items back in place ahead of need so that the
+//! push worker never waits for metadata writeback, and reservations rarely have to.
+
+use super::Journal;
+use parking_lot::{Condvar, Mutex};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+#[derive(Debug, Default)]
+struct State {
+    kicked: bool,
+    stop: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct AilWorker {
+    shared: Arc<(Mutex<State>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AilWorker {
+    pub(crate) fn start(j: &Arc<Journal>) -> Self {
+        let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        let weak: Weak<Journal> = Arc::downgrade(j);
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("cilfs-ail".into())
+            .spawn(move || loop {
+                {
+                    let mut st = s.0.lock();
+                    while !st.kicked && !st.stop {
+                        s.1.wait(&mut st);
+                    }
+                    if st.stop {
+                        return;
+                    }
+                    st.kicked = false;
+                }
+                let Some(j) = weak.upgrade() else { return };
+                if j.ail_push_ahead().is_err() {
+                    return;
+                }
+            })
+            .ok();
+        Self { shared, thread }
+    }
+
+    /// Asks for a pass: the thread checks free log space and cache size and writes back.
+    pub(crate) fn kick(&self) {
+        self.shared.0.lock().kicked = true;
+        self.shared.1.notify_one();
+    }
+
+    pub(crate) fn stop(mut self) {
+        self.shared.0.lock().stop = true;
+        self.shared.1.notify_one();
+        if let Some(t) = self.thread.take() {
+            // It may itself have dropped the last reference to the journal.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
