@@ -9,7 +9,7 @@ use crate::log::item_format::encode_buf_item;
 use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
-use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
+use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, RawMutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -67,29 +67,25 @@ impl LogItem for Buf {
         &self.pins
     }
 
-    fn write_back(
-        &self,
-        dev: &dyn Device,
-        lsn: Lsn,
-        uuid: &[u8; 16],
-    ) -> Result<WriteBack, DeviceError> {
+    fn prepare_write_back(&self, lsn: Lsn, uuid: &[u8; 16]) -> WriteBack {
         let Some(mut g) = self.state.try_lock() else {
-            return Ok(WriteBack::Busy);
+            return WriteBack::Busy;
         };
         if self.pins.load(Ordering::Acquire) > 0 {
-            return Ok(WriteBack::Pinned);
+            return WriteBack::Pinned;
         }
         if g.cancelled {
             g.dirty.clear();
-            return Ok(WriteBack::Stale);
+            return WriteBack::Stale;
         }
         if let Some(off) = g.lsn_offset {
             write_lsn_stamp(&mut g.data, off, lsn, uuid);
         }
-        let bytes = g.data.len() as u64;
-        dev.write(self.blkno * bytes, &g.data, WriteFlags::NONE)?;
         g.dirty.clear();
-        Ok(WriteBack::Written { bytes })
+        WriteBack::Write {
+            offset: self.blkno * g.data.len() as u64,
+            data: g.data.clone(),
+        }
     }
 }
 
