@@ -5,6 +5,7 @@ pub mod ail;
 pub mod buf;
 pub mod cil;
 pub mod format;
+pub mod fs;
 pub mod geometry;
 pub mod journal;
 pub mod log;

@@ -1,0 +1,530 @@
+//! One B+tree implementation for every tree of the filesystem (the fs tree of inodes, directory
+//! entries, extents and xattrs; free space by block and by size). Nodes are read and written
+//! through a [`NodeStore`], which in a transaction logs every node it writes.
+//!
+//! Deletion frees empty nodes but does not merge underfull ones: simple, and the trees here
+//! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
+
+use super::error::{FsError, FsResult};
+use super::node::{Body, Key, Node, MAX_LEVELS};
+
+/// Where a tree's root is, and its level (0: the root is a leaf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Root {
+    pub blkno: u64,
+    pub level: u8,
+}
+
+/// Block access for trees: a transaction (logging writes) or a read-only view.
+pub trait NodeStore {
+    fn block_size(&self) -> usize;
+    fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node>;
+    fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()>;
+    fn alloc_node(&mut self, tree: u8) -> FsResult<u64>;
+    fn free_node(&mut self, tree: u8, blkno: u64) -> FsResult<()>;
+}
+
+struct Step {
+    blkno: u64,
+    node: Node,
+    idx: usize,
+}
+
+fn child_index(items: &[(Key, u64)], key: Key) -> usize {
+    // The last entry whose key is <= key; the first entry bounds everything below it.
+    items.partition_point(|(k, _)| *k <= key).saturating_sub(1)
+}
+
+fn descend(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Vec<Step>> {
+    let mut path: Vec<Step> = Vec::with_capacity(usize::from(root.level) + 1);
+    let mut blkno = root.blkno;
+    let mut want_level = root.level;
+    loop {
+        let node = s.read_node(blkno, tree)?;
+        if node.level != want_level {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("node at level {} where {want_level} expected", node.level),
+            ));
+        }
+        match &node.body {
+            Body::Leaf(items) => {
+                let idx = items.partition_point(|(k, _)| *k < key);
+                path.push(Step { blkno, node, idx });
+                return Ok(path);
+            }
+            Body::Interior(items) => {
+                let idx = child_index(items, key);
+                let child = items[idx].1;
+                path.push(Step { blkno, node, idx });
+                blkno = child;
+                want_level -= 1;
+            }
+        }
+    }
+}
+
+/// Descends from `blkno` (at `level`) to its leftmost or rightmost leaf.
+fn descend_edge(
+    s: &mut dyn NodeStore,
+    tree: u8,
+    mut blkno: u64,
+    mut level: u8,
+    rightmost: bool,
+) -> FsResult<Node> {
+    loop {
+        let node = s.read_node(blkno, tree)?;
+        if node.level != level {
+            return Err(FsError::corrupt(blkno, "level out of sequence"));
+        }
+        match &node.body {
+            Body::Leaf(_) => return Ok(node),
+            Body::Interior(items) => {
+                let e = if rightmost { items.last() } else { items.first() };
+                let Some(&(_, c)) = e else {
+                    return Err(FsError::corrupt(blkno, "empty interior node"));
+                };
+                blkno = c;
+                level -= 1;
+            }
+        }
+    }
+}
+
+fn leaf_items(n: &Node) -> &[(Key, Vec<u8>)] {
+    match &n.body {
+        Body::Leaf(v) => v,
+        Body::Interior(_) => &[],
+    }
+}
+
+fn interior_items(n: &Node) -> &[(Key, u64)] {
+    match &n.body {
+        Body::Interior(v) => v,
+        Body::Leaf(_) => &[],
+    }
+}
+
+pub fn get(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+    let path = descend(s, root, tree, key)?;
+    let Some(leaf) = path.last() else {
+        return Ok(None);
+    };
+    let items = leaf_items(&leaf.node);
+    Ok(items
+        .get(leaf.idx)
+        .filter(|(k, _)| *k == key)
+        .map(|(_, v)| v.clone()))
+}
+
+/// The first item with a key >= `key`.
+pub fn seek_ge(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    key: Key,
+) -> FsResult<Option<(Key, Vec<u8>)>> {
+    let path = descend(s, root, tree, key)?;
+    let Some(leaf) = path.last() else {
+        return Ok(None);
+    };
+    if let Some(item) = leaf_items(&leaf.node).get(leaf.idx) {
+        return Ok(Some(item.clone()));
+    }
+    // Past this leaf: the leftmost item of the next subtree up the path.
+    for d in (0..path.len() - 1).rev() {
+        let items = interior_items(&path[d].node);
+        let next = path[d].idx + 1;
+        if next < items.len() {
+            let blk = items[next].1;
+            let leaf = descend_edge(s, tree, blk, path[d].node.level - 1, false)?;
+            // Leaves below the root are never empty.
+            return match leaf_items(&leaf).first() {
+                Some(first) => Ok(Some(first.clone())),
+                None => Err(FsError::corrupt(blk, "empty leaf below the root")),
+            };
+        }
+    }
+    Ok(None)
+}
+
+/// The last item with a key <= `key`.
+pub fn seek_le(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    key: Key,
+) -> FsResult<Option<(Key, Vec<u8>)>> {
+    let path = descend(s, root, tree, key)?;
+    let Some(leaf) = path.last() else {
+        return Ok(None);
+    };
+    let items = leaf_items(&leaf.node);
+    let mut i = leaf.idx;
+    if items.get(i).is_some_and(|(k, _)| *k == key) {
+        return Ok(Some(items[i].clone()));
+    }
+    if i > 0 {
+        i -= 1;
+        return Ok(Some(items[i].clone()));
+    }
+    for d in (0..path.len() - 1).rev() {
+        let items = interior_items(&path[d].node);
+        if path[d].idx > 0 {
+            let blk = items[path[d].idx - 1].1;
+            let leaf = descend_edge(s, tree, blk, path[d].node.level - 1, true)?;
+            return match leaf_items(&leaf).last() {
+                Some(last) => Ok(Some(last.clone())),
+                None => Err(FsError::corrupt(blk, "empty leaf below the root")),
+            };
+        }
+    }
+    Ok(None)
+}
+
+/// Inserts or replaces; returns the old value.
+pub fn insert(
+    s: &mut dyn NodeStore,
+    root: &mut Root,
+    tree: u8,
+    key: Key,
+    val: &[u8],
+) -> FsResult<Option<Vec<u8>>> {
+    let bs = s.block_size();
+    assert!(
+        val.len() <= super::node::max_value_bytes(bs),
+        "tree value of {} bytes",
+        val.len()
+    );
+    let mut path = descend(s, *root, tree, key)?;
+    let old;
+    {
+        let Some(leaf) = path.last_mut() else {
+            return Err(FsError::corrupt(root.blkno, "empty path"));
+        };
+        let idx = leaf.idx;
+        let Body::Leaf(items) = &mut leaf.node.body else {
+            return Err(FsError::corrupt(leaf.blkno, "path ends in an interior node"));
+        };
+        if items.get(idx).is_some_and(|(k, _)| *k == key) {
+            old = Some(std::mem::replace(&mut items[idx].1, val.to_vec()));
+        } else {
+            old = None;
+            items.insert(idx, (key, val.to_vec()));
+        }
+    }
+    // Walk up: write nodes that fit, split those that do not.
+    let mut carry: Option<(Key, u64)> = None;
+    while let Some(mut step) = path.pop() {
+        if let Some(entry) = carry.take() {
+            let Body::Interior(items) = &mut step.node.body else {
+                return Err(FsError::corrupt(step.blkno, "interior node expected"));
+            };
+            items.insert(step.idx + 1, entry);
+        }
+        if step.node.encoded_bytes() <= bs {
+            s.write_node(step.blkno, &step.node)?;
+            return Ok(old);
+        }
+        let right = split(&mut step.node);
+        let right_blk = s.alloc_node(tree)?;
+        s.write_node(step.blkno, &step.node)?;
+        s.write_node(right_blk, &right)?;
+        let sep = first_key(&right);
+        carry = Some((sep, right_blk));
+    }
+    // The root split: a new root above the two halves.
+    if let Some(entry) = carry {
+        if root.level + 1 >= MAX_LEVELS {
+            return Err(FsError::corrupt(root.blkno, "tree too tall"));
+        }
+        let new_root = s.alloc_node(tree)?;
+        let node = Node {
+            tree,
+            level: root.level + 1,
+            body: Body::Interior(vec![(Key::MIN, root.blkno), entry]),
+        };
+        s.write_node(new_root, &node)?;
+        *root = Root {
+            blkno: new_root,
+            level: root.level + 1,
+        };
+    }
+    Ok(old)
+}
+
+fn first_key(n: &Node) -> Key {
+    match &n.body {
+        Body::Leaf(v) => v.first().map(|e| e.0),
+        Body::Interior(v) => v.first().map(|e| e.0),
+    }
+    .unwrap_or(Key::MIN)
+}
+
+/// Splits an overfull node in two by bytes; returns the right half.
+fn split(n: &mut Node) -> Node {
+    let body = match &mut n.body {
+        Body::Leaf(items) => {
+            let total: usize = items.iter().map(|(_, v)| v.len() + 20).sum();
+            let mut acc = 0;
+            let mut at = items.len() - 1;
+            for (i, (_, v)) in items.iter().enumerate() {
+                acc += v.len() + 20;
+                if acc >= total / 2 {
+                    at = (i + 1).min(items.len() - 1);
+                    break;
+                }
+            }
+            Body::Leaf(items.split_off(at.max(1)))
+        }
+        Body::Interior(items) => {
+            let at = items.len() / 2;
+            Body::Interior(items.split_off(at.max(1)))
+        }
+    };
+    Node {
+        tree: n.tree,
+        level: n.level,
+        body,
+    }
+}
+
+/// Removes `key`; returns its value. Empty nodes are freed and an interior root with one child
+/// gives way to the child.
+pub fn remove(
+    s: &mut dyn NodeStore,
+    root: &mut Root,
+    tree: u8,
+    key: Key,
+) -> FsResult<Option<Vec<u8>>> {
+    let mut path = descend(s, *root, tree, key)?;
+    let Some(mut leaf) = path.pop() else {
+        return Ok(None);
+    };
+    let Body::Leaf(items) = &mut leaf.node.body else {
+        return Err(FsError::corrupt(leaf.blkno, "path ends in an interior node"));
+    };
+    if !items.get(leaf.idx).is_some_and(|(k, _)| *k == key) {
+        return Ok(None);
+    }
+    let (_, old) = items.remove(leaf.idx);
+    let mut node = leaf;
+    loop {
+        if !node.node.is_empty() {
+            s.write_node(node.blkno, &node.node)?;
+            break;
+        }
+        let Some(mut parent) = path.pop() else {
+            // The root emptied: it becomes an empty leaf.
+            s.write_node(node.blkno, &Node::leaf(tree))?;
+            *root = Root {
+                blkno: node.blkno,
+                level: 0,
+            };
+            return Ok(Some(old));
+        };
+        s.free_node(tree, node.blkno)?;
+        if let Body::Interior(pitems) = &mut parent.node.body {
+            pitems.remove(parent.idx);
+        }
+        node = parent;
+    }
+    // Collapse a root with a single child.
+    loop {
+        if root.level == 0 {
+            break;
+        }
+        let r = s.read_node(root.blkno, tree)?;
+        let items = interior_items(&r);
+        if items.len() != 1 {
+            break;
+        }
+        let child = items[0].1;
+        s.free_node(tree, root.blkno)?;
+        *root = Root {
+            blkno: child,
+            level: root.level - 1,
+        };
+    }
+    Ok(Some(old))
+}
+
+/// Every item with a key in `[from, to]`, in order (for checks, readdir and tests).
+pub fn range(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    from: Key,
+    to: Key,
+    limit: usize,
+) -> FsResult<Vec<(Key, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut at = from;
+    while out.len() < limit {
+        let Some((k, v)) = seek_ge(s, root, tree, at)? else {
+            break;
+        };
+        if k > to {
+            break;
+        }
+        out.push((k, v));
+        match k.succ() {
+            Some(n) => at = n,
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Visits every node of the tree (for the checker): `f(blkno, node)`.
+pub fn walk(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    f: &mut dyn FnMut(u64, &Node) -> FsResult<()>,
+) -> FsResult<()> {
+    let mut stack = vec![(root.blkno, root.level)];
+    while let Some((blk, level)) = stack.pop() {
+        let n = s.read_node(blk, tree)?;
+        if n.level != level {
+            return Err(FsError::corrupt(blk, "level out of sequence"));
+        }
+        f(blk, &n)?;
+        for &(_, c) in interior_items(&n).iter().rev() {
+            stack.push((c, level - 1));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, HashMap};
+
+    /// Blocks in a map, for testing the tree alone.
+    #[derive(Default)]
+    pub struct MemStore {
+        pub blocks: HashMap<u64, Vec<u8>>,
+        pub next: u64,
+        pub freed: Vec<u64>,
+        pub bs: usize,
+    }
+
+    impl NodeStore for MemStore {
+        fn block_size(&self) -> usize {
+            self.bs
+        }
+        fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
+            let b = self
+                .blocks
+                .get(&blkno)
+                .ok_or_else(|| FsError::corrupt(blkno, "unallocated"))?;
+            Node::decode(b, blkno, tree)
+        }
+        fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {
+            let mut b = vec![0; self.bs];
+            node.encode_into(blkno, &mut b);
+            self.blocks.insert(blkno, b);
+            Ok(())
+        }
+        fn alloc_node(&mut self, _tree: u8) -> FsResult<u64> {
+            self.next += 1;
+            Ok(self.next)
+        }
+        fn free_node(&mut self, _tree: u8, blkno: u64) -> FsResult<()> {
+            assert!(self.blocks.remove(&blkno).is_some(), "double free");
+            self.freed.push(blkno);
+            Ok(())
+        }
+    }
+
+    fn new_tree(bs: usize) -> (MemStore, Root) {
+        let mut s = MemStore {
+            bs,
+            ..Default::default()
+        };
+        let blk = s.alloc_node(1).expect("alloc");
+        s.write_node(blk, &Node::leaf(1)).expect("write");
+        (s, Root { blkno: blk, level: 0 })
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u64, usize),
+        Remove(u64),
+        Ge(u64),
+        Le(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u64..600, 0usize..200).prop_map(|(k, l)| Op::Insert(k, l)),
+            3 => (0u64..600).prop_map(Op::Remove),
+            1 => (0u64..600).prop_map(Op::Ge),
+            1 => (0u64..600).prop_map(Op::Le),
+        ]
+    }
+
+    proptest! {
+        /// The tree behaves as an ordered map, and never leaks nor double-frees a node.
+        #[test]
+        fn matches_btreemap(ops in proptest::collection::vec(op(), 1..1500)) {
+            let (mut s, mut root) = new_tree(512);
+            let mut model: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
+            for o in ops {
+                match o {
+                    Op::Insert(k, l) => {
+                        let key = Key::new(k % 7, k);
+                        let l = l.min(crate::fs::node::max_value_bytes(512));
+                        let v = vec![(k % 251) as u8; l];
+                        let old = insert(&mut s, &mut root, 1, key, &v).expect("insert");
+                        prop_assert_eq!(old, model.insert(key, v));
+                    }
+                    Op::Remove(k) => {
+                        let key = Key::new(k % 7, k);
+                        let old = remove(&mut s, &mut root, 1, key).expect("remove");
+                        prop_assert_eq!(old, model.remove(&key));
+                    }
+                    Op::Ge(k) => {
+                        let key = Key::new(k % 7, k);
+                        let got = seek_ge(&mut s, root, 1, key).expect("ge");
+                        let want = model.range(key..).next().map(|(k, v)| (*k, v.clone()));
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::Le(k) => {
+                        let key = Key::new(k % 7, k);
+                        let got = seek_le(&mut s, root, 1, key).expect("le");
+                        let want = model.range(..=key).next_back().map(|(k, v)| (*k, v.clone()));
+                        prop_assert_eq!(got, want);
+                    }
+                }
+            }
+            let all = range(&mut s, root, 1, Key::MIN, Key::MAX, usize::MAX).expect("range");
+            let want: Vec<_> = model.iter().map(|(k, v)| (*k, v.clone())).collect();
+            prop_assert_eq!(all, want);
+            let mut reachable = 0;
+            walk(&mut s, root, 1, &mut |_, _| { reachable += 1; Ok(()) }).expect("walk");
+            prop_assert_eq!(reachable, s.blocks.len(), "every allocated node is reachable");
+        }
+    }
+
+    #[test]
+    fn grows_and_shrinks_back_to_one_leaf() {
+        let (mut s, mut root) = new_tree(4096);
+        for i in 0..50_000u64 {
+            insert(&mut s, &mut root, 1, Key::new(1, i), &i.to_le_bytes()).expect("insert");
+        }
+        assert!(root.level >= 2, "50k items make a tree of height 3");
+        for i in 0..50_000u64 {
+            let v = get(&mut s, root, 1, Key::new(1, i)).expect("get");
+            assert_eq!(v, Some(i.to_le_bytes().to_vec()));
+        }
+        for i in 0..50_000u64 {
+            assert!(remove(&mut s, &mut root, 1, Key::new(1, i)).expect("remove").is_some());
+        }
+        assert_eq!(root.level, 0);
+        assert_eq!(s.blocks.len(), 1, "only the root leaf is left");
+    }
+}

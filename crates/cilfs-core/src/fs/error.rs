@@ -1,0 +1,60 @@
+//! Filesystem errors: typed at library level, mapped to errno only in the FUSE adapter.
+
+use crate::journal::JournalError;
+use cilfs_device::DeviceError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("name longer than 255 bytes")]
+    NameTooLong,
+    #[error("no space left on the filesystem")]
+    NoSpace,
+    #[error("file too large")]
+    TooBig,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("permission denied")]
+    Access,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("no such extended attribute")]
+    NoAttr,
+    #[error("extended attribute too large")]
+    AttrTooBig,
+    #[error("read-only filesystem")]
+    ReadOnly,
+    #[error("not supported: {0}")]
+    NotSupported(&'static str),
+    #[error("metadata block {blkno} is corrupt: {what}")]
+    Corrupt { blkno: u64, what: String },
+    #[error("not a cilfs filesystem: {0}")]
+    NotFormatted(String),
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error("device: {0}")]
+    Device(#[from] DeviceError),
+}
+
+impl FsError {
+    pub(crate) fn corrupt(blkno: u64, what: impl Into<String>) -> Self {
+        FsError::Corrupt {
+            blkno,
+            what: what.into(),
+        }
+    }
+}
+
+pub type FsResult<T> = Result<T, FsError>;

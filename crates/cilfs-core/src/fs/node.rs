@@ -1,0 +1,266 @@
+//! B+tree node blocks: pure encode and decode (docs/on-disk-format.md "B+tree nodes").
+//!
+//! Layout: a 48-byte header, then an array of entries. Leaf entries are a key and the offset and
+//! length of a value stored at the end of the block, values growing downward; interior entries are
+//! a key and a child block. The first key of an interior node is only a lower bound for its child.
+
+use super::error::{FsError, FsResult};
+
+pub const NODE_MAGIC: u32 = 0x4342_5431; // "CBT1"
+pub const NODE_HEADER_BYTES: usize = 48;
+/// Where each node keeps its LSN stamp (LSN and fs UUID, written at write back).
+pub const NODE_LSN_OFFSET: u16 = 16;
+pub const LEAF_ENTRY_BYTES: usize = 20;
+pub const INTERIOR_ENTRY_BYTES: usize = 24;
+/// The tallest tree accepted: far beyond what a 2^64-block device needs at fanout >= 40.
+pub const MAX_LEVELS: u8 = 12;
+
+/// A tree key: two words compared in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Key {
+    pub a: u64,
+    pub b: u64,
+}
+
+impl Key {
+    pub const MIN: Key = Key { a: 0, b: 0 };
+    pub const MAX: Key = Key {
+        a: u64::MAX,
+        b: u64::MAX,
+    };
+
+    pub const fn new(a: u64, b: u64) -> Self {
+        Key { a, b }
+    }
+
+    /// The next key in order, or None at the maximum.
+    pub fn succ(self) -> Option<Key> {
+        match self.b.checked_add(1) {
+            Some(b) => Some(Key { a: self.a, b }),
+            None => self.a.checked_add(1).map(|a| Key { a, b: 0 }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    Leaf(Vec<(Key, Vec<u8>)>),
+    Interior(Vec<(Key, u64)>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    pub tree: u8,
+    pub level: u8,
+    pub body: Body,
+}
+
+/// The largest value a leaf accepts: four of them always fit one block.
+pub fn max_value_bytes(block_size: usize) -> usize {
+    (block_size - NODE_HEADER_BYTES) / 4 - LEAF_ENTRY_BYTES
+}
+
+impl Node {
+    pub fn leaf(tree: u8) -> Self {
+        Node {
+            tree,
+            level: 0,
+            body: Body::Leaf(Vec::new()),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.body {
+            Body::Leaf(v) => v.len(),
+            Body::Interior(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the node needs when encoded.
+    pub fn encoded_bytes(&self) -> usize {
+        NODE_HEADER_BYTES
+            + match &self.body {
+                Body::Leaf(v) => v
+                    .iter()
+                    .map(|(_, val)| LEAF_ENTRY_BYTES + val.len())
+                    .sum::<usize>(),
+                Body::Interior(v) => v.len() * INTERIOR_ENTRY_BYTES,
+            }
+    }
+
+    /// Encodes into `out` (a whole block), keeping the LSN stamp bytes already there.
+    pub fn encode_into(&self, blkno: u64, out: &mut [u8]) {
+        let bs = out.len();
+        assert!(
+            self.encoded_bytes() <= bs,
+            "node of {} bytes does not fit a block",
+            self.encoded_bytes()
+        );
+        out[0..4].copy_from_slice(&NODE_MAGIC.to_le_bytes());
+        out[4] = self.level;
+        out[5] = self.tree;
+        out[6..8].copy_from_slice(&(self.len() as u16).to_le_bytes());
+        out[8..16].copy_from_slice(&blkno.to_le_bytes());
+        // 16..40 LSN stamp, 40..48 reserved.
+        out[40..48].fill(0);
+        let mut p = NODE_HEADER_BYTES;
+        match &self.body {
+            Body::Leaf(items) => {
+                let mut vend = bs;
+                for (k, v) in items {
+                    vend -= v.len();
+                    out[vend..vend + v.len()].copy_from_slice(v);
+                    put_key(&mut out[p..], *k);
+                    out[p + 16..p + 18].copy_from_slice(&(vend as u16).to_le_bytes());
+                    out[p + 18..p + 20].copy_from_slice(&(v.len() as u16).to_le_bytes());
+                    p += LEAF_ENTRY_BYTES;
+                }
+                out[p..vend].fill(0);
+            }
+            Body::Interior(items) => {
+                for (k, c) in items {
+                    put_key(&mut out[p..], *k);
+                    out[p + 16..p + 24].copy_from_slice(&c.to_le_bytes());
+                    p += INTERIOR_ENTRY_BYTES;
+                }
+                out[p..].fill(0);
+            }
+        }
+    }
+
+    /// Decodes and validates a node read from block `blkno` of tree `tree`.
+    pub fn decode(block: &[u8], blkno: u64, tree: u8) -> FsResult<Node> {
+        let bs = block.len();
+        let bad = |what: String| FsError::corrupt(blkno, what);
+        if bs < NODE_HEADER_BYTES + 4 * LEAF_ENTRY_BYTES {
+            return Err(bad("block too small for a node".into()));
+        }
+        let magic = u32::from_le_bytes(arr4(&block[0..4]));
+        if magic != NODE_MAGIC {
+            return Err(bad(format!("bad node magic {magic:#010x}")));
+        }
+        let level = block[4];
+        let t = block[5];
+        let count = usize::from(u16::from_le_bytes([block[6], block[7]]));
+        let self_blk = u64::from_le_bytes(arr8(&block[8..16]));
+        if t != tree {
+            return Err(bad(format!("node of tree {t}, expected tree {tree}")));
+        }
+        if self_blk != blkno {
+            return Err(bad(format!("node claims to be block {self_blk}")));
+        }
+        if level >= MAX_LEVELS {
+            return Err(bad(format!("impossible level {level}")));
+        }
+        let body = if level == 0 {
+            if NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES > bs {
+                return Err(bad(format!("{count} leaf entries overflow the block")));
+            }
+            let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+            let mut items = Vec::with_capacity(count);
+            for i in 0..count {
+                let p = NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES;
+                let k = get_key(&block[p..]);
+                let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
+                let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
+                if off < entries_end || off + len > bs {
+                    return Err(bad(format!("value {i} at {off}+{len} outside the block")));
+                }
+                items.push((k, block[off..off + len].to_vec()));
+            }
+            Body::Leaf(items)
+        } else {
+            if NODE_HEADER_BYTES + count * INTERIOR_ENTRY_BYTES > bs || count == 0 {
+                return Err(bad(format!("{count} interior entries")));
+            }
+            let mut items = Vec::with_capacity(count);
+            for i in 0..count {
+                let p = NODE_HEADER_BYTES + i * INTERIOR_ENTRY_BYTES;
+                let k = get_key(&block[p..]);
+                let c = u64::from_le_bytes(arr8(&block[p + 16..p + 24]));
+                items.push((k, c));
+            }
+            Body::Interior(items)
+        };
+        let sorted = match &body {
+            Body::Leaf(v) => v.windows(2).all(|w| w[0].0 < w[1].0),
+            Body::Interior(v) => v.windows(2).all(|w| w[0].0 < w[1].0),
+        };
+        if !sorted {
+            return Err(bad("keys out of order".into()));
+        }
+        Ok(Node { tree, level, body })
+    }
+}
+
+fn put_key(out: &mut [u8], k: Key) {
+    out[0..8].copy_from_slice(&k.a.to_le_bytes());
+    out[8..16].copy_from_slice(&k.b.to_le_bytes());
+}
+
+fn get_key(b: &[u8]) -> Key {
+    Key {
+        a: u64::from_le_bytes(arr8(&b[0..8])),
+        b: u64::from_le_bytes(arr8(&b[8..16])),
+    }
+}
+
+pub(crate) fn arr8(b: &[u8]) -> [u8; 8] {
+    let mut a = [0; 8];
+    a.copy_from_slice(&b[..8]);
+    a
+}
+
+pub(crate) fn arr4(b: &[u8]) -> [u8; 4] {
+    let mut a = [0; 4];
+    a.copy_from_slice(&b[..4]);
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn leaf_and_interior_round_trip() {
+        let mut block = vec![0xAAu8; 4096];
+        let n = Node {
+            tree: 2,
+            level: 0,
+            body: Body::Leaf(vec![
+                (Key::new(1, 2), b"hello".to_vec()),
+                (Key::new(1, 3), vec![]),
+                (Key::new(9, 0), vec![7; 900]),
+            ]),
+        };
+        n.encode_into(77, &mut block);
+        assert_eq!(Node::decode(&block, 77, 2).expect("decodes"), n);
+        assert!(Node::decode(&block, 78, 2).is_err(), "wrong block number");
+        assert!(Node::decode(&block, 77, 3).is_err(), "wrong tree");
+        let i = Node {
+            tree: 1,
+            level: 3,
+            body: Body::Interior(vec![(Key::MIN, 10), (Key::new(5, 5), 11)]),
+        };
+        i.encode_into(5, &mut block);
+        assert_eq!(Node::decode(&block, 5, 1).expect("decodes"), i);
+    }
+
+    proptest! {
+        /// Arbitrary bytes decode to an error or a node, never a panic.
+        #[test]
+        fn garbage_never_panics(mut bytes in proptest::collection::vec(any::<u8>(), 4096), count in 0u16..300, level in 0u8..3) {
+            bytes[0..4].copy_from_slice(&NODE_MAGIC.to_le_bytes());
+            bytes[4] = level;
+            bytes[5] = 1;
+            bytes[6..8].copy_from_slice(&count.to_le_bytes());
+            bytes[8..16].copy_from_slice(&9u64.to_le_bytes());
+            let _ = Node::decode(&bytes, 9, 1);
+        }
+    }
+}
