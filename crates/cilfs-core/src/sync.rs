@@ -3,7 +3,11 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::{mpsc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
+pub(crate) use loom::sync::atomic::AtomicU64;
+#[cfg(loom)]
 pub(crate) use loom::thread::JoinHandle;
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::AtomicU64;
 #[cfg(not(loom))]
 pub(crate) use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]

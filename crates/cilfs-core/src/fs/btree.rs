@@ -325,7 +325,15 @@ pub fn remove(
         };
         s.free_node(tree, node.blkno)?;
         if let Body::Interior(pitems) = &mut parent.node.body {
-            pitems.remove(parent.idx);
+            let (lower, _) = pitems.remove(parent.idx);
+            // Each entry's key bounds its whole subtree from below; the new first child takes
+            // over the removed one's bound, so keys below its own first key still route to it
+            // without ever landing below a separator.
+            if parent.idx == 0 {
+                if let Some(first) = pitems.first_mut() {
+                    first.0 = lower;
+                }
+            }
         }
         node = parent;
     }

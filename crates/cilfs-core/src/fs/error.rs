@@ -36,6 +36,8 @@ pub enum FsError {
     AttrTooBig,
     #[error("read-only filesystem")]
     ReadOnly,
+    #[error("no data or hole past the offset")]
+    NoData,
     #[error("not supported: {0}")]
     NotSupported(&'static str),
     #[error("metadata block {blkno} is corrupt: {what}")]

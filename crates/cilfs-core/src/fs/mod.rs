@@ -1,8 +1,346 @@
-//! The filesystem layer: inodes, directories, extents and xattrs in B+trees of journaled
-//! metadata blocks; file data written in place.
+//! The filesystem layer: inodes, directories, extents and xattrs as items of one B+tree of
+//! journaled metadata blocks (the fs tree), free space in two more trees, file data written in
+//! place. Every metadata change is one journal transaction ([`tx::FsTx`]). POSIX-shaped
+//! operations return typed errors; the FUSE adapter only translates.
+//!
+//! Concurrency: one reader-writer lock over the filesystem state. Changes take it exclusively,
+//! lookups and reads share it. Log forces (fsync) run outside it.
 
+pub mod alloc;
 pub mod btree;
+pub mod change;
+pub mod dir;
 pub mod error;
+pub mod file;
+pub mod header;
+pub mod inode;
+pub mod keys;
+pub mod mkfs;
 pub mod node;
+pub mod ops;
+pub mod stats;
+pub mod tx;
+pub mod xattr;
 
+pub use dir::DirEntry;
 pub use error::{FsError, FsResult};
+pub use inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
+pub use stats::FsStats;
+
+use crate::journal::Journal;
+use alloc::BusyExtents;
+use change::ChangeCounter;
+use dir::TreeRead;
+use header::{Header, TREE_FS};
+use keys::{key, KIND_INODE};
+use node::Key;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tx::{FsTx, ReadView};
+
+/// How the change attribute is maintained (journal.md section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IversionMode {
+    /// Bump only when queried since the last bump, or when the inode is logged anyway.
+    #[default]
+    Lazy,
+    /// Bump and log on every change.
+    Eager,
+}
+
+/// Data ordering (journal.md section 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DataMode {
+    /// Newly allocated blocks are written before the transaction that maps them commits.
+    #[default]
+    Ordered,
+    Writeback,
+}
+
+pub type Clock = Arc<dyn Fn() -> Timespec + Send + Sync>;
+
+#[derive(Clone)]
+pub struct FsOptions {
+    pub iversion: IversionMode,
+    /// Timestamp granularity in nanoseconds [default 1 ms].
+    pub tsgran_ns: u32,
+    pub data: DataMode,
+    pub read_only: bool,
+    /// Time source (tests use a controlled clock).
+    pub clock: Clock,
+    /// Inodes kept in memory before unopened ones are dropped.
+    pub inode_cache_max: usize,
+}
+
+impl std::fmt::Debug for FsOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FsOptions")
+            .field("iversion", &self.iversion)
+            .field("tsgran_ns", &self.tsgran_ns)
+            .field("data", &self.data)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+impl Default for FsOptions {
+    fn default() -> Self {
+        FsOptions {
+            iversion: IversionMode::Lazy,
+            tsgran_ns: 1_000_000,
+            data: DataMode::Ordered,
+            read_only: false,
+            clock: Arc::new(Timespec::now),
+            inode_cache_max: 200_000,
+        }
+    }
+}
+
+/// An inode in memory: the authoritative copy while cached (changes happen under the
+/// filesystem's write lock), its change counter, and who holds it open.
+#[derive(Debug)]
+pub(crate) struct InodeMem {
+    pub inode: Inode,
+    pub change: ChangeCounter,
+    /// Open handles: an unlinked inode lives until the last one is released.
+    pub open: u32,
+    /// The checkpoint holding the last change of this inode (what fsync forces).
+    pub last_seq: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct FsState {
+    pub hdr: Header,
+    pub inodes: HashMap<u64, InodeMem>,
+}
+
+#[derive(Debug)]
+pub struct Fs {
+    pub(crate) journal: Arc<Journal>,
+    pub(crate) hdr_blk: u64,
+    pub(crate) state: RwLock<FsState>,
+    pub(crate) busy: Mutex<BusyExtents>,
+    pub(crate) opts: FsOptions,
+    pub(crate) bs: u32,
+    /// Raised by every recovery; folded into the change attribute users see.
+    pub(crate) epoch: u64,
+    pub(crate) stats: stats::FsCounters,
+}
+
+/// The change attribute users see: the unclean-mount epoch above the counter, so a value
+/// returned before a crash is never returned again after it.
+pub fn visible_change(epoch: u64, counter: u64) -> u64 {
+    (epoch << 44) + counter
+}
+
+impl TreeRead for FsTx<'_> {
+    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        self.get(tree, key)
+    }
+    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        self.seek_ge(tree, key)
+    }
+    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        self.seek_le(tree, key)
+    }
+}
+
+impl TreeRead for ReadView<'_> {
+    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        self.get(tree, key)
+    }
+    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        self.seek_ge(tree, key)
+    }
+    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        self.seek_le(tree, key)
+    }
+}
+
+impl Fs {
+    /// Mounts the filesystem on an open journal (which has recovered the log): reads the header
+    /// and frees the inodes an earlier mount left orphaned.
+    pub fn open(journal: Arc<Journal>, opts: FsOptions) -> FsResult<Arc<Fs>> {
+        let bs = journal.block_size();
+        let (first, _) = journal.metadata_area();
+        let hdr = {
+            let buf = journal.buf(first)?;
+            let g = buf.lock();
+            Header::decode(&g.data, first)?
+        };
+        let epoch = u64::from(journal.superblock().unclean_epoch);
+        let fs = Arc::new(Fs {
+            journal,
+            hdr_blk: first,
+            state: RwLock::new(FsState {
+                hdr,
+                inodes: HashMap::new(),
+            }),
+            busy: Mutex::new(BusyExtents::default()),
+            opts,
+            bs,
+            epoch,
+            stats: stats::FsCounters::default(),
+        });
+        if !fs.opts.read_only {
+            fs.reclaim_orphans()?;
+        }
+        Ok(fs)
+    }
+
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.journal
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.bs
+    }
+
+    pub fn options(&self) -> &FsOptions {
+        &self.opts
+    }
+
+    pub(crate) fn now(&self) -> Timespec {
+        (self.opts.clock)().truncated(self.opts.tsgran_ns)
+    }
+
+    pub(crate) fn check_writable(&self) -> FsResult<()> {
+        if self.opts.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        Ok(())
+    }
+
+    /// Starts a transaction on the state held under the write lock.
+    pub(crate) fn begin<'a>(&'a self, st: &FsState) -> FsResult<FsTx<'a>> {
+        FsTx::begin(&self.journal, &st.hdr, self.hdr_blk, &self.busy)
+    }
+
+    /// Commits and adopts the transaction's header.
+    pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
+        let (seq, hdr) = t.commit()?;
+        st.hdr = hdr;
+        self.stats.transactions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(seq)
+    }
+
+    /// Runs `f` in a transaction and commits it. `f` returns its result and the inodes it
+    /// changed (their `last_seq` becomes the commit's checkpoint, for fsync). An error after
+    /// changes were logged shuts the journal down: the half-done change is never written.
+    pub(crate) fn with_tx<R>(
+        &self,
+        st: &mut FsState,
+        f: impl FnOnce(&mut FsTx<'_>, &mut HashMap<u64, InodeMem>) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<(R, u64)> {
+        self.check_writable()?;
+        self.trim_cache(st);
+        let mut t = self.begin(st)?;
+        match f(&mut t, &mut st.inodes) {
+            Ok((r, touched)) => {
+                let seq = self.commit(st, t)?;
+                for ino in touched {
+                    if let Some(m) = st.inodes.get_mut(&ino) {
+                        m.last_seq = m.last_seq.max(seq);
+                    }
+                }
+                Ok((r, seq))
+            }
+            Err(e) => {
+                if t.tx.logged_buffers() == 0 {
+                    drop(t);
+                    Err(e)
+                } else {
+                    Err(t.abort(e))
+                }
+            }
+        }
+    }
+
+    /// An inode, from the cache or read through `t` (a transaction or a read view).
+    pub(crate) fn inode_mut<'m>(
+        t: &mut dyn TreeRead,
+        inodes: &'m mut HashMap<u64, InodeMem>,
+        ino: u64,
+    ) -> FsResult<&'m mut InodeMem> {
+        if !inodes.contains_key(&ino) {
+            let inode = read_inode(t, ino)?;
+            inodes.insert(
+                ino,
+                InodeMem {
+                    change: ChangeCounter::loaded(inode.change),
+                    inode,
+                    open: 0,
+                    last_seq: 0,
+                },
+            );
+        }
+        inodes.get_mut(&ino).ok_or(FsError::NotFound)
+    }
+
+    /// Loads an inode into the cache outside a transaction (write lock held).
+    pub(crate) fn load<'s>(&self, st: &'s mut FsState, ino: u64) -> FsResult<&'s mut InodeMem> {
+        let FsState { hdr, inodes } = st;
+        let mut v = ReadView {
+            journal: &self.journal,
+            hdr,
+        };
+        Self::inode_mut(&mut v, inodes, ino)
+    }
+
+    /// Reads an inode without caching it (read paths under the shared lock).
+    pub(crate) fn peek_inode(&self, st: &FsState, ino: u64) -> FsResult<Inode> {
+        if let Some(m) = st.inodes.get(&ino) {
+            return Ok(m.inode.clone());
+        }
+        let mut v = self.view(st);
+        read_inode(&mut v, ino)
+    }
+
+    /// Drops cached inodes nobody holds open once the cache is over its limit. Safe for the
+    /// change attribute: a reloaded inode starts queried.
+    fn trim_cache(&self, st: &mut FsState) {
+        if st.inodes.len() < self.opts.inode_cache_max {
+            return;
+        }
+        let completed = self.journal.completed_seq();
+        let target = self.opts.inode_cache_max / 4 * 3;
+        let excess = st.inodes.len() - target;
+        let victims: Vec<u64> = st
+            .inodes
+            .iter()
+            .filter(|(_, m)| m.open == 0 && m.last_seq <= completed)
+            .map(|(&i, _)| i)
+            .take(excess)
+            .collect();
+        for i in victims {
+            st.inodes.remove(&i);
+        }
+    }
+
+    /// A read view of the trees under the shared lock.
+    pub(crate) fn view<'a>(&'a self, st: &'a FsState) -> ReadView<'a> {
+        ReadView {
+            journal: &self.journal,
+            hdr: &st.hdr,
+        }
+    }
+}
+
+pub(crate) fn read_inode(t: &mut dyn TreeRead, ino: u64) -> FsResult<Inode> {
+    match t.t_get(TREE_FS, key(ino, KIND_INODE, 0))? {
+        Some(v) => Inode::decode(ino, &v, 0),
+        None => Err(FsError::NotFound),
+    }
+}
+
+/// Logs an inode (its item, so its leaf), storing the change counter's current value.
+pub(crate) fn log_inode(t: &mut FsTx<'_>, m: &mut InodeMem, stats: &stats::FsCounters) -> FsResult<()> {
+    m.inode.change = m.change.peek();
+    t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
+    stats.inode_logs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

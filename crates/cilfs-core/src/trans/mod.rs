@@ -109,6 +109,24 @@ impl<'j> Transaction<'j> {
         h.logged = true;
     }
 
+    /// Buffers this transaction has logged so far (to check it stays within its reservation).
+    pub fn logged_buffers(&self) -> usize {
+        self.held.iter().filter(|h| h.logged).count()
+    }
+
+    /// Gives up after an error part way through a change that cannot be undone: the journal
+    /// shuts down, so nothing of the half-done change (or anything after it) reaches the disk,
+    /// and recovery will find the state of the last checkpoint.
+    pub fn abort_and_shut_down(mut self, why: JournalError) -> JournalError {
+        self.finished = true;
+        self.held.clear();
+        self.journal.release_reservation(self.unit);
+        match self.journal.shut_down::<()>(why) {
+            Err(e) => e,
+            Ok(()) => JournalError::Shutdown,
+        }
+    }
+
     /// Commits into the CIL and returns the checkpoint sequence that will hold it. Does not wait
     /// for IO; `Journal::force(seq)` does.
     pub fn commit(mut self) -> Result<u64, JournalError> {

@@ -1,0 +1,308 @@
+//! Free space: two B+trees of free extents, by block (key start, len) and by size (key len,
+//! start), both value-less; a free list in the header feeding those trees' own nodes (so they
+//! never allocate from themselves mid-change); and busy extents, freed by a transaction whose
+//! checkpoint is not yet stable, which must not be reused: if the free were lost in a crash,
+//! new data written in place would land in a block the recovered filesystem still uses.
+
+use super::error::{FsError, FsResult};
+use super::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
+use super::node::Key;
+use super::tx::FsTx;
+use std::collections::BTreeMap;
+
+/// Extents freed by checkpoints that may not be stable yet: start -> (len, checkpoint seq).
+/// Pruned at the start of every transaction with the same stable sequence the transaction's
+/// allocations use, so the extents kept never overlap: a block is reallocated only once its
+/// entry is stale, and a stale entry is gone before the transaction that could free it again.
+#[derive(Debug, Default)]
+pub struct BusyExtents {
+    map: BTreeMap<u64, (u64, u64)>,
+    by_seq: BTreeMap<u64, Vec<u64>>,
+    blocks: u64,
+}
+
+impl BusyExtents {
+    pub fn insert(&mut self, start: u64, len: u64, seq: u64) {
+        let old = self.map.insert(start, (len, seq));
+        debug_assert!(old.is_none(), "busy extent {start}+{len} overlaps a live one");
+        self.blocks += len;
+        self.by_seq.entry(seq).or_default().push(start);
+    }
+
+    /// Forgets extents whose checkpoint is stable.
+    pub fn prune(&mut self, completed_seq: u64) {
+        while let Some(entry) = self.by_seq.first_entry() {
+            if *entry.key() > completed_seq {
+                break;
+            }
+            let seq = *entry.key();
+            for start in entry.remove() {
+                if let Some(&(l, s)) = self.map.get(&start) {
+                    if s == seq {
+                        self.map.remove(&start);
+                        self.blocks -= l;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocks still busy (after `prune`).
+    pub fn blocks(&self) -> u64 {
+        self.blocks
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Busy ranges overlapping `[start, end)`.
+    fn overlapping(&self, start: u64, end: u64, out: &mut Vec<(u64, u64)>) {
+        for (&s, &(l, _)) in self.map.range(..end).rev() {
+            if s + l <= start {
+                break;
+            }
+            out.push((s, s + l));
+        }
+    }
+}
+
+/// The first part of `[start, start+len)` outside every range in `busy` (sorted or not) of at
+/// least `want` blocks, else the longest part of at least `min`: (start, len).
+fn usable_part(start: u64, len: u64, busy: &mut [(u64, u64)], want: u64, min: u64) -> Option<(u64, u64)> {
+    busy.sort_unstable();
+    let end = start + len;
+    let mut at = start;
+    let mut best: Option<(u64, u64)> = None;
+    let mut consider = |s: u64, e: u64| -> bool {
+        if e <= s {
+            return false;
+        }
+        let l = e - s;
+        if l >= want {
+            best = Some((s, want));
+            return true;
+        }
+        if l >= min && best.is_none_or(|b| b.1 < l) {
+            best = Some((s, l));
+        }
+        false
+    };
+    for &(bs, be) in busy.iter() {
+        if be <= at {
+            continue;
+        }
+        if bs >= end {
+            break;
+        }
+        if consider(at, bs.min(end)) {
+            return best;
+        }
+        at = at.max(be);
+    }
+    consider(at, end);
+    best
+}
+
+/// How many candidates an allocation examines before settling for what it found.
+const SEARCH_LIMIT: usize = 64;
+
+impl FsTx<'_> {
+    /// Allocates up to `want` contiguous blocks (at least `min`), skipping busy extents.
+    /// None when no such free extent exists.
+    pub fn alloc_extent(&mut self, want: u64, min: u64) -> FsResult<Option<(u64, u64)>> {
+        assert!(want >= min && min >= 1);
+        let mut best: Option<(u64, u64, u64, u64)> = None; // (free start, free len, take start, take len)
+        // Extents at least `want` long, smallest first.
+        let mut at = Key::new(want, 0);
+        for _ in 0..SEARCH_LIMIT {
+            let Some((k, _)) = self.seek_ge(TREE_FREE_BY_SIZE, at)? else {
+                break;
+            };
+            let (len, start) = (k.a, k.b);
+            if let Some((s, l)) = self.usable(start, len, want, min) {
+                if l == want {
+                    return self.take(start, len, s, l).map(Some);
+                }
+                if best.is_none_or(|b| b.3 < l) {
+                    best = Some((start, len, s, l));
+                }
+            }
+            match k.succ() {
+                Some(n) => at = n,
+                None => break,
+            }
+        }
+        // Then the largest shorter ones.
+        if best.is_none() && want > 1 {
+            let mut at = Key::new(want - 1, u64::MAX);
+            for _ in 0..SEARCH_LIMIT {
+                let Some((k, _)) = self.seek_le(TREE_FREE_BY_SIZE, at)? else {
+                    break;
+                };
+                let (len, start) = (k.a, k.b);
+                if len < min {
+                    break;
+                }
+                if let Some((s, l)) = self.usable(start, len, want, min) {
+                    if best.is_none_or(|b| b.3 < l) {
+                        best = Some((start, len, s, l));
+                    }
+                    if l == len {
+                        break;
+                    }
+                }
+                if k.b == 0 {
+                    at = Key::new(k.a - 1, u64::MAX);
+                } else {
+                    at = Key::new(k.a, k.b - 1);
+                }
+            }
+        }
+        match best {
+            Some((fs, fl, s, l)) => self.take(fs, fl, s, l).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn usable(&self, start: u64, len: u64, want: u64, min: u64) -> Option<(u64, u64)> {
+        let mut busy = Vec::new();
+        self.busy
+            .lock()
+            .overlapping(start, start + len, &mut busy);
+        for &(s, l) in &self.freed {
+            if s < start + len && s + l > start {
+                busy.push((s, s + l));
+            }
+        }
+        usable_part(start, len, &mut busy, want, min)
+    }
+
+    /// Takes `[s, s+l)` out of the free extent `[fs, fs+fl)`.
+    fn take(&mut self, fs: u64, fl: u64, s: u64, l: u64) -> FsResult<(u64, u64)> {
+        assert!(s >= fs && s + l <= fs + fl, "taking outside the free extent");
+        self.remove_free(fs, fl)?;
+        if s > fs {
+            self.insert_free(fs, s - fs)?;
+        }
+        if s + l < fs + fl {
+            self.insert_free(s + l, fs + fl - (s + l))?;
+        }
+        self.hdr.free_blocks -= l;
+        Ok((s, l))
+    }
+
+    fn remove_free(&mut self, s: u64, l: u64) -> FsResult<()> {
+        let a = self.remove(TREE_FREE_BY_BLOCK, Key::new(s, l))?;
+        let b = self.remove(TREE_FREE_BY_SIZE, Key::new(l, s))?;
+        if a.is_none() || b.is_none() {
+            return Err(FsError::corrupt(
+                self.hdr.bno_root.blkno,
+                format!("free extent {s}+{l} missing from a free-space tree"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn insert_free(&mut self, s: u64, l: u64) -> FsResult<()> {
+        self.insert(TREE_FREE_BY_BLOCK, Key::new(s, l), &[])?;
+        self.insert(TREE_FREE_BY_SIZE, Key::new(l, s), &[])?;
+        Ok(())
+    }
+
+    /// Returns `[s, s+l)` to free space, merging with free neighbours. Busy until stable.
+    pub fn free_extent(&mut self, s: u64, l: u64) -> FsResult<()> {
+        assert!(l > 0);
+        if s < self.hdr.data_start || s + l > self.hdr.data_end {
+            return Err(FsError::corrupt(
+                s,
+                format!("freeing {s}+{l} outside the data area"),
+            ));
+        }
+        let mut start = s;
+        let mut len = l;
+        if let Some((k, _)) = self.seek_le(TREE_FREE_BY_BLOCK, Key::new(s + l - 1, u64::MAX))? {
+            let (ps, pl) = (k.a, k.b);
+            if ps + pl > s {
+                return Err(FsError::corrupt(
+                    s,
+                    format!("freeing {s}+{l}, which overlaps free extent {ps}+{pl}"),
+                ));
+            }
+            if ps + pl == s {
+                self.remove_free(ps, pl)?;
+                start = ps;
+                len += pl;
+            }
+        }
+        if let Some((k, _)) = self.seek_ge(TREE_FREE_BY_BLOCK, Key::new(s + l, 0))? {
+            let (ns, nl) = (k.a, k.b);
+            if ns == s + l {
+                self.remove_free(ns, nl)?;
+                len += nl;
+            }
+        }
+        self.insert_free(start, len)?;
+        self.hdr.free_blocks += l;
+        self.freed.push((s, l));
+        Ok(())
+    }
+
+    pub(crate) fn freelist_pop(&mut self) -> FsResult<u64> {
+        self.hdr.freelist.pop().ok_or(FsError::NoSpace)
+    }
+
+    pub(crate) fn freelist_push(&mut self, blkno: u64) -> FsResult<()> {
+        if self.hdr.freelist.len() < freelist_capacity(self.block_size_usize()) {
+            self.hdr.freelist.push(blkno);
+            Ok(())
+        } else {
+            self.free_extent(blkno, 1)
+        }
+    }
+
+    fn block_size_usize(&self) -> usize {
+        use super::btree::NodeStore;
+        self.block_size()
+    }
+
+    /// Keeps the free list between a quarter and three quarters full: enough for any change of
+    /// the free-space trees in one transaction, and never overflowing.
+    pub(crate) fn fix_freelist(&mut self) -> FsResult<()> {
+        let cap = freelist_capacity(self.block_size_usize());
+        let target = cap / 2;
+        if self.hdr.freelist.len() < cap / 4 {
+            while self.hdr.freelist.len() < target {
+                let want = (target - self.hdr.freelist.len()) as u64;
+                // Allocating may itself pop the list; loop until the target is reached.
+                let Some((s, l)) = self.alloc_extent(want, 1)? else {
+                    break; // A nearly full device: keep what we have.
+                };
+                self.hdr.freelist.extend(s..s + l);
+            }
+        } else if self.hdr.freelist.len() > cap / 4 * 3 {
+            while self.hdr.freelist.len() > target {
+                let Some(b) = self.hdr.freelist.pop() else {
+                    break;
+                };
+                self.free_extent(b, 1)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usable_part_skips_busy_ranges() {
+        assert_eq!(usable_part(10, 10, &mut [], 5, 1), Some((10, 5)));
+        assert_eq!(usable_part(10, 10, &mut [(12, 14)], 5, 1), Some((14, 5)));
+        assert_eq!(usable_part(10, 10, &mut [(12, 14), (17, 18)], 5, 1), Some((14, 3)));
+        assert_eq!(usable_part(10, 10, &mut [(0, 30)], 5, 1), None);
+        assert_eq!(usable_part(10, 10, &mut [(11, 19)], 5, 2), None);
+        assert_eq!(usable_part(10, 10, &mut [(11, 19)], 5, 1), Some((10, 1)));
+    }
+}

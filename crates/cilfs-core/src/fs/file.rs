@@ -1,0 +1,609 @@
+//! File data: extent items (file block -> disk block run), reads and writes in place, truncate,
+//! fallocate, SEEK_DATA/SEEK_HOLE and fsync.
+//!
+//! Ordering (journal.md section 7): data for newly allocated blocks is written, and the write
+//! completed, before the transaction that maps them commits; the checkpoint's data-device flush
+//! then makes it stable before the commit record. Bytes past EOF in the last block are zeroed
+//! whenever the file grows over them, so a hole or a grown file never shows stale bytes.
+
+use super::dir::TreeRead;
+use super::error::{FsError, FsResult};
+use super::header::TREE_FS;
+use super::inode::{Attr, S_ISGID, S_ISUID};
+use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
+use super::node::arr8;
+use super::ops::Cred;
+use super::stats::bump;
+use super::tx::FsTx;
+use super::{log_inode, Fs, FsState, IversionMode};
+use cilfs_device::{AlignedBuf, WriteFlags};
+use std::sync::atomic::Ordering;
+
+/// A run of blocks: file block `file`, `len` blocks at disk block `disk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub file: u64,
+    pub disk: u64,
+    pub len: u64,
+}
+
+pub const EXTENT_VALUE_BYTES: usize = 16;
+/// The longest extent one item describes.
+pub const EXTENT_LEN_MAX: u64 = u32::MAX as u64;
+/// Largest file size: file blocks must fit the key's 56-bit offset; capped at 8 EiB - 1.
+pub fn max_file_size(bs: u32) -> u64 {
+    (OFFSET_MAX.saturating_mul(u64::from(bs))).min(i64::MAX as u64)
+}
+
+impl Extent {
+    pub fn encode(&self) -> [u8; EXTENT_VALUE_BYTES] {
+        let mut b = [0u8; EXTENT_VALUE_BYTES];
+        b[0..8].copy_from_slice(&self.disk.to_le_bytes());
+        b[8..12].copy_from_slice(&(self.len as u32).to_le_bytes());
+        b
+    }
+
+    pub fn decode(file: u64, v: &[u8]) -> FsResult<Extent> {
+        if v.len() != EXTENT_VALUE_BYTES {
+            return Err(FsError::corrupt(0, format!("extent item of {} bytes", v.len())));
+        }
+        let len = u64::from(u32::from_le_bytes([v[8], v[9], v[10], v[11]]));
+        if len == 0 {
+            return Err(FsError::corrupt(0, "empty extent"));
+        }
+        Ok(Extent {
+            file,
+            disk: u64::from_le_bytes(arr8(&v[0..8])),
+            len,
+        })
+    }
+
+    pub fn end(&self) -> u64 {
+        self.file + self.len
+    }
+}
+
+/// The extents of `ino` overlapping file blocks `[from, to)`, in order.
+pub(crate) fn extents_in(t: &mut dyn TreeRead, ino: u64, from: u64, to: u64) -> FsResult<Vec<Extent>> {
+    let mut out = Vec::new();
+    if let Some((k, v)) = t.t_seek_le(TREE_FS, key(ino, KIND_EXTENT, from))? {
+        if k.a == ino && kind_of(k) == KIND_EXTENT {
+            let e = Extent::decode(offset_of(k), &v)?;
+            if e.end() > from {
+                out.push(e);
+            }
+        }
+    }
+    let mut at = key(ino, KIND_EXTENT, from);
+    if let Some(e) = out.last() {
+        at = key(ino, KIND_EXTENT, e.end().min(OFFSET_MAX));
+    }
+    loop {
+        let Some((k, v)) = t.t_seek_ge(TREE_FS, at)? else {
+            break;
+        };
+        if k.a != ino || kind_of(k) != KIND_EXTENT || offset_of(k) >= to {
+            break;
+        }
+        let e = Extent::decode(offset_of(k), &v)?;
+        out.push(e);
+        match k.succ() {
+            Some(n) => at = n,
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Gaps of `[from, to)` not covered by `exts` (sorted).
+fn holes(exts: &[Extent], from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    for e in exts {
+        if e.file > at {
+            out.push((at, e.file.min(to)));
+        }
+        at = at.max(e.end());
+        if at >= to {
+            break;
+        }
+    }
+    if at < to {
+        out.push((at, to));
+    }
+    out
+}
+
+impl Fs {
+    /// Maps holes of file blocks `[from, to)` to newly allocated blocks; returns the new extents.
+    /// The caller writes them before committing.
+    fn allocate_range(
+        &self,
+        t: &mut FsTx<'_>,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> FsResult<Vec<Extent>> {
+        let exts = extents_in(t, ino, from, to)?;
+        let mut fresh = Vec::new();
+        for (hs, he) in holes(&exts, from, to) {
+            let mut at = hs;
+            while at < he {
+                let want = (he - at).min(EXTENT_LEN_MAX);
+                let Some((disk, len)) = t.alloc_extent(want, 1)? else {
+                    return Err(FsError::NoSpace);
+                };
+                let e = Extent { file: at, disk, len };
+                self.insert_extent(t, ino, e)?;
+                fresh.push(e);
+                at += len;
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// Inserts an extent item, merging it into the previous one when both runs continue.
+    fn insert_extent(&self, t: &mut FsTx<'_>, ino: u64, e: Extent) -> FsResult<()> {
+        if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
+            if k.a == ino && kind_of(k) == KIND_EXTENT {
+                let p = Extent::decode(offset_of(k), &v)?;
+                if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX {
+                    let merged = Extent { len: p.len + e.len, ..p };
+                    t.insert(TREE_FS, k, &merged.encode())?;
+                    return Ok(());
+                }
+            }
+        }
+        t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &e.encode())?;
+        Ok(())
+    }
+
+    fn read_blocks(&self, disk: u64, buf: &mut [u8]) -> FsResult<()> {
+        self.journal
+            .data
+            .read(disk * u64::from(self.bs), buf)
+            .map_err(FsError::from)
+    }
+
+    fn write_blocks(&self, disk: u64, buf: &[u8]) -> FsResult<()> {
+        self.journal
+            .data
+            .write(disk * u64::from(self.bs), buf, WriteFlags::NONE)
+            .map_err(FsError::from)
+    }
+
+    /// Writes `data` at `off`. Returns the bytes written (all of them, or an error).
+    pub fn write(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        bump(&self.stats.operations);
+        self.check_writable()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let bs = u64::from(self.bs);
+        let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        if end > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let mut st = self.state.write();
+        let m = self.load(&mut st, ino)?;
+        if m.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let old_size = m.inode.size;
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let exts = {
+            let mut v = self.view(&st);
+            extents_in(&mut v, ino, first, last + 1)?
+        };
+        let hole_blocks: u64 = holes(&exts, first, last + 1).iter().map(|(a, b)| b - a).sum();
+        if hole_blocks > 0 {
+            self.space_check(&st, hole_blocks + 8, true)?;
+        }
+        // Zero the tail of the old last block when the file grows past it.
+        self.zero_eof_tail(&st, ino, old_size, off)?;
+        let mut t = if hole_blocks > 0 { Some(self.begin(&st)?) } else { None };
+        let result = (|| -> FsResult<()> {
+            let mut fresh = Vec::new();
+            if let Some(t) = t.as_mut() {
+                fresh = self.allocate_range(t, ino, first, last + 1)?;
+            }
+            let mut all: Vec<Extent> = exts.iter().copied().chain(fresh.iter().copied()).collect();
+            all.sort_by_key(|e| e.file);
+            self.write_data(&all, &fresh, old_size, off, data)
+        })();
+        let now = self.now();
+        let m = match st.inodes.get_mut(&ino) {
+            Some(m) => m,
+            None => return Err(FsError::NotFound),
+        };
+        if let Err(e) = result {
+            return match t {
+                Some(t) if t.tx.logged_buffers() > 0 => Err(t.abort(e)),
+                _ => Err(e),
+            };
+        }
+        bump_bytes(&self.stats.data_write_bytes, data.len());
+        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
+        let size_changed = end > old_size;
+        let kill_suid = cred.uid != 0
+            && (m.inode.mode & S_ISUID != 0 || (m.inode.mode & S_ISGID != 0 && m.inode.mode & 0o010 != 0));
+        let must_log = self.opts.iversion == IversionMode::Eager
+            || ts_changed
+            || size_changed
+            || hole_blocks > 0
+            || kill_suid;
+        let log = if must_log {
+            m.change.maybe_increment(true);
+            bump(&self.stats.change_bumps);
+            true
+        } else if m.change.maybe_increment(false) {
+            bump(&self.stats.change_bumps);
+            true
+        } else {
+            bump(&self.stats.change_bumps_skipped);
+            false
+        };
+        if !log {
+            return Ok(data.len());
+        }
+        m.inode.mtime = now;
+        m.inode.ctime = now;
+        m.inode.size = m.inode.size.max(end);
+        m.inode.blocks += hole_blocks;
+        if kill_suid {
+            m.inode.mode &= !S_ISUID;
+            if m.inode.mode & 0o010 != 0 {
+                m.inode.mode &= !S_ISGID;
+            }
+        }
+        let mut t = match t {
+            Some(t) => t,
+            None => self.begin(&st)?,
+        };
+        let m = match st.inodes.get_mut(&ino) {
+            Some(m) => m,
+            None => return Err(FsError::NotFound),
+        };
+        if let Err(e) = log_inode(&mut t, m, &self.stats) {
+            return Err(t.abort(e));
+        }
+        let seq = self.commit(&mut st, t)?;
+        if let Some(m) = st.inodes.get_mut(&ino) {
+            m.last_seq = m.last_seq.max(seq);
+        }
+        Ok(data.len())
+    }
+
+    /// Writes `data` at byte `off` through the block map `exts` (which covers the range).
+    /// Partial blocks are read first unless freshly allocated; bytes at or past `old_size` read
+    /// as zeros.
+    fn write_data(&self, exts: &[Extent], fresh: &[Extent], old_size: u64, off: u64, data: &[u8]) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        let first = off / bs;
+        let end = off + data.len() as u64;
+        let last = (end - 1) / bs;
+        let nblocks = (last - first + 1) as usize;
+        let mut buf = AlignedBuf::zeroed(nblocks * self.bs as usize);
+        let is_fresh = |fb: u64| fresh.iter().any(|e| fb >= e.file && fb < e.end());
+        for fb in [first, last] {
+            let partial = (fb == first && off % bs != 0) || (fb == last && end % bs != 0);
+            if !partial || is_fresh(fb) || fb * bs >= old_size {
+                continue;
+            }
+            let Some(e) = exts.iter().find(|e| fb >= e.file && fb < e.end()) else {
+                continue;
+            };
+            let i = (fb - first) as usize * self.bs as usize;
+            self.read_blocks(e.disk + (fb - e.file), &mut buf[i..i + self.bs as usize])?;
+            // Past EOF must read as zeros even if an old write left bytes there.
+            let eof_in_block = old_size.saturating_sub(fb * bs);
+            if eof_in_block < bs {
+                buf[i + eof_in_block as usize..i + self.bs as usize].fill(0);
+            }
+        }
+        let start = (off - first * bs) as usize;
+        buf[start..start + data.len()].copy_from_slice(data);
+        // One write per physically contiguous run.
+        for e in exts {
+            let s = e.file.max(first);
+            let en = e.end().min(last + 1);
+            if s >= en {
+                continue;
+            }
+            let i = (s - first) as usize * self.bs as usize;
+            let j = (en - first) as usize * self.bs as usize;
+            self.write_blocks(e.disk + (s - e.file), &buf[i..j])?;
+        }
+        Ok(())
+    }
+
+    /// When a file grows from `old_size` to beyond it (a write at `new_from` or a truncate up),
+    /// zero the old last block from EOF to its end, so the grown part reads as zeros.
+    fn zero_eof_tail(&self, st: &FsState, ino: u64, old_size: u64, new_from: u64) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        if old_size % bs == 0 || new_from <= old_size {
+            return Ok(());
+        }
+        let fb = old_size / bs;
+        if new_from < (fb + 1) * bs && new_from / bs == fb {
+            // The write itself covers this block; write_data zeroes it.
+            return Ok(());
+        }
+        let exts = {
+            let mut v = self.view(st);
+            extents_in(&mut v, ino, fb, fb + 1)?
+        };
+        let Some(e) = exts.first() else {
+            return Ok(());
+        };
+        let disk = e.disk + (fb - e.file);
+        let mut buf = AlignedBuf::zeroed(self.bs as usize);
+        self.read_blocks(disk, &mut buf)?;
+        buf[(old_size % bs) as usize..].fill(0);
+        self.write_blocks(disk, &buf)
+    }
+
+    pub fn read(&self, ino: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
+        bump(&self.stats.operations);
+        let st = self.state.read();
+        let i = self.peek_inode(&st, ino)?;
+        if i.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        if off >= i.size || size == 0 {
+            return Ok(Vec::new());
+        }
+        let end = (off + u64::from(size)).min(i.size);
+        let bs = u64::from(self.bs);
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let exts = {
+            let mut v = self.view(&st);
+            extents_in(&mut v, ino, first, last + 1)?
+        };
+        let nblocks = (last - first + 1) as usize;
+        let mut buf = AlignedBuf::zeroed(nblocks * self.bs as usize);
+        for e in &exts {
+            let s = e.file.max(first);
+            let en = e.end().min(last + 1);
+            if s >= en {
+                continue;
+            }
+            let a = (s - first) as usize * self.bs as usize;
+            let b = (en - first) as usize * self.bs as usize;
+            self.read_blocks(e.disk + (s - e.file), &mut buf[a..b])?;
+        }
+        let start = (off - first * bs) as usize;
+        let out = buf[start..start + (end - off) as usize].to_vec();
+        bump_bytes(&self.stats.data_read_bytes, out.len());
+        Ok(out)
+    }
+
+    /// Sets the size. Shrinking frees the blocks past the new end (in bounded transactions, the
+    /// first of which sets the size); growing leaves a hole.
+    pub(crate) fn truncate(&self, ino: u64, size: u64) -> FsResult<()> {
+        if size > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let mut st = self.state.write();
+        let m = self.load(&mut st, ino)?;
+        if m.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let old = m.inode.size;
+        if size > old {
+            self.zero_eof_tail(&st, ino, old, size)?;
+        }
+        let now = self.now();
+        self.with_tx(&mut st, |t, inodes| {
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            m.inode.size = size;
+            m.inode.mtime = now;
+            self.touch_ctime(m, now);
+            log_inode(t, m, &self.stats)?;
+            Ok(((), vec![ino]))
+        })?;
+        if size < old {
+            let bs = u64::from(self.bs);
+            let keep = size.div_ceil(bs);
+            self.free_range(&mut st, ino, keep, OFFSET_MAX)?;
+        }
+        Ok(())
+    }
+
+    /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction.
+    pub(crate) fn free_range(&self, st: &mut FsState, ino: u64, from: u64, to: u64) -> FsResult<()> {
+        loop {
+            let (more, _) = self.with_tx(st, |t, inodes| {
+                let exts = extents_in(t, ino, from, to)?;
+                let mut freed = 0;
+                for e in exts.iter().take(16) {
+                    let s = e.file.max(from);
+                    let en = e.end().min(to);
+                    t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
+                    if e.file < s {
+                        t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &Extent { len: s - e.file, ..*e }.encode())?;
+                    }
+                    if en < e.end() {
+                        let tail = Extent { file: en, disk: e.disk + (en - e.file), len: e.end() - en };
+                        t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
+                    }
+                    t.free_extent(e.disk + (s - e.file), en - s)?;
+                    freed += en - s;
+                }
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.blocks = m.inode.blocks.saturating_sub(freed);
+                log_inode(t, m, &self.stats)?;
+                Ok((exts.len() > 16, vec![ino]))
+            })?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// fallocate: mode 0 (allocate, extend size), keep_size, or punch_hole (with keep_size).
+    /// Allocated blocks are written with zeros: there are no unwritten extents yet.
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool, punch_hole: bool) -> FsResult<()> {
+        bump(&self.stats.operations);
+        self.check_writable()?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of length 0"));
+        }
+        if punch_hole && !keep_size {
+            return Err(FsError::NotSupported("PUNCH_HOLE without KEEP_SIZE"));
+        }
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        if end > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let bs = u64::from(self.bs);
+        if punch_hole {
+            let size = self.getattr(ino)?.size;
+            let end = end.min(size);
+            if off >= end {
+                return Ok(());
+            }
+            // Zero the partial blocks at the edges in place, unmap the whole ones.
+            let first_full = off.div_ceil(bs);
+            let end_full = end / bs;
+            let zero = |a: u64, b: u64| -> FsResult<()> {
+                if a < b {
+                    self.write(Cred::ROOT, ino, a, &vec![0u8; (b - a) as usize]).map(|_| ())
+                } else {
+                    Ok(())
+                }
+            };
+            if first_full >= end_full {
+                zero(off, end)?;
+            } else {
+                zero(off, first_full * bs)?;
+                zero(end_full * bs, end)?;
+                let mut st = self.state.write();
+                self.free_range(&mut st, ino, first_full, end_full)?;
+            }
+            return Ok(());
+        }
+        let mut st = self.state.write();
+        let m = self.load(&mut st, ino)?;
+        if m.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let old_size = m.inode.size;
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let exts = {
+            let mut v = self.view(&st);
+            extents_in(&mut v, ino, first, last + 1)?
+        };
+        let hole_blocks: u64 = holes(&exts, first, last + 1).iter().map(|(a, b)| b - a).sum();
+        self.space_check(&st, hole_blocks + 8, true)?;
+        if !keep_size && end > old_size {
+            self.zero_eof_tail(&st, ino, old_size, end)?;
+        }
+        let now = self.now();
+        self.with_tx(&mut st, |t, inodes| {
+            let fresh = self.allocate_range(t, ino, first, last + 1)?;
+            for e in &fresh {
+                // Bounded zeroing writes of at most 1 MiB.
+                let chunk = (1 << 20) / bs;
+                let zeros = AlignedBuf::zeroed((chunk * bs) as usize);
+                let mut at = 0;
+                while at < e.len {
+                    let n = (e.len - at).min(chunk);
+                    self.write_blocks(e.disk + at, &zeros[..(n * bs) as usize])?;
+                    at += n;
+                }
+            }
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            m.inode.blocks += hole_blocks;
+            if !keep_size && end > m.inode.size {
+                m.inode.size = end;
+                m.inode.mtime = now;
+            }
+            self.touch_ctime(m, now);
+            log_inode(t, m, &self.stats)?;
+            Ok(((), vec![ino]))
+        })?;
+        Ok(())
+    }
+
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `off`.
+    pub fn seek(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
+        bump(&self.stats.operations);
+        let st = self.state.read();
+        let i = self.peek_inode(&st, ino)?;
+        if off >= i.size {
+            return Err(FsError::NoData);
+        }
+        let bs = u64::from(self.bs);
+        let mut v = self.view(&st);
+        let exts = extents_in(&mut v, ino, off / bs, i.size.div_ceil(bs))?;
+        let mut pos = off;
+        for e in &exts {
+            let (s, en) = (e.file * bs, e.end() * bs);
+            if data {
+                if en > pos {
+                    return Ok(pos.max(s).min(i.size));
+                }
+            } else if s > pos {
+                return Ok(pos);
+            } else {
+                pos = pos.max(en);
+            }
+        }
+        if data {
+            Err(FsError::NoData)
+        } else {
+            Ok(pos.min(i.size))
+        }
+    }
+
+    /// fsync/fdatasync: the inode's last checkpoint is made stable (its data-device flush comes
+    /// first), then the data device is flushed for overwrites done since (elided when nothing
+    /// is volatile).
+    pub fn fsync(&self, ino: u64) -> FsResult<()> {
+        bump(&self.stats.operations);
+        bump(&self.stats.fsyncs);
+        let seq = {
+            let st = self.state.read();
+            st.inodes.get(&ino).map_or(0, |m| m.last_seq)
+        };
+        if seq > self.journal.completed_seq() {
+            self.journal.force(seq)?;
+        }
+        self.journal.data.flush()?;
+        Ok(())
+    }
+
+    /// syncfs: everything committed becomes stable.
+    pub fn sync(&self) -> FsResult<()> {
+        bump(&self.stats.operations);
+        self.journal.force_all()?;
+        self.journal.data.flush()?;
+        Ok(())
+    }
+
+    pub fn attr_of(&self, ino: u64) -> FsResult<Attr> {
+        self.getattr(ino)
+    }
+}
+
+fn bump_bytes(a: &std::sync::atomic::AtomicU64, n: usize) {
+    a.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holes_between_extents() {
+        let e = |file, len| Extent { file, disk: 100, len };
+        assert_eq!(holes(&[], 0, 4), vec![(0, 4)]);
+        assert_eq!(holes(&[e(1, 2)], 0, 4), vec![(0, 1), (3, 4)]);
+        assert_eq!(holes(&[e(0, 10)], 2, 4), vec![]);
+        assert_eq!(holes(&[e(0, 1), e(5, 1)], 0, 8), vec![(1, 5), (6, 8)]);
+    }
+}

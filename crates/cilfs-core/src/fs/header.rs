@@ -1,0 +1,139 @@
+//! The filesystem header block (the first block of the metadata area): tree roots, counters and
+//! the free list that feeds the free-space trees' own node allocations
+//! (docs/on-disk-format.md "Filesystem header").
+
+use super::btree::Root;
+use super::error::{FsError, FsResult};
+use super::node::{arr4, arr8};
+
+pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
+pub const HEADER_VERSION: u32 = 1;
+pub const HEADER_LSN_OFFSET: u16 = 8;
+const FREELIST_OFFSET: usize = 128;
+/// The smallest block size the filesystem layer accepts: a tree value is at most a quarter of a
+/// leaf, and a directory entry with a 255-byte name must fit one.
+pub const MIN_FS_BLOCK_SIZE: u32 = 2048;
+
+/// Tree identifiers, stored in every node.
+pub const TREE_FS: u8 = 1;
+pub const TREE_FREE_BY_BLOCK: u8 = 2;
+pub const TREE_FREE_BY_SIZE: u8 = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub fs_root: Root,
+    pub bno_root: Root,
+    pub size_root: Root,
+    pub next_ino: u64,
+    /// Blocks in the free-space trees (the free list not counted).
+    pub free_blocks: u64,
+    pub inode_count: u64,
+    /// Blocks `[data_start, data_end)` are managed by the allocator.
+    pub data_start: u64,
+    pub data_end: u64,
+    /// Blocks kept for the free-space trees' nodes.
+    pub freelist: Vec<u64>,
+}
+
+/// Entries the free list holds in a block of `bs` bytes.
+pub fn freelist_capacity(bs: usize) -> usize {
+    ((bs - FREELIST_OFFSET) / 8).min(128)
+}
+
+fn put_root(out: &mut [u8], r: Root) {
+    out[0..8].copy_from_slice(&r.blkno.to_le_bytes());
+    out[8] = r.level;
+    out[9..16].fill(0);
+}
+
+fn get_root(b: &[u8]) -> Root {
+    Root {
+        blkno: u64::from_le_bytes(arr8(&b[0..8])),
+        level: b[8],
+    }
+}
+
+impl Header {
+    pub fn encode_into(&self, out: &mut [u8]) {
+        assert!(self.freelist.len() <= freelist_capacity(out.len()));
+        out[0..4].copy_from_slice(&HEADER_MAGIC.to_le_bytes());
+        out[4..8].copy_from_slice(&HEADER_VERSION.to_le_bytes());
+        // 8..32: LSN stamp.
+        put_root(&mut out[32..48], self.fs_root);
+        put_root(&mut out[48..64], self.bno_root);
+        put_root(&mut out[64..80], self.size_root);
+        out[80..88].copy_from_slice(&self.next_ino.to_le_bytes());
+        out[88..96].copy_from_slice(&self.free_blocks.to_le_bytes());
+        out[96..104].copy_from_slice(&self.inode_count.to_le_bytes());
+        out[104..112].copy_from_slice(&self.data_start.to_le_bytes());
+        out[112..120].copy_from_slice(&self.data_end.to_le_bytes());
+        out[120..124].copy_from_slice(&(self.freelist.len() as u32).to_le_bytes());
+        out[124..128].fill(0);
+        let mut p = FREELIST_OFFSET;
+        for b in &self.freelist {
+            out[p..p + 8].copy_from_slice(&b.to_le_bytes());
+            p += 8;
+        }
+        out[p..].fill(0);
+    }
+
+    pub fn decode(b: &[u8], blkno: u64) -> FsResult<Header> {
+        let magic = u32::from_le_bytes(arr4(&b[0..4]));
+        if magic != HEADER_MAGIC {
+            return Err(FsError::NotFormatted(format!(
+                "no filesystem header at block {blkno} (magic {magic:#010x}); was mkfs interrupted?"
+            )));
+        }
+        let version = u32::from_le_bytes(arr4(&b[4..8]));
+        if version != HEADER_VERSION {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("header version {version}, this cilfs knows {HEADER_VERSION}"),
+            ));
+        }
+        let n = u32::from_le_bytes(arr4(&b[120..124])) as usize;
+        if n > freelist_capacity(b.len()) {
+            return Err(FsError::corrupt(blkno, format!("free list of {n} entries")));
+        }
+        let freelist = (0..n)
+            .map(|i| u64::from_le_bytes(arr8(&b[FREELIST_OFFSET + 8 * i..])))
+            .collect();
+        let h = Header {
+            fs_root: get_root(&b[32..48]),
+            bno_root: get_root(&b[48..64]),
+            size_root: get_root(&b[64..80]),
+            next_ino: u64::from_le_bytes(arr8(&b[80..88])),
+            free_blocks: u64::from_le_bytes(arr8(&b[88..96])),
+            inode_count: u64::from_le_bytes(arr8(&b[96..104])),
+            data_start: u64::from_le_bytes(arr8(&b[104..112])),
+            data_end: u64::from_le_bytes(arr8(&b[112..120])),
+            freelist,
+        };
+        let in_area = |x: u64| x >= h.data_start && x < h.data_end;
+        if h.data_start > h.data_end
+            || ![h.fs_root.blkno, h.bno_root.blkno, h.size_root.blkno]
+                .into_iter()
+                .all(in_area)
+            || !h.freelist.iter().all(|&x| in_area(x))
+        {
+            return Err(FsError::corrupt(blkno, "header points outside the data area"));
+        }
+        Ok(h)
+    }
+
+    pub fn root(&self, tree: u8) -> Root {
+        match tree {
+            TREE_FREE_BY_BLOCK => self.bno_root,
+            TREE_FREE_BY_SIZE => self.size_root,
+            _ => self.fs_root,
+        }
+    }
+
+    pub fn set_root(&mut self, tree: u8, r: Root) {
+        match tree {
+            TREE_FREE_BY_BLOCK => self.bno_root = r,
+            TREE_FREE_BY_SIZE => self.size_root = r,
+            _ => self.fs_root = r,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Inodes: the item format (docs/on-disk-format.md "Inode item") and the POSIX attributes.
+
+use super::error::{FsError, FsResult};
+use super::node::{arr4, arr8};
+
+pub const S_IFMT: u32 = 0o170_000;
+pub const S_IFSOCK: u32 = 0o140_000;
+pub const S_IFLNK: u32 = 0o120_000;
+pub const S_IFREG: u32 = 0o100_000;
+pub const S_IFBLK: u32 = 0o060_000;
+pub const S_IFDIR: u32 = 0o040_000;
+pub const S_IFCHR: u32 = 0o020_000;
+pub const S_IFIFO: u32 = 0o010_000;
+pub const S_ISUID: u32 = 0o4000;
+pub const S_ISGID: u32 = 0o2000;
+pub const S_ISVTX: u32 = 0o1000;
+
+pub const ROOT_INO: u64 = 1;
+pub const INODE_ITEM_BYTES: usize = 112;
+
+/// Seconds and nanoseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]
+pub struct Timespec {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl Timespec {
+    pub fn now() -> Self {
+        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            Ok(d) => Timespec {
+                sec: d.as_secs() as i64,
+                nsec: d.subsec_nanos(),
+            },
+            Err(_) => Timespec::default(),
+        }
+    }
+
+    /// Rounded down to a multiple of `gran_ns` (at most one second).
+    pub fn truncated(self, gran_ns: u32) -> Self {
+        let g = gran_ns.clamp(1, 1_000_000_000);
+        Timespec {
+            sec: self.sec,
+            nsec: self.nsec - self.nsec % g,
+        }
+    }
+}
+
+/// File types, as readdir reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileType {
+    Regular,
+    Directory,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+impl FileType {
+    pub fn from_mode(mode: u32) -> Option<Self> {
+        Some(match mode & S_IFMT {
+            S_IFREG => FileType::Regular,
+            S_IFDIR => FileType::Directory,
+            S_IFLNK => FileType::Symlink,
+            S_IFIFO => FileType::Fifo,
+            S_IFSOCK => FileType::Socket,
+            S_IFCHR => FileType::CharDevice,
+            S_IFBLK => FileType::BlockDevice,
+            _ => return None,
+        })
+    }
+
+    pub fn code(self) -> u8 {
+        match self {
+            FileType::Regular => 1,
+            FileType::Directory => 2,
+            FileType::Symlink => 3,
+            FileType::Fifo => 4,
+            FileType::Socket => 5,
+            FileType::CharDevice => 6,
+            FileType::BlockDevice => 7,
+        }
+    }
+
+    pub fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            1 => FileType::Regular,
+            2 => FileType::Directory,
+            3 => FileType::Symlink,
+            4 => FileType::Fifo,
+            5 => FileType::Socket,
+            6 => FileType::CharDevice,
+            7 => FileType::BlockDevice,
+            _ => return None,
+        })
+    }
+}
+
+/// An inode as stored, with the change counter's value (without the queried flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inode {
+    pub ino: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// Blocks allocated to the file (data and, for symlinks/xattrs, nothing else).
+    pub blocks: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    pub rdev: u64,
+    pub change: u64,
+    pub flags: u32,
+    /// For a directory, the directory holding it (what ".." names); 0 otherwise.
+    pub parent: u64,
+}
+
+/// What getattr reports: the inode plus the block size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: FileType,
+    pub perm: u16,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub size: u64,
+    /// 512-byte units, as stat reports them.
+    pub blocks_512: u64,
+    pub atime: Timespec,
+    pub mtime: Timespec,
+    pub ctime: Timespec,
+    pub crtime: Timespec,
+    pub rdev: u64,
+    pub blksize: u32,
+}
+
+impl Inode {
+    pub fn kind(&self) -> Option<FileType> {
+        FileType::from_mode(self.mode)
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.mode & S_IFMT == S_IFDIR
+    }
+
+    pub fn attr(&self, block_size: u32) -> Attr {
+        Attr {
+            ino: self.ino,
+            kind: self.kind().unwrap_or(FileType::Regular),
+            perm: (self.mode & 0o7777) as u16,
+            mode: self.mode,
+            uid: self.uid,
+            gid: self.gid,
+            nlink: self.nlink,
+            size: self.size,
+            blocks_512: self.blocks * u64::from(block_size / 512),
+            atime: self.atime,
+            mtime: self.mtime,
+            ctime: self.ctime,
+            crtime: self.crtime,
+            rdev: self.rdev,
+            blksize: block_size,
+        }
+    }
+
+    pub fn encode(&self) -> [u8; INODE_ITEM_BYTES] {
+        let mut b = [0u8; INODE_ITEM_BYTES];
+        b[0..4].copy_from_slice(&self.mode.to_le_bytes());
+        b[4..8].copy_from_slice(&self.uid.to_le_bytes());
+        b[8..12].copy_from_slice(&self.gid.to_le_bytes());
+        b[12..16].copy_from_slice(&self.nlink.to_le_bytes());
+        b[16..24].copy_from_slice(&self.size.to_le_bytes());
+        b[24..32].copy_from_slice(&self.blocks.to_le_bytes());
+        for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime]
+            .iter()
+            .enumerate()
+        {
+            let p = 32 + 12 * i;
+            b[p..p + 8].copy_from_slice(&t.sec.to_le_bytes());
+            b[p + 8..p + 12].copy_from_slice(&t.nsec.to_le_bytes());
+        }
+        b[80..88].copy_from_slice(&self.rdev.to_le_bytes());
+        b[88..96].copy_from_slice(&self.change.to_le_bytes());
+        b[96..100].copy_from_slice(&self.flags.to_le_bytes());
+        b[100..108].copy_from_slice(&self.parent.to_le_bytes());
+        // 108..112 reserved
+        b
+    }
+
+    pub fn decode(ino: u64, b: &[u8], blkno: u64) -> FsResult<Inode> {
+        if b.len() != INODE_ITEM_BYTES {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("inode {ino} item of {} bytes", b.len()),
+            ));
+        }
+        let ts = |p: usize| Timespec {
+            sec: i64::from_le_bytes(arr8(&b[p..p + 8])),
+            nsec: u32::from_le_bytes(arr4(&b[p + 8..p + 12])),
+        };
+        let i = Inode {
+            ino,
+            mode: u32::from_le_bytes(arr4(&b[0..4])),
+            uid: u32::from_le_bytes(arr4(&b[4..8])),
+            gid: u32::from_le_bytes(arr4(&b[8..12])),
+            nlink: u32::from_le_bytes(arr4(&b[12..16])),
+            size: u64::from_le_bytes(arr8(&b[16..24])),
+            blocks: u64::from_le_bytes(arr8(&b[24..32])),
+            atime: ts(32),
+            mtime: ts(44),
+            ctime: ts(56),
+            crtime: ts(68),
+            rdev: u64::from_le_bytes(arr8(&b[80..88])),
+            change: u64::from_le_bytes(arr8(&b[88..96])),
+            flags: u32::from_le_bytes(arr4(&b[96..100])),
+            parent: u64::from_le_bytes(arr8(&b[100..108])),
+        };
+        if i.kind().is_none() {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("inode {ino} has no valid file type (mode {:o})", i.mode),
+            ));
+        }
+        Ok(i)
+    }
+}

@@ -1,0 +1,885 @@
+//! Namespace and attribute operations: lookup, create (mknod, mkdir, symlink), link, unlink,
+//! rmdir, rename, readdir, setattr, open/release and orphan reclaim.
+
+use super::change::ChangeCounter;
+use super::dir::{self, check_name, DirEntry, TreeRead};
+use super::error::{FsError, FsResult};
+use super::header::TREE_FS;
+use super::inode::{
+    Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID, S_ISUID,
+};
+use super::keys::{
+    key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
+};
+use super::stats::bump;
+use super::tx::FsTx;
+use super::{log_inode, Fs, FsState, InodeMem};
+use std::collections::HashMap;
+
+/// The caller of an operation (from the FUSE request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Cred {
+    pub const ROOT: Cred = Cred { uid: 0, gid: 0 };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Timespec),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// Longest symlink target (PATH_MAX less the terminating NUL).
+pub const SYMLINK_MAX: usize = 4095;
+const SYMLINK_CHUNK: usize = 256;
+/// Link count limit.
+pub const LINK_MAX: u32 = 65_000;
+/// Blocks kept back for operations that free space (unlink, rmdir, truncate) on a full device.
+pub const RESERVE_BLOCKS: u64 = 256;
+
+/// One directory's entries changing inside a transaction.
+pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
+    let k = key(dir, KIND_DIRENT, super::keys::name_hash(&e.name));
+    let mut bucket = match t.get(TREE_FS, k)? {
+        Some(v) => dir::decode_bucket(&v, dir)?,
+        None => Vec::new(),
+    };
+    bucket.push(e.clone());
+    let v = dir::encode_bucket(&bucket);
+    if v.len() > super::node::max_value_bytes(t.tx_block_size()) {
+        // Only when several long names share one 56-bit hash.
+        return Err(FsError::NoSpace);
+    }
+    t.insert(TREE_FS, k, &v)?;
+    Ok(())
+}
+
+pub(crate) fn dir_remove(t: &mut FsTx<'_>, dir: u64, name: &[u8]) -> FsResult<DirEntry> {
+    let k = key(dir, KIND_DIRENT, super::keys::name_hash(name));
+    let Some(v) = t.get(TREE_FS, k)? else {
+        return Err(FsError::NotFound);
+    };
+    let mut bucket = dir::decode_bucket(&v, dir)?;
+    let Some(i) = bucket.iter().position(|e| e.name == name) else {
+        return Err(FsError::NotFound);
+    };
+    let e = bucket.remove(i);
+    if bucket.is_empty() {
+        t.remove(TREE_FS, k)?;
+    } else {
+        t.insert(TREE_FS, k, &dir::encode_bucket(&bucket))?;
+    }
+    Ok(e)
+}
+
+impl Fs {
+    fn op(&self) {
+        bump(&self.stats.operations);
+    }
+
+    /// A change that logs the inode anyway: bump the counter (forced) and set ctime.
+    pub(crate) fn touch_ctime(&self, m: &mut InodeMem, now: Timespec) {
+        m.inode.ctime = now;
+        m.change.maybe_increment(true);
+        bump(&self.stats.change_bumps);
+    }
+
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.op();
+        let st = self.state.read();
+        Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
+        self.op();
+        if name.len() > dir::NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        let st = self.state.read();
+        let p = self.peek_inode(&st, parent)?;
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let ino = match name {
+            b"." => parent,
+            b".." => p.parent,
+            _ => {
+                let mut v = self.view(&st);
+                match dir::lookup(&mut v, TREE_FS, parent, name)? {
+                    Some(e) => e.ino,
+                    None => return Err(FsError::NotFound),
+                }
+            }
+        };
+        Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+    }
+
+    /// Free blocks allocations may use (not busy), less what `reserve` keeps back.
+    pub(crate) fn space_check(&self, st: &FsState, blocks: u64, reserve: bool) -> FsResult<()> {
+        let busy = {
+            let mut b = self.busy.lock();
+            b.prune(self.journal.completed_seq());
+            b.blocks()
+        };
+        let avail = st.hdr.free_blocks.saturating_sub(busy);
+        let keep = if reserve { RESERVE_BLOCKS } else { RESERVE_BLOCKS / 4 };
+        if avail >= blocks + keep {
+            return Ok(());
+        }
+        if busy > 0 {
+            // Space freed by checkpoints not yet stable: make it usable and look again.
+            self.journal.force_all()?;
+            let busy = {
+                let mut b = self.busy.lock();
+                b.prune(self.journal.completed_seq());
+                b.blocks()
+            };
+            if st.hdr.free_blocks.saturating_sub(busy) >= blocks + keep {
+                return Ok(());
+            }
+        }
+        Err(FsError::NoSpace)
+    }
+
+    /// mknod for every non-directory type except symlinks: regular files, fifos, sockets and
+    /// devices. `mode` carries the type bits.
+    pub fn mknod(&self, cred: Cred, parent: u64, name: &[u8], mode: u32, rdev: u64) -> FsResult<Attr> {
+        let kind = FileType::from_mode(mode).ok_or(FsError::Invalid("unknown file type"))?;
+        if matches!(kind, FileType::Directory | FileType::Symlink) {
+            return Err(FsError::Invalid("mknod of a directory or symlink"));
+        }
+        self.create_node(cred, parent, name, mode, rdev, None)
+    }
+
+    pub fn mkdir(&self, cred: Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
+        self.create_node(cred, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
+    }
+
+    pub fn symlink(&self, cred: Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
+        if target.is_empty() {
+            return Err(FsError::NotFound);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        self.create_node(cred, parent, name, S_IFLNK | 0o777, 0, Some(target))
+    }
+
+    fn create_node(
+        &self,
+        cred: Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        target: Option<&[u8]>,
+    ) -> FsResult<Attr> {
+        self.op();
+        check_name(name)?;
+        self.check_writable()?;
+        let mut st = self.state.write();
+        let p = self.load(&mut st, parent)?.inode.clone();
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if p.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        if is_dir && p.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        {
+            let mut v = self.view(&st);
+            if dir::lookup(&mut v, TREE_FS, parent, name)?.is_some() {
+                return Err(FsError::Exists);
+            }
+        }
+        self.space_check(&st, 4, true)?;
+        let now = self.now();
+        let bs = self.bs;
+        let (attr, _) = self.with_tx(&mut st, |t, inodes| {
+            let ino = t.hdr.next_ino;
+            t.hdr.next_ino += 1;
+            t.hdr.inode_count += 1;
+            let mut mode = mode;
+            let gid = if p.mode & S_ISGID != 0 {
+                if is_dir {
+                    mode |= S_ISGID;
+                }
+                p.gid
+            } else {
+                cred.gid
+            };
+            let inode = Inode {
+                ino,
+                mode,
+                uid: cred.uid,
+                gid,
+                nlink: if is_dir { 2 } else { 1 },
+                size: target.map_or(0, |t| t.len() as u64),
+                blocks: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                rdev,
+                change: 0,
+                flags: 0,
+                parent: if is_dir { parent } else { 0 },
+            };
+            let mut m = InodeMem {
+                inode,
+                change: ChangeCounter::created(0),
+                open: 0,
+                last_seq: 0,
+            };
+            log_inode(t, &mut m, &self.stats)?;
+            if let Some(target) = target {
+                for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
+                    t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
+                }
+            }
+            let kind = m.inode.kind().unwrap_or(FileType::Regular);
+            dir_add(
+                t,
+                parent,
+                &DirEntry {
+                    ino,
+                    kind,
+                    name: name.to_vec(),
+                },
+            )?;
+            let attr = m.inode.attr(bs);
+            inodes.insert(ino, m);
+            let pm = Fs::inode_mut(t, inodes, parent)?;
+            pm.inode.mtime = now;
+            pm.inode.size += 1;
+            if is_dir {
+                pm.inode.nlink += 1;
+            }
+            self.touch_ctime(pm, now);
+            log_inode(t, pm, &self.stats)?;
+            Ok((attr, vec![ino, parent]))
+        })?;
+        Ok(attr)
+    }
+
+    pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
+        self.op();
+        let st = self.state.read();
+        let i = self.peek_inode(&st, ino)?;
+        if i.mode & S_IFMT != S_IFLNK {
+            return Err(FsError::Invalid("not a symlink"));
+        }
+        let mut v = self.view(&st);
+        let mut out = Vec::with_capacity(i.size as usize);
+        let mut at = key(ino, KIND_SYMLINK, 0);
+        while let Some((k, val)) = v.t_seek_ge(TREE_FS, at)? {
+            if k.a != ino || kind_of(k) != KIND_SYMLINK {
+                break;
+            }
+            out.extend_from_slice(&val);
+            at = match k.succ() {
+                Some(n) => n,
+                None => break,
+            };
+        }
+        if out.len() as u64 != i.size {
+            return Err(FsError::corrupt(0, format!("symlink {ino} target is {} of {} bytes", out.len(), i.size)));
+        }
+        Ok(out)
+    }
+
+    pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        self.op();
+        check_name(newname)?;
+        self.check_writable()?;
+        let mut st = self.state.write();
+        let target = self.load(&mut st, ino)?.inode.clone();
+        if target.is_dir() {
+            return Err(FsError::NotPermitted);
+        }
+        if target.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if target.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let p = self.load(&mut st, newparent)?.inode.clone();
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if p.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        {
+            let mut v = self.view(&st);
+            if dir::lookup(&mut v, TREE_FS, newparent, newname)?.is_some() {
+                return Err(FsError::Exists);
+            }
+        }
+        self.space_check(&st, 2, true)?;
+        let now = self.now();
+        let bs = self.bs;
+        let (attr, _) = self.with_tx(&mut st, |t, inodes| {
+            dir_add(
+                t,
+                newparent,
+                &DirEntry {
+                    ino,
+                    kind: target.kind().unwrap_or(FileType::Regular),
+                    name: newname.to_vec(),
+                },
+            )?;
+            let pm = Fs::inode_mut(t, inodes, newparent)?;
+            pm.inode.mtime = now;
+            pm.inode.size += 1;
+            self.touch_ctime(pm, now);
+            log_inode(t, pm, &self.stats)?;
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            m.inode.nlink += 1;
+            self.touch_ctime(m, now);
+            log_inode(t, m, &self.stats)?;
+            Ok((m.inode.attr(bs), vec![ino, newparent]))
+        })?;
+        Ok(attr)
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.remove_entry(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> FsResult<()> {
+        self.remove_entry(parent, name, true)
+    }
+
+    fn remove_entry(&self, parent: u64, name: &[u8], want_dir: bool) -> FsResult<()> {
+        self.op();
+        if name.len() > dir::NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if want_dir && name == b"." {
+            return Err(FsError::Invalid("rmdir of ."));
+        }
+        if want_dir && name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        self.check_writable()?;
+        let mut st = self.state.write();
+        let p = self.load(&mut st, parent)?.inode.clone();
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let e = {
+            let mut v = self.view(&st);
+            dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?
+        };
+        let is_dir = e.kind == FileType::Directory;
+        if want_dir && !is_dir {
+            return Err(FsError::NotDir);
+        }
+        if !want_dir && is_dir {
+            return Err(FsError::IsDir);
+        }
+        if is_dir {
+            let mut v = self.view(&st);
+            if !dir::is_empty(&mut v, TREE_FS, e.ino)? {
+                return Err(FsError::NotEmpty);
+            }
+        }
+        let now = self.now();
+        let ((), _) = self.with_tx(&mut st, |t, inodes| {
+            dir_remove(t, parent, name)?;
+            let pm = Fs::inode_mut(t, inodes, parent)?;
+            pm.inode.mtime = now;
+            pm.inode.size = pm.inode.size.saturating_sub(1);
+            if is_dir {
+                pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+            }
+            self.touch_ctime(pm, now);
+            log_inode(t, pm, &self.stats)?;
+            self.drop_link(t, inodes, e.ino, now)?;
+            Ok(((), vec![parent, e.ino]))
+        })?;
+        self.reclaim_if_unused(&mut st, e.ino)?;
+        Ok(())
+    }
+
+    /// One name of `ino` went away: lower its link count; at zero it becomes an orphan, freed
+    /// when nobody holds it open (or at the next mount after a crash).
+    fn drop_link(
+        &self,
+        t: &mut FsTx<'_>,
+        inodes: &mut HashMap<u64, InodeMem>,
+        ino: u64,
+        now: Timespec,
+    ) -> FsResult<()> {
+        let m = Fs::inode_mut(t, inodes, ino)?;
+        if m.inode.is_dir() {
+            m.inode.nlink = 0;
+        } else {
+            m.inode.nlink = m.inode.nlink.saturating_sub(1);
+        }
+        self.touch_ctime(m, now);
+        log_inode(t, m, &self.stats)?;
+        if m.inode.nlink == 0 {
+            t.insert(TREE_FS, key(ORPHAN_OWNER, KIND_ORPHAN, ino), &[])?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn reclaim_if_unused(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
+        let gone = st
+            .inodes
+            .get(&ino)
+            .is_some_and(|m| m.inode.nlink == 0 && m.open == 0);
+        if gone {
+            self.reclaim(st, ino)?;
+        }
+        Ok(())
+    }
+
+    /// Frees an orphan: its extents, xattrs and symlink chunks (in transactions of bounded size,
+    /// each consistent on its own), then the inode and its orphan item.
+    pub(crate) fn reclaim(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
+        // Everything keyed under the inode except the inode item itself, a bounded batch per
+        // transaction.
+        loop {
+            let (done, _) = self.with_tx(st, |t, inodes| {
+                let mut n = 0;
+                let mut at = key(ino, KIND_INODE + 1, 0);
+                while n < 16 {
+                    let Some((k, v)) = t.seek_ge(TREE_FS, at)? else {
+                        break;
+                    };
+                    if k.a != ino {
+                        break;
+                    }
+                    if kind_of(k) == super::keys::KIND_EXTENT {
+                        let ext = super::file::Extent::decode(offset_of(k), &v)?;
+                        t.free_extent(ext.disk, ext.len)?;
+                        if let Some(m) = inodes.get_mut(&ino) {
+                            m.inode.blocks = m.inode.blocks.saturating_sub(ext.len);
+                        }
+                    }
+                    t.remove(TREE_FS, k)?;
+                    n += 1;
+                    at = k;
+                }
+                Ok((n < 16, vec![]))
+            })?;
+            if done {
+                break;
+            }
+        }
+        self.with_tx(st, |t, inodes| {
+            t.remove(TREE_FS, key(ino, KIND_INODE, 0))?;
+            t.remove(TREE_FS, key(ORPHAN_OWNER, KIND_ORPHAN, ino))?;
+            t.hdr.inode_count = t.hdr.inode_count.saturating_sub(1);
+            inodes.remove(&ino);
+            Ok(((), vec![]))
+        })?;
+        bump(&self.stats.orphans_reclaimed);
+        Ok(())
+    }
+
+    /// Frees every orphan an earlier mount left (files unlinked while open, then a crash).
+    pub(crate) fn reclaim_orphans(&self) -> FsResult<()> {
+        let mut st = self.state.write();
+        loop {
+            let next = {
+                let mut v = self.view(&st);
+                v.t_seek_ge(TREE_FS, key(ORPHAN_OWNER, KIND_ORPHAN, 0))?
+            };
+            let Some((k, _)) = next else { break };
+            if k.a != ORPHAN_OWNER || kind_of(k) != KIND_ORPHAN {
+                break;
+            }
+            let ino = offset_of(k);
+            if self.peek_inode(&st, ino).is_err() {
+                // The inode went away but the orphan item stayed: drop the item.
+                self.with_tx(&mut st, |t, _| {
+                    t.remove(TREE_FS, k)?;
+                    Ok(((), vec![]))
+                })?;
+                continue;
+            }
+            self.reclaim(&mut st, ino)?;
+        }
+        Ok(())
+    }
+
+    pub fn open_inode(&self, ino: u64) -> FsResult<Attr> {
+        self.op();
+        let mut st = self.state.write();
+        let m = self.load(&mut st, ino)?;
+        m.open += 1;
+        Ok(m.inode.attr(self.bs))
+    }
+
+    /// The last release of an unlinked inode frees it.
+    pub fn release_inode(&self, ino: u64) -> FsResult<()> {
+        self.op();
+        let mut st = self.state.write();
+        let Some(m) = st.inodes.get_mut(&ino) else {
+            return Ok(());
+        };
+        m.open = m.open.saturating_sub(1);
+        if self.opts.read_only {
+            return Ok(());
+        }
+        self.reclaim_if_unused(&mut st, ino)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        self.op();
+        if name.len() > dir::NAME_MAX || newname.len() > dir::NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        check_name(name)?;
+        check_name(newname)?;
+        if flags.noreplace && flags.exchange {
+            return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+        }
+        self.check_writable()?;
+        let mut st = self.state.write();
+        for p in [parent, newparent] {
+            if !self.load(&mut st, p)?.inode.is_dir() {
+                return Err(FsError::NotDir);
+            }
+        }
+        let (src, dst) = {
+            let mut v = self.view(&st);
+            (
+                dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?,
+                dir::lookup(&mut v, TREE_FS, newparent, newname)?,
+            )
+        };
+        let src_dir = src.kind == FileType::Directory;
+        if flags.exchange {
+            let Some(dst) = dst else {
+                return Err(FsError::NotFound);
+            };
+            return self.exchange(&mut st, parent, &src, newparent, &dst);
+        }
+        if let Some(d) = &dst {
+            if flags.noreplace {
+                return Err(FsError::Exists);
+            }
+            if d.ino == src.ino {
+                return Ok(()); // Two names of one inode: POSIX says do nothing.
+            }
+            let dst_dir = d.kind == FileType::Directory;
+            if src_dir && !dst_dir {
+                return Err(FsError::NotDir);
+            }
+            if !src_dir && dst_dir {
+                return Err(FsError::IsDir);
+            }
+            if dst_dir {
+                let mut v = self.view(&st);
+                if !dir::is_empty(&mut v, TREE_FS, d.ino)? {
+                    return Err(FsError::NotEmpty);
+                }
+            }
+        }
+        if src_dir && parent != newparent {
+            // A directory cannot move below itself.
+            let mut at = newparent;
+            loop {
+                if at == src.ino {
+                    return Err(FsError::Invalid("rename of a directory into itself"));
+                }
+                let i = self.load(&mut st, at)?.inode.clone();
+                if i.parent == at || i.parent == 0 {
+                    break;
+                }
+                at = i.parent;
+            }
+            if self.load(&mut st, newparent)?.inode.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+        }
+        let now = self.now();
+        let replaced = dst.as_ref().map(|d| d.ino);
+        self.with_tx(&mut st, |t, inodes| {
+            dir_remove(t, parent, name)?;
+            if dst.is_some() {
+                dir_remove(t, newparent, newname)?;
+            }
+            dir_add(
+                t,
+                newparent,
+                &DirEntry {
+                    ino: src.ino,
+                    kind: src.kind,
+                    name: newname.to_vec(),
+                },
+            )?;
+            let mut touched = vec![parent, newparent, src.ino];
+            if let Some(d) = &dst {
+                self.drop_link(t, inodes, d.ino, now)?;
+                touched.push(d.ino);
+            }
+            {
+                let pm = Fs::inode_mut(t, inodes, parent)?;
+                pm.inode.mtime = now;
+                pm.inode.size = pm.inode.size.saturating_sub(1);
+                if src_dir {
+                    pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+                }
+                self.touch_ctime(pm, now);
+                log_inode(t, pm, &self.stats)?;
+            }
+            {
+                let np = Fs::inode_mut(t, inodes, newparent)?;
+                np.inode.mtime = now;
+                if dst.is_none() {
+                    np.inode.size += 1;
+                }
+                // A directory moved in adds a link (its ".."); one replaced takes its own away.
+                if src_dir {
+                    np.inode.nlink += 1;
+                    if dst.is_some() {
+                        np.inode.nlink = np.inode.nlink.saturating_sub(1);
+                    }
+                }
+                self.touch_ctime(np, now);
+                log_inode(t, np, &self.stats)?;
+            }
+            let sm = Fs::inode_mut(t, inodes, src.ino)?;
+            if src_dir {
+                sm.inode.parent = newparent;
+            }
+            self.touch_ctime(sm, now);
+            log_inode(t, sm, &self.stats)?;
+            Ok(((), touched))
+        })?;
+        if let Some(ino) = replaced {
+            self.reclaim_if_unused(&mut st, ino)?;
+        }
+        Ok(())
+    }
+
+    fn exchange(
+        &self,
+        st: &mut FsState,
+        p1: u64,
+        a: &DirEntry,
+        p2: u64,
+        b: &DirEntry,
+    ) -> FsResult<()> {
+        if a.ino == b.ino {
+            return Ok(());
+        }
+        let a_dir = a.kind == FileType::Directory;
+        let b_dir = b.kind == FileType::Directory;
+        if p1 != p2 {
+            // Neither directory may end up below itself.
+            for (moving, into) in [(a, p2), (b, p1)] {
+                if moving.kind != FileType::Directory {
+                    continue;
+                }
+                let mut at = into;
+                loop {
+                    if at == moving.ino {
+                        return Err(FsError::Invalid("exchange would move a directory into itself"));
+                    }
+                    let i = self.load(st, at)?.inode.clone();
+                    if i.parent == at || i.parent == 0 {
+                        break;
+                    }
+                    at = i.parent;
+                }
+            }
+        }
+        let now = self.now();
+        self.with_tx(st, |t, inodes| {
+            dir_remove(t, p1, &a.name)?;
+            dir_remove(t, p2, &b.name)?;
+            dir_add(t, p1, &DirEntry { ino: b.ino, kind: b.kind, name: a.name.clone() })?;
+            dir_add(t, p2, &DirEntry { ino: a.ino, kind: a.kind, name: b.name.clone() })?;
+            let links = |dir: bool| i64::from(dir);
+            let d1 = links(b_dir) - links(a_dir);
+            for (p, d) in [(p1, d1), (p2, -d1)] {
+                let pm = Fs::inode_mut(t, inodes, p)?;
+                pm.inode.mtime = now;
+                if p1 != p2 {
+                    pm.inode.nlink = (i64::from(pm.inode.nlink) + d).max(0) as u32;
+                }
+                self.touch_ctime(pm, now);
+                log_inode(t, pm, &self.stats)?;
+                if p1 == p2 {
+                    break;
+                }
+            }
+            for (ino, newp) in [(a.ino, p2), (b.ino, p1)] {
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                if m.inode.is_dir() {
+                    m.inode.parent = newp;
+                }
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+            }
+            Ok(((), vec![p1, p2, a.ino, b.ino]))
+        })?;
+        Ok(())
+    }
+
+    /// Directory entries from `cookie` on, "." and ".." first; each with the cookie that
+    /// resumes after it. At most `max` entries, whole hash buckets only (at least one).
+    pub fn readdir(&self, ino: u64, cookie: u64, max: usize) -> FsResult<Vec<(DirEntry, u64)>> {
+        self.op();
+        let st = self.state.read();
+        let d = self.peek_inode(&st, ino)?;
+        if !d.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let mut out = Vec::new();
+        let mut c = cookie;
+        if c == 0 {
+            out.push((DirEntry { ino, kind: FileType::Directory, name: b".".to_vec() }, 1));
+            c = 1;
+        }
+        if c == 1 && out.len() < max {
+            out.push((DirEntry { ino: d.parent, kind: FileType::Directory, name: b"..".to_vec() }, 2));
+            c = 2;
+        }
+        if c < 2 {
+            return Ok(out);
+        }
+        c = c.max(3);
+        let mut v = self.view(&st);
+        while out.len() < max.max(1) {
+            let Some((entries, next)) = dir::next_bucket(&mut v, TREE_FS, ino, c)? else {
+                break;
+            };
+            if !out.is_empty() && out.len() + entries.len() > max {
+                break;
+            }
+            for e in entries {
+                out.push((e, next));
+            }
+            c = next;
+        }
+        Ok(out)
+    }
+
+    pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {
+        self.op();
+        self.check_writable()?;
+        if let Some(size) = sa.size {
+            self.truncate(ino, size)?;
+        }
+        let mut st = self.state.write();
+        let now = self.now();
+        let m = self.load(&mut st, ino)?;
+        if sa.mode.is_none() && sa.uid.is_none() && sa.gid.is_none() && sa.atime.is_none() && sa.mtime.is_none() {
+            return Ok(m.inode.attr(self.bs));
+        }
+        let _ = cred;
+        let bs = self.bs;
+        let (attr, _) = self.with_tx(&mut st, |t, inodes| {
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            if let Some(mode) = sa.mode {
+                m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777);
+            }
+            let owner_change = sa.uid.is_some_and(|u| u != m.inode.uid)
+                || sa.gid.is_some_and(|g| g != m.inode.gid);
+            if let Some(uid) = sa.uid {
+                m.inode.uid = uid;
+            }
+            if let Some(gid) = sa.gid {
+                m.inode.gid = gid;
+            }
+            if owner_change && !m.inode.is_dir() && sa.mode.is_none() {
+                // chown clears set-user-ID, and set-group-ID when group execute is set.
+                m.inode.mode &= !S_ISUID;
+                if m.inode.mode & 0o010 != 0 {
+                    m.inode.mode &= !S_ISGID;
+                }
+            }
+            let resolve = |s: SetTime| match s {
+                SetTime::Now => now,
+                SetTime::At(t) => t,
+            };
+            if let Some(a) = sa.atime {
+                m.inode.atime = resolve(a);
+            }
+            if let Some(mt) = sa.mtime {
+                m.inode.mtime = resolve(mt);
+            }
+            self.touch_ctime(m, now);
+            log_inode(t, m, &self.stats)?;
+            Ok((m.inode.attr(bs), vec![ino]))
+        })?;
+        Ok(attr)
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        self.op();
+        let st = self.state.read();
+        let h = &st.hdr;
+        let busy = self.busy.lock().blocks();
+        let free = h.free_blocks + h.freelist.len() as u64;
+        let avail = h.free_blocks.saturating_sub(busy + RESERVE_BLOCKS);
+        StatFs {
+            blocks: h.data_end - h.data_start,
+            bfree: free,
+            bavail: avail,
+            files: h.inode_count + avail,
+            ffree: avail,
+            bsize: self.bs,
+            namelen: dir::NAME_MAX as u32,
+        }
+    }
+
+    /// The change attribute (marks it queried): what `user.cilfs.change` and `cilfs stat
+    /// --change` report.
+    pub fn change_attr(&self, ino: u64) -> FsResult<u64> {
+        self.op();
+        bump(&self.stats.change_queries);
+        let mut st = self.state.write();
+        let m = self.load(&mut st, ino)?;
+        Ok(super::visible_change(self.epoch, m.change.query()))
+    }
+}

