@@ -1,9 +1,9 @@
 //! The locks of code that is model-checked with loom: `std` normally, loom's under `--cfg loom`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::{mpsc, Condvar, Mutex, MutexGuard};
-#[cfg(loom)]
 pub(crate) use loom::sync::atomic::AtomicU64;
+#[cfg(loom)]
+pub(crate) use loom::sync::{mpsc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread::JoinHandle;
 #[cfg(not(loom))]

@@ -16,6 +16,7 @@ mod error;
 mod file;
 mod flags;
 mod image;
+mod overlay;
 mod recorder;
 pub mod rng;
 mod sim;
@@ -30,6 +31,7 @@ pub use error::{DeviceError, IoKind, Result};
 pub use file::{DirectIo, FileDevice, FileDeviceOptions, FuaMode};
 pub use flags::WriteFlags;
 pub use image::SparseImage;
+pub use overlay::OverlayDevice;
 pub use recorder::{RecordedOp, RecordingDevice};
 pub use sim::{CrashOptions, FaultMode, SimDevice};
 pub use throttle::{

@@ -24,7 +24,10 @@ pub struct BusyExtents {
 impl BusyExtents {
     pub fn insert(&mut self, start: u64, len: u64, seq: u64) {
         let old = self.map.insert(start, (len, seq));
-        debug_assert!(old.is_none(), "busy extent {start}+{len} overlaps a live one");
+        debug_assert!(
+            old.is_none(),
+            "busy extent {start}+{len} overlaps a live one"
+        );
         self.blocks += len;
         self.by_seq.entry(seq).or_default().push(start);
     }
@@ -69,7 +72,13 @@ impl BusyExtents {
 
 /// The first part of `[start, start+len)` outside every range in `busy` (sorted or not) of at
 /// least `want` blocks, else the longest part of at least `min`: (start, len).
-fn usable_part(start: u64, len: u64, busy: &mut [(u64, u64)], want: u64, min: u64) -> Option<(u64, u64)> {
+fn usable_part(
+    start: u64,
+    len: u64,
+    busy: &mut [(u64, u64)],
+    want: u64,
+    min: u64,
+) -> Option<(u64, u64)> {
     busy.sort_unstable();
     let end = start + len;
     let mut at = start;
@@ -113,7 +122,7 @@ impl FsTx<'_> {
     pub fn alloc_extent(&mut self, want: u64, min: u64) -> FsResult<Option<(u64, u64)>> {
         assert!(want >= min && min >= 1);
         let mut best: Option<(u64, u64, u64, u64)> = None; // (free start, free len, take start, take len)
-        // Extents at least `want` long, smallest first.
+                                                           // Extents at least `want` long, smallest first.
         let mut at = Key::new(want, 0);
         for _ in 0..SEARCH_LIMIT {
             let Some((k, _)) = self.seek_ge(TREE_FREE_BY_SIZE, at)? else {
@@ -167,9 +176,7 @@ impl FsTx<'_> {
 
     fn usable(&self, start: u64, len: u64, want: u64, min: u64) -> Option<(u64, u64)> {
         let mut busy = Vec::new();
-        self.busy
-            .lock()
-            .overlapping(start, start + len, &mut busy);
+        self.busy.lock().overlapping(start, start + len, &mut busy);
         for &(s, l) in &self.freed {
             if s < start + len && s + l > start {
                 busy.push((s, s + l));
@@ -180,7 +187,10 @@ impl FsTx<'_> {
 
     /// Takes `[s, s+l)` out of the free extent `[fs, fs+fl)`.
     fn take(&mut self, fs: u64, fl: u64, s: u64, l: u64) -> FsResult<(u64, u64)> {
-        assert!(s >= fs && s + l <= fs + fl, "taking outside the free extent");
+        assert!(
+            s >= fs && s + l <= fs + fl,
+            "taking outside the free extent"
+        );
         self.remove_free(fs, fl)?;
         if s > fs {
             self.insert_free(fs, s - fs)?;
@@ -300,7 +310,10 @@ mod tests {
     fn usable_part_skips_busy_ranges() {
         assert_eq!(usable_part(10, 10, &mut [], 5, 1), Some((10, 5)));
         assert_eq!(usable_part(10, 10, &mut [(12, 14)], 5, 1), Some((14, 5)));
-        assert_eq!(usable_part(10, 10, &mut [(12, 14), (17, 18)], 5, 1), Some((14, 3)));
+        assert_eq!(
+            usable_part(10, 10, &mut [(12, 14), (17, 18)], 5, 1),
+            Some((14, 3))
+        );
         assert_eq!(usable_part(10, 10, &mut [(0, 30)], 5, 1), None);
         assert_eq!(usable_part(10, 10, &mut [(11, 19)], 5, 2), None);
         assert_eq!(usable_part(10, 10, &mut [(11, 19)], 5, 1), Some((10, 1)));

@@ -80,7 +80,11 @@ fn descend_edge(
         match &node.body {
             Body::Leaf(_) => return Ok(node),
             Body::Interior(items) => {
-                let e = if rightmost { items.last() } else { items.first() };
+                let e = if rightmost {
+                    items.last()
+                } else {
+                    items.first()
+                };
                 let Some(&(_, c)) = e else {
                     return Err(FsError::corrupt(blkno, "empty interior node"));
                 };
@@ -204,7 +208,10 @@ pub fn insert(
         };
         let idx = leaf.idx;
         let Body::Leaf(items) = &mut leaf.node.body else {
-            return Err(FsError::corrupt(leaf.blkno, "path ends in an interior node"));
+            return Err(FsError::corrupt(
+                leaf.blkno,
+                "path ends in an interior node",
+            ));
         };
         if items.get(idx).is_some_and(|(k, _)| *k == key) {
             old = Some(std::mem::replace(&mut items[idx].1, val.to_vec()));
@@ -302,9 +309,12 @@ pub fn remove(
         return Ok(None);
     };
     let Body::Leaf(items) = &mut leaf.node.body else {
-        return Err(FsError::corrupt(leaf.blkno, "path ends in an interior node"));
+        return Err(FsError::corrupt(
+            leaf.blkno,
+            "path ends in an interior node",
+        ));
     };
-    if !items.get(leaf.idx).is_some_and(|(k, _)| *k == key) {
+    if items.get(leaf.idx).is_none_or(|(k, _)| *k != key) {
         return Ok(None);
     }
     let (_, old) = items.remove(leaf.idx);
@@ -455,7 +465,13 @@ pub(crate) mod tests {
         };
         let blk = s.alloc_node(1).expect("alloc");
         s.write_node(blk, &Node::leaf(1)).expect("write");
-        (s, Root { blkno: blk, level: 0 })
+        (
+            s,
+            Root {
+                blkno: blk,
+                level: 0,
+            },
+        )
     }
 
     #[derive(Debug, Clone)]
@@ -530,7 +546,9 @@ pub(crate) mod tests {
             assert_eq!(v, Some(i.to_le_bytes().to_vec()));
         }
         for i in 0..50_000u64 {
-            assert!(remove(&mut s, &mut root, 1, Key::new(1, i)).expect("remove").is_some());
+            assert!(remove(&mut s, &mut root, 1, Key::new(1, i))
+                .expect("remove")
+                .is_some());
         }
         assert_eq!(root.level, 0);
         assert_eq!(s.blocks.len(), 1, "only the root leaf is left");

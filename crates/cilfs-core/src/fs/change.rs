@@ -28,10 +28,12 @@ impl ChangeCounter {
             if cur & QUERIED != 0 {
                 return cur >> 1;
             }
-            match self
-                .0
-                .compare_exchange_weak(cur, cur | QUERIED, Ordering::AcqRel, Ordering::Acquire)
-            {
+            match self.0.compare_exchange_weak(
+                cur,
+                cur | QUERIED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 Ok(_) => return cur >> 1,
                 Err(now) => cur = now,
             }
@@ -110,7 +112,10 @@ mod loom_tests {
             assert_eq!(c.peek(), seen + bumps, "no increment lost");
             assert!(q <= c.peek());
             if q == c.peek() {
-                assert!(c.maybe_increment(false), "a seen value must change on the next change");
+                assert!(
+                    c.maybe_increment(false),
+                    "a seen value must change on the next change"
+                );
             }
         });
     }

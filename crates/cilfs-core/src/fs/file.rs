@@ -45,7 +45,10 @@ impl Extent {
 
     pub fn decode(file: u64, v: &[u8]) -> FsResult<Extent> {
         if v.len() != EXTENT_VALUE_BYTES {
-            return Err(FsError::corrupt(0, format!("extent item of {} bytes", v.len())));
+            return Err(FsError::corrupt(
+                0,
+                format!("extent item of {} bytes", v.len()),
+            ));
         }
         let len = u64::from(u32::from_le_bytes([v[8], v[9], v[10], v[11]]));
         if len == 0 {
@@ -64,7 +67,12 @@ impl Extent {
 }
 
 /// The extents of `ino` overlapping file blocks `[from, to)`, in order.
-pub(crate) fn extents_in(t: &mut dyn TreeRead, ino: u64, from: u64, to: u64) -> FsResult<Vec<Extent>> {
+pub(crate) fn extents_in(
+    t: &mut dyn TreeRead,
+    ino: u64,
+    from: u64,
+    to: u64,
+) -> FsResult<Vec<Extent>> {
     let mut out = Vec::new();
     if let Some((k, v)) = t.t_seek_le(TREE_FS, key(ino, KIND_EXTENT, from))? {
         if k.a == ino && kind_of(k) == KIND_EXTENT {
@@ -78,10 +86,7 @@ pub(crate) fn extents_in(t: &mut dyn TreeRead, ino: u64, from: u64, to: u64) -> 
     if let Some(e) = out.last() {
         at = key(ino, KIND_EXTENT, e.end().min(OFFSET_MAX));
     }
-    loop {
-        let Some((k, v)) = t.t_seek_ge(TREE_FS, at)? else {
-            break;
-        };
+    while let Some((k, v)) = t.t_seek_ge(TREE_FS, at)? {
         if k.a != ino || kind_of(k) != KIND_EXTENT || offset_of(k) >= to {
             break;
         }
@@ -133,7 +138,11 @@ impl Fs {
                 let Some((disk, len)) = t.alloc_extent(want, 1)? else {
                     return Err(FsError::NoSpace);
                 };
-                let e = Extent { file: at, disk, len };
+                let e = Extent {
+                    file: at,
+                    disk,
+                    len,
+                };
                 self.insert_extent(t, ino, e)?;
                 fresh.push(e);
                 at += len;
@@ -147,8 +156,12 @@ impl Fs {
         if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
             if k.a == ino && kind_of(k) == KIND_EXTENT {
                 let p = Extent::decode(offset_of(k), &v)?;
-                if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX {
-                    let merged = Extent { len: p.len + e.len, ..p };
+                if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX
+                {
+                    let merged = Extent {
+                        len: p.len + e.len,
+                        ..p
+                    };
                     t.insert(TREE_FS, k, &merged.encode())?;
                     return Ok(());
                 }
@@ -196,13 +209,20 @@ impl Fs {
             let mut v = self.view(&st);
             extents_in(&mut v, ino, first, last + 1)?
         };
-        let hole_blocks: u64 = holes(&exts, first, last + 1).iter().map(|(a, b)| b - a).sum();
+        let hole_blocks: u64 = holes(&exts, first, last + 1)
+            .iter()
+            .map(|(a, b)| b - a)
+            .sum();
         if hole_blocks > 0 {
             self.space_check(&st, hole_blocks + 8, true)?;
         }
         // Zero the tail of the old last block when the file grows past it.
         self.zero_eof_tail(&st, ino, old_size, off)?;
-        let mut t = if hole_blocks > 0 { Some(self.begin(&st)?) } else { None };
+        let mut t = if hole_blocks > 0 {
+            Some(self.begin(&st)?)
+        } else {
+            None
+        };
         let result = (|| -> FsResult<()> {
             let mut fresh = Vec::new();
             if let Some(t) = t.as_mut() {
@@ -227,7 +247,8 @@ impl Fs {
         let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
         let size_changed = end > old_size;
         let kill_suid = cred.uid != 0
-            && (m.inode.mode & S_ISUID != 0 || (m.inode.mode & S_ISGID != 0 && m.inode.mode & 0o010 != 0));
+            && (m.inode.mode & S_ISUID != 0
+                || (m.inode.mode & S_ISGID != 0 && m.inode.mode & 0o010 != 0));
         let must_log = self.opts.iversion == IversionMode::Eager
             || ts_changed
             || size_changed
@@ -278,7 +299,14 @@ impl Fs {
     /// Writes `data` at byte `off` through the block map `exts` (which covers the range).
     /// Partial blocks are read first unless freshly allocated; bytes at or past `old_size` read
     /// as zeros.
-    fn write_data(&self, exts: &[Extent], fresh: &[Extent], old_size: u64, off: u64, data: &[u8]) -> FsResult<()> {
+    fn write_data(
+        &self,
+        exts: &[Extent],
+        fresh: &[Extent],
+        old_size: u64,
+        off: u64,
+        data: &[u8],
+    ) -> FsResult<()> {
         let bs = u64::from(self.bs);
         let first = off / bs;
         let end = off + data.len() as u64;
@@ -413,7 +441,13 @@ impl Fs {
     }
 
     /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction.
-    pub(crate) fn free_range(&self, st: &mut FsState, ino: u64, from: u64, to: u64) -> FsResult<()> {
+    pub(crate) fn free_range(
+        &self,
+        st: &mut FsState,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> FsResult<()> {
         loop {
             let (more, _) = self.with_tx(st, |t, inodes| {
                 let exts = extents_in(t, ino, from, to)?;
@@ -423,10 +457,22 @@ impl Fs {
                     let en = e.end().min(to);
                     t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
                     if e.file < s {
-                        t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &Extent { len: s - e.file, ..*e }.encode())?;
+                        t.insert(
+                            TREE_FS,
+                            key(ino, KIND_EXTENT, e.file),
+                            &Extent {
+                                len: s - e.file,
+                                ..*e
+                            }
+                            .encode(),
+                        )?;
                     }
                     if en < e.end() {
-                        let tail = Extent { file: en, disk: e.disk + (en - e.file), len: e.end() - en };
+                        let tail = Extent {
+                            file: en,
+                            disk: e.disk + (en - e.file),
+                            len: e.end() - en,
+                        };
                         t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
                     }
                     t.free_extent(e.disk + (s - e.file), en - s)?;
@@ -445,7 +491,14 @@ impl Fs {
 
     /// fallocate: mode 0 (allocate, extend size), keep_size, or punch_hole (with keep_size).
     /// Allocated blocks are written with zeros: there are no unwritten extents yet.
-    pub fn fallocate(&self, ino: u64, off: u64, len: u64, keep_size: bool, punch_hole: bool) -> FsResult<()> {
+    pub fn fallocate(
+        &self,
+        ino: u64,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+        punch_hole: bool,
+    ) -> FsResult<()> {
         bump(&self.stats.operations);
         self.check_writable()?;
         if len == 0 {
@@ -470,7 +523,8 @@ impl Fs {
             let end_full = end / bs;
             let zero = |a: u64, b: u64| -> FsResult<()> {
                 if a < b {
-                    self.write(Cred::ROOT, ino, a, &vec![0u8; (b - a) as usize]).map(|_| ())
+                    self.write(Cred::ROOT, ino, a, &vec![0u8; (b - a) as usize])
+                        .map(|_| ())
                 } else {
                     Ok(())
                 }
@@ -497,7 +551,10 @@ impl Fs {
             let mut v = self.view(&st);
             extents_in(&mut v, ino, first, last + 1)?
         };
-        let hole_blocks: u64 = holes(&exts, first, last + 1).iter().map(|(a, b)| b - a).sum();
+        let hole_blocks: u64 = holes(&exts, first, last + 1)
+            .iter()
+            .map(|(a, b)| b - a)
+            .sum();
         self.space_check(&st, hole_blocks + 8, true)?;
         if !keep_size && end > old_size {
             self.zero_eof_tail(&st, ino, old_size, end)?;
@@ -600,7 +657,11 @@ mod tests {
 
     #[test]
     fn holes_between_extents() {
-        let e = |file, len| Extent { file, disk: 100, len };
+        let e = |file, len| Extent {
+            file,
+            disk: 100,
+            len,
+        };
         assert_eq!(holes(&[], 0, 4), vec![(0, 4)]);
         assert_eq!(holes(&[e(1, 2)], 0, 4), vec![(0, 1), (3, 4)]);
         assert_eq!(holes(&[e(0, 10)], 2, 4), vec![]);

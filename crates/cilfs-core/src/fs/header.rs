@@ -116,7 +116,10 @@ impl Header {
                 .all(in_area)
             || !h.freelist.iter().all(|&x| in_area(x))
         {
-            return Err(FsError::corrupt(blkno, "header points outside the data area"));
+            return Err(FsError::corrupt(
+                blkno,
+                "header points outside the data area",
+            ));
         }
         Ok(h)
     }

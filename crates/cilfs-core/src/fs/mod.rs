@@ -9,6 +9,7 @@
 pub mod alloc;
 pub mod btree;
 pub mod change;
+pub mod check;
 pub mod dir;
 pub mod error;
 pub mod file;
@@ -169,7 +170,7 @@ impl Fs {
             let g = buf.lock();
             Header::decode(&g.data, first)?
         };
-        let epoch = u64::from(journal.superblock().unclean_epoch);
+        let epoch = journal.superblock().unclean_epoch;
         let fs = Arc::new(Fs {
             journal,
             hdr_blk: first,
@@ -221,7 +222,9 @@ impl Fs {
     pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
         let (seq, hdr) = t.commit()?;
         st.hdr = hdr;
-        self.stats.transactions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.stats
+            .transactions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(seq)
     }
 
@@ -263,19 +266,18 @@ impl Fs {
         inodes: &'m mut HashMap<u64, InodeMem>,
         ino: u64,
     ) -> FsResult<&'m mut InodeMem> {
-        if !inodes.contains_key(&ino) {
-            let inode = read_inode(t, ino)?;
-            inodes.insert(
-                ino,
-                InodeMem {
+        match inodes.entry(ino) {
+            std::collections::hash_map::Entry::Occupied(o) => Ok(o.into_mut()),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let inode = read_inode(t, ino)?;
+                Ok(v.insert(InodeMem {
                     change: ChangeCounter::loaded(inode.change),
                     inode,
                     open: 0,
                     last_seq: 0,
-                },
-            );
+                }))
+            }
         }
-        inodes.get_mut(&ino).ok_or(FsError::NotFound)
     }
 
     /// Loads an inode into the cache outside a transaction (write lock held).
@@ -335,10 +337,16 @@ pub(crate) fn read_inode(t: &mut dyn TreeRead, ino: u64) -> FsResult<Inode> {
 }
 
 /// Logs an inode (its item, so its leaf), storing the change counter's current value.
-pub(crate) fn log_inode(t: &mut FsTx<'_>, m: &mut InodeMem, stats: &stats::FsCounters) -> FsResult<()> {
+pub(crate) fn log_inode(
+    t: &mut FsTx<'_>,
+    m: &mut InodeMem,
+    stats: &stats::FsCounters,
+) -> FsResult<()> {
     m.inode.change = m.change.peek();
     t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
-    stats.inode_logs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    stats
+        .inode_logs
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Ok(())
 }
 

@@ -5,9 +5,7 @@ use super::change::ChangeCounter;
 use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
-use super::inode::{
-    Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID, S_ISUID,
-};
+use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID, S_ISUID};
 use super::keys::{
     key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
@@ -153,7 +151,11 @@ impl Fs {
             b.blocks()
         };
         let avail = st.hdr.free_blocks.saturating_sub(busy);
-        let keep = if reserve { RESERVE_BLOCKS } else { RESERVE_BLOCKS / 4 };
+        let keep = if reserve {
+            RESERVE_BLOCKS
+        } else {
+            RESERVE_BLOCKS / 4
+        };
         if avail >= blocks + keep {
             return Ok(());
         }
@@ -174,7 +176,14 @@ impl Fs {
 
     /// mknod for every non-directory type except symlinks: regular files, fifos, sockets and
     /// devices. `mode` carries the type bits.
-    pub fn mknod(&self, cred: Cred, parent: u64, name: &[u8], mode: u32, rdev: u64) -> FsResult<Attr> {
+    pub fn mknod(
+        &self,
+        cred: Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+    ) -> FsResult<Attr> {
         let kind = FileType::from_mode(mode).ok_or(FsError::Invalid("unknown file type"))?;
         if matches!(kind, FileType::Directory | FileType::Symlink) {
             return Err(FsError::Invalid("mknod of a directory or symlink"));
@@ -317,7 +326,10 @@ impl Fs {
             };
         }
         if out.len() as u64 != i.size {
-            return Err(FsError::corrupt(0, format!("symlink {ino} target is {} of {} bytes", out.len(), i.size)));
+            return Err(FsError::corrupt(
+                0,
+                format!("symlink {ino} target is {} of {} bytes", out.len(), i.size),
+            ));
         }
         Ok(out)
     }
@@ -722,7 +734,9 @@ impl Fs {
                 let mut at = into;
                 loop {
                     if at == moving.ino {
-                        return Err(FsError::Invalid("exchange would move a directory into itself"));
+                        return Err(FsError::Invalid(
+                            "exchange would move a directory into itself",
+                        ));
                     }
                     let i = self.load(st, at)?.inode.clone();
                     if i.parent == at || i.parent == 0 {
@@ -736,8 +750,24 @@ impl Fs {
         self.with_tx(st, |t, inodes| {
             dir_remove(t, p1, &a.name)?;
             dir_remove(t, p2, &b.name)?;
-            dir_add(t, p1, &DirEntry { ino: b.ino, kind: b.kind, name: a.name.clone() })?;
-            dir_add(t, p2, &DirEntry { ino: a.ino, kind: a.kind, name: b.name.clone() })?;
+            dir_add(
+                t,
+                p1,
+                &DirEntry {
+                    ino: b.ino,
+                    kind: b.kind,
+                    name: a.name.clone(),
+                },
+            )?;
+            dir_add(
+                t,
+                p2,
+                &DirEntry {
+                    ino: a.ino,
+                    kind: a.kind,
+                    name: b.name.clone(),
+                },
+            )?;
             let links = |dir: bool| i64::from(dir);
             let d1 = links(b_dir) - links(a_dir);
             for (p, d) in [(p1, d1), (p2, -d1)] {
@@ -777,11 +807,25 @@ impl Fs {
         let mut out = Vec::new();
         let mut c = cookie;
         if c == 0 {
-            out.push((DirEntry { ino, kind: FileType::Directory, name: b".".to_vec() }, 1));
+            out.push((
+                DirEntry {
+                    ino,
+                    kind: FileType::Directory,
+                    name: b".".to_vec(),
+                },
+                1,
+            ));
             c = 1;
         }
         if c == 1 && out.len() < max {
-            out.push((DirEntry { ino: d.parent, kind: FileType::Directory, name: b"..".to_vec() }, 2));
+            out.push((
+                DirEntry {
+                    ino: d.parent,
+                    kind: FileType::Directory,
+                    name: b"..".to_vec(),
+                },
+                2,
+            ));
             c = 2;
         }
         if c < 2 {
@@ -813,7 +857,12 @@ impl Fs {
         let mut st = self.state.write();
         let now = self.now();
         let m = self.load(&mut st, ino)?;
-        if sa.mode.is_none() && sa.uid.is_none() && sa.gid.is_none() && sa.atime.is_none() && sa.mtime.is_none() {
+        if sa.mode.is_none()
+            && sa.uid.is_none()
+            && sa.gid.is_none()
+            && sa.atime.is_none()
+            && sa.mtime.is_none()
+        {
             return Ok(m.inode.attr(self.bs));
         }
         let _ = cred;

@@ -73,6 +73,12 @@ pub(crate) fn mount(dev: &Arc<SimDevice>, opts: FsOptions) -> Arc<Fs> {
     Fs::open(j, opts).unwrap()
 }
 
+/// The checker finds nothing wrong, live and after a clean unmount.
+pub(crate) fn assert_clean(fs: &Fs) {
+    let r = check::check(fs).unwrap();
+    assert!(r.is_clean(), "check found: {:#?}", r.problems);
+}
+
 fn opts(clock: &TestClock) -> FsOptions {
     FsOptions {
         clock: clock.clock(),
@@ -80,7 +86,10 @@ fn opts(clock: &TestClock) -> FsOptions {
     }
 }
 
-const U: Cred = Cred { uid: 1000, gid: 1000 };
+const U: Cred = Cred {
+    uid: 1000,
+    gid: 1000,
+};
 
 fn names(fs: &Fs, dir: u64) -> Vec<String> {
     let mut out: Vec<String> = fs
@@ -105,10 +114,16 @@ fn namespace_operations_and_errors() {
     assert_eq!((d.uid, d.gid, d.nlink), (1000, 1000, 2));
     assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
     let f = fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0).unwrap();
-    assert!(matches!(fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0), Err(FsError::Exists)));
+    assert!(matches!(
+        fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0),
+        Err(FsError::Exists)
+    ));
     assert!(matches!(fs.lookup(d.ino, b"nope"), Err(FsError::NotFound)));
     assert!(matches!(fs.lookup(f.ino, b"x"), Err(FsError::NotDir)));
-    assert!(matches!(fs.mkdir(U, ROOT_INO, &[b'a'; 256], 0o755), Err(FsError::NameTooLong)));
+    assert!(matches!(
+        fs.mkdir(U, ROOT_INO, &[b'a'; 256], 0o755),
+        Err(FsError::NameTooLong)
+    ));
     assert!(fs.mkdir(U, ROOT_INO, &[b'a'; 255], 0o755).is_ok());
     assert_eq!(fs.lookup(d.ino, b"f").unwrap().ino, f.ino);
     assert_eq!(fs.lookup(d.ino, b"..").unwrap().ino, ROOT_INO);
@@ -119,24 +134,47 @@ fn namespace_operations_and_errors() {
     // Hard links and symlinks.
     let l = fs.link(f.ino, ROOT_INO, b"hard").unwrap();
     assert_eq!(l.nlink, 2);
-    assert!(matches!(fs.link(d.ino, ROOT_INO, b"dirlink"), Err(FsError::NotPermitted)));
+    assert!(matches!(
+        fs.link(d.ino, ROOT_INO, b"dirlink"),
+        Err(FsError::NotPermitted)
+    ));
     let s = fs.symlink(U, ROOT_INO, b"sym", b"d/f").unwrap();
     assert_eq!(fs.readlink(s.ino).unwrap(), b"d/f");
     let long = vec![b'x'; 4095];
     let s2 = fs.symlink(U, ROOT_INO, b"long", &long).unwrap();
     assert_eq!(fs.readlink(s2.ino).unwrap(), long);
     // Special files.
-    let fifo = fs.mknod(U, ROOT_INO, b"fifo", inode::S_IFIFO | 0o600, 0).unwrap();
+    let fifo = fs
+        .mknod(U, ROOT_INO, b"fifo", inode::S_IFIFO | 0o600, 0)
+        .unwrap();
     assert_eq!(fifo.kind, FileType::Fifo);
-    let cdev = fs.mknod(Cred::ROOT, ROOT_INO, b"null", inode::S_IFCHR | 0o666, 0x0103).unwrap();
+    let cdev = fs
+        .mknod(
+            Cred::ROOT,
+            ROOT_INO,
+            b"null",
+            inode::S_IFCHR | 0o666,
+            0x0103,
+        )
+        .unwrap();
     assert_eq!((cdev.kind, cdev.rdev), (FileType::CharDevice, 0x0103));
     // Rename: plain, over a file, noreplace, exchange, dir into itself.
-    fs.rename(d.ino, b"f", ROOT_INO, b"g", RenameFlags::default()).unwrap();
+    fs.rename(d.ino, b"f", ROOT_INO, b"g", RenameFlags::default())
+        .unwrap();
     assert!(matches!(fs.lookup(d.ino, b"f"), Err(FsError::NotFound)));
     assert_eq!(fs.lookup(ROOT_INO, b"g").unwrap().ino, f.ino);
-    let nr = RenameFlags { noreplace: true, exchange: false };
-    assert!(matches!(fs.rename(ROOT_INO, b"g", ROOT_INO, b"hard", nr), Err(FsError::Exists)));
-    let ex = RenameFlags { noreplace: false, exchange: true };
+    let nr = RenameFlags {
+        noreplace: true,
+        exchange: false,
+    };
+    assert!(matches!(
+        fs.rename(ROOT_INO, b"g", ROOT_INO, b"hard", nr),
+        Err(FsError::Exists)
+    ));
+    let ex = RenameFlags {
+        noreplace: false,
+        exchange: true,
+    };
     fs.rename(ROOT_INO, b"sym", ROOT_INO, b"fifo", ex).unwrap();
     assert_eq!(fs.lookup(ROOT_INO, b"sym").unwrap().ino, fifo.ino);
     assert_eq!(fs.lookup(ROOT_INO, b"fifo").unwrap().ino, s.ino);
@@ -145,19 +183,28 @@ fn namespace_operations_and_errors() {
         fs.rename(ROOT_INO, b"d", sub.ino, b"loop", RenameFlags::default()),
         Err(FsError::Invalid(_))
     ));
-    fs.rename(d.ino, b"sub", ROOT_INO, b"sub2", RenameFlags::default()).unwrap();
+    fs.rename(d.ino, b"sub", ROOT_INO, b"sub2", RenameFlags::default())
+        .unwrap();
     assert_eq!(fs.getattr(d.ino).unwrap().nlink, 2);
     assert_eq!(fs.lookup(sub.ino, b"..").unwrap().ino, ROOT_INO);
     // Replacing a file drops its link.
-    fs.rename(ROOT_INO, b"hard", ROOT_INO, b"sym", RenameFlags::default()).unwrap();
+    fs.rename(ROOT_INO, b"hard", ROOT_INO, b"sym", RenameFlags::default())
+        .unwrap();
     assert_eq!(fs.getattr(f.ino).unwrap().nlink, 2);
-    assert!(matches!(fs.getattr(fifo.ino), Err(FsError::NotFound)), "the replaced fifo is freed");
+    assert!(
+        matches!(fs.getattr(fifo.ino), Err(FsError::NotFound)),
+        "the replaced fifo is freed"
+    );
     fs.unlink(ROOT_INO, b"g").unwrap();
     fs.unlink(ROOT_INO, b"sym").unwrap();
     assert!(matches!(fs.getattr(f.ino), Err(FsError::NotFound)));
     fs.rmdir(ROOT_INO, b"sub2").unwrap();
     fs.rmdir(ROOT_INO, b"d").unwrap();
-    assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3, "root, its '.', and the 255-byte dir");
+    assert_eq!(
+        fs.getattr(ROOT_INO).unwrap().nlink,
+        3,
+        "root, its '.', and the 255-byte dir"
+    );
     // Everything survives a clean remount.
     fs.journal().unmount().unwrap();
     drop(fs);
@@ -167,7 +214,12 @@ fn namespace_operations_and_errors() {
     want.push(&longname);
     want.sort();
     assert_eq!(names(&fs, ROOT_INO), want);
-    assert_eq!(fs.readlink(fs.lookup(ROOT_INO, b"fifo").unwrap().ino).unwrap(), b"d/f");
+    assert_eq!(
+        fs.readlink(fs.lookup(ROOT_INO, b"fifo").unwrap().ino)
+            .unwrap(),
+        b"d/f"
+    );
+    assert_clean(&fs);
 }
 
 #[test]
@@ -175,7 +227,10 @@ fn file_data_sparse_truncate_fallocate_seek() {
     let clock = TestClock::new();
     let dev = new_dev(2);
     let fs = mount(&dev, opts(&clock));
-    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
     let free0 = fs.statfs().bfree;
     assert_eq!(fs.write(U, f, 0, b"hello").unwrap(), 5);
     assert_eq!(fs.read(f, 0, 100).unwrap(), b"hello");
@@ -183,13 +238,20 @@ fn file_data_sparse_truncate_fallocate_seek() {
     fs.write(U, f, 100_000, b"end").unwrap();
     let a = fs.getattr(f).unwrap();
     assert_eq!(a.size, 100_003);
-    assert_eq!(a.blocks_512, 2 * u64::from(BS / 512), "two blocks allocated, the rest sparse");
+    assert_eq!(
+        a.blocks_512,
+        2 * u64::from(BS / 512),
+        "two blocks allocated, the rest sparse"
+    );
     let mid = fs.read(f, 5, 99_995).unwrap();
     assert!(mid.iter().all(|&b| b == 0));
     assert_eq!(fs.read(f, 99_998, 10).unwrap(), b"\0\0end");
     assert_eq!(fs.seek(f, 0, true).unwrap(), 0);
     assert_eq!(fs.seek(f, 0, false).unwrap(), u64::from(BS));
-    assert_eq!(fs.seek(f, 10_000, true).unwrap(), 100_000 / u64::from(BS) * u64::from(BS));
+    assert_eq!(
+        fs.seek(f, 10_000, true).unwrap(),
+        100_000 / u64::from(BS) * u64::from(BS)
+    );
     assert!(matches!(fs.seek(f, 200_000, true), Err(FsError::NoData)));
     // Unaligned overwrite across blocks.
     let big: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
@@ -198,12 +260,31 @@ fn file_data_sparse_truncate_fallocate_seek() {
     assert_eq!(&back[..5], b"hello");
     assert_eq!(&back[1000..11_000], &big[..]);
     // Truncate down frees, truncate up reads zeros past the old end.
-    fs.setattr(U, f, SetAttr { size: Some(1500), ..Default::default() }).unwrap();
-    fs.setattr(U, f, SetAttr { size: Some(6000), ..Default::default() }).unwrap();
+    fs.setattr(
+        U,
+        f,
+        SetAttr {
+            size: Some(1500),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.setattr(
+        U,
+        f,
+        SetAttr {
+            size: Some(6000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let back = fs.read(f, 0, 10_000).unwrap();
     assert_eq!(back.len(), 6000);
     assert_eq!(&back[1000..1500], &big[..500]);
-    assert!(back[1500..].iter().all(|&b| b == 0), "no stale bytes after truncate up");
+    assert!(
+        back[1500..].iter().all(|&b| b == 0),
+        "no stale bytes after truncate up"
+    );
     // fallocate and punch hole.
     fs.fallocate(f, 0, 20_000, false, false).unwrap();
     assert_eq!(fs.getattr(f).unwrap().size, 20_000);
@@ -218,6 +299,7 @@ fn file_data_sparse_truncate_fallocate_seek() {
     fs.unlink(ROOT_INO, b"f").unwrap();
     fs.sync().unwrap();
     assert_eq!(fs.statfs().bfree, free0);
+    assert_clean(&fs);
 }
 
 #[test]
@@ -225,27 +307,62 @@ fn xattrs_and_the_change_xattr() {
     let clock = TestClock::new();
     let dev = new_dev(3);
     let fs = mount(&dev, opts(&clock));
-    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
-    fs.setxattr(f, b"user.a", b"1", XattrFlags::default()).unwrap();
-    fs.setxattr(f, b"user.b", &[9u8; 300], XattrFlags::default()).unwrap();
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.setxattr(f, b"user.a", b"1", XattrFlags::default())
+        .unwrap();
+    fs.setxattr(f, b"user.b", &[9u8; 300], XattrFlags::default())
+        .unwrap();
     assert!(matches!(
-        fs.setxattr(f, b"user.a", b"2", XattrFlags { create: true, replace: false }),
+        fs.setxattr(
+            f,
+            b"user.a",
+            b"2",
+            XattrFlags {
+                create: true,
+                replace: false
+            }
+        ),
         Err(FsError::Exists)
     ));
     assert!(matches!(
-        fs.setxattr(f, b"user.c", b"2", XattrFlags { create: false, replace: true }),
+        fs.setxattr(
+            f,
+            b"user.c",
+            b"2",
+            XattrFlags {
+                create: false,
+                replace: true
+            }
+        ),
         Err(FsError::NoAttr)
     ));
     assert_eq!(fs.getxattr(f, b"user.a").unwrap(), b"1");
     let mut l = fs.listxattr(f).unwrap();
     l.sort();
-    assert_eq!(l, vec![b"user.a".to_vec(), b"user.b".to_vec()], "the change xattr is not listed");
-    let c: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap()).unwrap().parse().unwrap();
-    assert!(matches!(fs.setxattr(f, xattr::CHANGE_XATTR, b"1", XattrFlags::default()), Err(FsError::NotPermitted)));
+    assert_eq!(
+        l,
+        vec![b"user.a".to_vec(), b"user.b".to_vec()],
+        "the change xattr is not listed"
+    );
+    let c: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(matches!(
+        fs.setxattr(f, xattr::CHANGE_XATTR, b"1", XattrFlags::default()),
+        Err(FsError::NotPermitted)
+    ));
     fs.removexattr(f, b"user.a").unwrap();
     assert!(matches!(fs.getxattr(f, b"user.a"), Err(FsError::NoAttr)));
-    let c2: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap()).unwrap().parse().unwrap();
+    let c2: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(c2 > c);
+    assert_clean(&fs);
 }
 
 #[test]
@@ -253,7 +370,10 @@ fn lazy_change_attribute() {
     let clock = TestClock::new();
     let dev = new_dev(4);
     let fs = mount(&dev, opts(&clock));
-    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
     fs.write(U, f, 0, &[1u8; 100]).unwrap();
     // Time stands still and nobody asked: a 1-byte overwrite logs no inode.
     let before = fs.stats.snapshot();
@@ -261,7 +381,10 @@ fn lazy_change_attribute() {
         fs.write(U, f, i, &[2u8]).unwrap();
     }
     let after = fs.stats.snapshot();
-    assert_eq!(after.inode_logs, before.inode_logs, "no inode logged without a query or a tick");
+    assert_eq!(
+        after.inode_logs, before.inode_logs,
+        "no inode logged without a query or a tick"
+    );
     assert_eq!(after.transactions, before.transactions);
     assert_eq!(after.change_bumps_skipped - before.change_bumps_skipped, 50);
     // A query, then a write: the counter moves, once.
@@ -271,9 +394,17 @@ fn lazy_change_attribute() {
     assert!(q2 > q1);
     let logs = fs.stats.snapshot().inode_logs;
     fs.write(U, f, 0, &[4u8]).unwrap();
-    assert_eq!(fs.stats.snapshot().inode_logs, logs + 1, "queried since the last bump: logged");
+    assert_eq!(
+        fs.stats.snapshot().inode_logs,
+        logs + 1,
+        "queried since the last bump: logged"
+    );
     fs.write(U, f, 0, &[5u8]).unwrap();
-    assert_eq!(fs.stats.snapshot().inode_logs, logs + 1, "not queried again: not logged");
+    assert_eq!(
+        fs.stats.snapshot().inode_logs,
+        logs + 1,
+        "not queried again: not logged"
+    );
     // A timestamp tick logs the inode and bumps.
     let q3 = fs.change_attr(f).unwrap();
     clock.advance_ms(1);
@@ -298,14 +429,24 @@ fn lazy_change_attribute() {
     let fs = mount(&crashed, opts(&clock));
     let q8 = fs.change_attr(f).unwrap();
     assert!(q8 > q7, "after a crash: {q8} must exceed {q7}");
+    assert_clean(&fs);
 }
 
 #[test]
 fn eager_change_attribute_logs_every_write() {
     let clock = TestClock::new();
     let dev = new_dev(5);
-    let fs = mount(&dev, FsOptions { iversion: IversionMode::Eager, ..opts(&clock) });
-    let f = fs.mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let fs = mount(
+        &dev,
+        FsOptions {
+            iversion: IversionMode::Eager,
+            ..opts(&clock)
+        },
+    );
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
     fs.write(U, f, 0, &[1u8; 10]).unwrap();
     let before = fs.stats.snapshot();
     for i in 0..20 {
@@ -314,6 +455,7 @@ fn eager_change_attribute_logs_every_write() {
     let after = fs.stats.snapshot();
     assert_eq!(after.inode_logs - before.inode_logs, 20);
     assert_eq!(after.change_bumps - before.change_bumps, 20);
+    assert_clean(&fs);
 }
 
 #[test]
@@ -322,26 +464,44 @@ fn fsynced_file_survives_crash_and_orphans_are_reclaimed() {
         let clock = TestClock::new();
         let dev = new_dev(10 + seed);
         let fs = mount(&dev, opts(&clock));
-        let f = fs.mknod(U, ROOT_INO, b"kept", inode::S_IFREG | 0o644, 0).unwrap().ino;
+        let f = fs
+            .mknod(U, ROOT_INO, b"kept", inode::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
         fs.write(U, f, 0, &vec![0xAB; 10_000]).unwrap();
         fs.fsync(f).unwrap();
         fs.sync().unwrap();
         let free_before = fs.statfs().bfree;
         // An open file, unlinked, with data: an orphan until release, or until the next mount.
-        let o = fs.mknod(U, ROOT_INO, b"orphan", inode::S_IFREG | 0o644, 0).unwrap().ino;
+        let o = fs
+            .mknod(U, ROOT_INO, b"orphan", inode::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
         fs.open_inode(o).unwrap();
         fs.write(U, o, 0, &vec![1u8; 50_000]).unwrap();
         fs.unlink(ROOT_INO, b"orphan").unwrap();
-        assert_eq!(fs.read(o, 0, 10).unwrap(), vec![1u8; 10], "still readable while open");
+        assert_eq!(
+            fs.read(o, 0, 10).unwrap(),
+            vec![1u8; 10],
+            "still readable while open"
+        );
         fs.sync().unwrap();
         let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
         drop(fs);
         let fs = mount(&crashed, opts(&clock));
-        assert_eq!(fs.read(f, 0, 20_000).unwrap(), vec![0xAB; 10_000], "seed {seed}");
-        assert!(matches!(fs.getattr(o), Err(FsError::NotFound)), "orphan reclaimed at mount");
+        assert_eq!(
+            fs.read(f, 0, 20_000).unwrap(),
+            vec![0xAB; 10_000],
+            "seed {seed}"
+        );
+        assert!(
+            matches!(fs.getattr(o), Err(FsError::NotFound)),
+            "orphan reclaimed at mount"
+        );
         assert_eq!(fs.stats.snapshot().orphans_reclaimed, 1);
         fs.sync().unwrap();
         assert_eq!(fs.statfs().bfree, free_before, "its blocks are free again");
+        assert_clean(&fs);
     }
 }
 
@@ -350,22 +510,137 @@ fn full_device_gives_enospc_and_unlink_still_works() {
     let clock = TestClock::new();
     let dev = new_dev(6);
     let fs = mount(&dev, opts(&clock));
-    let f = fs.mknod(U, ROOT_INO, b"big", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs
+        .mknod(U, ROOT_INO, b"big", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
     let chunk = vec![5u8; 1 << 20];
     let mut off = 0;
-    let err = loop {
-        match fs.write(U, f, off, &chunk) {
+    // Fill with shrinking writes until not even one block fits.
+    let mut size = chunk.len();
+    loop {
+        match fs.write(U, f, off, &chunk[..size]) {
             Ok(n) => off += n as u64,
-            Err(e) => break e,
+            Err(FsError::NoSpace) if size > BS as usize => size /= 2,
+            Err(e) => {
+                assert!(matches!(e, FsError::NoSpace), "{e}");
+                break;
+            }
         }
         assert!(off < 64 << 20, "never ran out of space");
+    }
+    assert!(
+        off > 12 << 20,
+        "most of the 16 MiB device was usable: {off}"
+    );
+    // Creates (which need a few blocks for the tree) run out soon after.
+    let mut created = 0;
+    let err = loop {
+        match fs.mknod(
+            U,
+            ROOT_INO,
+            format!("more{created}").as_bytes(),
+            inode::S_IFREG | 0o644,
+            0,
+        ) {
+            Ok(_) => created += 1,
+            Err(e) => break e,
+        }
+        assert!(created < 5000, "creates never ran out of space");
     };
     assert!(matches!(err, FsError::NoSpace), "{err}");
-    assert!(matches!(fs.mknod(U, ROOT_INO, b"more", inode::S_IFREG | 0o644, 0), Err(FsError::NoSpace)) || true);
+    // Overwrites need no new space.
+    fs.write(U, f, 0, b"still writable in place").unwrap();
     // What was written is intact; unlink works and gives the space back.
     assert_eq!(fs.read(f, off - 10, 10).unwrap(), vec![5u8; 10]);
     fs.unlink(ROOT_INO, b"big").unwrap();
     fs.sync().unwrap();
-    let f2 = fs.mknod(U, ROOT_INO, b"again", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let f2 = fs
+        .mknod(U, ROOT_INO, b"again", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
     fs.write(U, f2, 0, &chunk).unwrap();
+    assert_clean(&fs);
+}
+
+/// Damage made through raw transactions: the checker must name each kind.
+#[test]
+fn checker_finds_damage() {
+    let clock = TestClock::new();
+    let dev = new_dev(7);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.write(U, f, 0, &[1u8; 5000]).unwrap();
+    assert_clean(&fs);
+    let damage = |what: &dyn Fn(&mut tx::FsTx<'_>)| {
+        let mut st = fs.state.write();
+        let mut t = fs.begin(&st).unwrap();
+        what(&mut t);
+        fs.commit(&mut st, t).unwrap();
+    };
+    // A wrong link count.
+    damage(&|t| {
+        let k = keys::key(f, keys::KIND_INODE, 0);
+        let mut i = Inode::decode(f, &t.get(header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
+        i.nlink = 3;
+        t.insert(header::TREE_FS, k, &i.encode()).unwrap();
+    });
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("link count 3 but 1 names")),
+        "{:?}",
+        r.problems
+    );
+    // A file block also marked free.
+    let ext = {
+        let st = fs.state.read();
+        let mut v = fs.view(&st);
+        file::extents_in(&mut v, f, 0, 1).unwrap()[0]
+    };
+    damage(&|t| {
+        t.insert(header::TREE_FREE_BY_BLOCK, node::Key::new(ext.disk, 1), &[])
+            .unwrap();
+        t.insert(header::TREE_FREE_BY_SIZE, node::Key::new(1, ext.disk), &[])
+            .unwrap();
+        t.hdr.free_blocks += 1;
+    });
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("owned twice")),
+        "{:?}",
+        r.problems
+    );
+    // A name pointing nowhere.
+    damage(&|t| {
+        ops::dir_add(
+            t,
+            ROOT_INO,
+            &DirEntry {
+                ino: 999_999,
+                kind: FileType::Regular,
+                name: b"ghost".to_vec(),
+            },
+        )
+        .unwrap();
+    });
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("which does not exist")),
+        "{:?}",
+        r.problems
+    );
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("size 1 but 2 entries")),
+        "{:?}",
+        r.problems
+    );
 }

@@ -127,7 +127,13 @@ impl<'a> FsTx<'a> {
         r
     }
 
-    pub fn range(&mut self, tree: u8, from: Key, to: Key, limit: usize) -> FsResult<Vec<(Key, Vec<u8>)>> {
+    pub fn range(
+        &mut self,
+        tree: u8,
+        from: Key,
+        to: Key,
+        limit: usize,
+    ) -> FsResult<Vec<(Key, Vec<u8>)>> {
         let root = self.hdr.root(tree);
         btree::range(self, root, tree, from, to, limit)
     }
@@ -271,7 +277,13 @@ impl ReadView<'_> {
         btree::seek_le(self, root, tree, key)
     }
 
-    pub fn range(&mut self, tree: u8, from: Key, to: Key, limit: usize) -> FsResult<Vec<(Key, Vec<u8>)>> {
+    pub fn range(
+        &mut self,
+        tree: u8,
+        from: Key,
+        to: Key,
+        limit: usize,
+    ) -> FsResult<Vec<(Key, Vec<u8>)>> {
         let root = self.hdr.root(tree);
         btree::range(self, root, tree, from, to, limit)
     }

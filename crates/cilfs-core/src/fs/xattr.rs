@@ -3,10 +3,10 @@
 //! are refused with `AttrTooBig` for now. `user.cilfs.change` is the change attribute: read
 //! only, not listed.
 
+use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::keys::{key, kind_of, name_hash, KIND_XATTR};
-use super::dir::TreeRead;
 use super::{log_inode, Fs};
 
 pub const CHANGE_XATTR: &[u8] = b"user.cilfs.change";
@@ -44,7 +44,10 @@ fn decode(b: &[u8], ino: u64) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
         if n == 0 || p + 3 + n + l > b.len() {
             return Err(bad());
         }
-        out.push((b[p + 3..p + 3 + n].to_vec(), b[p + 3 + n..p + 3 + n + l].to_vec()));
+        out.push((
+            b[p + 3..p + 3 + n].to_vec(),
+            b[p + 3 + n..p + 3 + n + l].to_vec(),
+        ));
         p += 3 + n + l;
     }
     Ok(out)

@@ -1,0 +1,448 @@
+//! The consistency checker (`cilfs check`, and the crash tests): walks every tree once and
+//! checks every structure against every other: node key bounds, free space against all
+//! owners (no block owned twice, none leaked), the two free-space trees against each other,
+//! link counts, directory parents, hashes and sizes, extent maps, symlinks, orphans and the
+//! header's counters.
+
+use super::btree::{NodeStore, Root};
+use super::dir::decode_bucket;
+use super::error::FsResult;
+use super::file::Extent;
+use super::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use super::inode::{FileType, Inode, ROOT_INO};
+use super::keys::{
+    kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK,
+    KIND_XATTR, ORPHAN_OWNER,
+};
+use super::node::{Body, Key};
+use super::Fs;
+use std::collections::{BTreeSet, HashMap};
+
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    pub problems: Vec<String>,
+    pub inodes: u64,
+    pub directories: u64,
+    pub tree_nodes: u64,
+    pub free_blocks: u64,
+    pub data_blocks: u64,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Problems beyond this many are counted, not listed.
+const MAX_PROBLEMS: usize = 1000;
+
+struct Checker {
+    report: CheckReport,
+    dropped: u64,
+    /// (start, len, owner) of every block claimed by something.
+    owned: Vec<(u64, u64, String)>,
+}
+
+impl Checker {
+    fn problem(&mut self, p: String) {
+        if self.report.problems.len() < MAX_PROBLEMS {
+            self.report.problems.push(p);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+
+#[derive(Default)]
+struct InodeFacts {
+    inode: Option<Inode>,
+    /// Names pointing at it: (directory, kind in the entry).
+    refs: Vec<(u64, FileType)>,
+    entries: u64,
+    subdirs: u64,
+    ext_blocks: u64,
+    last_ext_end: u64,
+    symlink_bytes: u64,
+    orphan: bool,
+}
+
+/// Visits every node with the key range its parent allows, items in key order.
+fn walk_bounded(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    c: &mut Checker,
+    owner: &str,
+    f: &mut dyn FnMut(&mut Checker, Key, &[u8]),
+) -> FsResult<()> {
+    // (block, level, low bound inclusive, high bound exclusive or None)
+    let mut stack = vec![(root.blkno, root.level, Key::MIN, None::<Key>)];
+    while let Some((blk, level, lo, hi)) = stack.pop() {
+        c.owned.push((blk, 1, format!("{owner} node")));
+        c.report.tree_nodes += 1;
+        let n = match s.read_node(blk, tree) {
+            Ok(n) => n,
+            Err(e) => {
+                c.problem(format!("{owner}: {e}"));
+                continue;
+            }
+        };
+        if n.level != level {
+            c.problem(format!(
+                "{owner}: block {blk} at level {} where {level} expected",
+                n.level
+            ));
+            continue;
+        }
+        let in_bounds = |k: Key| k >= lo && hi.is_none_or(|h| k < h);
+        match &n.body {
+            Body::Leaf(items) => {
+                if items.is_empty() && blk != root.blkno {
+                    c.problem(format!("{owner}: empty leaf {blk} below the root"));
+                }
+                for (k, v) in items {
+                    if !in_bounds(*k) {
+                        c.problem(format!(
+                            "{owner}: key {k:?} in block {blk} outside its parent's range"
+                        ));
+                    }
+                    f(c, *k, v);
+                }
+            }
+            Body::Interior(items) => {
+                // Push right to left so the left subtree is visited first.
+                for i in (0..items.len()).rev() {
+                    let (k, child) = items[i];
+                    if i > 0 && !in_bounds(k) {
+                        c.problem(format!(
+                            "{owner}: separator {k:?} in block {blk} outside its range"
+                        ));
+                    }
+                    let child_lo = if i == 0 { lo } else { k };
+                    let child_hi = items.get(i + 1).map(|e| e.0).or(hi);
+                    if level == 0 {
+                        continue;
+                    }
+                    stack.push((child, level - 1, child_lo, child_hi));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks the mounted (or read-only opened) filesystem.
+pub fn check(fs: &Fs) -> FsResult<CheckReport> {
+    let st = fs.state.read();
+    let hdr: Header = st.hdr.clone();
+    let mut c = Checker {
+        report: CheckReport::default(),
+        dropped: 0,
+        owned: Vec::new(),
+    };
+    let mut view = fs.view(&st);
+    c.owned.push((fs.hdr_blk, 1, "header".into()));
+    for &b in &hdr.freelist {
+        c.owned.push((b, 1, "free list".into()));
+    }
+
+    // Free space, both trees.
+    let mut by_block: BTreeSet<(u64, u64)> = BTreeSet::new();
+    walk_bounded(
+        &mut view,
+        hdr.bno_root,
+        TREE_FREE_BY_BLOCK,
+        &mut c,
+        "free-by-block",
+        &mut |c, k, v| {
+            if !v.is_empty() || k.b == 0 {
+                c.problem(format!("free-by-block: malformed item {k:?}"));
+            }
+            by_block.insert((k.a, k.b));
+        },
+    )?;
+    let mut by_size: BTreeSet<(u64, u64)> = BTreeSet::new();
+    walk_bounded(
+        &mut view,
+        hdr.size_root,
+        TREE_FREE_BY_SIZE,
+        &mut c,
+        "free-by-size",
+        &mut |_, k, _| {
+            by_size.insert((k.b, k.a));
+        },
+    )?;
+    if by_block != by_size {
+        let a: Vec<_> = by_block.symmetric_difference(&by_size).take(5).collect();
+        c.problem(format!("the free-space trees disagree, e.g. on {a:?}"));
+    }
+    let mut free_total = 0;
+    let mut prev_end = None;
+    for &(s, l) in &by_block {
+        free_total += l;
+        if prev_end == Some(s) {
+            c.problem(format!("free extents meeting at block {s} are not merged"));
+        }
+        prev_end = Some(s + l);
+        c.owned.push((s, l, "free space".into()));
+    }
+    if free_total != hdr.free_blocks {
+        c.problem(format!(
+            "header counts {} free blocks, the free-space trees hold {free_total}",
+            hdr.free_blocks
+        ));
+    }
+    c.report.free_blocks = free_total;
+
+    // The fs tree.
+    let mut facts: HashMap<u64, InodeFacts> = HashMap::new();
+    let mut file_extents: Vec<(u64, Extent)> = Vec::new();
+    walk_bounded(
+        &mut view,
+        hdr.fs_root,
+        TREE_FS,
+        &mut c,
+        "fs tree",
+        &mut |c, k, v| {
+            let ino = k.a;
+            let off = offset_of(k);
+            match (ino, kind_of(k)) {
+                (ORPHAN_OWNER, KIND_ORPHAN) => facts.entry(off).or_default().orphan = true,
+                (ORPHAN_OWNER, kind) => {
+                    c.problem(format!("unknown item kind {kind} under owner 0"))
+                }
+                (_, KIND_INODE) => match Inode::decode(ino, v, 0) {
+                    Ok(i) => facts.entry(ino).or_default().inode = Some(i),
+                    Err(e) => c.problem(format!("inode {ino}: {e}")),
+                },
+                (_, KIND_DIRENT) => match decode_bucket(v, ino) {
+                    Ok(entries) => {
+                        for e in entries {
+                            if name_hash(&e.name) != off {
+                                c.problem(format!(
+                                    "directory {ino}: entry {:?} under the wrong hash",
+                                    String::from_utf8_lossy(&e.name)
+                                ));
+                            }
+                            let d = facts.entry(ino).or_default();
+                            d.entries += 1;
+                            if e.kind == FileType::Directory {
+                                d.subdirs += 1;
+                            }
+                            facts.entry(e.ino).or_default().refs.push((ino, e.kind));
+                        }
+                    }
+                    Err(e) => c.problem(format!("{e}")),
+                },
+                (_, KIND_EXTENT) => match Extent::decode(off, v) {
+                    Ok(e) => {
+                        let f = facts.entry(ino).or_default();
+                        if e.file < f.last_ext_end {
+                            c.problem(format!(
+                                "inode {ino}: extents overlap at file block {}",
+                                e.file
+                            ));
+                        }
+                        f.last_ext_end = e.end();
+                        f.ext_blocks += e.len;
+                        file_extents.push((ino, e));
+                    }
+                    Err(e) => c.problem(format!("inode {ino}: {e}")),
+                },
+                (_, KIND_XATTR) => {
+                    if v.is_empty() {
+                        c.problem(format!("inode {ino}: empty xattr bucket"));
+                    }
+                }
+                (_, KIND_SYMLINK) => facts.entry(ino).or_default().symlink_bytes += v.len() as u64,
+                (_, kind) => c.problem(format!("inode {ino}: unknown item kind {kind}")),
+            }
+        },
+    )?;
+    for (ino, e) in &file_extents {
+        c.owned
+            .push((e.disk, e.len, format!("inode {ino} file block {}", e.file)));
+        c.report.data_blocks += e.len;
+    }
+
+    // Inodes against their names.
+    let mut inode_count = 0;
+    let mut max_ino = 0;
+    let mut sorted: Vec<_> = facts.iter().collect();
+    sorted.sort_by_key(|(i, _)| **i);
+    for (&ino, f) in sorted {
+        let Some(i) = &f.inode else {
+            if !f.refs.is_empty() {
+                c.problem(format!(
+                    "directory {} names inode {ino}, which does not exist",
+                    f.refs[0].0
+                ));
+            } else {
+                c.problem(format!("items of inode {ino}, which does not exist"));
+            }
+            continue;
+        };
+        inode_count += 1;
+        max_ino = max_ino.max(ino);
+        let kind = i.kind().unwrap_or(FileType::Regular);
+        for (d, k) in &f.refs {
+            if *k != kind {
+                c.problem(format!(
+                    "directory {d} says inode {ino} is a {k:?}, it is a {kind:?}"
+                ));
+            }
+            if facts
+                .get(d)
+                .is_none_or(|df| df.inode.as_ref().is_none_or(|di| !di.is_dir()))
+            {
+                c.problem(format!(
+                    "inode {ino} is named in {d}, which is not a directory"
+                ));
+            }
+        }
+        if i.is_dir() {
+            c.report.directories += 1;
+            let want_refs = usize::from(ino != ROOT_INO && i.nlink > 0);
+            if f.refs.len() != want_refs {
+                c.problem(format!("directory {ino} has {} names", f.refs.len()));
+            }
+            if i.nlink > 0 {
+                if u64::from(i.nlink) != 2 + f.subdirs {
+                    c.problem(format!(
+                        "directory {ino}: link count {} but {} subdirectories",
+                        i.nlink, f.subdirs
+                    ));
+                }
+                let parent = if ino == ROOT_INO {
+                    ROOT_INO
+                } else {
+                    f.refs.first().map_or(0, |r| r.0)
+                };
+                if i.parent != parent {
+                    c.problem(format!(
+                        "directory {ino}: parent {} but named in {parent}",
+                        i.parent
+                    ));
+                }
+            } else if f.entries > 0 {
+                c.problem(format!("removed directory {ino} still has entries"));
+            }
+            if i.size != f.entries {
+                c.problem(format!(
+                    "directory {ino}: size {} but {} entries",
+                    i.size, f.entries
+                ));
+            }
+        } else if u64::from(i.nlink) != f.refs.len() as u64 {
+            c.problem(format!(
+                "inode {ino}: link count {} but {} names",
+                i.nlink,
+                f.refs.len()
+            ));
+        }
+        if (i.nlink == 0) != f.orphan {
+            c.problem(format!(
+                "inode {ino}: link count {} but orphan item {}",
+                i.nlink,
+                if f.orphan { "present" } else { "missing" }
+            ));
+        }
+        if i.blocks != f.ext_blocks {
+            c.problem(format!(
+                "inode {ino}: {} blocks recorded, extents map {}",
+                i.blocks, f.ext_blocks
+            ));
+        }
+        if kind == FileType::Symlink && f.symlink_bytes != i.size {
+            c.problem(format!(
+                "symlink {ino}: size {} but target of {} bytes",
+                i.size, f.symlink_bytes
+            ));
+        }
+    }
+    c.report.inodes = inode_count;
+    if facts.get(&ROOT_INO).is_none_or(|f| f.inode.is_none()) {
+        c.problem("the root directory is missing".into());
+    }
+    if inode_count != hdr.inode_count {
+        c.problem(format!(
+            "header counts {} inodes, the tree holds {inode_count}",
+            hdr.inode_count
+        ));
+    }
+    if hdr.next_ino <= max_ino {
+        c.problem(format!(
+            "next inode number {} is not above inode {max_ino}",
+            hdr.next_ino
+        ));
+    }
+
+    // Every block of the data area owned exactly once.
+    let mut owned = std::mem::take(&mut c.owned);
+    owned.sort_by_key(|(s, _, _)| *s);
+    let mut at = fs.hdr_blk;
+    let mut last_owner = String::from("the start of the area");
+    for (s, l, who) in &owned {
+        if *s < at {
+            c.problem(format!(
+                "block {s} is owned twice: by {last_owner} and by {who}"
+            ));
+        } else if *s > at {
+            c.problem(format!(
+                "blocks {at}..{s} are neither free nor used (leaked)"
+            ));
+        }
+        if s + l > at {
+            at = s + l;
+            last_owner.clone_from(who);
+        }
+    }
+    if at < hdr.data_end {
+        c.problem(format!(
+            "blocks {at}..{} are neither free nor used (leaked)",
+            hdr.data_end
+        ));
+    } else if at > hdr.data_end {
+        c.problem(format!(
+            "{last_owner} reaches past the end of the data area ({})",
+            hdr.data_end
+        ));
+    }
+    if c.dropped > 0 {
+        let n = c.dropped;
+        c.problem(format!("... and {n} more problems"));
+    }
+    Ok(c.report)
+}
+
+/// Why an image could not be checked at all (exit 2 in `cilfs check`).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("{0}")]
+    Journal(#[from] crate::journal::JournalError),
+    #[error("{0}")]
+    Fs(#[from] super::FsError),
+}
+
+/// Checks an image without writing to it: the log is replayed into an in-memory overlay, then
+/// the filesystem is opened read-only and checked.
+pub fn check_image(
+    data: std::sync::Arc<dyn cilfs_device::Device>,
+    logdev: Option<std::sync::Arc<dyn cilfs_device::Device>>,
+) -> Result<(CheckReport, crate::journal::RecoveryReport), CheckError> {
+    use cilfs_device::OverlayDevice;
+    use std::sync::Arc;
+    let data: Arc<dyn cilfs_device::Device> = Arc::new(OverlayDevice::new(data));
+    let logdev = logdev.map(|l| Arc::new(OverlayDevice::new(l)) as Arc<dyn cilfs_device::Device>);
+    let j = crate::journal::Journal::open(data, logdev, crate::journal::JournalConfig::default())?;
+    let recovery = j.recovery_report().clone();
+    let fs = Fs::open(
+        j,
+        super::FsOptions {
+            read_only: true,
+            ..super::FsOptions::default()
+        },
+    )?;
+    Ok((check(&fs)?, recovery))
+}
