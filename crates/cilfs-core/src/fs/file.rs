@@ -217,7 +217,7 @@ impl Fs {
             self.space_check(&st, hole_blocks + 8, true)?;
         }
         // Zero the tail of the old last block when the file grows past it.
-        self.zero_eof_tail(&st, ino, old_size, off)?;
+        self.zero_eof_tail(&st, ino, old_size, off, true)?;
         let mut t = if hole_blocks > 0 {
             Some(self.begin(&st)?)
         } else {
@@ -348,13 +348,22 @@ impl Fs {
 
     /// When a file grows from `old_size` to beyond it (a write at `new_from` or a truncate up),
     /// zero the old last block from EOF to its end, so the grown part reads as zeros.
-    fn zero_eof_tail(&self, st: &FsState, ino: u64, old_size: u64, new_from: u64) -> FsResult<()> {
+    /// `by_write`: the growth is a write starting at `new_from`, which zeroes the block itself
+    /// when it starts inside it.
+    fn zero_eof_tail(
+        &self,
+        st: &FsState,
+        ino: u64,
+        old_size: u64,
+        new_from: u64,
+        by_write: bool,
+    ) -> FsResult<()> {
         let bs = u64::from(self.bs);
         if old_size % bs == 0 || new_from <= old_size {
             return Ok(());
         }
         let fb = old_size / bs;
-        if new_from < (fb + 1) * bs && new_from / bs == fb {
+        if by_write && new_from / bs == fb {
             // The write itself covers this block; write_data zeroes it.
             return Ok(());
         }
@@ -421,7 +430,7 @@ impl Fs {
         }
         let old = m.inode.size;
         if size > old {
-            self.zero_eof_tail(&st, ino, old, size)?;
+            self.zero_eof_tail(&st, ino, old, size, false)?;
         }
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {
@@ -557,7 +566,7 @@ impl Fs {
             .sum();
         self.space_check(&st, hole_blocks + 8, true)?;
         if !keep_size && end > old_size {
-            self.zero_eof_tail(&st, ino, old_size, end)?;
+            self.zero_eof_tail(&st, ino, old_size, end, false)?;
         }
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {

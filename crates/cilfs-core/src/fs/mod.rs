@@ -352,3 +352,6 @@ pub(crate) fn log_inode(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod model_tests;

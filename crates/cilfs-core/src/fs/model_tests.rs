@@ -1,0 +1,445 @@
+//! Model-based random test of the core: random operation sequences, each checked after every
+//! step against a simple in-memory model (contents, trees, links, modes, xattrs) and the
+//! consistency checker; a clean remount now and then.
+#![allow(clippy::unwrap_used)]
+
+use super::ops::{Cred, RenameFlags, SetAttr};
+use super::tests::{assert_clean, mount, new_dev, TestClock};
+use super::xattr::XattrFlags;
+use super::*;
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug, Clone)]
+enum Op {
+    Create {
+        dir: usize,
+        name: u8,
+    },
+    Mkdir {
+        dir: usize,
+        name: u8,
+    },
+    Write {
+        file: usize,
+        off: u32,
+        len: u16,
+        byte: u8,
+    },
+    Truncate {
+        file: usize,
+        size: u32,
+    },
+    Unlink {
+        dir: usize,
+        name: u8,
+    },
+    Rmdir {
+        dir: usize,
+        name: u8,
+    },
+    Rename {
+        from: usize,
+        name: u8,
+        to: usize,
+        newname: u8,
+        exchange: bool,
+    },
+    Link {
+        file: usize,
+        dir: usize,
+        name: u8,
+    },
+    Chmod {
+        file: usize,
+        mode: u16,
+    },
+    SetXattr {
+        file: usize,
+        name: u8,
+        len: u16,
+    },
+    RemoveXattr {
+        file: usize,
+        name: u8,
+    },
+    Remount,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let n = 0u8..6;
+    prop_oneof![
+        4 => (any::<usize>(), n.clone()).prop_map(|(dir, name)| Op::Create { dir, name }),
+        2 => (any::<usize>(), n.clone()).prop_map(|(dir, name)| Op::Mkdir { dir, name }),
+        6 => (any::<usize>(), 0u32..40_000, 1u16..9000, any::<u8>()).prop_map(|(file, off, len, byte)| Op::Write { file, off, len, byte }),
+        2 => (any::<usize>(), 0u32..40_000).prop_map(|(file, size)| Op::Truncate { file, size }),
+        3 => (any::<usize>(), n.clone()).prop_map(|(dir, name)| Op::Unlink { dir, name }),
+        1 => (any::<usize>(), n.clone()).prop_map(|(dir, name)| Op::Rmdir { dir, name }),
+        3 => (any::<usize>(), n.clone(), any::<usize>(), n.clone(), prop::bool::weighted(0.2)).prop_map(|(from, name, to, newname, exchange)| Op::Rename { from, name, to, newname, exchange }),
+        1 => (any::<usize>(), any::<usize>(), n.clone()).prop_map(|(file, dir, name)| Op::Link { file, dir, name }),
+        1 => (any::<usize>(), 0u16..0o7777).prop_map(|(file, mode)| Op::Chmod { file, mode }),
+        1 => (any::<usize>(), 0u8..4, 0u16..400).prop_map(|(file, name, len)| Op::SetXattr { file, name, len }),
+        1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
+        1 => Just(Op::Remount),
+    ]
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    entries: BTreeMap<(u64, Vec<u8>), u64>,
+    dirs: Vec<u64>,
+    data: HashMap<u64, Vec<u8>>,
+    modes: HashMap<u64, u32>,
+    xattrs: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
+    parent: HashMap<u64, u64>,
+}
+
+impl Model {
+    fn files(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.data.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+    fn links(&self, ino: u64) -> usize {
+        self.entries.values().filter(|&&i| i == ino).count()
+    }
+    fn is_dir(&self, ino: u64) -> bool {
+        self.dirs.contains(&ino)
+    }
+    fn children(&self, dir: u64) -> Vec<(Vec<u8>, u64)> {
+        self.entries
+            .iter()
+            .filter(|((d, _), _)| *d == dir)
+            .map(|((_, n), i)| (n.clone(), *i))
+            .collect()
+    }
+    fn below(&self, a: u64, mut d: u64) -> bool {
+        loop {
+            if d == a {
+                return true;
+            }
+            if d == ROOT_INO {
+                return false;
+            }
+            d = self.parent[&d];
+        }
+    }
+    fn drop_if_unlinked(&mut self, ino: u64) {
+        if self.links(ino) == 0 {
+            self.data.remove(&ino);
+            self.modes.remove(&ino);
+            self.xattrs.remove(&ino);
+            self.dirs.retain(|&d| d != ino);
+            self.parent.remove(&ino);
+        }
+    }
+}
+
+fn name(n: u8) -> Vec<u8> {
+    format!("n{n}").into_bytes()
+}
+
+const U: Cred = Cred {
+    uid: 1000,
+    gid: 1000,
+};
+
+fn apply(fs: &Fs, m: &mut Model, op: &Op) {
+    let pick = |v: &[u64], i: usize| v[i % v.len()];
+    match op.clone() {
+        Op::Create { dir, name: n } => {
+            let d = pick(&m.dirs, dir);
+            let r = fs.mknod(U, d, &name(n), inode::S_IFREG | 0o644, 0);
+            if m.entries.contains_key(&(d, name(n))) {
+                assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+            } else {
+                let a = r.unwrap();
+                m.entries.insert((d, name(n)), a.ino);
+                m.data.insert(a.ino, Vec::new());
+                m.modes.insert(a.ino, 0o644);
+            }
+        }
+        Op::Mkdir { dir, name: n } => {
+            let d = pick(&m.dirs, dir);
+            let r = fs.mkdir(U, d, &name(n), 0o755);
+            if m.entries.contains_key(&(d, name(n))) {
+                assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+            } else {
+                let a = r.unwrap();
+                m.entries.insert((d, name(n)), a.ino);
+                m.dirs.push(a.ino);
+                m.modes.insert(a.ino, 0o755);
+                m.parent.insert(a.ino, d);
+            }
+        }
+        Op::Write {
+            file,
+            off,
+            len,
+            byte,
+        } => {
+            let files = m.files();
+            if files.is_empty() {
+                return;
+            }
+            let f = pick(&files, file);
+            let data = vec![byte; usize::from(len)];
+            assert_eq!(fs.write(U, f, u64::from(off), &data).unwrap(), data.len());
+            let c = m.data.get_mut(&f).unwrap();
+            let end = off as usize + data.len();
+            if c.len() < end {
+                c.resize(end, 0);
+            }
+            c[off as usize..end].copy_from_slice(&data);
+            // A write by someone other than root clears set-user-ID, and set-group-ID with
+            // group execute.
+            let mode = m.modes.get_mut(&f).unwrap();
+            *mode &= !0o4000;
+            if *mode & 0o010 != 0 {
+                *mode &= !0o2000;
+            }
+        }
+        Op::Truncate { file, size } => {
+            let files = m.files();
+            if files.is_empty() {
+                return;
+            }
+            let f = pick(&files, file);
+            fs.setattr(
+                U,
+                f,
+                SetAttr {
+                    size: Some(u64::from(size)),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            m.data.get_mut(&f).unwrap().resize(size as usize, 0);
+        }
+        Op::Unlink { dir, name: n } => {
+            let d = pick(&m.dirs, dir);
+            let r = fs.unlink(d, &name(n));
+            match m.entries.get(&(d, name(n))).copied() {
+                None => assert!(matches!(r, Err(FsError::NotFound)), "{r:?}"),
+                Some(i) if m.is_dir(i) => assert!(matches!(r, Err(FsError::IsDir)), "{r:?}"),
+                Some(i) => {
+                    r.unwrap();
+                    m.entries.remove(&(d, name(n)));
+                    m.drop_if_unlinked(i);
+                }
+            }
+        }
+        Op::Rmdir { dir, name: n } => {
+            let d = pick(&m.dirs, dir);
+            let r = fs.rmdir(d, &name(n));
+            match m.entries.get(&(d, name(n))).copied() {
+                None => assert!(matches!(r, Err(FsError::NotFound)), "{r:?}"),
+                Some(i) if !m.is_dir(i) => assert!(matches!(r, Err(FsError::NotDir)), "{r:?}"),
+                Some(i) if !m.children(i).is_empty() => {
+                    assert!(matches!(r, Err(FsError::NotEmpty)), "{r:?}")
+                }
+                Some(i) => {
+                    r.unwrap();
+                    m.entries.remove(&(d, name(n)));
+                    m.drop_if_unlinked(i);
+                }
+            }
+        }
+        Op::Rename {
+            from,
+            name: n,
+            to,
+            newname,
+            exchange,
+        } => {
+            let (p1, p2) = (pick(&m.dirs, from), pick(&m.dirs, to));
+            let (k1, k2) = ((p1, name(n)), (p2, name(newname)));
+            let flags = RenameFlags {
+                noreplace: false,
+                exchange,
+            };
+            let r = fs.rename(p1, &name(n), p2, &name(newname), flags);
+            let (Some(a), b) = (m.entries.get(&k1).copied(), m.entries.get(&k2).copied()) else {
+                assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
+                return;
+            };
+            if exchange {
+                let Some(b) = b else {
+                    assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
+                    return;
+                };
+                if a == b {
+                    r.unwrap();
+                    return;
+                }
+                if (m.is_dir(a) && m.below(a, p2)) || (m.is_dir(b) && m.below(b, p1)) {
+                    assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
+                    return;
+                }
+                r.unwrap();
+                m.entries.insert(k1, b);
+                m.entries.insert(k2, a);
+                if m.is_dir(a) {
+                    m.parent.insert(a, p2);
+                }
+                if m.is_dir(b) {
+                    m.parent.insert(b, p1);
+                }
+                return;
+            }
+            if b == Some(a) {
+                r.unwrap();
+                return;
+            }
+            if let Some(b) = b {
+                match (m.is_dir(a), m.is_dir(b)) {
+                    (true, false) => return assert!(matches!(r, Err(FsError::NotDir)), "{r:?}"),
+                    (false, true) => return assert!(matches!(r, Err(FsError::IsDir)), "{r:?}"),
+                    (true, true) if !m.children(b).is_empty() => {
+                        return assert!(matches!(r, Err(FsError::NotEmpty)), "{r:?}")
+                    }
+                    _ => {}
+                }
+            }
+            if m.is_dir(a) && m.below(a, p2) {
+                assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
+                return;
+            }
+            r.unwrap();
+            m.entries.remove(&k1);
+            m.entries.insert(k2, a);
+            if m.is_dir(a) {
+                m.parent.insert(a, p2);
+            }
+            if let Some(b) = b {
+                m.drop_if_unlinked(b);
+            }
+        }
+        Op::Link { file, dir, name: n } => {
+            let files = m.files();
+            if files.is_empty() {
+                return;
+            }
+            let f = pick(&files, file);
+            let d = pick(&m.dirs, dir);
+            let r = fs.link(f, d, &name(n));
+            if m.entries.contains_key(&(d, name(n))) {
+                assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+            } else {
+                r.unwrap();
+                m.entries.insert((d, name(n)), f);
+            }
+        }
+        Op::Chmod { file, mode } => {
+            let files = m.files();
+            if files.is_empty() {
+                return;
+            }
+            let f = pick(&files, file);
+            fs.setattr(
+                U,
+                f,
+                SetAttr {
+                    mode: Some(u32::from(mode)),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            m.modes.insert(f, u32::from(mode));
+        }
+        Op::SetXattr { file, name: n, len } => {
+            let files = m.files();
+            if files.is_empty() {
+                return;
+            }
+            let f = pick(&files, file);
+            let key = format!("user.x{n}").into_bytes();
+            let val = vec![n; usize::from(len)];
+            fs.setxattr(f, &key, &val, XattrFlags::default()).unwrap();
+            m.xattrs.entry(f).or_default().insert(key, val);
+        }
+        Op::RemoveXattr { file, name: n } => {
+            let files = m.files();
+            if files.is_empty() {
+                return;
+            }
+            let f = pick(&files, file);
+            let key = format!("user.x{n}").into_bytes();
+            let r = fs.removexattr(f, &key);
+            if m.xattrs.entry(f).or_default().remove(&key).is_some() {
+                r.unwrap();
+            } else {
+                assert!(matches!(r, Err(FsError::NoAttr)), "{r:?}");
+            }
+        }
+        Op::Remount => unreachable!("handled by the caller"),
+    }
+}
+
+fn compare(fs: &Fs, m: &Model) {
+    for &d in &m.dirs {
+        let mut got: Vec<(Vec<u8>, u64)> = fs
+            .readdir(d, 0, 100_000)
+            .unwrap()
+            .into_iter()
+            .filter(|(e, _)| e.name != b"." && e.name != b"..")
+            .map(|(e, _)| (e.name, e.ino))
+            .collect();
+        got.sort();
+        assert_eq!(got, m.children(d), "directory {d}");
+        let subdirs = m.children(d).iter().filter(|(_, i)| m.is_dir(*i)).count() as u32;
+        assert_eq!(fs.getattr(d).unwrap().nlink, 2 + subdirs);
+        if d != ROOT_INO {
+            assert_eq!(fs.lookup(d, b"..").unwrap().ino, m.parent[&d]);
+        }
+    }
+    for (&f, content) in &m.data {
+        let a = fs.getattr(f).unwrap();
+        assert_eq!(a.size, content.len() as u64, "size of {f}");
+        assert_eq!(a.nlink as usize, m.links(f));
+        assert_eq!(a.perm as u32, m.modes[&f]);
+        let got = fs.read(f, 0, 1 << 20).unwrap();
+        if &got != content {
+            let at = got.iter().zip(content.iter()).position(|(a, b)| a != b);
+            panic!(
+                "content of {f} differs: lengths {} and {}, first difference at {at:?}: got {:?} want {:?}",
+                got.len(),
+                content.len(),
+                at.map(|i| got[i]),
+                at.map(|i| content[i])
+            );
+        }
+        let mut names = fs.listxattr(f).unwrap();
+        names.sort();
+        let want = m.xattrs.get(&f).cloned().unwrap_or_default();
+        assert_eq!(names, want.keys().cloned().collect::<Vec<_>>());
+        for (k, v) in &want {
+            assert_eq!(&fs.getxattr(f, k).unwrap(), v);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn core_matches_model(ops in proptest::collection::vec(op(), 1..120), seed in 0u64..1000) {
+        let clock = TestClock::new();
+        let dev = new_dev(seed);
+        let o = || FsOptions { clock: clock.clock(), ..FsOptions::default() };
+        let mut fs = mount(&dev, o());
+        let mut m = Model { dirs: vec![ROOT_INO], ..Model::default() };
+        m.parent.insert(ROOT_INO, ROOT_INO);
+        for op in &ops {
+            if let Op::Remount = op {
+                fs.journal().unmount().unwrap();
+                drop(fs);
+                fs = mount(&dev, o());
+            } else {
+                apply(&fs, &mut m, op);
+                clock.advance_ms(1);
+            }
+            compare(&fs, &m);
+            assert_clean(&fs);
+        }
+    }
+}
