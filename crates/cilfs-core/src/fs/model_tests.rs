@@ -1,7 +1,7 @@
 //! Model-based random test of the core: random operation sequences, each checked after every
 //! step against a simple in-memory model (contents, trees, links, modes, xattrs) and the
 //! consistency checker; a clean remount now and then.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::map_entry)]
 
 use super::ops::{Cred, RenameFlags, SetAttr};
 use super::tests::{assert_clean, mount, new_dev, TestClock};
