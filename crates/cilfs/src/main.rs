@@ -24,6 +24,14 @@ enum Command {
     Mkfs(cmd::mkfs::Args),
     /// Print the geometry of a filesystem, like xfs_info
     Info(cmd::info::Args),
+    /// Mount a filesystem through FUSE (recovering its log if needed)
+    Mount(cmd::mount::Args),
+    /// Unmount, returning once the image is clean
+    Unmount(cmd::unmount::Args),
+    /// Live counters of a mounted filesystem, or a file's change attribute
+    Stat(cmd::stat::Args),
+    /// Check every structure of a filesystem without writing to it
+    Check(cmd::check::Args),
     /// Print every record and op of the log, like xfs_logprint
     Logprint(cmd::logprint::Args),
     /// Crash-test a layer on simulated devices
@@ -64,6 +72,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::Mount(a) => cmd::mount::run(a),
+        Command::Unmount(a) => cmd::unmount::run(a),
+        Command::Stat(a) => cmd::stat::run(a),
+        Command::Check(a) => cmd::check::run(a),
         Command::Logprint(a) => cmd::logprint::run(a),
         Command::Crashtest(k) => cmd::crashtest::run(k),
         Command::Bench(k) => cmd::bench::run(k),

@@ -58,3 +58,63 @@ impl FsCounters {
 pub(crate) fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
 }
+
+impl super::Fs {
+    pub fn stats(&self) -> FsStats {
+        let mut s = self.stats.snapshot();
+        let st = self.state.read();
+        s.inodes_cached = st.inodes.len() as u64;
+        s.free_blocks = st.hdr.free_blocks + st.hdr.freelist.len() as u64;
+        s.busy_blocks = self.busy.lock().blocks();
+        s
+    }
+
+    /// Every counter of the filesystem, its journal and its devices, as (name, value) pairs in
+    /// a fixed order: what `cilfs stat` shows (through the root's `user.cilfs.stats` xattr).
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let f = self.stats();
+        let j = self.journal.stats();
+        let mut v: Vec<(String, u64)> = [
+            ("operations", f.operations),
+            ("transactions", f.transactions),
+            ("inode_logs", f.inode_logs),
+            ("change_bumps", f.change_bumps),
+            ("change_bumps_skipped", f.change_bumps_skipped),
+            ("change_queries", f.change_queries),
+            ("file_read_bytes", f.data_read_bytes),
+            ("file_write_bytes", f.data_write_bytes),
+            ("fsyncs", f.fsyncs),
+            ("orphans_reclaimed", f.orphans_reclaimed),
+            ("inodes_cached", f.inodes_cached),
+            ("free_blocks", f.free_blocks),
+            ("busy_blocks", f.busy_blocks),
+            ("commits", j.commits),
+            ("checkpoints", j.log.checkpoints),
+            ("iclog_writes", j.log.iclog_writes),
+            ("log_bytes", j.log.log_bytes),
+            ("noiclog_waits", j.log.noiclog_waits),
+            ("log_forces", j.log.log_forces),
+            ("reservation_waits", j.log.reservation_waits),
+            ("cil_space_limit", j.cil_space_limit),
+            ("cil_bytes_max", j.cil_bytes_max),
+            ("cil_blocked_commits", j.cil_blocked_commits),
+            ("ail_len", j.ail_len),
+            ("ail_writeback_bytes", j.ail_writeback_bytes),
+            ("items_logged", j.items_logged),
+            ("covers", j.covers),
+            ("cache_buffers", j.cache_buffers),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, x) in j.data_dev.fields() {
+            v.push((format!("data_{k}"), x));
+        }
+        if let Some(l) = j.log_dev {
+            for (k, x) in l.fields() {
+                v.push((format!("log_{k}"), x));
+            }
+        }
+        v
+    }
+}

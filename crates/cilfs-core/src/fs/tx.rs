@@ -40,7 +40,10 @@ impl<'a> FsTx<'a> {
         busy: &'a Mutex<BusyExtents>,
     ) -> FsResult<Self> {
         let bs = journal.block_size();
-        let tx = journal.begin(Reservation::for_buffers(TX_MAX_BUFFERS, bs))?;
+        // Never more than a quarter of the log: with large blocks, 96 whole blocks would not
+        // fit a small log, and a transaction logs a few changed ranges of a few blocks.
+        let cap = journal.geometry().log_bytes / 4 / u64::from(bs);
+        let tx = journal.begin(Reservation::for_buffers(TX_MAX_BUFFERS.min(cap.max(8)), bs))?;
         let completed_seq = journal.completed_seq();
         busy.lock().prune(completed_seq);
         Ok(FsTx {

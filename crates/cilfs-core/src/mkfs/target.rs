@@ -3,11 +3,13 @@
 
 use super::layout::{human, Layout, LayoutError, DEFAULT_FS_BYTES};
 use super::write_filesystem;
+use crate::journal::{Journal, JournalConfig};
 use cilfs_device::{Device, DeviceError, FileDevice, FileDeviceOptions, IoStats};
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// How much of each end of a target is probed for existing data.
@@ -44,6 +46,10 @@ pub enum MkfsError {
     },
     #[error("{0}")]
     Device(#[from] DeviceError),
+    #[error("block size {0} is too small for the filesystem: it needs at least 2048 bytes")]
+    BlockSizeTooSmall(u64),
+    #[error("creating the filesystem: {0}")]
+    Format(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,6 +161,9 @@ pub fn plan(req: &MkfsRequest) -> Result<MkfsPlan, MkfsError> {
     };
     // An existing log device keeps its size; a new (or empty) one is made to fit the log.
     let bs = req.block_size;
+    if bs.is_power_of_two() && bs < u64::from(crate::fs::header::MIN_FS_BLOCK_SIZE) {
+        return Err(MkfsError::BlockSizeTooSmall(bs));
+    }
     let logdev_bytes = logdev.as_ref().map(|l| match (l.kind, l.len) {
         (Kind::BlockDevice, len) | (Kind::File, len @ 1..) => Some(len.saturating_sub(bs)),
         _ => None,
@@ -191,7 +200,12 @@ impl MkfsPlan {
     }
 
     /// Creates or sizes the files, then writes the filesystem.
-    pub fn execute(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<MkfsReport, MkfsError> {
+    /// `owner` is the root directory's (uid, gid).
+    pub fn execute(
+        &self,
+        owner: (u32, u32),
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<MkfsReport, MkfsError> {
         let bs = u64::from(self.layout.block_size);
         prepare(&self.image, Some(self.layout.fs_bytes()))?;
         if let Some(l) = &self.logdev {
@@ -212,6 +226,15 @@ impl MkfsPlan {
             &self.layout,
             progress,
         )?;
+        // The filesystem inside: header, trees, free space and root directory, written through
+        // the journal like every later change, then a clean unmount.
+        let data: Arc<dyn Device> = Arc::new(data);
+        let logdev: Option<Arc<dyn Device>> = logdev.map(|d| Arc::new(d) as Arc<dyn Device>);
+        let j = Journal::open(Arc::clone(&data), logdev.clone(), JournalConfig::default())
+            .map_err(|e| MkfsError::Format(e.to_string()))?;
+        crate::fs::mkfs::format(&j, owner.0, owner.1)
+            .map_err(|e| MkfsError::Format(e.to_string()))?;
+        j.unmount().map_err(|e| MkfsError::Format(e.to_string()))?;
         Ok(MkfsReport {
             data_stats: data.stats(),
             logdev_stats: logdev.map(|d| d.stats()),

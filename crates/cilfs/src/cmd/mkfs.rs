@@ -50,7 +50,13 @@ pub fn run(a: Args) -> Result<(), Failure> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let report = plan
-        .execute(&mut |done, _| bar.set_position(done))
+        .execute(
+            (
+                rustix::process::getuid().as_raw(),
+                rustix::process::getgid().as_raw(),
+            ),
+            &mut |done, _| bar.set_position(done),
+        )
         .map_err(Failure::usage)?;
     bar.finish_and_clear();
     if a.quiet {

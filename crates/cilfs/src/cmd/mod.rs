@@ -1,5 +1,10 @@
 pub mod bench;
+pub mod check;
 pub mod crashtest;
 pub mod info;
 pub mod logprint;
 pub mod mkfs;
+pub mod mount;
+pub mod mount_opts;
+pub mod stat;
+pub mod unmount;

@@ -1,0 +1,249 @@
+//! `cilfs mount IMAGE DIR [-o opts]`: recover the log, mount through FUSE, and keep serving in
+//! the background (a re-executed copy of this command in its own process group) once the mount
+//! is usable; `--foreground` stays attached. `cilfs unmount DIR` ends it cleanly.
+
+use super::mount_opts::{self, MountOpts};
+use crate::Failure;
+use anyhow::{anyhow, Context};
+use cilfs_core::fs::Fs;
+use cilfs_core::journal::{Journal, JournalConfig, PushMode};
+use cilfs_core::Geometry;
+use cilfs_device::{Device, FileDevice, FileDeviceOptions};
+use fuser::{Config, MountOption, SessionACL};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Image file or block device holding the filesystem
+    image: PathBuf,
+    /// Directory to mount on
+    dir: PathBuf,
+    /// Mount options, comma separated: logbufs=2..8, logbsize=16k..256k, logdev=PATH,
+    /// flush=reduced|legacy, iversion=lazy|eager, tsgran=1ms, data=ordered|writeback,
+    /// threads=N, writeback_cache, ro, allow_other
+    #[arg(short = 'o')]
+    options: Vec<String>,
+    /// Stay attached to the terminal instead of serving in the background
+    #[arg(long)]
+    foreground: bool,
+}
+
+/// Set in the environment of the background copy: it reports readiness on stdout.
+const NOTIFY_ENV: &str = "CILFS_MOUNT_NOTIFY";
+
+pub fn run(a: Args) -> Result<(), Failure> {
+    let opts = mount_opts::parse(&a.options).map_err(|e| Failure::usage(anyhow!(e)))?;
+    if !a.image.exists() {
+        return Err(Failure::usage(anyhow!(
+            "{}: no such image",
+            a.image.display()
+        )));
+    }
+    match std::fs::metadata(&a.dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Failure::usage(anyhow!(
+                "{}: not a directory",
+                a.dir.display()
+            )))
+        }
+        Err(e) => return Err(Failure::usage(anyhow!("{}: {e}", a.dir.display()))),
+    }
+    if a.foreground {
+        serve(&a, &opts)
+    } else {
+        spawn_background(&a)
+    }
+}
+
+/// Where the background daemon writes its messages.
+pub fn log_path(dir: &Path) -> PathBuf {
+    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let name: String = canon
+        .display()
+        .to_string()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    std::env::temp_dir().join(format!("cilfs-mount{name}.log"))
+}
+
+fn spawn_background(a: &Args) -> Result<(), Failure> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(Failure::usage)?;
+    let log = log_path(&a.dir);
+    let log_file = File::create(&log)
+        .with_context(|| format!("creating {}", log.display()))
+        .map_err(Failure::usage)?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("mount")
+        .arg(&a.image)
+        .arg(&a.dir)
+        .arg("--foreground");
+    for o in &a.options {
+        cmd.arg("-o").arg(o);
+    }
+    let mut child = cmd
+        .env(NOTIFY_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log_file)
+        // Its own process group: a ^C at the terminal that ran mount does not reach it.
+        .process_group(0)
+        .spawn()
+        .map_err(Failure::usage)?;
+    let ready = child.stdout.take().map(|out| {
+        BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l == "ready")
+    });
+    if ready == Some(true) {
+        println!(
+            "mounted {} on {} (unmount with: cilfs unmount {}; messages in {})",
+            a.image.display(),
+            a.dir.display(),
+            a.dir.display(),
+            log.display()
+        );
+        return Ok(());
+    }
+    let status = child.wait().map_err(Failure::usage)?;
+    let msg = std::fs::read_to_string(&log).unwrap_or_default();
+    let last = msg
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("the mount daemon exited")
+        .trim_start_matches("cilfs: ")
+        .to_string();
+    Err(Failure {
+        status: status.code().map_or(2, |c| c.clamp(1, 255) as u8),
+        error: anyhow!(last),
+    })
+}
+
+/// Takes the image's exclusive lock: one mount (or unmount waiting for it) at a time.
+pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<File>> {
+    use rustix::fs::{flock, FlockOperation};
+    let f = File::open(image)?;
+    let op = if wait {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    match flock(&f, op) {
+        Ok(()) => Ok(Some(f)),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
+    let _lock = lock_image(&a.image, false)
+        .map_err(Failure::usage)?
+        .ok_or_else(|| {
+            Failure::usage(anyhow!("{} is in use by another mount", a.image.display()))
+        })?;
+    let dev_opts = FileDeviceOptions {
+        read_only: false,
+        ..FileDeviceOptions::default()
+    };
+    let data: Arc<dyn Device> =
+        Arc::new(FileDevice::open(&a.image, dev_opts).map_err(Failure::usage)?);
+    let logdev: Option<Arc<dyn Device>> = match &opts.logdev {
+        Some(p) => Some(Arc::new(
+            FileDevice::open(p, dev_opts).map_err(Failure::usage)?,
+        )),
+        None => None,
+    };
+    let geo = Geometry::read(&*data, logdev.as_deref())
+        .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    let mut log = opts.log_config();
+    if opts.default_geometry() {
+        log = log.fitted_to(geo.log_bytes);
+    }
+    let cfg = JournalConfig {
+        log,
+        push_mode: PushMode::Background,
+        ..JournalConfig::default()
+    };
+    let journal = Journal::open(data, logdev, cfg)
+        .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    let r = journal.recovery_report().clone();
+    if !r.was_clean {
+        eprintln!(
+            "cilfs: {}: recovered the log: {} checkpoints replayed{}",
+            a.image.display(),
+            r.checkpoints_replayed,
+            r.torn
+                .as_deref()
+                .map(|t| format!(", {t}"))
+                .unwrap_or_default()
+        );
+    }
+    let fs = Fs::open(Arc::clone(&journal), opts.fs_options())
+        .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    let mut mo = vec![
+        MountOption::FSName(
+            std::fs::canonicalize(&a.image)
+                .unwrap_or_else(|_| a.image.clone())
+                .display()
+                .to_string(),
+        ),
+        MountOption::Subtype("cilfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::Dev,
+        MountOption::Suid,
+        if opts.ro {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+    ];
+    if opts.allow_other {
+        mo.push(MountOption::CUSTOM("allow_other".into()));
+    }
+    let mut config = Config::default();
+    config.mount_options = mo;
+    config.acl = if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    config.n_threads = Some(opts.threads);
+    config.clone_fd = true;
+    let session = fuser::Session::new(
+        cilfs_fuse::CilfsFuse::new(Arc::clone(&fs), opts.writeback_cache),
+        &a.dir,
+        &config,
+    )
+    .map_err(|e| Failure::usage(anyhow!("mounting on {}: {e}", a.dir.display())))?;
+    if std::env::var_os(NOTIFY_ENV).is_some() {
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "ready");
+        let _ = out.flush();
+    } else {
+        eprintln!(
+            "cilfs: serving {} on {} (unmount with: cilfs unmount {})",
+            a.image.display(),
+            a.dir.display(),
+            a.dir.display()
+        );
+    }
+    let served = session.run();
+    // Unmounted (or the connection was aborted): make everything stable and leave a clean log.
+    let unmounted = journal.unmount();
+    drop(fs);
+    if let Err(e) = served {
+        return Err(Failure::usage(anyhow!(
+            "FUSE session ended with an error: {e}"
+        )));
+    }
+    unmounted.map_err(|e| Failure::usage(anyhow!("clean unmount failed: {e}")))?;
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! `-o` options of `cilfs mount`, parsed and checked before anything is mounted.
+
+use crate::size::parse_size;
+use cilfs_core::fs::{DataMode, FsOptions, IversionMode};
+use cilfs_core::log::{FlushPolicy, LogConfig};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone)]
+pub struct MountOpts {
+    pub logbufs: Option<u32>,
+    pub logbsize: Option<u32>,
+    pub logdev: Option<PathBuf>,
+    pub flush: FlushPolicy,
+    pub iversion: IversionMode,
+    pub tsgran_ns: u32,
+    pub data: DataMode,
+    pub threads: usize,
+    pub writeback_cache: bool,
+    pub ro: bool,
+    pub allow_other: bool,
+}
+
+impl Default for MountOpts {
+    fn default() -> Self {
+        MountOpts {
+            logbufs: None,
+            logbsize: None,
+            logdev: None,
+            flush: FlushPolicy::Reduced,
+            iversion: IversionMode::Lazy,
+            tsgran_ns: 1_000_000,
+            data: DataMode::Ordered,
+            threads: 4,
+            writeback_cache: false,
+            ro: false,
+            allow_other: false,
+        }
+    }
+}
+
+/// A duration like `1ms`, `100us`, `1s`, `1ns`.
+fn parse_duration_ns(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(end);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("tsgran={s}: not a duration (examples: 1ns, 100us, 1ms, 1s)"))?;
+    let mult = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" | "" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return Err(format!("tsgran={s}: unknown unit (use ns, us, ms or s)")),
+    };
+    let ns = n
+        .checked_mul(mult)
+        .filter(|&x| (1..=1_000_000_000).contains(&x));
+    ns.map(|x| x as u32)
+        .ok_or_else(|| format!("tsgran={s}: must be between 1ns and 1s"))
+}
+
+pub fn parse(list: &[String]) -> Result<MountOpts, String> {
+    let mut o = MountOpts::default();
+    for opt in list
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.is_empty())
+    {
+        let (k, v) = match opt.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (opt, None),
+        };
+        let need = || v.ok_or_else(|| format!("option {k} needs a value ({k}=...)"));
+        let no_value = || match v {
+            Some(_) => Err(format!("option {k} takes no value")),
+            None => Ok(()),
+        };
+        match k {
+            "logbufs" => {
+                let n: u32 = need()?.parse().map_err(|_| format!("logbufs={}: not a number", v.unwrap_or("")))?;
+                if !(2..=8).contains(&n) {
+                    return Err(format!("logbufs={n}: must be 2..8"));
+                }
+                o.logbufs = Some(n);
+            }
+            "logbsize" => {
+                let n = parse_size(need()?)?;
+                if !(16 * 1024..=256 * 1024).contains(&n) || !n.is_power_of_two() {
+                    return Err(format!("logbsize={}: must be a power of two in 16k..256k", v.unwrap_or("")));
+                }
+                o.logbsize = Some(n as u32);
+            }
+            "logdev" => o.logdev = Some(PathBuf::from(need()?)),
+            "flush" => {
+                o.flush = match need()? {
+                    "reduced" => FlushPolicy::Reduced,
+                    "legacy" => FlushPolicy::Legacy,
+                    x => return Err(format!("flush={x}: use reduced or legacy")),
+                }
+            }
+            "iversion" => {
+                o.iversion = match need()? {
+                    "lazy" => IversionMode::Lazy,
+                    "eager" => IversionMode::Eager,
+                    x => return Err(format!("iversion={x}: use lazy or eager")),
+                }
+            }
+            "tsgran" => o.tsgran_ns = parse_duration_ns(need()?)?,
+            "data" => {
+                o.data = match need()? {
+                    "ordered" => DataMode::Ordered,
+                    "writeback" => DataMode::Writeback,
+                    x => return Err(format!("data={x}: use ordered or writeback")),
+                }
+            }
+            "threads" => {
+                let n: usize = need()?.parse().map_err(|_| format!("threads={}: not a number", v.unwrap_or("")))?;
+                if !(1..=64).contains(&n) {
+                    return Err(format!("threads={n}: must be 1..64"));
+                }
+                o.threads = n;
+            }
+            "writeback_cache" => {
+                no_value()?;
+                o.writeback_cache = true;
+            }
+            "ro" => {
+                no_value()?;
+                o.ro = true;
+            }
+            "rw" => {
+                no_value()?;
+                o.ro = false;
+            }
+            "allow_other" => {
+                no_value()?;
+                o.allow_other = true;
+            }
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, writeback_cache, ro, allow_other)")),
+        }
+    }
+    Ok(o)
+}
+
+impl MountOpts {
+    pub fn log_config(&self) -> LogConfig {
+        let d = LogConfig::default();
+        LogConfig {
+            logbufs: self.logbufs.unwrap_or(d.logbufs),
+            logbsize: self.logbsize.unwrap_or(d.logbsize),
+            policy: self.flush,
+        }
+    }
+
+    /// Whether the iclog geometry was left to the defaults (which shrink to fit small logs).
+    pub fn default_geometry(&self) -> bool {
+        self.logbufs.is_none() && self.logbsize.is_none()
+    }
+
+    pub fn fs_options(&self) -> FsOptions {
+        FsOptions {
+            iversion: self.iversion,
+            tsgran_ns: self.tsgran_ns,
+            data: self.data,
+            read_only: self.ro,
+            ..FsOptions::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options() {
+        let o = parse(&["logbufs=4,logbsize=32k,flush=legacy,iversion=eager,tsgran=100us,data=writeback,threads=2,writeback_cache,ro".into()]).expect("valid");
+        assert_eq!(
+            (o.logbufs, o.logbsize, o.flush, o.iversion),
+            (
+                Some(4),
+                Some(32768),
+                FlushPolicy::Legacy,
+                IversionMode::Eager
+            )
+        );
+        assert_eq!(
+            (o.tsgran_ns, o.data, o.threads, o.writeback_cache, o.ro),
+            (100_000, DataMode::Writeback, 2, true, true)
+        );
+        for bad in [
+            "logbufs=9",
+            "logbsize=8k",
+            "flush=fast",
+            "nosuch",
+            "ro=1",
+            "tsgran=2s",
+            "threads=0",
+            "logbufs",
+        ] {
+            assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
+        }
+    }
+}

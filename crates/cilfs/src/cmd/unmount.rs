@@ -1,0 +1,76 @@
+//! `cilfs unmount DIR`: unmounts, then waits until the daemon has made everything stable,
+//! written the unmount record and let go of the image.
+
+use crate::Failure;
+use anyhow::anyhow;
+use cilfs_device::{Device, FileDevice, FileDeviceOptions};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The mount point
+    dir: PathBuf,
+}
+
+/// The image (FUSE source) of the cilfs mount at `dir`, from /proc/self/mountinfo.
+pub fn mounted_image(dir: &Path) -> Option<PathBuf> {
+    let canon = std::fs::canonicalize(dir).ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().rev().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        let mnt = left.split(' ').nth(4)?;
+        let mut r = right.split(' ');
+        let fstype = r.next()?;
+        let source = r.next()?;
+        // The pure-Rust mount reports the type as "fuse"; the source is the image path.
+        let ours =
+            fstype == "fuse.cilfs" || (fstype == "fuse" && Path::new(&unescape(source)).exists());
+        (ours && Path::new(&unescape(mnt)) == canon).then(|| PathBuf::from(unescape(source)))
+    })
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal.
+fn unescape(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+pub fn run(a: Args) -> Result<(), Failure> {
+    let image = mounted_image(&a.dir).ok_or_else(|| {
+        Failure::usage(anyhow!(
+            "{}: no cilfs filesystem is mounted there",
+            a.dir.display()
+        ))
+    })?;
+    rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::empty())
+        .map_err(|e| Failure::usage(anyhow!("unmounting {}: {e}", a.dir.display())))?;
+    // The daemon holds the image's lock until it has written the unmount record.
+    let _lock = super::mount::lock_image(&image, true).map_err(Failure::usage)?;
+    let dev = FileDevice::open(
+        &image,
+        FileDeviceOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .map_err(Failure::usage)?;
+    // The superblock alone says whether the unmount was clean (an external log is not needed).
+    let mut sector = cilfs_device::AlignedBuf::zeroed(4096);
+    let clean = dev.read(0, &mut sector).is_ok()
+        && cilfs_core::format::Superblock::decode(&sector[..512]).is_ok_and(|sb| sb.clean);
+    if !clean {
+        return Err(Failure::found(anyhow!(
+            "{}: the daemon exited without a clean unmount; the next mount will replay the log (see {})",
+            image.display(),
+            super::mount::log_path(&a.dir).display()
+        )));
+    }
+    println!(
+        "unmounted {}; {} is clean",
+        a.dir.display(),
+        image.display()
+    );
+    Ok(())
+}
