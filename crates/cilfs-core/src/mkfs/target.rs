@@ -46,7 +46,7 @@ pub enum MkfsError {
     },
     #[error("{0}")]
     Device(#[from] DeviceError),
-    #[error("block size {0} is too small for the filesystem: it needs at least 2048 bytes")]
+    #[error("block size {0} is not a power of two in 2048..65536 (the filesystem needs at least 2048 bytes)")]
     BlockSizeTooSmall(u64),
     #[error("creating the filesystem: {0}")]
     Format(String),
@@ -161,7 +161,7 @@ pub fn plan(req: &MkfsRequest) -> Result<MkfsPlan, MkfsError> {
     };
     // An existing log device keeps its size; a new (or empty) one is made to fit the log.
     let bs = req.block_size;
-    if bs.is_power_of_two() && bs < u64::from(crate::fs::header::MIN_FS_BLOCK_SIZE) {
+    if bs < u64::from(crate::fs::header::MIN_FS_BLOCK_SIZE) {
         return Err(MkfsError::BlockSizeTooSmall(bs));
     }
     let logdev_bytes = logdev.as_ref().map(|l| match (l.kind, l.len) {

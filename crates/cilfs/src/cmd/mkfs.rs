@@ -12,7 +12,7 @@ pub struct Args {
     /// Filesystem size [default: 1G for a new file, the whole device or file otherwise]
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
-    /// Block size: a power of two in 512..65536
+    /// Block size: a power of two in 2048..65536
     #[arg(long, default_value = "4096", value_parser = parse_size)]
     block_size: u64,
     /// Log size [default: size/2048, at least 64M and at most 2G, at most a quarter of the device;
