@@ -301,6 +301,11 @@ impl Journal {
         self.geo.sb.block_size
     }
 
+    /// The largest reservation `begin` accepts (a quarter of the usable log).
+    pub fn max_reservation_bytes(&self) -> u64 {
+        self.capacity() / 4
+    }
+
     /// Starts a transaction, waiting (FIFO) for log space.
     pub fn begin(&self, r: Reservation) -> Result<Transaction<'_>, JournalError> {
         self.check_alive()?;
