@@ -1,0 +1,597 @@
+//! Mount tests through FUSE: every operation the filesystem serves, with its errno cases, on a
+//! real mount made by `cilfs mount`. Each test ends with `cilfs unmount` and a clean `cilfs
+//! check`. Needs root and /dev/fuse (CI has both; scripts/install-deps installs fuse3).
+#![allow(clippy::unwrap_used)]
+
+use rustix::fs::{FallocateFlags, FileType, Mode, RenameFlags, SeekFrom, XattrFlags, CWD};
+use rustix::io::Errno;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn cilfs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cilfs"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+struct Mounted {
+    _tmp: tempfile::TempDir,
+    img: PathBuf,
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl Mounted {
+    fn new(size: &str, opts: &[&str]) -> Self {
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "mount tests need /dev/fuse (run scripts/install-deps)"
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("fs.img");
+        let dir = tmp.path().join("mnt");
+        fs::create_dir(&dir).unwrap();
+        let out = cilfs(&["mkfs", "-q", "--size", size, img.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut m = Mounted {
+            _tmp: tmp,
+            img,
+            dir,
+            mounted: false,
+        };
+        m.mount(opts);
+        m
+    }
+
+    fn mount(&mut self, opts: &[&str]) {
+        let mut args = vec![
+            "mount",
+            self.img.to_str().unwrap(),
+            self.dir.to_str().unwrap(),
+        ];
+        for o in opts {
+            args.push("-o");
+            args.push(o);
+        }
+        let out = cilfs(&args);
+        assert!(
+            out.status.success(),
+            "mount: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = true;
+    }
+
+    fn unmount(&mut self) {
+        let out = cilfs(&["unmount", self.dir.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "unmount: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.mounted = false;
+        let out = cilfs(&["check", self.img.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "check: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    fn p(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = cilfs(&["unmount", self.dir.to_str().unwrap()]);
+        }
+    }
+}
+
+fn errno(e: std::io::Error) -> Errno {
+    Errno::from_io_error(&e).unwrap()
+}
+
+#[test]
+fn files_directories_links_and_errors() {
+    let mut m = Mounted::new("256M", &[]);
+    fs::write(m.p("a"), b"hello").unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"hello");
+    // O_APPEND.
+    let mut f = OpenOptions::new().append(true).open(m.p("a")).unwrap();
+    f.write_all(b" world").unwrap();
+    drop(f);
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"hello world");
+    // Truncate through setattr, and an O_TRUNC open.
+    OpenOptions::new()
+        .write(true)
+        .open(m.p("a"))
+        .unwrap()
+        .set_len(4)
+        .unwrap();
+    assert_eq!(fs::read(m.p("a")).unwrap(), b"hell");
+    fs::write(m.p("a"), b"x").unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().len(), 1);
+    // Directories.
+    fs::create_dir(m.p("d")).unwrap();
+    fs::create_dir(m.p("d/e")).unwrap();
+    assert_eq!(fs::metadata(m.p("d")).unwrap().nlink(), 3);
+    assert_eq!(errno(fs::create_dir(m.p("d")).unwrap_err()), Errno::EXIST);
+    assert_eq!(
+        errno(fs::remove_dir(m.p("d")).unwrap_err()),
+        Errno::NOTEMPTY
+    );
+    assert_eq!(errno(fs::remove_file(m.p("d")).unwrap_err()), Errno::ISDIR);
+    assert_eq!(errno(fs::remove_dir(m.p("a")).unwrap_err()), Errno::NOTDIR);
+    assert_eq!(errno(fs::metadata(m.p("nope")).unwrap_err()), Errno::NOENT);
+    assert_eq!(errno(fs::read_dir(m.p("a/x")).unwrap_err()), Errno::NOTDIR);
+    let long = "n".repeat(256);
+    assert_eq!(
+        errno(fs::write(m.p(&long), b"").unwrap_err()),
+        Errno::NAMETOOLONG
+    );
+    fs::write(m.p(&"n".repeat(255)), b"").unwrap();
+    // Links and symlinks.
+    fs::hard_link(m.p("a"), m.p("d/a2")).unwrap();
+    assert_eq!(fs::metadata(m.p("a")).unwrap().nlink(), 2);
+    assert_eq!(
+        fs::metadata(m.p("a")).unwrap().ino(),
+        fs::metadata(m.p("d/a2")).unwrap().ino()
+    );
+    std::os::unix::fs::symlink("d/a2", m.p("s")).unwrap();
+    assert_eq!(fs::read_link(m.p("s")).unwrap(), Path::new("d/a2"));
+    assert_eq!(fs::read(m.p("s")).unwrap(), b"x");
+    // Rename, over a file, and the two rename2 flags.
+    fs::rename(m.p("a"), m.p("d/e/b")).unwrap();
+    fs::write(m.p("c"), b"c").unwrap();
+    fs::rename(m.p("c"), m.p("d/e/b")).unwrap();
+    assert_eq!(
+        fs::read(m.p("d/a2")).unwrap(),
+        b"x",
+        "the replaced inode lives on under its other name"
+    );
+    fs::write(m.p("f1"), b"1").unwrap();
+    fs::write(m.p("f2"), b"2").unwrap();
+    assert_eq!(
+        rustix::fs::renameat_with(CWD, m.p("f1"), CWD, m.p("f2"), RenameFlags::NOREPLACE)
+            .unwrap_err(),
+        Errno::EXIST
+    );
+    rustix::fs::renameat_with(CWD, m.p("f1"), CWD, m.p("d"), RenameFlags::EXCHANGE).unwrap();
+    assert_eq!(fs::read(m.p("d")).unwrap(), b"1");
+    assert!(fs::metadata(m.p("f1/e")).unwrap().is_dir());
+    assert_eq!(
+        errno(fs::rename(m.p("f1"), m.p("f1/e/inside")).unwrap_err()),
+        Errno::INVAL
+    );
+    // readdir sees everything, readdirplus gives the right types.
+    let mut names: Vec<String> = fs::read_dir(&m.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            "d".to_string(),
+            "f1".into(),
+            "f2".into(),
+            "n".repeat(255),
+            "s".into()
+        ]
+    );
+    // Many entries: readdir across several replies, cookies stay valid.
+    fs::create_dir(m.p("many")).unwrap();
+    for i in 0..1000 {
+        File::create(m.p(&format!("many/file{i}"))).unwrap();
+    }
+    assert_eq!(fs::read_dir(m.p("many")).unwrap().count(), 1000);
+    for i in (0..1000).step_by(2) {
+        fs::remove_file(m.p(&format!("many/file{i}"))).unwrap();
+    }
+    assert_eq!(fs::read_dir(m.p("many")).unwrap().count(), 500);
+    // Everything survives an unmount and a new mount.
+    m.unmount();
+    m.mount(&[]);
+    assert_eq!(fs::read(m.p("d")).unwrap(), b"1");
+    assert_eq!(fs::read_link(m.p("s")).unwrap(), Path::new("d/a2"));
+    assert_eq!(fs::read_dir(m.p("many")).unwrap().count(), 500);
+    m.unmount();
+}
+
+#[test]
+fn special_files_xattrs_fallocate_seek_statfs() {
+    let mut m = Mounted::new("256M", &[]);
+    rustix::fs::mknodat(
+        CWD,
+        m.p("fifo"),
+        FileType::Fifo,
+        Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    rustix::fs::mknodat(
+        CWD,
+        m.p("sock"),
+        FileType::Socket,
+        Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    let dev = rustix::fs::makedev(1, 3);
+    rustix::fs::mknodat(
+        CWD,
+        m.p("null"),
+        FileType::CharacterDevice,
+        Mode::from_raw_mode(0o666),
+        dev,
+    )
+    .unwrap();
+    rustix::fs::mknodat(
+        CWD,
+        m.p("blk"),
+        FileType::BlockDevice,
+        Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(7, 0),
+    )
+    .unwrap();
+    use std::os::unix::fs::FileTypeExt;
+    assert!(fs::metadata(m.p("fifo")).unwrap().file_type().is_fifo());
+    assert!(fs::metadata(m.p("sock")).unwrap().file_type().is_socket());
+    let n = fs::metadata(m.p("null")).unwrap();
+    assert!(n.file_type().is_char_device());
+    assert_eq!(n.rdev(), dev);
+    assert!(fs::metadata(m.p("blk"))
+        .unwrap()
+        .file_type()
+        .is_block_device());
+    // Xattrs, and the read-only, unlisted change attribute.
+    let f = m.p("x");
+    fs::write(&f, b"data").unwrap();
+    rustix::fs::setxattr(&f, "user.one", b"1", XattrFlags::empty()).unwrap();
+    rustix::fs::setxattr(&f, "user.two", &[7u8; 500], XattrFlags::empty()).unwrap();
+    assert_eq!(
+        rustix::fs::setxattr(&f, "user.one", b"1", XattrFlags::CREATE).unwrap_err(),
+        Errno::EXIST
+    );
+    assert_eq!(
+        rustix::fs::setxattr(&f, "user.three", b"1", XattrFlags::REPLACE).unwrap_err(),
+        Errno::NODATA
+    );
+    let mut buf = vec![0u8; 1024];
+    let n = rustix::fs::getxattr(&f, "user.two", &mut buf[..]).unwrap();
+    assert_eq!(&buf[..n], &[7u8; 500]);
+    assert_eq!(
+        rustix::fs::getxattr(&f, "user.two", &mut buf[..10]).unwrap_err(),
+        Errno::RANGE
+    );
+    let n = rustix::fs::listxattr(&f, &mut buf[..]).unwrap();
+    let mut names: Vec<&[u8]> = buf[..n]
+        .split(|&b| b == 0)
+        .filter(|s| !s.is_empty())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec![&b"user.one"[..], b"user.two"]);
+    rustix::fs::removexattr(&f, "user.one").unwrap();
+    assert_eq!(
+        rustix::fs::removexattr(&f, "user.one").unwrap_err(),
+        Errno::NODATA
+    );
+    let n = rustix::fs::getxattr(&f, "user.cilfs.change", &mut buf[..]).unwrap();
+    let c1: u64 = std::str::from_utf8(&buf[..n]).unwrap().parse().unwrap();
+    assert_eq!(
+        rustix::fs::setxattr(&f, "user.cilfs.change", b"1", XattrFlags::empty()).unwrap_err(),
+        Errno::PERM
+    );
+    fs::write(&f, b"other").unwrap();
+    let out = cilfs(&["stat", "--change", f.to_str().unwrap()]);
+    let c2: u64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(c2 > c1, "{c2} > {c1}");
+    // fallocate: allocate, keep size, punch a hole; SEEK_DATA/SEEK_HOLE.
+    let g = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("g"))
+        .unwrap();
+    rustix::fs::fallocate(&g, FallocateFlags::empty(), 0, 1 << 20).unwrap();
+    assert_eq!(g.metadata().unwrap().len(), 1 << 20);
+    rustix::fs::fallocate(&g, FallocateFlags::KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
+    assert_eq!(g.metadata().unwrap().len(), 1 << 20);
+    (&g).write_all(&[9u8; 1 << 20]).unwrap();
+    rustix::fs::fallocate(
+        &g,
+        FallocateFlags::KEEP_SIZE | FallocateFlags::PUNCH_HOLE,
+        8192,
+        65536,
+    )
+    .unwrap();
+    let mut back = vec![0u8; 1 << 20];
+    (&g).seek(std::io::SeekFrom::Start(0)).unwrap();
+    (&g).read_exact(&mut back).unwrap();
+    assert!(back[..8192].iter().all(|&b| b == 9));
+    assert!(back[8192..73728].iter().all(|&b| b == 0));
+    assert!(back[73728..].iter().all(|&b| b == 9));
+    assert_eq!(rustix::fs::seek(&g, SeekFrom::Hole(0)).unwrap(), 8192);
+    assert_eq!(rustix::fs::seek(&g, SeekFrom::Data(8192)).unwrap(), 73728);
+    assert_eq!(
+        rustix::fs::fallocate(&g, FallocateFlags::COLLAPSE_RANGE, 0, 4096).unwrap_err(),
+        Errno::OPNOTSUPP
+    );
+    rustix::fs::fsync(&g).unwrap();
+    rustix::fs::fdatasync(&g).unwrap();
+    drop(g);
+    let s = rustix::fs::statfs(&m.dir).unwrap();
+    assert!(s.f_blocks > 0 && s.f_bfree <= s.f_blocks && s.f_bavail <= s.f_bfree);
+    assert_eq!(s.f_namelen, 255);
+    // Live counters without any new name in the namespace.
+    let out = cilfs(&["stat", "--json", m.dir.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["transactions"].as_u64().unwrap() > 0);
+    assert!(v["fsyncs"].as_u64().unwrap() >= 2);
+    m.unmount();
+}
+
+#[test]
+fn unlinked_open_files_live_until_closed() {
+    let mut m = Mounted::new("128M", &[]);
+    let free0 = rustix::fs::statfs(&m.dir).unwrap().f_bfree;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("tmp"))
+        .unwrap();
+    f.write_all(&vec![1u8; 8 << 20]).unwrap();
+    fs::remove_file(m.p("tmp")).unwrap();
+    assert_eq!(errno(fs::metadata(m.p("tmp")).unwrap_err()), Errno::NOENT);
+    let meta = f.metadata().unwrap();
+    assert_eq!((meta.len(), meta.nlink()), (8 << 20, 0));
+    f.seek(std::io::SeekFrom::Start(100)).unwrap();
+    let mut b = [0u8; 4];
+    f.read_exact(&mut b).unwrap();
+    assert_eq!(b, [1u8; 4]);
+    assert!(rustix::fs::statfs(&m.dir).unwrap().f_bfree < free0);
+    drop(f);
+    // The last close frees it; FUSE sends the release after close returns, so wait for it.
+    let came_back = (0..500).any(|_| {
+        let after = rustix::fs::statfs(&m.dir).unwrap().f_bfree;
+        after + 16 >= free0 || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(
+        came_back,
+        "the blocks of the unlinked file came back after its last close"
+    );
+    m.unmount();
+}
+
+fn as_user(uid: u32, gid: u32, args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={gid}"),
+            "--clear-groups",
+            "--",
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn posix_permissions_sticky_setgid_and_suid() {
+    let mut m = Mounted::new("128M", &["allow_other"]);
+    let t = m.p("tmp");
+    fs::create_dir(&t).unwrap();
+    fs::set_permissions(&t, fs::Permissions::from_mode(0o1777)).unwrap();
+    let file = t.join("mine");
+    let out = as_user(
+        1001,
+        1001,
+        &["sh", "-c", &format!("echo a > {}", file.display())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::metadata(&file).unwrap().uid(),
+        1001,
+        "new files belong to the caller"
+    );
+    // Sticky: another user cannot remove it.
+    let out = as_user(1002, 1002, &["rm", "-f", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(file.exists());
+    // Without write permission on the directory: EACCES.
+    fs::create_dir(m.p("ro")).unwrap();
+    let out = as_user(1001, 1001, &["touch", m.p("ro/x").to_str().unwrap()]);
+    assert!(!out.status.success());
+    // Setgid directory: new files take its group, new directories its setgid bit.
+    let g = m.p("grp");
+    fs::create_dir(&g).unwrap();
+    rustix::fs::chown(&g, None, Some(rustix::process::Gid::from_raw(500))).unwrap();
+    fs::set_permissions(&g, fs::Permissions::from_mode(0o2777)).unwrap();
+    let out = as_user(
+        1001,
+        1001,
+        &[
+            "sh",
+            "-c",
+            &format!("touch {0}/f && mkdir {0}/sub", g.display()),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(fs::metadata(g.join("f")).unwrap().gid(), 500);
+    let sub = fs::metadata(g.join("sub")).unwrap();
+    assert_eq!((sub.gid(), sub.mode() & 0o2000), (500, 0o2000));
+    // Set-user-ID is cleared when someone else writes, and on chown.
+    let s = t.join("suid");
+    fs::write(&s, b"#!/bin/sh\n").unwrap();
+    rustix::fs::chown(
+        &s,
+        Some(rustix::process::Uid::from_raw(1001)),
+        Some(rustix::process::Gid::from_raw(1001)),
+    )
+    .unwrap();
+    fs::set_permissions(&s, fs::Permissions::from_mode(0o4777)).unwrap();
+    let out = as_user(
+        1001,
+        1001,
+        &["sh", "-c", &format!("echo more >> {}", s.display())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        fs::metadata(&s).unwrap().mode() & 0o4000,
+        0,
+        "write cleared set-user-ID"
+    );
+    fs::set_permissions(&s, fs::Permissions::from_mode(0o4755)).unwrap();
+    rustix::fs::chown(&s, Some(rustix::process::Uid::from_raw(1002)), None).unwrap();
+    assert_eq!(
+        fs::metadata(&s).unwrap().mode() & 0o4000,
+        0,
+        "chown cleared set-user-ID"
+    );
+    m.unmount();
+}
+
+#[test]
+fn full_filesystem_enospc_then_unlink_works() {
+    let mut m = Mounted::new("32M", &[]);
+    let mut f = File::create(m.p("big")).unwrap();
+    let chunk = vec![3u8; 1 << 20];
+    let err = loop {
+        if let Err(e) = f.write_all(&chunk) {
+            break e;
+        }
+    };
+    assert_eq!(errno(err), Errno::NOSPC);
+    drop(f);
+    fs::remove_file(m.p("big")).unwrap();
+    fs::write(m.p("small"), vec![1u8; 1 << 20]).unwrap();
+    m.unmount();
+}
+
+#[test]
+fn bad_mount_options_mount_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let dir = tmp.path().join("mnt");
+    fs::create_dir(&dir).unwrap();
+    assert!(
+        cilfs(&["mkfs", "-q", "--size", "64M", img.to_str().unwrap()])
+            .status
+            .success()
+    );
+    for bad in [
+        "nosuch",
+        "logbufs=9",
+        "logbsize=1M",
+        "flush=never",
+        "iversion=sometimes",
+        "tsgran=5s",
+    ] {
+        let out = cilfs(&[
+            "mount",
+            img.to_str().unwrap(),
+            dir.to_str().unwrap(),
+            "-o",
+            bad,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{bad}: one line: {err}");
+        assert!(!fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(dir.to_str().unwrap()));
+    }
+    // A second mount of a mounted image is refused.
+    let dir2 = tmp.path().join("mnt2");
+    fs::create_dir(&dir2).unwrap();
+    assert!(
+        cilfs(&["mount", img.to_str().unwrap(), dir.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = cilfs(&["mount", img.to_str().unwrap(), dir2.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use"));
+    assert!(cilfs(&["unmount", dir.to_str().unwrap()]).status.success());
+}
+
+#[test]
+fn killed_daemon_leaves_a_log_the_next_mount_replays() {
+    let mut m = Mounted::new("128M", &[]);
+    fs::write(m.p("kept"), b"synced").unwrap();
+    File::open(m.p("kept")).unwrap().sync_all().unwrap();
+    fs::create_dir(m.p("dir")).unwrap();
+    // A directory fsync makes the namespace change durable (fuser has no FUSE_SYNCFS, so
+    // sync(2) does not reach the filesystem).
+    File::open(&m.dir).unwrap().sync_all().unwrap();
+    // Kill the daemon: no unmount record.
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("mount {} ", m.img.display())])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(pids.stdout).unwrap();
+    let pid = pid.lines().next().expect("daemon pid");
+    assert!(Command::new("kill")
+        .args(["-9", pid])
+        .status()
+        .unwrap()
+        .success());
+    let gone = (0..500).any(|_| {
+        !Path::new(&format!("/proc/{pid}")).exists() || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(gone, "the daemon died");
+    let _ = rustix::mount::unmount(&m.dir, rustix::mount::UnmountFlags::DETACH);
+    m.mounted = false;
+    let out = cilfs(&["check", m.img.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("not clean"),
+        "the log needed replay"
+    );
+    m.mount(&[]);
+    assert_eq!(fs::read(m.p("kept")).unwrap(), b"synced");
+    assert!(m.p("dir").is_dir());
+    m.unmount();
+}
