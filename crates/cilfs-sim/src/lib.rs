@@ -3,7 +3,9 @@
 //! them) is rebuilt with a seeded choice of lost and torn volatile writes, recovered, and checked
 //! against a model of which states recovery may produce.
 
+pub mod fs_crash;
 pub mod journal_crash;
 mod recorded;
 
+pub use fs_crash::{run_fs_crashtest, FsCrashConfig};
 pub use journal_crash::{run_journal_crashtest, CrashReport, JournalCrashConfig};

@@ -9,7 +9,7 @@ use super::node::{arr4, arr8};
 pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
 pub const HEADER_VERSION: u32 = 1;
 pub const HEADER_LSN_OFFSET: u16 = 8;
-const FREELIST_OFFSET: usize = 128;
+const FREELIST_OFFSET: usize = 136;
 /// The smallest block size the filesystem layer accepts: a tree value is at most a quarter of a
 /// leaf, and a directory entry with a 255-byte name must fit one.
 pub const MIN_FS_BLOCK_SIZE: u32 = 2048;
@@ -58,17 +58,18 @@ impl Header {
         assert!(self.freelist.len() <= freelist_capacity(out.len()));
         out[0..4].copy_from_slice(&HEADER_MAGIC.to_le_bytes());
         out[4..8].copy_from_slice(&HEADER_VERSION.to_le_bytes());
-        // 8..32: LSN stamp.
-        put_root(&mut out[32..48], self.fs_root);
-        put_root(&mut out[48..64], self.bno_root);
-        put_root(&mut out[64..80], self.size_root);
-        out[80..88].copy_from_slice(&self.next_ino.to_le_bytes());
-        out[88..96].copy_from_slice(&self.free_blocks.to_le_bytes());
-        out[96..104].copy_from_slice(&self.inode_count.to_le_bytes());
-        out[104..112].copy_from_slice(&self.data_start.to_le_bytes());
-        out[112..120].copy_from_slice(&self.data_end.to_le_bytes());
-        out[120..124].copy_from_slice(&(self.freelist.len() as u32).to_le_bytes());
-        out[124..128].fill(0);
+        // 8..36: LSN stamp (LSN, UUID, CRC), 36..40 reserved.
+        put_root(&mut out[40..56], self.fs_root);
+        put_root(&mut out[56..72], self.bno_root);
+        put_root(&mut out[72..88], self.size_root);
+        out[88..96].copy_from_slice(&self.next_ino.to_le_bytes());
+        out[96..104].copy_from_slice(&self.free_blocks.to_le_bytes());
+        out[104..112].copy_from_slice(&self.inode_count.to_le_bytes());
+        out[112..120].copy_from_slice(&self.data_start.to_le_bytes());
+        out[120..128].copy_from_slice(&self.data_end.to_le_bytes());
+        out[128..132].copy_from_slice(&(self.freelist.len() as u32).to_le_bytes());
+        out[36..40].fill(0);
+        out[132..136].fill(0);
         let mut p = FREELIST_OFFSET;
         for b in &self.freelist {
             out[p..p + 8].copy_from_slice(&b.to_le_bytes());
@@ -91,7 +92,7 @@ impl Header {
                 format!("header version {version}, this cilfs knows {HEADER_VERSION}"),
             ));
         }
-        let n = u32::from_le_bytes(arr4(&b[120..124])) as usize;
+        let n = u32::from_le_bytes(arr4(&b[128..132])) as usize;
         if n > freelist_capacity(b.len()) {
             return Err(FsError::corrupt(blkno, format!("free list of {n} entries")));
         }
@@ -99,14 +100,14 @@ impl Header {
             .map(|i| u64::from_le_bytes(arr8(&b[FREELIST_OFFSET + 8 * i..])))
             .collect();
         let h = Header {
-            fs_root: get_root(&b[32..48]),
-            bno_root: get_root(&b[48..64]),
-            size_root: get_root(&b[64..80]),
-            next_ino: u64::from_le_bytes(arr8(&b[80..88])),
-            free_blocks: u64::from_le_bytes(arr8(&b[88..96])),
-            inode_count: u64::from_le_bytes(arr8(&b[96..104])),
-            data_start: u64::from_le_bytes(arr8(&b[104..112])),
-            data_end: u64::from_le_bytes(arr8(&b[112..120])),
+            fs_root: get_root(&b[40..56]),
+            bno_root: get_root(&b[56..72]),
+            size_root: get_root(&b[72..88]),
+            next_ino: u64::from_le_bytes(arr8(&b[88..96])),
+            free_blocks: u64::from_le_bytes(arr8(&b[96..104])),
+            inode_count: u64::from_le_bytes(arr8(&b[104..112])),
+            data_start: u64::from_le_bytes(arr8(&b[112..120])),
+            data_end: u64::from_le_bytes(arr8(&b[120..128])),
             freelist,
         };
         let in_area = |x: u64| x >= h.data_start && x < h.data_end;

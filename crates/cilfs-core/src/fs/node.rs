@@ -1,6 +1,7 @@
 //! B+tree node blocks: pure encode and decode (docs/on-disk-format.md "B+tree nodes").
 //!
-//! Layout: a 48-byte header, then an array of entries. Leaf entries are a key and the offset and
+//! Layout: a 48-byte header (magic, level, tree, count, own block number, LSN stamp with the
+//! block's CRC), then an array of entries. Leaf entries are a key and the offset and
 //! length of a value stored at the end of the block, values growing downward; interior entries are
 //! a key and a child block. The first key of an interior node is only a lower bound for its child.
 
@@ -105,8 +106,8 @@ impl Node {
         out[5] = self.tree;
         out[6..8].copy_from_slice(&(self.len() as u16).to_le_bytes());
         out[8..16].copy_from_slice(&blkno.to_le_bytes());
-        // 16..40 LSN stamp, 40..48 reserved.
-        out[40..48].fill(0);
+        // 16..44 LSN stamp (LSN, UUID, CRC: written at write back), 44..48 reserved.
+        out[44..48].fill(0);
         let mut p = NODE_HEADER_BYTES;
         match &self.body {
             Body::Leaf(items) => {

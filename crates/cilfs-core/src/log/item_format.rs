@@ -6,7 +6,8 @@ use crate::format::{Decoder, Encoder, FormatError};
 pub const ITEM_BUF: u16 = 1;
 /// The block was freed in this checkpoint: earlier logged images of it must not be replayed.
 pub const BUF_CANCEL: u16 = 1;
-/// The block carries, at `lsn_offset`, the LSN it was last written back at and the fs UUID.
+/// The block carries, at `lsn_offset`, the LSN it was last written back at, the fs UUID and its
+/// CRC (see `recover::write_lsn_stamp`).
 pub const BUF_LSN_STAMP: u16 = 2;
 const BUF_HEADER_BYTES: usize = 16;
 const WHAT: &str = "buffer log item";
@@ -77,7 +78,9 @@ pub fn decode_item(payload: &[u8], block_size: u32) -> Result<BufImage, FormatEr
     let n = d.u16()?;
     let blkno = d.u64()?;
     let lsn_offset = (flags & BUF_LSN_STAMP != 0).then_some(lsn_off);
-    if lsn_offset.is_some_and(|o| u32::from(o) + 24 > block_size) {
+    if lsn_offset
+        .is_some_and(|o| u32::from(o) + super::recover::LSN_STAMP_BYTES as u32 > block_size)
+    {
         return Err(d.invalid(
             "lsn offset",
             format!("{lsn_off} in a {block_size}-byte block"),

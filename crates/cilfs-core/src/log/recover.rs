@@ -427,21 +427,38 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
     Ok(scan)
 }
 
-/// Bytes at a block's LSN stamp: the LSN and the filesystem UUID.
-pub const LSN_STAMP_BYTES: usize = 24;
+/// Bytes at a block's LSN stamp: the LSN, the filesystem UUID and a CRC32C of the whole block
+/// (taken with the CRC field zeroed).
+pub const LSN_STAMP_BYTES: usize = 28;
 
-/// Reads the LSN stamped into a block at `offset` if the stamp carries this filesystem's UUID.
+/// CRC32C of `block` with the 4 bytes at `crc_at` taken as zero.
+fn block_crc(block: &[u8], crc_at: usize) -> u32 {
+    let c = crc32c::crc32c(&block[..crc_at]);
+    let c = crc32c::crc32c_append(c, &[0u8; 4]);
+    crc32c::crc32c_append(c, &block[crc_at + 4..])
+}
+
+/// Reads the LSN stamped into a block at `offset`, if the stamp carries this filesystem's UUID
+/// and the block's CRC matches. A torn write (some sectors new, some old) fails the CRC, so a
+/// stamp that made it to disk never hides a block whose other sectors did not.
 pub fn read_lsn_stamp(block: &[u8], offset: u16, uuid: &[u8; 16]) -> Option<Lsn> {
     let o = usize::from(offset);
     let s = block.get(o..o + LSN_STAMP_BYTES)?;
-    (s[8..24] == uuid[..])
+    if s[8..24] != uuid[..] {
+        return None;
+    }
+    let stored = u32::from_le_bytes(s[24..28].try_into().unwrap_or_default());
+    (block_crc(block, o + 24) == stored)
         .then(|| Lsn::from_raw(u64::from_le_bytes(s[..8].try_into().unwrap_or_default())))
 }
 
+/// Stamps the LSN and UUID at `offset` and seals the block with its CRC.
 pub fn write_lsn_stamp(block: &mut [u8], offset: u16, lsn: Lsn, uuid: &[u8; 16]) {
     let o = usize::from(offset);
     block[o..o + 8].copy_from_slice(&lsn.raw().to_le_bytes());
-    block[o + 8..o + LSN_STAMP_BYTES].copy_from_slice(uuid);
+    block[o + 8..o + 24].copy_from_slice(uuid);
+    let crc = block_crc(block, o + 24);
+    block[o + 24..o + 28].copy_from_slice(&crc.to_le_bytes());
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

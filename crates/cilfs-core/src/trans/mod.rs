@@ -94,10 +94,10 @@ impl<'j> Transaction<'j> {
         h.logged = true;
     }
 
-    /// Declares that the block keeps an LSN stamp at `offset` (24 bytes: LSN and fs UUID).
+    /// Declares that the block keeps an LSN stamp at `offset` (28 bytes: LSN, fs UUID, block CRC).
     pub fn set_lsn_offset(&mut self, b: BufRef, offset: u16) {
         let h = &mut self.held[b.0];
-        assert!(usize::from(offset) + 24 <= h.guard.data.len());
+        assert!(usize::from(offset) + crate::log::recover::LSN_STAMP_BYTES <= h.guard.data.len());
         h.guard.lsn_offset = Some(offset);
     }
 

@@ -7,6 +7,24 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub enum Kind {
     /// Random transactions on the journal, crashed at flush/FUA points and between them
     Journal(JournalArgs),
+    /// Random POSIX operations on the filesystem core, crashed at flush/FUA points and between
+    Fs(FsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FsArgs {
+    /// Seed of the whole run [default: chosen at random and printed]
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Crash points to check
+    #[arg(long, default_value_t = 2000)]
+    points: usize,
+    /// Flush policy of the log
+    #[arg(long, default_value = "reduced")]
+    policy: FlushPolicy,
+    /// Data ordering: ordered or writeback
+    #[arg(long, default_value = "ordered")]
+    data: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -28,7 +46,66 @@ pub struct JournalArgs {
 pub fn run(k: Kind) -> Result<(), Failure> {
     match k {
         Kind::Journal(a) => journal(a),
+        Kind::Fs(a) => fs(a),
     }
+}
+
+fn random_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+}
+
+fn fs(a: FsArgs) -> Result<(), Failure> {
+    use cilfs_core::fs::DataMode;
+    let data = match a.data.as_str() {
+        "ordered" => DataMode::Ordered,
+        "writeback" => DataMode::Writeback,
+        x => {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--data {x}: use ordered or writeback"
+            )))
+        }
+    };
+    let seed = a.seed.unwrap_or_else(random_seed);
+    let replay = format!(
+        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}",
+        a.points, a.policy, a.data
+    );
+    eprintln!(
+        "crashtest fs: seed {seed}, {} points, policy {}, data={}",
+        a.points, a.policy, a.data
+    );
+    let bar = ProgressBar::new(a.points as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} crash points {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let cfg = cilfs_sim::FsCrashConfig {
+        seed,
+        points: a.points,
+        policy: a.policy,
+        data,
+    };
+    let r = cilfs_sim::run_fs_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
+    bar.finish_and_clear();
+    for f in &r.failures {
+        println!("FAIL {f}");
+    }
+    println!("{} workload runs, {} checkpoints", r.runs, r.checkpoints);
+    if r.failed > 0 {
+        println!("replay: {replay}");
+    }
+    println!("{} passed, {} failed", r.passed, r.failed);
+    if r.failed > 0 {
+        return Err(Failure::found(anyhow::anyhow!(
+            "{} of {} crash points failed",
+            r.failed,
+            r.passed + r.failed
+        )));
+    }
+    Ok(())
 }
 
 fn journal(a: JournalArgs) -> Result<(), Failure> {

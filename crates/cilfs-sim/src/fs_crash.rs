@@ -1,0 +1,533 @@
+//! `cilfs crashtest fs`: random POSIX workloads on the filesystem core (no FUSE) over recorded
+//! simulated devices, crash images at flush/FUA points and between them, then recovery, the
+//! checker, and a model.
+//!
+//! What a recovered image must show (journal.md section 8, issue "crashtest fs"):
+//! - recovery and mount succeed and `check` finds nothing;
+//! - the namespace (names, types, sizes, link counts) is exactly the one after some prefix of the
+//!   operations: never half an operation (so rename is atomic), and never less than every
+//!   operation an fsync of one of the inodes it touched, a sync or an unmount made durable;
+//! - a file fsynced and not modified afterwards has exactly the contents it had;
+//! - in ordered mode no byte of any file is one it was never written with (only zeros or values
+//!   written to that file at that offset);
+//! - a change attribute read before the crash is below the one read after for a file whose
+//!   contents differ.
+
+use crate::recorded::RecordedSet;
+use cilfs_core::format::superblock::SbLog;
+use cilfs_core::fs::ops::{Cred, RenameFlags, SetAttr};
+use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
+use cilfs_core::journal::{Journal, JournalConfig, PushMode};
+use cilfs_core::log::{FlushPolicy, LogConfig};
+use cilfs_core::mkfs::{write_filesystem, Layout};
+use cilfs_device::rng::SimRng;
+use cilfs_device::{Device, SimDevice, SparseImage, Survival};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+const BS: u32 = 2048;
+const DATA_BLOCKS: u64 = 8192;
+const LOG_BLOCKS: u64 = 128;
+const OPS_PER_RUN: usize = 600;
+const POINTS_PER_RUN: usize = 100;
+const NAMES: u64 = 6;
+const FILE_MAX: u64 = 48 * 1024;
+
+#[derive(Debug, Clone, Copy)]
+pub struct FsCrashConfig {
+    pub seed: u64,
+    pub points: usize,
+    pub policy: FlushPolicy,
+    pub data: DataMode,
+}
+
+pub use crate::journal_crash::CrashReport;
+
+/// The visible metadata: names and, per inode, type, size and link count.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Meta {
+    entries: BTreeMap<(u64, Vec<u8>), u64>,
+    inodes: BTreeMap<u64, (FileType, u64, u32)>,
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    /// Metadata after each operation (index 0: before the first).
+    states: Vec<Arc<Meta>>,
+    /// Device operation count when each operation started.
+    started_at: Vec<usize>,
+    /// (device op count when it returned, operations that must survive).
+    durable: Vec<(usize, usize)>,
+    /// Per inode, the operations that changed it in any way (data included).
+    modified: HashMap<u64, Vec<usize>>,
+    /// Per inode, the last operation that committed a change to it (what its fsync forces).
+    last_commit: HashMap<u64, usize>,
+    /// Writes: inode -> (offset, length, byte) of every write.
+    writes: HashMap<u64, Vec<(u64, u64, u8)>>,
+    /// (device op count at the fsync's return, inode, fsync op index, contents then).
+    synced: Vec<(usize, u64, usize, Arc<Vec<u8>>)>,
+    /// (device op count at the query, inode, value read, contents then).
+    queried: Vec<(usize, u64, u64, Arc<Vec<u8>>)>,
+}
+
+impl Model {
+    fn required_at(&self, g: usize) -> usize {
+        self.durable
+            .iter()
+            .filter(|(at, _)| *at <= g)
+            .map(|(_, k)| *k)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Operations that had started by device op `g`: the newest prefix recovery may show.
+    fn started_by(&self, g: usize) -> usize {
+        self.started_at.iter().filter(|&&s| s < g).count()
+    }
+}
+
+fn layout() -> Layout {
+    Layout {
+        uuid: [0x3c; 16],
+        block_size: BS,
+        data_blocks: DATA_BLOCKS,
+        log: SbLog::Internal { start: 1 },
+        log_blocks: LOG_BLOCKS,
+    }
+}
+
+fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
+    JournalConfig {
+        log: LogConfig {
+            logbufs: 2,
+            logbsize: 16 * 1024,
+            policy,
+        },
+        cil_limit: Some(cil_limit),
+        push_mode: PushMode::Inline,
+        cache_bytes_max: Some(256 * u64::from(BS)),
+    }
+}
+
+const CIL_LIMITS: [u64; 3] = [8 * 1024, 24 * 1024, 64 * 1024];
+
+fn base_image() -> Result<(SparseImage, u64), String> {
+    let len = DATA_BLOCKS * u64::from(BS);
+    let dev = Arc::new(SimDevice::new(len, 0));
+    write_filesystem(&*dev, None, &layout(), &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let j = Journal::open(
+        dev.clone() as Arc<dyn Device>,
+        None,
+        journal_config(FlushPolicy::Reduced, 64 * 1024),
+    )
+    .map_err(|e| e.to_string())?;
+    cilfs_core::fs::mkfs::format(&j, 0, 0).map_err(|e| e.to_string())?;
+    j.unmount().map_err(|e| e.to_string())?;
+    Ok((dev.stable_image(), len))
+}
+
+fn fs_options(data: DataMode, clock: &Arc<AtomicI64>) -> FsOptions {
+    let c = Arc::clone(clock);
+    FsOptions {
+        data,
+        clock: Arc::new(move || {
+            let ms = c.load(Ordering::Relaxed);
+            Timespec {
+                sec: ms / 1000,
+                nsec: ((ms % 1000) * 1_000_000) as u32,
+            }
+        }),
+        ..FsOptions::default()
+    }
+}
+
+fn open_fs(
+    dev: &Arc<dyn Device>,
+    cfg: &FsCrashConfig,
+    cil: u64,
+    clock: &Arc<AtomicI64>,
+) -> Result<Arc<Fs>, String> {
+    let j = Journal::open(Arc::clone(dev), None, journal_config(cfg.policy, cil))
+        .map_err(|e| format!("journal: {e}"))?;
+    Fs::open(j, fs_options(cfg.data, clock)).map_err(|e| format!("mount: {e}"))
+}
+
+/// Walks the namespace from the root.
+fn meta_of(fs: &Fs) -> Result<Meta, String> {
+    let mut m = Meta::default();
+    let mut dirs = vec![ROOT_INO];
+    let a = fs.getattr(ROOT_INO).map_err(|e| e.to_string())?;
+    m.inodes.insert(ROOT_INO, (a.kind, a.size, a.nlink));
+    while let Some(d) = dirs.pop() {
+        for (e, _) in fs.readdir(d, 0, 1 << 20).map_err(|e| e.to_string())? {
+            if e.name == b"." || e.name == b".." {
+                continue;
+            }
+            m.entries.insert((d, e.name.clone()), e.ino);
+            if !m.inodes.contains_key(&e.ino) {
+                let a = fs
+                    .getattr(e.ino)
+                    .map_err(|x| format!("entry {:?}: {x}", String::from_utf8_lossy(&e.name)))?;
+                m.inodes.insert(e.ino, (a.kind, a.size, a.nlink));
+                if a.kind == FileType::Directory {
+                    dirs.push(e.ino);
+                }
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn contents(fs: &Fs, ino: u64) -> Result<Vec<u8>, String> {
+    fs.read(ino, 0, FILE_MAX as u32 * 2)
+        .map_err(|e| e.to_string())
+}
+
+fn name(n: u64) -> Vec<u8> {
+    format!("f{n}").into_bytes()
+}
+
+/// Runs one workload, recording the model.
+fn workload(
+    seed: u64,
+    cfg: &FsCrashConfig,
+    cil: u64,
+    report: &mut CrashReport,
+) -> Result<(RecordedSet, Model), String> {
+    let set = RecordedSet::new(vec![base_image()?], seed);
+    let dev: Arc<dyn Device> = Arc::clone(&set.devs[0]) as Arc<dyn Device>;
+    let clock = Arc::new(AtomicI64::new(1_000_000_000));
+    let mut rng = SimRng::new(seed);
+    let mut fs = open_fs(&dev, cfg, cil, &clock)?;
+    let mut m = Model::default();
+    m.states.push(Arc::new(meta_of(&fs)?));
+    let mut open_files: Vec<u64> = Vec::new();
+    let cred = Cred::ROOT;
+    for i in 0..OPS_PER_RUN {
+        let op = i + 1; // operation numbers start at 1; state i+1 is after it
+        m.started_at.push(set.op_count());
+        if rng.chance(1, 2) {
+            clock.fetch_add(1, Ordering::Relaxed);
+        }
+        let cur = m.states.last().cloned().unwrap_or_default();
+        let dirs: Vec<u64> = cur
+            .inodes
+            .iter()
+            .filter(|(_, v)| v.0 == FileType::Directory)
+            .map(|(k, _)| *k)
+            .collect();
+        let files: Vec<u64> = cur
+            .inodes
+            .iter()
+            .filter(|(_, v)| v.0 == FileType::Regular)
+            .map(|(k, _)| *k)
+            .collect();
+        let pick = |rng: &mut SimRng, v: &[u64]| v[rng.below(v.len() as u64) as usize];
+        let tx_before = fs.stats().transactions;
+        let mut touched: Vec<u64> = Vec::new();
+        let ok_or_expected = |r: Result<(), FsError>| -> Result<(), String> {
+            match r {
+                Ok(())
+                | Err(
+                    FsError::Exists
+                    | FsError::NotFound
+                    | FsError::NotEmpty
+                    | FsError::IsDir
+                    | FsError::NotDir
+                    | FsError::Invalid(_)
+                    | FsError::NoSpace,
+                ) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        match rng.below(100) {
+            0..=14 => {
+                let d = pick(&mut rng, &dirs);
+                let n = name(rng.below(NAMES));
+                if let Ok(a) = fs.mknod(cred, d, &n, 0o100_644, 0) {
+                    touched.extend([a.ino, d]);
+                }
+            }
+            15..=19 => {
+                let d = pick(&mut rng, &dirs);
+                if let Ok(a) = fs.mkdir(cred, d, &name(rng.below(NAMES)), 0o755) {
+                    touched.extend([a.ino, d]);
+                }
+            }
+            20..=44 if !files.is_empty() => {
+                let f = pick(&mut rng, &files);
+                let off = rng.below(FILE_MAX);
+                let short = rng.bool();
+                let len = 1 + rng.below(if short { 16 } else { 12 * 1024 });
+                let byte = (SimRng::derive(f, op as u64).next_u64() as u8) | 1;
+                match fs.write(cred, f, off, &vec![byte; len as usize]) {
+                    Ok(_) => {
+                        m.writes.entry(f).or_default().push((off, len, byte));
+                        m.modified.entry(f).or_default().push(op);
+                        touched.push(f);
+                    }
+                    Err(FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: write: {e}")),
+                }
+            }
+            45..=49 if !files.is_empty() => {
+                let f = pick(&mut rng, &files);
+                fs.setattr(
+                    cred,
+                    f,
+                    SetAttr {
+                        size: Some(rng.below(FILE_MAX)),
+                        ..SetAttr::default()
+                    },
+                )
+                .map_err(|e| format!("op {op}: truncate: {e}"))?;
+                m.modified.entry(f).or_default().push(op);
+                touched.push(f);
+            }
+            50..=59 => {
+                let d = pick(&mut rng, &dirs);
+                let n = name(rng.below(NAMES));
+                if let Some(&ino) = cur.entries.get(&(d, n.clone())) {
+                    let r = if cur.inodes[&ino].0 == FileType::Directory {
+                        fs.rmdir(d, &n)
+                    } else {
+                        fs.unlink(d, &n)
+                    };
+                    ok_or_expected(r).map_err(|e| format!("op {op}: remove: {e}"))?;
+                    m.modified.entry(ino).or_default().push(op);
+                    touched.extend([ino, d]);
+                }
+            }
+            60..=69 => {
+                let (d1, d2) = (pick(&mut rng, &dirs), pick(&mut rng, &dirs));
+                let (n1, n2) = (name(rng.below(NAMES)), name(rng.below(NAMES)));
+                let flags = RenameFlags {
+                    noreplace: rng.chance(1, 6),
+                    exchange: rng.chance(1, 6),
+                };
+                let r = fs.rename(d1, &n1, d2, &n2, flags);
+                ok_or_expected(r).map_err(|e| format!("op {op}: rename: {e}"))?;
+                for k in [(d1, n1), (d2, n2)] {
+                    if let Some(&ino) = cur.entries.get(&k) {
+                        m.modified.entry(ino).or_default().push(op);
+                        touched.push(ino);
+                    }
+                }
+                touched.extend([d1, d2]);
+            }
+            70..=73 if !files.is_empty() => {
+                let f = pick(&mut rng, &files);
+                let d = pick(&mut rng, &dirs);
+                if fs.link(f, d, &name(rng.below(NAMES))).is_ok() {
+                    touched.extend([f, d]);
+                }
+            }
+            74..=83 => {
+                // fsync of a file or a directory.
+                let all: Vec<u64> = cur.inodes.keys().copied().collect();
+                let x = pick(&mut rng, &all);
+                fs.fsync(x).map_err(|e| format!("op {op}: fsync: {e}"))?;
+                let need = m.last_commit.get(&x).copied().unwrap_or(0);
+                m.durable.push((set.op_count(), need));
+                if cur.inodes[&x].0 == FileType::Regular {
+                    let c = contents(&fs, x)?;
+                    m.synced.push((set.op_count(), x, op, Arc::new(c)));
+                }
+            }
+            84..=85 => {
+                fs.sync().map_err(|e| format!("op {op}: sync: {e}"))?;
+                m.durable.push((set.op_count(), op - 1));
+            }
+            86..=89 if !files.is_empty() => {
+                let f = pick(&mut rng, &files);
+                let v = fs
+                    .change_attr(f)
+                    .map_err(|e| format!("op {op}: change: {e}"))?;
+                let c = contents(&fs, f)?;
+                m.queried.push((set.op_count(), f, v, Arc::new(c)));
+            }
+            90..=92 if !files.is_empty() => {
+                // Hold a file open (it may be unlinked while open, an orphan at the crash).
+                let f = pick(&mut rng, &files);
+                fs.open_inode(f)
+                    .map_err(|e| format!("op {op}: open: {e}"))?;
+                open_files.push(f);
+            }
+            93..=94 if !open_files.is_empty() => {
+                let f = open_files.swap_remove(rng.below(open_files.len() as u64) as usize);
+                fs.release_inode(f)
+                    .map_err(|e| format!("op {op}: release: {e}"))?;
+            }
+            95 => {
+                // Clean unmount and mount again.
+                for f in open_files.drain(..) {
+                    fs.release_inode(f).map_err(|e| e.to_string())?;
+                }
+                fs.journal()
+                    .unmount()
+                    .map_err(|e| format!("op {op}: unmount: {e}"))?;
+                tally(&fs, report);
+                drop(fs);
+                m.durable.push((set.op_count(), op - 1));
+                fs = open_fs(&dev, cfg, cil, &clock)?;
+            }
+            _ => {}
+        }
+        if fs.stats().transactions > tx_before {
+            for t in touched {
+                m.last_commit.insert(t, op);
+            }
+        }
+        m.states.push(Arc::new(meta_of(&fs)?));
+    }
+    tally(&fs, report);
+    drop(fs);
+    Ok((set, m))
+}
+
+fn tally(fs: &Fs, report: &mut CrashReport) {
+    let s = fs.journal().stats();
+    report.checkpoints += s.log.checkpoints;
+    report.log_bytes += s.log.log_bytes;
+}
+
+fn random_fate(rng: &mut SimRng, sectors: usize) -> Survival {
+    match rng.below(3) {
+        0 => Survival::Lost,
+        1 => Survival::Kept,
+        _ => Survival::Torn((0..sectors).map(|_| rng.bool()).collect()),
+    }
+}
+
+fn check_point(
+    set: &RecordedSet,
+    m: &Model,
+    g: usize,
+    rng: &mut SimRng,
+    cfg: &FsCrashConfig,
+    cil: u64,
+) -> Result<(), String> {
+    let images = set.crash_images(g, &mut |_, n| random_fate(rng, n));
+    let len = set.devs[0].len();
+    let Some(img) = images.into_iter().next() else {
+        return Err("no image".into());
+    };
+    let dev: Arc<dyn Device> = Arc::new(SimDevice::from_image(img, len, 1));
+    let clock = Arc::new(AtomicI64::new(2_000_000_000));
+    let fs = open_fs(&dev, cfg, cil, &clock).map_err(|e| format!("recovery failed: {e}"))?;
+    let report = check::check(&fs).map_err(|e| format!("check could not run: {e}"))?;
+    if !report.is_clean() {
+        return Err(format!("check: {}", report.problems.join("; ")));
+    }
+    let got = meta_of(&fs)?;
+    let required = m.required_at(g);
+    let newest = m.started_by(g);
+    let Some(k) = (required..=newest.min(m.states.len() - 1))
+        .rev()
+        .find(|&k| *m.states[k] == got)
+    else {
+        let any = m.states.iter().position(|s| **s == got);
+        return Err(match any {
+            Some(k) => format!("recovered the namespace after operation {k}, but operations up to {required} were durable (newest possible {newest})"),
+            None => format!("recovered a namespace that no prefix of operations produced (durable up to {required}, newest possible {newest})"),
+        });
+    };
+    // Contents: fsynced and untouched since, exact; ordered mode, nothing never written.
+    for (at, ino, op, c) in &m.synced {
+        if *at > g || !got.inodes.contains_key(ino) {
+            continue;
+        }
+        let touched_after = m
+            .modified
+            .get(ino)
+            .is_some_and(|v| v.iter().any(|&o| o > *op && o <= newest));
+        if touched_after || k < *op {
+            continue;
+        }
+        let now = contents(&fs, *ino)?;
+        if now != **c {
+            return Err(format!("inode {ino} fsynced at operation {op} and not changed since: contents differ after recovery"));
+        }
+    }
+    if cfg.data == DataMode::Ordered {
+        for (&ino, &(kind, _, _)) in &got.inodes {
+            if kind != FileType::Regular {
+                continue;
+            }
+            let c = contents(&fs, ino)?;
+            let writes = m.writes.get(&ino).map(Vec::as_slice).unwrap_or(&[]);
+            for (p, &b) in c.iter().enumerate() {
+                let p = p as u64;
+                if b != 0
+                    && !writes
+                        .iter()
+                        .any(|&(o, l, v)| v == b && p >= o && p < o + l)
+                {
+                    return Err(format!(
+                        "inode {ino} byte {p} is {b:#x}, a value never written there (stale data)"
+                    ));
+                }
+            }
+        }
+    }
+    for (at, ino, v, c) in &m.queried {
+        if *at > g || !got.inodes.contains_key(ino) {
+            continue;
+        }
+        let now = contents(&fs, *ino)?;
+        let after = fs.change_attr(*ino).map_err(|e| e.to_string())?;
+        if now != **c && after <= *v {
+            return Err(format!("inode {ino}: contents changed but the change attribute {after} is not above {v} read before the crash"));
+        }
+    }
+    Ok(())
+}
+
+pub fn run_fs_crashtest(
+    cfg: &FsCrashConfig,
+    progress: &mut dyn FnMut(usize, usize),
+) -> CrashReport {
+    let mut report = CrashReport::default();
+    let mut run = 0u64;
+    while report.passed + report.failed < cfg.points {
+        let run_seed = SimRng::derive(cfg.seed, run).next_u64();
+        report.runs += 1;
+        let cil = CIL_LIMITS[(run % CIL_LIMITS.len() as u64) as usize];
+        let (set, model) = match workload(run_seed, cfg, cil, &mut report) {
+            Ok(w) => w,
+            Err(e) => {
+                report.failed += 1;
+                report
+                    .failures
+                    .push(format!("run {run} (seed {run_seed}): workload failed: {e}"));
+                run += 1;
+                continue;
+            }
+        };
+        let n = set.op_count();
+        let durability: Vec<usize> = (0..n).filter(|&i| set.is_durability_point(i)).collect();
+        let mut rng = SimRng::derive(run_seed, 1);
+        let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
+        for _ in 0..todo {
+            let g = if !durability.is_empty() && rng.bool() {
+                let d = durability[rng.below(durability.len() as u64) as usize];
+                d + usize::from(rng.bool())
+            } else {
+                rng.below(n as u64 + 1) as usize
+            };
+            match check_point(&set, &model, g, &mut rng, cfg, cil) {
+                Ok(()) => report.passed += 1,
+                Err(e) => {
+                    report.failed += 1;
+                    report.failures.push(format!(
+                        "run {run} (seed {run_seed}) crash after device operation {g} of {n}: {e}"
+                    ));
+                }
+            }
+            progress(report.passed + report.failed, cfg.points);
+        }
+        run += 1;
+    }
+    report
+}
