@@ -165,11 +165,11 @@ fn meta_of(fs: &Fs) -> Result<Meta, String> {
                 continue;
             }
             m.entries.insert((d, e.name.clone()), e.ino);
-            if !m.inodes.contains_key(&e.ino) {
+            if let std::collections::btree_map::Entry::Vacant(v) = m.inodes.entry(e.ino) {
                 let a = fs
                     .getattr(e.ino)
                     .map_err(|x| format!("entry {:?}: {x}", String::from_utf8_lossy(&e.name)))?;
-                m.inodes.insert(e.ino, (a.kind, a.size, a.nlink));
+                v.insert((a.kind, a.size, a.nlink));
                 if a.kind == FileType::Directory {
                     dirs.push(e.ino);
                 }
