@@ -6,7 +6,7 @@
 //! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
 
 use super::error::{FsError, FsResult};
-use super::node::{Body, Key, Node, MAX_LEVELS};
+use super::node::{Body, Key, Node, RawStep, MAX_LEVELS};
 
 /// Where a tree's root is, and its level (0: the root is a leaf).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +22,20 @@ pub trait NodeStore {
     fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()>;
     fn alloc_node(&mut self, tree: u8) -> FsResult<u64>;
     fn free_node(&mut self, tree: u8, blkno: u64) -> FsResult<()>;
+    /// One step of a point lookup on the encoded block (no decoding of the whole node).
+    fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
+        let n = self.read_node(blkno, tree)?;
+        if n.level != level {
+            return Err(FsError::corrupt(blkno, "level out of sequence"));
+        }
+        Ok(match &n.body {
+            Body::Leaf(items) => match items.binary_search_by(|(k, _)| k.cmp(&key)) {
+                Ok(i) => RawStep::Found(items[i].1.clone()),
+                Err(_) => RawStep::Absent,
+            },
+            Body::Interior(items) => RawStep::Child(items[child_index(items, key)].1),
+        })
+    }
 }
 
 struct Step {
@@ -109,16 +123,21 @@ fn interior_items(n: &Node) -> &[(Key, u64)] {
     }
 }
 
+/// A point lookup: binary search in each encoded node on the way down.
 pub fn get(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-    let path = descend(s, root, tree, key)?;
-    let Some(leaf) = path.last() else {
-        return Ok(None);
-    };
-    let items = leaf_items(&leaf.node);
-    Ok(items
-        .get(leaf.idx)
-        .filter(|(k, _)| *k == key)
-        .map(|(_, v)| v.clone()))
+    let mut blk = root.blkno;
+    let mut level = root.level;
+    loop {
+        match s.raw_step(blk, tree, level, key)? {
+            RawStep::Found(v) => return Ok(Some(v)),
+            RawStep::Absent => return Ok(None),
+            RawStep::Child(c) if level > 0 => {
+                blk = c;
+                level -= 1;
+            }
+            RawStep::Child(_) => return Err(FsError::corrupt(blk, "leaf with children")),
+        }
+    }
 }
 
 /// The first item with a key >= `key`.

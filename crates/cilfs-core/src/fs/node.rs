@@ -198,6 +198,61 @@ impl Node {
     }
 }
 
+/// What one step of a point lookup finds in an encoded node, without decoding all of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawStep {
+    Child(u64),
+    Found(Vec<u8>),
+    Absent,
+}
+
+/// One step of a point lookup on an encoded node: the child to descend into, or the value. Only
+/// the header and the entries binary search touches are read; bounds are checked as in `decode`.
+pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
+    let bs = block.len();
+    let bad = |what: String| FsError::corrupt(blkno, what);
+    if bs < NODE_HEADER_BYTES || u32::from_le_bytes(arr4(&block[0..4])) != NODE_MAGIC {
+        return Err(bad("bad node magic".into()));
+    }
+    if block[5] != tree || u64::from_le_bytes(arr8(&block[8..16])) != blkno {
+        return Err(bad("node of another tree or block".into()));
+    }
+    if block[4] != level {
+        return Err(bad(format!("node at level {} where {level} expected", block[4])));
+    }
+    let count = usize::from(u16::from_le_bytes([block[6], block[7]]));
+    let esize = if level == 0 { LEAF_ENTRY_BYTES } else { INTERIOR_ENTRY_BYTES };
+    if NODE_HEADER_BYTES + count * esize > bs || (level > 0 && count == 0) {
+        return Err(bad(format!("{count} entries overflow the block")));
+    }
+    let key_at = |i: usize| get_key(&block[NODE_HEADER_BYTES + i * esize..]);
+    // Entries with a key <= the one sought.
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if key_at(mid) <= key {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if level > 0 {
+        let i = lo.saturating_sub(1);
+        let p = NODE_HEADER_BYTES + i * esize;
+        return Ok(RawStep::Child(u64::from_le_bytes(arr8(&block[p + 16..p + 24]))));
+    }
+    if lo == 0 || key_at(lo - 1) != key {
+        return Ok(RawStep::Absent);
+    }
+    let p = NODE_HEADER_BYTES + (lo - 1) * esize;
+    let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
+    let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
+    if off < NODE_HEADER_BYTES + count * esize || off + len > bs {
+        return Err(bad(format!("value at {off}+{len} outside the block")));
+    }
+    Ok(RawStep::Found(block[off..off + len].to_vec()))
+}
+
 fn put_key(out: &mut [u8], k: Key) {
     out[0..8].copy_from_slice(&k.a.to_le_bytes());
     out[8..16].copy_from_slice(&k.b.to_le_bytes());

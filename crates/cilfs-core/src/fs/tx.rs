@@ -6,7 +6,7 @@ use super::alloc::BusyExtents;
 use super::btree::{self, NodeStore, Root};
 use super::error::{FsError, FsResult};
 use super::header::{Header, HEADER_LSN_OFFSET, TREE_FS};
-use super::node::{Key, Node, NODE_LSN_OFFSET};
+use super::node::{Key, Node, RawStep, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{Reservation, Transaction};
 use parking_lot::Mutex;
@@ -204,6 +204,11 @@ impl NodeStore for FsTx<'_> {
         Node::decode(self.tx.data(b), blkno, tree)
     }
 
+    fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
+        let b = self.tx.buf(blkno)?;
+        super::node::raw_step(self.tx.data(b), blkno, tree, level, key)
+    }
+
     fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {
         let b = self.tx.buf(blkno)?;
         let mut block = self.tx.data(b).to_vec();
@@ -259,6 +264,12 @@ impl NodeStore for ReadView<'_> {
         let buf = self.journal.buf(blkno)?;
         let g = buf.lock();
         Node::decode(&g.data, blkno, tree)
+    }
+
+    fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
+        let buf = self.journal.buf(blkno)?;
+        let g = buf.lock();
+        super::node::raw_step(&g.data, blkno, tree, level, key)
     }
 
     fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 pub enum Kind {
     /// In-process committers on the journal alone, over a file device
     Journal(JournalArgs),
+    /// One directory grown to a million names on the filesystem core: lookup and readdir cost
+    Dir(super::bench_dir::DirArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,7 +78,7 @@ pub struct JournalArgs {
 
 const BS: u32 = 4096;
 
-fn rss_max_bytes() -> u64 {
+pub fn rss_max_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -101,6 +103,7 @@ fn dev_json(s: &IoStats) -> serde_json::Value {
 pub fn run(k: Kind) -> Result<(), Failure> {
     match k {
         Kind::Journal(a) => journal(a),
+        Kind::Dir(a) => super::bench_dir::run(a),
     }
 }
 

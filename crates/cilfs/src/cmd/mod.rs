@@ -1,4 +1,5 @@
 pub mod bench;
+pub mod bench_dir;
 pub mod check;
 pub mod crashtest;
 pub mod info;
