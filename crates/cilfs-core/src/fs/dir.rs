@@ -5,7 +5,7 @@
 
 use super::error::{FsError, FsResult};
 use super::inode::FileType;
-use super::keys::{key, kind_of, name_hash, offset_of, KIND_DIRENT, OFFSET_MAX};
+use super::keys::{key, kind_of, name_hash, KIND_DIRENT};
 use super::node::{arr8, Key};
 
 pub const NAME_MAX: usize = 255;
@@ -85,26 +85,4 @@ pub fn lookup(t: &mut dyn TreeRead, tree: u8, dir: u64, name: &[u8]) -> FsResult
 pub fn is_empty(t: &mut dyn TreeRead, tree: u8, dir: u64) -> FsResult<bool> {
     let first = t.t_seek_ge(tree, key(dir, KIND_DIRENT, 0))?;
     Ok(!first.is_some_and(|(k, _)| k.a == dir && kind_of(k) == KIND_DIRENT))
-}
-
-/// Entries from `cookie` on (see the module comment): (entries of the next bucket, the cookie
-/// after it), or None past the end.
-pub fn next_bucket(
-    t: &mut dyn TreeRead,
-    tree: u8,
-    dir: u64,
-    cookie: u64,
-) -> FsResult<Option<(Vec<DirEntry>, u64)>> {
-    let from = cookie.saturating_sub(3);
-    if from > OFFSET_MAX {
-        return Ok(None);
-    }
-    let Some((k, v)) = t.t_seek_ge(tree, key(dir, KIND_DIRENT, from))? else {
-        return Ok(None);
-    };
-    if k.a != dir || kind_of(k) != KIND_DIRENT {
-        return Ok(None);
-    }
-    let h = offset_of(k);
-    Ok(Some((decode_bucket(&v, dir)?, h + 4)))
 }

@@ -832,18 +832,26 @@ impl Fs {
             return Ok(out);
         }
         c = c.max(3);
+        let from = c - 3;
+        if from > super::keys::OFFSET_MAX {
+            return Ok(out);
+        }
         let mut v = self.view(&st);
-        while out.len() < max.max(1) {
-            let Some((entries, next)) = dir::next_bucket(&mut v, TREE_FS, ino, c)? else {
-                break;
-            };
+        let items = v.scan(
+            TREE_FS,
+            key(ino, KIND_DIRENT, from),
+            key(ino, KIND_DIRENT, super::keys::OFFSET_MAX),
+            max.max(1),
+        )?;
+        for (k, val) in items {
+            let entries = dir::decode_bucket(&val, ino)?;
             if !out.is_empty() && out.len() + entries.len() > max {
                 break;
             }
+            let next = offset_of(k) + 4;
             for e in entries {
                 out.push((e, next));
             }
-            c = next;
         }
         Ok(out)
     }

@@ -286,6 +286,11 @@ impl NodeStore for ReadView<'_> {
 }
 
 impl ReadView<'_> {
+    pub fn scan(&mut self, tree: u8, from: Key, to: Key, limit: usize) -> FsResult<Vec<(Key, Vec<u8>)>> {
+        let root = self.hdr.root(tree);
+        btree::scan(self, root, tree, from, to, limit)
+    }
+
     pub fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
         let root = self.hdr.root(tree);
         btree::get(self, root, tree, key)

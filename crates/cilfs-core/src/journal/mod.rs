@@ -64,11 +64,29 @@ pub struct JournalConfig {
     /// Override of the CIL space limit S in bytes.
     pub cil_limit: Option<u64>,
     pub push_mode: PushMode,
-    /// Memory for cached metadata buffers before clean ones are evicted [default 128 MiB].
+    /// Memory for cached metadata buffers before clean ones are evicted [default: a sixteenth of
+    /// the machine's memory, 128 MiB..2 GiB].
     pub cache_bytes_max: Option<u64>,
 }
 
+/// The smallest default metadata cache.
 pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
+
+/// The default metadata cache: a sixteenth of the machine's memory, between 128 MiB and 2 GiB.
+/// Metadata that falls out of it is read back from the device, so a working set larger than it
+/// (a million-entry directory holds ~200 MB of tree blocks) pays a device read per lookup.
+pub fn default_cache_bytes() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024);
+    (total / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
+}
 
 /// Log space accounting (journal.md section 4), under one lock.
 #[derive(Debug)]
@@ -239,7 +257,7 @@ impl Journal {
             cache: BufCache::new(
                 Arc::clone(&data),
                 bs,
-                cfg.cache_bytes_max.unwrap_or(DEFAULT_CACHE_BYTES),
+                cfg.cache_bytes_max.unwrap_or_else(default_cache_bytes),
             ),
             data,
             logdev,

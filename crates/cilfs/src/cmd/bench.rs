@@ -65,7 +65,8 @@ pub struct JournalArgs {
     /// way pre-5.14 XFS paid for them
     #[arg(long)]
     no_flush_elision: bool,
-    /// Memory for cached metadata blocks before clean ones are evicted [default: 128M]
+    /// Memory for cached metadata blocks before clean ones are evicted [default: a sixteenth of
+    /// the machine's memory, 128M..2G]
     #[arg(long, value_parser = parse_size)]
     cache_size: Option<u64>,
     /// Directory for the image [default: $TMPDIR or /tmp]

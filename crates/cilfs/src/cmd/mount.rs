@@ -24,7 +24,7 @@ pub struct Args {
     dir: PathBuf,
     /// Mount options, comma separated: logbufs=2..8, logbsize=16k..256k, logdev=PATH,
     /// flush=reduced|legacy, iversion=lazy|eager, tsgran=1ms, data=ordered|writeback,
-    /// threads=N, writeback_cache, ro, allow_other
+    /// threads=N, cache=SIZE, writeback_cache, ro, allow_other
     #[arg(short = 'o')]
     options: Vec<String>,
     /// Stay attached to the terminal instead of serving in the background
@@ -170,6 +170,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     let cfg = JournalConfig {
         log,
         push_mode: PushMode::Background,
+        cache_bytes_max: opts.cache,
         ..JournalConfig::default()
     };
     let journal = Journal::open(data, logdev, cfg)

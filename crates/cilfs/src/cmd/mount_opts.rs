@@ -18,6 +18,8 @@ pub struct MountOpts {
     pub writeback_cache: bool,
     pub ro: bool,
     pub allow_other: bool,
+    /// Metadata cache size in bytes [default: the journal's].
+    pub cache: Option<u64>,
 }
 
 impl Default for MountOpts {
@@ -34,6 +36,7 @@ impl Default for MountOpts {
             writeback_cache: false,
             ro: false,
             allow_other: false,
+            cache: None,
         }
     }
 }
@@ -133,11 +136,18 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.ro = false;
             }
+            "cache" => {
+                let n = parse_size(need()?)?;
+                if n < 16 << 20 {
+                    return Err(format!("cache={}: at least 16M", v.unwrap_or("")));
+                }
+                o.cache = Some(n);
+            }
             "allow_other" => {
                 no_value()?;
                 o.allow_other = true;
             }
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, writeback_cache, ro, allow_other)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, allow_other)")),
         }
     }
     Ok(o)
