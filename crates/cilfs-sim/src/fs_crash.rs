@@ -359,6 +359,22 @@ fn workload(
                 fs.release_inode(f)
                     .map_err(|e| format!("op {op}: release: {e}"))?;
             }
+            96..=97 if !files.is_empty() => {
+                // Xattrs, small (in the tree) or large (in blocks of their own), set or removed.
+                let f = pick(&mut rng, &files);
+                let xname = format!("user.x{}", rng.below(3));
+                let r = if rng.chance(1, 3) {
+                    fs.removexattr(f, xname.as_bytes())
+                } else {
+                    let len = if rng.bool() { 40 } else { 5000 };
+                    fs.setxattr(f, xname.as_bytes(), &vec![op as u8; len], Default::default())
+                };
+                match r {
+                    Ok(()) => touched.push(f),
+                    Err(FsError::NoAttr | FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: xattr: {e}")),
+                }
+            }
             95 => {
                 // Clean unmount and mount again.
                 for f in open_files.drain(..) {

@@ -284,6 +284,12 @@ fn special_files_xattrs_fallocate_seek_statfs() {
         .collect();
     names.sort();
     assert_eq!(names, vec![&b"user.one"[..], b"user.two"]);
+    let big: Vec<u8> = (0..30_000u32).map(|i| (i % 251) as u8).collect();
+    rustix::fs::setxattr(&f, "user.big", &big, XattrFlags::empty()).unwrap();
+    let mut bigbuf = vec![0u8; 65536];
+    let n = rustix::fs::getxattr(&f, "user.big", &mut bigbuf[..]).unwrap();
+    assert_eq!(&bigbuf[..n], &big[..]);
+    rustix::fs::removexattr(&f, "user.big").unwrap();
     rustix::fs::removexattr(&f, "user.one").unwrap();
     assert_eq!(
         rustix::fs::removexattr(&f, "user.one").unwrap_err(),

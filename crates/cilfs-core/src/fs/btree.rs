@@ -425,7 +425,11 @@ pub fn scan(
                         return Err(FsError::corrupt(blk, "level out of sequence"));
                     }
                     let first_child = interior_items(&node).first().map(|e| e.1);
-                    path.push(Step { blkno: blk, node, idx: 0 });
+                    path.push(Step {
+                        blkno: blk,
+                        node,
+                        idx: 0,
+                    });
                     match first_child {
                         Some(c) if level > 0 => {
                             blk = c;

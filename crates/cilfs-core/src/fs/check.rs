@@ -198,6 +198,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     // The fs tree.
     let mut facts: HashMap<u64, InodeFacts> = HashMap::new();
     let mut file_extents: Vec<(u64, Extent)> = Vec::new();
+    let mut remote: Vec<(u64, u64, u64)> = Vec::new();
     walk_bounded(
         &mut view,
         hdr.fs_root,
@@ -250,16 +251,39 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                     }
                     Err(e) => c.problem(format!("inode {ino}: {e}")),
                 },
-                (_, KIND_XATTR) => {
-                    if v.is_empty() {
-                        c.problem(format!("inode {ino}: empty xattr bucket"));
+                (_, KIND_XATTR) => match super::xattr::decode(v, ino) {
+                    Ok(entries) if entries.is_empty() => {
+                        c.problem(format!("inode {ino}: empty xattr bucket"))
                     }
-                }
+                    Ok(entries) => {
+                        for e in entries {
+                            if name_hash(&e.name) != off {
+                                c.problem(format!(
+                                    "inode {ino}: xattr {:?} under the wrong hash",
+                                    String::from_utf8_lossy(&e.name)
+                                ));
+                            }
+                            if let super::xattr::Value::Remote { start, blocks, len } = e.value {
+                                if u64::from(len) > blocks * u64::from(fs.bs) {
+                                    c.problem(format!(
+                                        "inode {ino}: xattr value of {len} bytes in {blocks} blocks"
+                                    ));
+                                }
+                                remote.push((ino, start, blocks));
+                            }
+                        }
+                    }
+                    Err(e) => c.problem(format!("{e}")),
+                },
                 (_, KIND_SYMLINK) => facts.entry(ino).or_default().symlink_bytes += v.len() as u64,
                 (_, kind) => c.problem(format!("inode {ino}: unknown item kind {kind}")),
             }
         },
     )?;
+    for (ino, start, blocks) in &remote {
+        c.owned
+            .push((*start, *blocks, format!("inode {ino} xattr value")));
+    }
     for (ino, e) in &file_extents {
         c.owned
             .push((e.disk, e.len, format!("inode {ino} file block {}", e.file)));

@@ -78,7 +78,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<usize>(), n.clone(), any::<usize>(), n.clone(), prop::bool::weighted(0.2)).prop_map(|(from, name, to, newname, exchange)| Op::Rename { from, name, to, newname, exchange }),
         1 => (any::<usize>(), any::<usize>(), n.clone()).prop_map(|(file, dir, name)| Op::Link { file, dir, name }),
         1 => (any::<usize>(), 0u16..0o7777).prop_map(|(file, mode)| Op::Chmod { file, mode }),
-        1 => (any::<usize>(), 0u8..4, 0u16..400).prop_map(|(file, name, len)| Op::SetXattr { file, name, len }),
+        1 => (any::<usize>(), 0u8..4, prop_oneof![0u16..400, 400u16..12000]).prop_map(|(file, name, len)| Op::SetXattr { file, name, len }),
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
         1 => Just(Op::Remount),
     ]

@@ -218,10 +218,17 @@ pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsRe
         return Err(bad("node of another tree or block".into()));
     }
     if block[4] != level {
-        return Err(bad(format!("node at level {} where {level} expected", block[4])));
+        return Err(bad(format!(
+            "node at level {} where {level} expected",
+            block[4]
+        )));
     }
     let count = usize::from(u16::from_le_bytes([block[6], block[7]]));
-    let esize = if level == 0 { LEAF_ENTRY_BYTES } else { INTERIOR_ENTRY_BYTES };
+    let esize = if level == 0 {
+        LEAF_ENTRY_BYTES
+    } else {
+        INTERIOR_ENTRY_BYTES
+    };
     if NODE_HEADER_BYTES + count * esize > bs || (level > 0 && count == 0) {
         return Err(bad(format!("{count} entries overflow the block")));
     }
@@ -239,7 +246,9 @@ pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsRe
     if level > 0 {
         let i = lo.saturating_sub(1);
         let p = NODE_HEADER_BYTES + i * esize;
-        return Ok(RawStep::Child(u64::from_le_bytes(arr8(&block[p + 16..p + 24]))));
+        return Ok(RawStep::Child(u64::from_le_bytes(arr8(
+            &block[p + 16..p + 24],
+        ))));
     }
     if lo == 0 || key_at(lo - 1) != key {
         return Ok(RawStep::Absent);

@@ -492,12 +492,16 @@ impl Fs {
             let (done, _) = self.with_tx(st, |t, inodes| {
                 let mut n = 0;
                 let mut at = key(ino, KIND_INODE + 1, 0);
-                while n < 16 {
+                // Bounded by items and by buffers (remote xattr values cancel their blocks).
+                while n < 16 && t.tx.logged_buffers() < 32 {
                     let Some((k, v)) = t.seek_ge(TREE_FS, at)? else {
                         break;
                     };
                     if k.a != ino {
                         break;
+                    }
+                    if kind_of(k) == super::keys::KIND_XATTR {
+                        super::xattr::free_bucket(t, &v, ino)?;
                     }
                     if kind_of(k) == super::keys::KIND_EXTENT {
                         let ext = super::file::Extent::decode(offset_of(k), &v)?;
@@ -510,7 +514,7 @@ impl Fs {
                     n += 1;
                     at = k;
                 }
-                Ok((n < 16, vec![]))
+                Ok((n < 16 && t.tx.logged_buffers() < 32, vec![]))
             })?;
             if done {
                 break;

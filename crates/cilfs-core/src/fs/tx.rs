@@ -286,7 +286,13 @@ impl NodeStore for ReadView<'_> {
 }
 
 impl ReadView<'_> {
-    pub fn scan(&mut self, tree: u8, from: Key, to: Key, limit: usize) -> FsResult<Vec<(Key, Vec<u8>)>> {
+    pub fn scan(
+        &mut self,
+        tree: u8,
+        from: Key,
+        to: Key,
+        limit: usize,
+    ) -> FsResult<Vec<(Key, Vec<u8>)>> {
         let root = self.hdr.root(tree);
         btree::scan(self, root, tree, from, to, limit)
     }

@@ -1,16 +1,21 @@
-//! Extended attributes: fs-tree items keyed by (inode, name hash), each a bucket of
-//! (name, value) pairs. Values up to what a quarter leaf holds live in the item; larger ones
-//! are refused with `AttrTooBig` for now. `user.cilfs.change` is the change attribute: read
-//! only, not listed.
+//! Extended attributes: fs-tree items keyed by (inode, name hash), each a bucket of entries.
+//! A small value lives in the entry; a larger one (up to 64 KiB) in a run of blocks of its own,
+//! written through the journal like all metadata. `user.cilfs.change` is the change attribute:
+//! read only, not listed.
 
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::keys::{key, kind_of, name_hash, KIND_XATTR};
+use super::node::{arr4, arr8, max_value_bytes};
+use super::tx::FsTx;
 use super::{log_inode, Fs};
 
 pub const CHANGE_XATTR: &[u8] = b"user.cilfs.change";
 pub const XATTR_NAME_MAX: usize = 255;
+/// The largest value (Linux's XATTR_SIZE_MAX).
+pub const XATTR_VALUE_MAX: usize = 65536;
+const REMOTE: u8 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct XattrFlags {
@@ -20,35 +25,88 @@ pub struct XattrFlags {
     pub replace: bool,
 }
 
-fn encode(pairs: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Inline(Vec<u8>),
+    /// `len` bytes in blocks `[start, start + blocks)`.
+    Remote {
+        start: u64,
+        blocks: u64,
+        len: u32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Vec<u8>,
+    pub value: Value,
+}
+
+/// Entry: name length u8, flags u8 (bit 0 remote), value length u32, name, then the value or
+/// (start block u64, blocks u32).
+pub fn encode(entries: &[Entry]) -> Vec<u8> {
     let mut v = Vec::new();
-    for (n, val) in pairs {
-        v.push(n.len() as u8);
-        v.extend_from_slice(&(val.len() as u16).to_le_bytes());
-        v.extend_from_slice(n);
-        v.extend_from_slice(val);
+    for e in entries {
+        v.push(e.name.len() as u8);
+        match &e.value {
+            Value::Inline(val) => {
+                v.push(0);
+                v.extend_from_slice(&(val.len() as u32).to_le_bytes());
+                v.extend_from_slice(&e.name);
+                v.extend_from_slice(val);
+            }
+            Value::Remote { start, blocks, len } => {
+                v.push(REMOTE);
+                v.extend_from_slice(&len.to_le_bytes());
+                v.extend_from_slice(&e.name);
+                v.extend_from_slice(&start.to_le_bytes());
+                v.extend_from_slice(&(*blocks as u32).to_le_bytes());
+            }
+        }
     }
     v
 }
 
-fn decode(b: &[u8], ino: u64) -> FsResult<Vec<(Vec<u8>, Vec<u8>)>> {
+pub fn decode(b: &[u8], ino: u64) -> FsResult<Vec<Entry>> {
     let bad = || FsError::corrupt(0, format!("inode {ino}: malformed xattr bucket"));
     let mut out = Vec::new();
     let mut p = 0;
     while p < b.len() {
-        if p + 3 > b.len() {
+        if p + 6 > b.len() {
             return Err(bad());
         }
         let n = usize::from(b[p]);
-        let l = usize::from(u16::from_le_bytes([b[p + 1], b[p + 2]]));
-        if n == 0 || p + 3 + n + l > b.len() {
+        let flags = b[p + 1];
+        let len = u32::from_le_bytes(arr4(&b[p + 2..p + 6]));
+        let body = if flags & REMOTE != 0 {
+            12
+        } else {
+            len as usize
+        };
+        if n == 0
+            || flags & !REMOTE != 0
+            || len as usize > XATTR_VALUE_MAX
+            || p + 6 + n + body > b.len()
+        {
             return Err(bad());
         }
-        out.push((
-            b[p + 3..p + 3 + n].to_vec(),
-            b[p + 3 + n..p + 3 + n + l].to_vec(),
-        ));
-        p += 3 + n + l;
+        let name = b[p + 6..p + 6 + n].to_vec();
+        let at = p + 6 + n;
+        let value = if flags & REMOTE != 0 {
+            let blocks = u64::from(u32::from_le_bytes(arr4(&b[at + 8..at + 12])));
+            if blocks == 0 {
+                return Err(bad());
+            }
+            Value::Remote {
+                start: u64::from_le_bytes(arr8(&b[at..at + 8])),
+                blocks,
+                len,
+            }
+        } else {
+            Value::Inline(b[at..at + body].to_vec())
+        };
+        out.push(Entry { name, value });
+        p = at + body;
     }
     Ok(out)
 }
@@ -63,7 +121,44 @@ fn check_name(name: &[u8]) -> FsResult<()> {
     Ok(())
 }
 
+/// Frees a remote value's blocks (their buffers cancelled: never replayed, never written back).
+fn free_remote(t: &mut FsTx<'_>, v: &Value) -> FsResult<()> {
+    if let Value::Remote { start, blocks, .. } = *v {
+        for b in start..start + blocks {
+            let r = t.tx.buf(b)?;
+            t.tx.cancel(r);
+        }
+        t.free_extent(start, blocks)?;
+    }
+    Ok(())
+}
+
+/// Frees what the xattr bucket `v` holds outside the tree (when an inode goes away).
+pub(crate) fn free_bucket(t: &mut FsTx<'_>, v: &[u8], ino: u64) -> FsResult<()> {
+    for e in decode(v, ino)? {
+        free_remote(t, &e.value)?;
+    }
+    Ok(())
+}
+
 impl Fs {
+    /// The value of an entry, reading remote blocks through the metadata cache.
+    fn value_of(&self, v: &Value) -> FsResult<Vec<u8>> {
+        match v {
+            Value::Inline(x) => Ok(x.clone()),
+            Value::Remote { start, blocks, len } => {
+                let mut out = Vec::with_capacity(*len as usize);
+                for b in *start..start + blocks {
+                    let buf = self.journal.buf(b)?;
+                    let g = buf.lock();
+                    let need = (*len as usize - out.len()).min(g.data.len());
+                    out.extend_from_slice(&g.data[..need]);
+                }
+                Ok(out)
+            }
+        }
+    }
+
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
         check_name(name)?;
         if name == CHANGE_XATTR {
@@ -76,11 +171,11 @@ impl Fs {
         let Some(b) = v.t_get(TREE_FS, key(ino, KIND_XATTR, name_hash(name)))? else {
             return Err(FsError::NoAttr);
         };
-        decode(&b, ino)?
+        let e = decode(&b, ino)?
             .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
-            .ok_or(FsError::NoAttr)
+            .find(|e| e.name == name)
+            .ok_or(FsError::NoAttr)?;
+        self.value_of(&e.value)
     }
 
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
@@ -94,7 +189,7 @@ impl Fs {
             if k.a != ino || kind_of(k) != KIND_XATTR {
                 break;
             }
-            out.extend(decode(&b, ino)?.into_iter().map(|(n, _)| n));
+            out.extend(decode(&b, ino)?.into_iter().map(|e| e.name));
             at = match k.succ() {
                 Some(n) => n,
                 None => break,
@@ -110,32 +205,84 @@ impl Fs {
         if name == CHANGE_XATTR {
             return Err(FsError::NotPermitted);
         }
-        let max = super::node::max_value_bytes(self.bs as usize);
-        if 3 + name.len() + value.len() > max {
+        if value.len() > XATTR_VALUE_MAX {
             return Err(FsError::AttrTooBig);
         }
+        let bs = self.bs as usize;
+        let max = max_value_bytes(bs);
+        let inline = 6 + name.len() + value.len() <= max / 4;
+        let blocks = if inline {
+            0
+        } else {
+            value.len().div_ceil(bs) as u64
+        };
         let mut st = self.state.write();
         self.load(&mut st, ino)?;
-        self.space_check(&st, 2, true)?;
+        self.space_check(&st, 2 + blocks, true)?;
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {
             let k = key(ino, KIND_XATTR, name_hash(name));
-            let mut pairs = match t.get(TREE_FS, k)? {
+            let mut entries = match t.get(TREE_FS, k)? {
                 Some(b) => decode(&b, ino)?,
                 None => Vec::new(),
             };
-            let pos = pairs.iter().position(|(n, _)| n == name);
+            let pos = entries.iter().position(|e| e.name == name);
             match (pos, flags.create, flags.replace) {
                 (Some(_), true, _) => return Err(FsError::Exists),
                 (None, _, true) => return Err(FsError::NoAttr),
-                (Some(i), _, _) => pairs[i].1 = value.to_vec(),
-                (None, _, _) => pairs.push((name.to_vec(), value.to_vec())),
+                _ => {}
             }
-            let enc = encode(&pairs);
-            if enc.len() > max {
+            // Everything that can fail is checked before anything is logged.
+            let placeholder = if inline {
+                Value::Inline(value.to_vec())
+            } else {
+                Value::Remote {
+                    start: 0,
+                    blocks,
+                    len: value.len() as u32,
+                }
+            };
+            let mut next = entries.clone();
+            match pos {
+                Some(i) => next[i].value = placeholder,
+                None => next.push(Entry {
+                    name: name.to_vec(),
+                    value: placeholder,
+                }),
+            }
+            if encode(&next).len() > max {
                 return Err(FsError::AttrTooBig);
             }
-            t.insert(TREE_FS, k, &enc)?;
+            let new_value = if inline {
+                Value::Inline(value.to_vec())
+            } else {
+                let Some((start, got)) = t.alloc_extent(blocks, blocks)? else {
+                    return Err(FsError::NoSpace);
+                };
+                debug_assert_eq!(got, blocks);
+                for (i, chunk) in value.chunks(bs).enumerate() {
+                    let r = t.tx.buf(start + i as u64)?;
+                    let mut block = vec![0u8; bs];
+                    block[..chunk.len()].copy_from_slice(chunk);
+                    t.tx.write(r, 0, &block);
+                }
+                Value::Remote {
+                    start,
+                    blocks,
+                    len: value.len() as u32,
+                }
+            };
+            match pos {
+                Some(i) => {
+                    let old = std::mem::replace(&mut entries[i].value, new_value);
+                    free_remote(t, &old)?;
+                }
+                None => entries.push(Entry {
+                    name: name.to_vec(),
+                    value: new_value,
+                }),
+            }
+            t.insert(TREE_FS, k, &encode(&entries))?;
             let m = Fs::inode_mut(t, inodes, ino)?;
             self.touch_ctime(m, now);
             log_inode(t, m, &self.stats)?;
@@ -159,15 +306,16 @@ impl Fs {
             let Some(b) = t.get(TREE_FS, k)? else {
                 return Err(FsError::NoAttr);
             };
-            let mut pairs = decode(&b, ino)?;
-            let Some(i) = pairs.iter().position(|(n, _)| n == name) else {
+            let mut entries = decode(&b, ino)?;
+            let Some(i) = entries.iter().position(|e| e.name == name) else {
                 return Err(FsError::NoAttr);
             };
-            pairs.remove(i);
-            if pairs.is_empty() {
+            let e = entries.remove(i);
+            free_remote(t, &e.value)?;
+            if entries.is_empty() {
                 t.remove(TREE_FS, k)?;
             } else {
-                t.insert(TREE_FS, k, &encode(&pairs))?;
+                t.insert(TREE_FS, k, &encode(&entries))?;
             }
             let m = Fs::inode_mut(t, inodes, ino)?;
             self.touch_ctime(m, now);

@@ -50,9 +50,8 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
     plan(&req)
         .and_then(|p| p.execute((0, 0), &mut |_, _| {}))
         .map_err(Failure::usage)?;
-    let data: Arc<dyn Device> = Arc::new(
-        FileDevice::open(&image, FileDeviceOptions::default()).map_err(Failure::usage)?,
-    );
+    let data: Arc<dyn Device> =
+        Arc::new(FileDevice::open(&image, FileDeviceOptions::default()).map_err(Failure::usage)?);
     let cfg = JournalConfig {
         push_mode: PushMode::Background,
         ..JournalConfig::default()
@@ -88,13 +87,18 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
         let mut seen = 0u64;
         loop {
             let batch = fs.readdir(d, cookie, 1024).map_err(Failure::usage)?;
-            let Some(&(_, next)) = batch.last() else { break };
+            let Some(&(_, next)) = batch.last() else {
+                break;
+            };
             seen += batch.len() as u64;
             cookie = next;
         }
         let readdir_ns = t.elapsed().as_nanos() as f64 / seen as f64;
         if seen != made + 2 {
-            return Err(usage(format!("readdir saw {seen} names, expected {}", made + 2)));
+            return Err(usage(format!(
+                "readdir saw {seen} names, expected {}",
+                made + 2
+            )));
         }
         let step = json!({
             "entries": made,
