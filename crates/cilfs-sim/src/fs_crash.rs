@@ -367,7 +367,12 @@ fn workload(
                     fs.removexattr(f, xname.as_bytes())
                 } else {
                     let len = if rng.bool() { 40 } else { 5000 };
-                    fs.setxattr(f, xname.as_bytes(), &vec![op as u8; len], Default::default())
+                    fs.setxattr(
+                        f,
+                        xname.as_bytes(),
+                        &vec![op as u8; len],
+                        Default::default(),
+                    )
                 };
                 match r {
                     Ok(()) => touched.push(f),
