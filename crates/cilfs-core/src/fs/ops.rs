@@ -939,6 +939,14 @@ impl Fs {
     pub fn change_attr(&self, ino: u64) -> FsResult<u64> {
         self.op();
         bump(&self.stats.change_queries);
+        // The counter is atomic: a cached inode is queried under the shared lock, so a querier
+        // never waits for writers (nor they for it).
+        {
+            let st = self.state.read();
+            if let Some(m) = st.inodes.get(&ino) {
+                return Ok(super::visible_change(self.epoch, m.change.query()));
+            }
+        }
         let mut st = self.state.write();
         let m = self.load(&mut st, ino)?;
         Ok(super::visible_change(self.epoch, m.change.query()))
