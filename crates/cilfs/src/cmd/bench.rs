@@ -18,6 +18,9 @@ pub enum Kind {
     Journal(JournalArgs),
     /// One directory grown to a million names on the filesystem core: lookup and readdir cost
     Dir(super::bench_dir::DirArgs),
+    /// The filesystem core alone: creates, unlinks, 1-byte writes (lazy/eager change attribute),
+    /// fsyncs
+    Fs(super::bench_fs::FsArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -105,6 +108,7 @@ pub fn run(k: Kind) -> Result<(), Failure> {
     match k {
         Kind::Journal(a) => journal(a),
         Kind::Dir(a) => super::bench_dir::run(a),
+        Kind::Fs(a) => super::bench_fs::run(a),
     }
 }
 

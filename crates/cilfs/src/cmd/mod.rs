@@ -1,5 +1,6 @@
 pub mod bench;
 pub mod bench_dir;
+pub mod bench_fs;
 pub mod check;
 pub mod crashtest;
 pub mod info;
