@@ -385,9 +385,7 @@ fn workload(
                 for f in open_files.drain(..) {
                     fs.release_inode(f).map_err(|e| e.to_string())?;
                 }
-                fs.journal()
-                    .unmount()
-                    .map_err(|e| format!("op {op}: unmount: {e}"))?;
+                fs.unmount().map_err(|e| format!("op {op}: unmount: {e}"))?;
                 tally(&fs, report);
                 drop(fs);
                 m.durable.push((set.op_count(), op - 1));

@@ -13,6 +13,7 @@ use super::inode::{Attr, S_ISGID, S_ISUID};
 use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use super::node::arr8;
 use super::ops::Cred;
+use super::pagecache::PageCache;
 use super::stats::bump;
 use super::tx::FsTx;
 use super::{log_inode, Fs, FsState, IversionMode};
@@ -216,8 +217,13 @@ impl Fs {
         if hole_blocks > 0 {
             self.space_check(&st, hole_blocks + 8, true)?;
         }
+        // Memory pressure: write every dirty page back (before any transaction is open, whose
+        // locked blocks the extent lookups of the write back would need).
+        if st.cache.dirty_pages() > st.cache.dirty_limit {
+            self.writeback(&mut st, None)?;
+        }
         // Zero the tail of the old last block when the file grows past it.
-        self.zero_eof_tail(&st, ino, old_size, off, true)?;
+        self.zero_eof_tail(&mut st, ino, old_size, off, true)?;
         let mut t = if hole_blocks > 0 {
             Some(self.begin(&st)?)
         } else {
@@ -230,7 +236,7 @@ impl Fs {
             }
             let mut all: Vec<Extent> = exts.iter().copied().chain(fresh.iter().copied()).collect();
             all.sort_by_key(|e| e.file);
-            self.write_data(&all, &fresh, old_size, off, data)
+            self.write_data(&mut st.cache, ino, &all, &fresh, old_size, off, data)
         })();
         let now = self.now();
         let m = match st.inodes.get_mut(&ino) {
@@ -299,8 +305,11 @@ impl Fs {
     /// Writes `data` at byte `off` through the block map `exts` (which covers the range).
     /// Partial blocks are read first unless freshly allocated; bytes at or past `old_size` read
     /// as zeros.
+    #[allow(clippy::too_many_arguments)]
     fn write_data(
         &self,
+        cache: &mut PageCache,
+        ino: u64,
         exts: &[Extent],
         fresh: &[Extent],
         old_size: u64,
@@ -323,7 +332,9 @@ impl Fs {
                 continue;
             };
             let i = (fb - first) as usize * self.bs as usize;
-            self.read_blocks(e.disk + (fb - e.file), &mut buf[i..i + self.bs as usize])?;
+            if !cache.read(ino, fb, &mut buf[i..i + self.bs as usize]) {
+                self.read_blocks(e.disk + (fb - e.file), &mut buf[i..i + self.bs as usize])?;
+            }
             // Past EOF must read as zeros even if an old write left bytes there.
             let eof_in_block = old_size.saturating_sub(fb * bs);
             if eof_in_block < bs {
@@ -332,17 +343,80 @@ impl Fs {
         }
         let start = (off - first * bs) as usize;
         buf[start..start + data.len()].copy_from_slice(data);
-        // One write per physically contiguous run.
+        // New blocks: one write per physically contiguous run, now (ordered: before the
+        // mapping commits). Blocks the file already had: into the page cache.
+        let bsz = self.bs as usize;
         for e in exts {
             let s = e.file.max(first);
             let en = e.end().min(last + 1);
             if s >= en {
                 continue;
             }
-            let i = (s - first) as usize * self.bs as usize;
-            let j = (en - first) as usize * self.bs as usize;
-            self.write_blocks(e.disk + (s - e.file), &buf[i..j])?;
+            let i = (s - first) as usize * bsz;
+            let j = (en - first) as usize * bsz;
+            if fresh.contains(e) {
+                self.write_blocks(e.disk + (s - e.file), &buf[i..j])?;
+            } else {
+                for fb in s..en {
+                    let k = (fb - first) as usize * bsz;
+                    cache.put_dirty(ino, fb, &buf[k..k + bsz]);
+                }
+            }
         }
+        Ok(())
+    }
+
+    /// Writes dirty pages of `ino` (or all) back in place, in disk order, adjacent blocks in one
+    /// IO.
+    pub(crate) fn writeback(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
+        let pages = st.cache.take_dirty(ino);
+        if pages.is_empty() {
+            return Ok(());
+        }
+        let mut runs: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
+        {
+            let mut v = self.view(st);
+            for (i, fb, data) in pages {
+                let e = extents_in(&mut v, i, fb, fb + 1)?;
+                match e.first() {
+                    Some(e) if e.file <= fb && fb < e.end() => {
+                        runs.push((e.disk + (fb - e.file), data))
+                    }
+                    // Unmapped meanwhile (its pages are dropped first, so this is a bug).
+                    _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
+                }
+            }
+        }
+        runs.sort_by_key(|(d, _)| *d);
+        let bsz = self.bs as usize;
+        let mut at = 0;
+        while at < runs.len() {
+            let mut end = at + 1;
+            while end < runs.len() && runs[end].0 == runs[end - 1].0 + 1 && end - at < 256 {
+                end += 1;
+            }
+            let mut buf = AlignedBuf::zeroed((end - at) * bsz);
+            for (k, (_, d)) in runs[at..end].iter().enumerate() {
+                buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
+            }
+            self.write_blocks(runs[at].0, &buf)?;
+            bump_bytes(&self.stats.data_write_bytes, 0);
+            at = end;
+        }
+        Ok(())
+    }
+
+    /// Writes every dirty page back (the periodic flush of the daemon, and unmount).
+    pub fn writeback_all(&self) -> FsResult<()> {
+        let mut st = self.state.write();
+        self.writeback(&mut st, None)
+    }
+
+    /// Clean unmount: dirty pages written back, then the journal's unmount (log forced, items
+    /// written back, unmount record).
+    pub fn unmount(&self) -> FsResult<()> {
+        self.writeback_all()?;
+        self.journal.unmount()?;
         Ok(())
     }
 
@@ -352,7 +426,7 @@ impl Fs {
     /// when it starts inside it.
     fn zero_eof_tail(
         &self,
-        st: &FsState,
+        st: &mut FsState,
         ino: u64,
         old_size: u64,
         new_from: u64,
@@ -365,6 +439,9 @@ impl Fs {
         let fb = old_size / bs;
         if by_write && new_from / bs == fb {
             // The write itself covers this block; write_data zeroes it.
+            return Ok(());
+        }
+        if st.cache.zero_from(ino, fb, (old_size % bs) as usize) {
             return Ok(());
         }
         let exts = {
@@ -411,6 +488,12 @@ impl Fs {
             let b = (en - first) as usize * self.bs as usize;
             self.read_blocks(e.disk + (s - e.file), &mut buf[a..b])?;
         }
+        // The page cache holds newer contents than the disk.
+        let bsz = self.bs as usize;
+        for fb in first..=last {
+            let a = (fb - first) as usize * bsz;
+            st.cache.read(ino, fb, &mut buf[a..a + bsz]);
+        }
         let start = (off - first * bs) as usize;
         let out = buf[start..start + (end - off) as usize].to_vec();
         bump_bytes(&self.stats.data_read_bytes, out.len());
@@ -430,7 +513,7 @@ impl Fs {
         }
         let old = m.inode.size;
         if size > old {
-            self.zero_eof_tail(&st, ino, old, size, false)?;
+            self.zero_eof_tail(&mut st, ino, old, size, false)?;
         }
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {
@@ -457,6 +540,8 @@ impl Fs {
         from: u64,
         to: u64,
     ) -> FsResult<()> {
+        // Pages of blocks about to change hands are never written back.
+        st.cache.drop_range(ino, from, to);
         loop {
             let (more, _) = self.with_tx(st, |t, inodes| {
                 let exts = extents_in(t, ino, from, to)?;
@@ -566,7 +651,7 @@ impl Fs {
             .sum();
         self.space_check(&st, hole_blocks + 8, true)?;
         if !keep_size && end > old_size {
-            self.zero_eof_tail(&st, ino, old_size, end, false)?;
+            self.zero_eof_tail(&mut st, ino, old_size, end, false)?;
         }
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {
@@ -633,7 +718,8 @@ impl Fs {
         bump(&self.stats.operations);
         bump(&self.stats.fsyncs);
         let seq = {
-            let st = self.state.read();
+            let mut st = self.state.write();
+            self.writeback(&mut st, Some(ino))?;
             st.inodes.get(&ino).map_or(0, |m| m.last_seq)
         };
         if seq > self.journal.completed_seq() {
@@ -646,6 +732,7 @@ impl Fs {
     /// syncfs: everything committed becomes stable.
     pub fn sync(&self) -> FsResult<()> {
         bump(&self.stats.operations);
+        self.writeback_all()?;
         self.journal.force_all()?;
         self.journal.data.flush()?;
         Ok(())

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod mkfs;
 pub mod node;
 pub mod ops;
+pub mod pagecache;
 pub mod stats;
 pub mod tx;
 pub mod xattr;
@@ -72,6 +73,8 @@ pub struct FsOptions {
     pub clock: Clock,
     /// Inodes kept in memory before unopened ones are dropped.
     pub inode_cache_max: usize,
+    /// File data pages kept in memory (half of it may be dirty) [default 256 MiB].
+    pub page_cache_bytes: u64,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -94,6 +97,7 @@ impl Default for FsOptions {
             read_only: false,
             clock: Arc::new(Timespec::now),
             inode_cache_max: 200_000,
+            page_cache_bytes: 256 << 20,
         }
     }
 }
@@ -114,6 +118,7 @@ pub(crate) struct InodeMem {
 pub(crate) struct FsState {
     pub hdr: Header,
     pub inodes: HashMap<u64, InodeMem>,
+    pub cache: pagecache::PageCache,
 }
 
 #[derive(Debug)]
@@ -177,6 +182,7 @@ impl Fs {
             state: RwLock::new(FsState {
                 hdr,
                 inodes: HashMap::new(),
+                cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),
             opts,
@@ -282,7 +288,7 @@ impl Fs {
 
     /// Loads an inode into the cache outside a transaction (write lock held).
     pub(crate) fn load<'s>(&self, st: &'s mut FsState, ino: u64) -> FsResult<&'s mut InodeMem> {
-        let FsState { hdr, inodes } = st;
+        let FsState { hdr, inodes, .. } = st;
         let mut v = ReadView {
             journal: &self.journal,
             hdr,

@@ -431,7 +431,7 @@ proptest! {
         m.parent.insert(ROOT_INO, ROOT_INO);
         for op in &ops {
             if let Op::Remount = op {
-                fs.journal().unmount().unwrap();
+                fs.unmount().unwrap();
                 drop(fs);
                 fs = mount(&dev, o());
             } else {

@@ -486,6 +486,7 @@ impl Fs {
     /// Frees an orphan: its extents, xattrs and symlink chunks (in transactions of bounded size,
     /// each consistent on its own), then the inode and its orphan item.
     pub(crate) fn reclaim(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
+        st.cache.drop_range(ino, 0, u64::MAX);
         // Everything keyed under the inode except the inode item itself, a bounded batch per
         // transaction.
         loop {

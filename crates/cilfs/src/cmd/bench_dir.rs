@@ -121,7 +121,7 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
     let unlink_s = t.elapsed().as_secs_f64();
     fs.rmdir(ROOT_INO, b"big").map_err(Failure::usage)?;
     let report = check::check(&fs).map_err(Failure::usage)?;
-    j.unmount().map_err(Failure::usage)?;
+    fs.unmount().map_err(Failure::usage)?;
     let out = json!({
         "entries": made,
         "steps": steps,

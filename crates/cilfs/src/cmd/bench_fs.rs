@@ -78,7 +78,10 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         logdev: None,
         force: false,
     };
-    eprintln!("bench fs: making an 8 GiB filesystem in {}", tmp.path().display());
+    eprintln!(
+        "bench fs: making an 8 GiB filesystem in {}",
+        tmp.path().display()
+    );
     plan(&req)
         .and_then(|p| p.execute((0, 0), &mut |_, _| {}))
         .map_err(Failure::usage)?;
@@ -109,9 +112,13 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
             .mkdir(c, ROOT_INO, format!("t{t}").as_bytes(), 0o755)
             .map_err(Failure::usage)?
             .ino;
-        let f = fs.mknod(c, d, b"file", 0o100_644, 0).map_err(Failure::usage)?.ino;
+        let f = fs
+            .mknod(c, d, b"file", 0o100_644, 0)
+            .map_err(Failure::usage)?
+            .ino;
         if matches!(a.workload, Workload::Write1) {
-            fs.write(c, f, 0, &vec![1u8; 1 << 20]).map_err(Failure::usage)?;
+            fs.write(c, f, 0, &vec![1u8; 1 << 20])
+                .map_err(Failure::usage)?;
         }
         targets.push((d, f));
     }
@@ -204,7 +211,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
     let js = j.stats();
     let dev = data.stats();
     let n = ops.load(Ordering::Relaxed);
-    j.unmount().map_err(Failure::usage)?;
+    fs.unmount().map_err(Failure::usage)?;
     let inode_relogs = st.inode_logs - base.inode_logs;
     let d = |a: u64, b: u64| a.saturating_sub(b);
     let out = json!({

@@ -236,10 +236,26 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
             a.dir.display()
         );
     }
+    // File data waits in the page cache like in a kernel's: written back every 30 s (and at
+    // fsync, sync and unmount, and under memory pressure).
+    let flusher = {
+        let fs = Arc::downgrade(&fs);
+        std::thread::Builder::new()
+            .name("cilfs-flush".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(30));
+                let Some(fs) = fs.upgrade() else { return };
+                if let Err(e) = fs.writeback_all() {
+                    eprintln!("cilfs: periodic write back failed: {e}");
+                }
+            })
+    };
     let served = session.run();
+    drop(flusher);
     // Unmounted (or the connection was aborted): make everything stable and leave a clean log.
-    let unmounted = journal.unmount();
+    let unmounted = fs.unmount();
     drop(fs);
+    drop(journal);
     if let Err(e) = served {
         return Err(Failure::usage(anyhow!(
             "FUSE session ended with an error: {e}"
