@@ -57,7 +57,14 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
         ..JournalConfig::default()
     };
     let j = Journal::open(data, None, cfg).map_err(Failure::usage)?;
-    let fs = Fs::open(Arc::clone(&j), FsOptions::default()).map_err(Failure::usage)?;
+    let fs = Fs::open(
+        Arc::clone(&j),
+        FsOptions {
+            inode_cache_max: std::env::var("CILFS_INODE_CACHE").ok().and_then(|v| v.parse().ok()).unwrap_or(FsOptions::default().inode_cache_max),
+            ..FsOptions::default()
+        },
+    )
+    .map_err(Failure::usage)?;
     let d = fs
         .mkdir(Cred::ROOT, ROOT_INO, b"big", 0o755)
         .map_err(Failure::usage)?
