@@ -255,11 +255,11 @@ impl Fs {
         let kill_suid = cred.uid != 0
             && (m.inode.mode & S_ISUID != 0
                 || (m.inode.mode & S_ISGID != 0 && m.inode.mode & 0o010 != 0));
-        let must_log = self.opts.iversion == IversionMode::Eager
-            || ts_changed
-            || size_changed
-            || hole_blocks > 0
-            || kill_suid;
+        // A size change alone is not logged now: like a kernel's i_size it is logged with the
+        // next transaction of the inode, at fsync, at write back or at unmount (the data it
+        // covers is in the page cache anyway). It still counts as a change for the counter.
+        let must_log =
+            self.opts.iversion == IversionMode::Eager || ts_changed || hole_blocks > 0 || kill_suid;
         let log = if must_log {
             m.change.maybe_increment(true);
             bump(&self.stats.change_bumps);
@@ -272,6 +272,11 @@ impl Fs {
             false
         };
         if !log {
+            if size_changed {
+                m.inode.size = end;
+                m.unlogged = true;
+                bump(&self.stats.deferred_size_updates);
+            }
             return Ok(data.len());
         }
         m.inode.mtime = now;
@@ -369,6 +374,43 @@ impl Fs {
     /// Writes dirty pages of `ino` (or all) back in place, in disk order, adjacent blocks in one
     /// IO.
     pub(crate) fn writeback(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
+        self.write_pages(st, ino)?;
+        self.log_unlogged(st, ino)
+    }
+
+    /// Logs inodes whose in-memory size ran ahead of the log (after their pages were written:
+    /// a logged size never covers data that is only in memory).
+    fn log_unlogged(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
+        let mut todo: Vec<u64> = match ino {
+            Some(i) => st
+                .inodes
+                .get(&i)
+                .filter(|m| m.unlogged)
+                .map(|_| i)
+                .into_iter()
+                .collect(),
+            None => st
+                .inodes
+                .iter()
+                .filter(|(_, m)| m.unlogged)
+                .map(|(&i, _)| i)
+                .collect(),
+        };
+        todo.sort_unstable();
+        for batch in todo.chunks(16) {
+            self.with_tx(st, |t, inodes| {
+                for &i in batch {
+                    if let Some(m) = inodes.get_mut(&i) {
+                        log_inode(t, m, &self.stats)?;
+                    }
+                }
+                Ok(((), batch.to_vec()))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn write_pages(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
         let pages = st.cache.take_dirty(ino);
         if pages.is_empty() {
             return Ok(());

@@ -112,6 +112,8 @@ pub(crate) struct InodeMem {
     pub open: u32,
     /// The checkpoint holding the last change of this inode (what fsync forces).
     pub last_seq: u64,
+    /// The in-memory inode is ahead of the log (a size grown by a write, not yet logged).
+    pub unlogged: bool,
 }
 
 #[derive(Debug)]
@@ -281,6 +283,7 @@ impl Fs {
                     inode,
                     open: 0,
                     last_seq: 0,
+                    unlogged: false,
                 }))
             }
         }
@@ -317,7 +320,7 @@ impl Fs {
         let victims: Vec<u64> = st
             .inodes
             .iter()
-            .filter(|(_, m)| m.open == 0 && m.last_seq <= completed)
+            .filter(|(_, m)| m.open == 0 && m.last_seq <= completed && !m.unlogged)
             .map(|(&i, _)| i)
             .take(excess)
             .collect();
@@ -350,6 +353,7 @@ pub(crate) fn log_inode(
 ) -> FsResult<()> {
     m.inode.change = m.change.peek();
     t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
+    m.unlogged = false;
     stats
         .inode_logs
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

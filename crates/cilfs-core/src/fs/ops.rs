@@ -273,6 +273,7 @@ impl Fs {
                 change: ChangeCounter::created(0),
                 open: 0,
                 last_seq: 0,
+                unlogged: false,
             };
             log_inode(t, &mut m, &self.stats)?;
             if let Some(target) = target {

@@ -16,6 +16,8 @@ pub struct FsCounters {
     pub data_write_bytes: AtomicU64,
     pub fsyncs: AtomicU64,
     pub orphans_reclaimed: AtomicU64,
+    /// Size changes kept in memory until the inode's next log (not logged by the write).
+    pub deferred_size_updates: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -31,6 +33,7 @@ pub struct FsStats {
     pub data_write_bytes: u64,
     pub fsyncs: u64,
     pub orphans_reclaimed: u64,
+    pub deferred_size_updates: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
     pub busy_blocks: u64,
@@ -50,6 +53,7 @@ impl FsCounters {
             data_write_bytes: g(&self.data_write_bytes),
             fsyncs: g(&self.fsyncs),
             orphans_reclaimed: g(&self.orphans_reclaimed),
+            deferred_size_updates: g(&self.deferred_size_updates),
             ..FsStats::default()
         }
     }
@@ -85,6 +89,7 @@ impl super::Fs {
             ("file_write_bytes", f.data_write_bytes),
             ("fsyncs", f.fsyncs),
             ("orphans_reclaimed", f.orphans_reclaimed),
+            ("deferred_size_updates", f.deferred_size_updates),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),
             ("busy_blocks", f.busy_blocks),

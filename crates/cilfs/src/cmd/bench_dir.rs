@@ -60,7 +60,10 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
     let fs = Fs::open(
         Arc::clone(&j),
         FsOptions {
-            inode_cache_max: std::env::var("CILFS_INODE_CACHE").ok().and_then(|v| v.parse().ok()).unwrap_or(FsOptions::default().inode_cache_max),
+            inode_cache_max: std::env::var("CILFS_INODE_CACHE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(FsOptions::default().inode_cache_max),
             ..FsOptions::default()
         },
     )
