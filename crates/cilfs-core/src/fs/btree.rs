@@ -140,6 +140,27 @@ pub fn get(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Op
     }
 }
 
+/// The leaf that holds (or would hold) `key`, found with binary searches in the encoded interior
+/// nodes; only the leaf is decoded.
+fn leaf_for(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Node> {
+    let mut blk = root.blkno;
+    let mut level = root.level;
+    while level > 0 {
+        match s.raw_step(blk, tree, level, key)? {
+            RawStep::Child(c) => {
+                blk = c;
+                level -= 1;
+            }
+            _ => return Err(FsError::corrupt(blk, "interior node without children")),
+        }
+    }
+    let n = s.read_node(blk, tree)?;
+    if n.level != 0 {
+        return Err(FsError::corrupt(blk, "leaf expected"));
+    }
+    Ok(n)
+}
+
 /// The first item with a key >= `key`.
 pub fn seek_ge(
     s: &mut dyn NodeStore,
@@ -147,6 +168,13 @@ pub fn seek_ge(
     tree: u8,
     key: Key,
 ) -> FsResult<Option<(Key, Vec<u8>)>> {
+    // Most answers are in the key's own leaf; only past its end is the whole path needed.
+    let leaf = leaf_for(s, root, tree, key)?;
+    let items = leaf_items(&leaf);
+    let i = items.partition_point(|(k, _)| *k < key);
+    if let Some(item) = items.get(i) {
+        return Ok(Some(item.clone()));
+    }
     let path = descend(s, root, tree, key)?;
     let Some(leaf) = path.last() else {
         return Ok(None);
@@ -178,6 +206,12 @@ pub fn seek_le(
     tree: u8,
     key: Key,
 ) -> FsResult<Option<(Key, Vec<u8>)>> {
+    let leaf = leaf_for(s, root, tree, key)?;
+    let items = leaf_items(&leaf);
+    let i = items.partition_point(|(k, _)| *k <= key);
+    if i > 0 {
+        return Ok(Some(items[i - 1].clone()));
+    }
     let path = descend(s, root, tree, key)?;
     let Some(leaf) = path.last() else {
         return Ok(None);
