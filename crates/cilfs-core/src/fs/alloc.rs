@@ -7,7 +7,7 @@
 use super::error::{FsError, FsResult};
 use super::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
 use super::node::Key;
-use super::tx::FsTx;
+use super::tx::{FsTx, Trees};
 use std::collections::BTreeMap;
 
 /// Extents freed by checkpoints that may not be stable yet: start -> (len, checkpoint seq).

@@ -15,7 +15,7 @@ use super::node::arr8;
 use super::ops::Cred;
 use super::pagecache::PageCache;
 use super::stats::bump;
-use super::tx::FsTx;
+use super::tx::{FsTx, Trees};
 use super::{log_inode, Fs, FsState, IversionMode};
 use cilfs_device::{AlignedBuf, WriteFlags};
 use std::sync::atomic::Ordering;

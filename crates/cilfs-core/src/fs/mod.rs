@@ -35,7 +35,7 @@ use change::ChangeCounter;
 use dir::TreeRead;
 use header::{Header, TREE_FS};
 use keys::{key, KIND_INODE};
-use node::Key;
+
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -140,30 +140,6 @@ pub struct Fs {
 /// returned before a crash is never returned again after it.
 pub fn visible_change(epoch: u64, counter: u64) -> u64 {
     (epoch << 44) + counter
-}
-
-impl TreeRead for FsTx<'_> {
-    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-        self.get(tree, key)
-    }
-    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        self.seek_ge(tree, key)
-    }
-    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        self.seek_le(tree, key)
-    }
-}
-
-impl TreeRead for ReadView<'_> {
-    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-        self.get(tree, key)
-    }
-    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        self.seek_ge(tree, key)
-    }
-    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        self.seek_le(tree, key)
-    }
 }
 
 impl Fs {

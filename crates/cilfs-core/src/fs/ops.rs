@@ -10,7 +10,7 @@ use super::keys::{
     key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
 use super::stats::bump;
-use super::tx::FsTx;
+use super::tx::{FsTx, Trees};
 use super::{log_inode, Fs, FsState, InodeMem};
 use std::collections::HashMap;
 

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::ops::{Cred, RenameFlags, SetAttr};
+use super::tx::Trees;
 use super::xattr::XattrFlags;
 use super::*;
 use crate::format::superblock::SbLog;

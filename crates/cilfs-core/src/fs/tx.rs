@@ -111,21 +111,6 @@ impl<'a> FsTx<'a> {
         FsError::Journal(self.tx.abort_and_shut_down(why))
     }
 
-    pub fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-        let root = self.hdr.root(tree);
-        btree::get(self, root, tree, key)
-    }
-
-    pub fn seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
-        btree::seek_ge(self, root, tree, key)
-    }
-
-    pub fn seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
-        btree::seek_le(self, root, tree, key)
-    }
-
     pub fn insert(&mut self, tree: u8, key: Key, val: &[u8]) -> FsResult<Option<Vec<u8>>> {
         let mut root = self.hdr.root(tree);
         let r = btree::insert(self, &mut root, tree, key, val);
@@ -138,17 +123,6 @@ impl<'a> FsTx<'a> {
         let r = btree::remove(self, &mut root, tree, key);
         self.hdr.set_root(tree, root);
         r
-    }
-
-    pub fn range(
-        &mut self,
-        tree: u8,
-        from: Key,
-        to: Key,
-        limit: usize,
-    ) -> FsResult<Vec<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
-        btree::range(self, root, tree, from, to, limit)
     }
 
     pub(crate) fn tx_block_size(&self) -> usize {
@@ -285,41 +259,58 @@ impl NodeStore for ReadView<'_> {
     }
 }
 
-impl ReadView<'_> {
-    pub fn scan(
-        &mut self,
-        tree: u8,
-        from: Key,
-        to: Key,
-        limit: usize,
-    ) -> FsResult<Vec<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
-        btree::scan(self, root, tree, from, to, limit)
-    }
+/// Tree reads through a node store that knows the roots: transactions and read views alike.
+pub trait Trees: NodeStore + Sized {
+    fn root_of(&self, tree: u8) -> Root;
 
-    pub fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-        let root = self.hdr.root(tree);
+    fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        let root = self.root_of(tree);
         btree::get(self, root, tree, key)
     }
 
-    pub fn seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
+    fn seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let root = self.root_of(tree);
         btree::seek_ge(self, root, tree, key)
     }
 
-    pub fn seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
+    fn seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let root = self.root_of(tree);
         btree::seek_le(self, root, tree, key)
     }
 
-    pub fn range(
+    fn scan(
         &mut self,
         tree: u8,
         from: Key,
         to: Key,
         limit: usize,
     ) -> FsResult<Vec<(Key, Vec<u8>)>> {
-        let root = self.hdr.root(tree);
-        btree::range(self, root, tree, from, to, limit)
+        let root = self.root_of(tree);
+        btree::scan(self, root, tree, from, to, limit)
+    }
+}
+
+impl Trees for FsTx<'_> {
+    fn root_of(&self, tree: u8) -> Root {
+        self.hdr.root(tree)
+    }
+}
+
+impl Trees for ReadView<'_> {
+    fn root_of(&self, tree: u8) -> Root {
+        self.hdr.root(tree)
+    }
+}
+
+/// The object-safe view of `Trees` that shared code (directory lookups, inode reads) takes.
+impl<T: Trees> super::dir::TreeRead for T {
+    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
+        Trees::get(self, tree, key)
+    }
+    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        Trees::seek_ge(self, tree, key)
+    }
+    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
+        Trees::seek_le(self, tree, key)
     }
 }
