@@ -15,7 +15,7 @@
 //! - a change attribute read before the crash is below the one read after for a file whose
 //!   contents differ.
 
-use crate::recorded::RecordedSet;
+use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::fs::ops::{Cred, RenameFlags, SetAttr};
 use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
@@ -535,16 +535,11 @@ pub fn run_fs_crashtest(
             }
         };
         let n = set.op_count();
-        let durability: Vec<usize> = (0..n).filter(|&i| set.is_durability_point(i)).collect();
+        let durability = set.durability_points();
         let mut rng = SimRng::derive(run_seed, 1);
         let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
         for _ in 0..todo {
-            let g = if !durability.is_empty() && rng.bool() {
-                let d = durability[rng.below(durability.len() as u64) as usize];
-                d + usize::from(rng.bool())
-            } else {
-                rng.below(n as u64 + 1) as usize
-            };
+            let g = pick_crash_point(&mut rng, &durability, n);
             match check_point(&set, &model, g, &mut rng, cfg, cil) {
                 Ok(()) => report.passed += 1,
                 Err(e) => {

@@ -4,7 +4,7 @@
 //! (mount, checkpoint sequence). After a crash, recovery must produce exactly the state after
 //! some checkpoint (never part of one) that is at or after the last completed force or unmount.
 
-use crate::recorded::RecordedSet;
+use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
@@ -336,17 +336,11 @@ pub fn run_journal_crashtest(
             }
         };
         let n = set.op_count();
-        let durability: Vec<usize> = (0..n).filter(|&i| set.is_durability_point(i)).collect();
+        let durability = set.durability_points();
         let mut rng = SimRng::derive(run_seed, 1);
         let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
         for _ in 0..todo {
-            let g = if !durability.is_empty() && rng.bool() {
-                // Just after a flush/FUA point, or just before it.
-                let d = durability[rng.below(durability.len() as u64) as usize];
-                d + usize::from(rng.bool())
-            } else {
-                rng.below(n as u64 + 1) as usize
-            };
+            let g = pick_crash_point(&mut rng, &durability, n);
             match check_point(&set, &model, first, g, &mut rng, cfg.policy, cil_limit) {
                 Ok(()) => report.passed += 1,
                 Err(e) => {

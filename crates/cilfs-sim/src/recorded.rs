@@ -1,6 +1,7 @@
 //! One or two recorded devices with a global operation order, so that a crash can be taken at
 //! the same instant on both (an external log lives on its own device).
 
+use cilfs_device::rng::SimRng;
 use cilfs_device::{
     Device, IoStats, RecordingDevice, Result, SimDevice, SparseImage, Survival, WriteFlags,
 };
@@ -76,6 +77,13 @@ impl RecordedSet {
         self.devs[id].rec.ops()[nth].is_durability_point()
     }
 
+    /// The global operations that made something stable.
+    pub fn durability_points(&self) -> Vec<usize> {
+        (0..self.op_count())
+            .filter(|&i| self.is_durability_point(i))
+            .collect()
+    }
+
     /// Crash images of every device after the first `g` global operations; `choose` decides the
     /// fate of each volatile write, device by device.
     pub fn crash_images(
@@ -92,5 +100,16 @@ impl RecordedSet {
                 d.rec.crash_image(n, choose)
             })
             .collect()
+    }
+}
+
+/// A crash point among `n` operations: half the time just after a flush/FUA point or just
+/// before it, otherwise anywhere.
+pub fn pick_crash_point(rng: &mut SimRng, durability: &[usize], n: usize) -> usize {
+    if !durability.is_empty() && rng.bool() {
+        let d = durability[rng.below(durability.len() as u64) as usize];
+        d + usize::from(rng.bool())
+    } else {
+        rng.below(n as u64 + 1) as usize
     }
 }
