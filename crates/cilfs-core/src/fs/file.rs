@@ -9,7 +9,7 @@
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
-use super::inode::{Attr, S_ISGID, S_ISUID};
+use super::inode::{S_ISGID, S_ISUID};
 use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use super::node::arr8;
 use super::ops::Cred;
@@ -485,7 +485,6 @@ impl Fs {
                 buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
             }
             self.write_blocks(runs[at].0, &buf)?;
-            bump_bytes(&self.stats.data_write_bytes, 0);
             at = end;
         }
         Ok(())
@@ -821,10 +820,6 @@ impl Fs {
         self.journal.force_all()?;
         self.journal.data.flush()?;
         Ok(())
-    }
-
-    pub fn attr_of(&self, ino: u64) -> FsResult<Attr> {
-        self.getattr(ino)
     }
 }
 

@@ -90,10 +90,17 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     };
     let r = cilfs_sim::run_fs_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
+    let summary = format!("{} workload runs, {} checkpoints", r.runs, r.checkpoints);
+    report(&r, &summary, &replay)
+}
+
+/// Prints the failures, a summary, the replay command if anything failed and the final
+/// `M passed, F failed` line; exit status 1 if anything failed.
+fn report(r: &cilfs_sim::CrashReport, summary: &str, replay: &str) -> Result<(), Failure> {
     for f in &r.failures {
         println!("FAIL {f}");
     }
-    println!("{} workload runs, {} checkpoints", r.runs, r.checkpoints);
+    println!("{summary}");
     if r.failed > 0 {
         println!("replay: {replay}");
     }
@@ -148,25 +155,11 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
     };
     let r = run_journal_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
-    for f in &r.failures {
-        println!("FAIL {f}");
-    }
-    println!(
+    let summary = format!(
         "{} workload runs, {} checkpoints, log written {} times over",
         r.runs,
         r.checkpoints,
         r.log_laps()
     );
-    if r.failed > 0 {
-        println!("replay: {replay}");
-    }
-    println!("{} passed, {} failed", r.passed, r.failed);
-    if r.failed > 0 {
-        return Err(Failure::found(anyhow::anyhow!(
-            "{} of {} crash points failed",
-            r.failed,
-            r.passed + r.failed
-        )));
-    }
-    Ok(())
+    report(&r, &summary, &replay)
 }
