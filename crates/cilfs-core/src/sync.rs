@@ -29,6 +29,17 @@ where
     }
 }
 
+/// Raises the calling thread's scheduling priority (nice -10), as XFS runs log IO completion on
+/// a high-priority workqueue: an iclog whose write finished should hand its buffer back to the
+/// push before committers, which only fill the CIL, get the CPU again. Best effort: without
+/// CAP_SYS_NICE the thread keeps its priority. Linux keeps nice values per thread.
+pub(crate) fn raise_priority() {
+    #[cfg(not(loom))]
+    {
+        let _ = rustix::process::setpriority_process(None, -10);
+    }
+}
+
 /// Locks, ignoring poisoning: a panicking holder already failed the operation it was doing.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)

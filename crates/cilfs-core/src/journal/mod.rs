@@ -118,6 +118,8 @@ pub struct Journal {
     /// Reservations, FIFO; its `in_use` mirrors `space` (see `publish_space`).
     pub(crate) grant: GrantHead,
     pub(crate) ail: Mutex<Ail>,
+    /// Serialises AIL write back (held across its IO; the AIL lock is not).
+    pub(crate) ail_writeback: Mutex<()>,
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
@@ -275,6 +277,7 @@ impl Journal {
             }),
             grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
             ail: Mutex::new(Ail::default()),
+            ail_writeback: Mutex::new(()),
             counters,
             extra: Default::default(),
             shut_down: AtomicBool::new(false),
@@ -366,21 +369,11 @@ impl Journal {
         self.stop_worker();
         self.check_alive()?;
         self.force_all()?;
-        {
-            let mut ail = self.ail.lock();
-            let r = ail.push(Lsn::from_raw(u64::MAX), &*self.data, &self.geo.sb.uuid);
-            let r = match r {
-                Ok(r) => r,
-                Err(e) => return self.shut_down(e),
-            };
-            self.extra
-                .ail_writeback_bytes
-                .fetch_add(r.written_bytes, Ordering::Relaxed);
-            assert!(
-                ail.is_empty(),
-                "AIL not empty after a full push at unmount: {r:?}"
-            );
-        }
+        let r = self.write_back_ail(Lsn::from_raw(u64::MAX))?;
+        assert!(
+            self.ail.lock().is_empty(),
+            "AIL not empty after a full push at unmount: {r:?}"
+        );
         let mut w = self.writer.lock();
         let lsn = match w.write_unmount() {
             Ok(l) => l,
@@ -407,20 +400,7 @@ impl Journal {
     pub fn cover(&self) -> Result<bool, JournalError> {
         self.check_alive()?;
         self.force_all()?;
-        {
-            let mut ail = self.ail.lock();
-            match ail.push(Lsn::from_raw(u64::MAX), &*self.data, &self.geo.sb.uuid) {
-                Ok(r) => {
-                    self.extra
-                        .ail_writeback_bytes
-                        .fetch_add(r.written_bytes, Ordering::Relaxed);
-                }
-                Err(e) => {
-                    drop(ail);
-                    return self.shut_down(e);
-                }
-            }
-        }
+        self.write_back_ail(Lsn::from_raw(u64::MAX))?;
         // Checkpoints complete only under the writer lock: holding it, the AIL and CIL state
         // below cannot change under us.
         let mut w = self.writer.lock();

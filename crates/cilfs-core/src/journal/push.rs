@@ -30,16 +30,24 @@ impl Journal {
                 .iter()
                 .map(|(_, i)| (OP_HEADER_BYTES + i.len()) as u64)
                 .sum();
+            let start = std::time::Instant::now();
+            let mut blocked = false;
             while !cil.is_empty()
                 && cil.stream_bytes + adding > self.limits.hard_limit
                 && self.check_alive().is_ok()
             {
+                blocked = true;
                 self.extra
                     .cil_blocked_commits
                     .fetch_add(1, Ordering::Relaxed);
                 let seq = cil.seq;
                 self.request_push(seq);
                 self.cil_switched.wait(&mut cil);
+            }
+            if blocked {
+                self.extra
+                    .cil_blocked_us
+                    .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
         }
         let seq = cil.seq;
@@ -175,7 +183,7 @@ impl Journal {
         }
     }
 
-    fn request_push(&self, seq: u64) {
+    pub(crate) fn request_push(&self, seq: u64) {
         if let Some(w) = self.worker.lock().as_ref() {
             w.request(seq);
         }

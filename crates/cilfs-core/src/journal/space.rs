@@ -3,7 +3,11 @@
 //! Rule 1 of journal.md: log space is reused only behind `safe_tail`, a tail sampled before a
 //! completed data-device flush, so metadata written back from that space is stable first.
 
-use super::{Journal, JournalError, SpaceState};
+use super::{Journal, JournalError, PushMode, SpaceState};
+
+/// AIL write back IOs in flight at once in background mode.
+const AIL_QUEUE_DEPTH: usize = 4;
+use crate::ail::{self, AilPush};
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;
@@ -34,12 +38,16 @@ impl Journal {
     /// Takes `unit` bytes of log space, waiting in FIFO order while the log is short.
     pub(crate) fn reserve(&self, unit: u64) -> Result<(), JournalError> {
         self.check_alive()?;
+        let start = std::time::Instant::now();
         match self.grant.reserve(unit, || self.make_space()) {
             Ok(waited) => {
                 if waited {
                     self.counters
                         .reservation_waits
                         .fetch_add(1, Ordering::Relaxed);
+                    self.extra
+                        .reservation_wait_us
+                        .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
                 }
                 Ok(())
             }
@@ -60,17 +68,8 @@ impl Journal {
     /// safe tail moved or a checkpoint was written.
     pub(crate) fn make_space(&self) -> Result<bool, JournalError> {
         let before = self.space.lock().safe_tail;
-        let pinned = {
-            let mut ail = self.ail.lock();
-            let r = match ail.push(Lsn::from_raw(u64::MAX), &*self.data, &self.geo.sb.uuid) {
-                Ok(r) => r,
-                Err(e) => return self.shut_down(e),
-            };
-            self.extra
-                .ail_writeback_bytes
-                .fetch_add(r.written_bytes, Ordering::Relaxed);
-            r.pinned + r.busy
-        };
+        let r = self.write_back_ail(Lsn::from_raw(u64::MAX))?;
+        let pinned = r.pinned + r.busy;
         let cil_has_items = !self.cil.lock().is_empty();
         if pinned > 0 || cil_has_items {
             // A push samples the tail and flushes the data device before it writes.
@@ -93,33 +92,56 @@ impl Journal {
         Ok(false)
     }
 
-    /// After a checkpoint: if less than a quarter of the log is free, write back AIL items so the
-    /// next checkpoint's flush can move the tail (no flush of its own here).
+    /// After each checkpoint: once less than half the log is free, write back the AIL items
+    /// logged more than a quarter of the log ago, so the tail that later checkpoints stamp stays
+    /// close behind the head and more than a quarter of the log stays free (journal.md section 4).
+    ///
+    /// Early and deep, rather than at a quarter free: the tail becomes safe only when a
+    /// checkpoint sampled after the write back completes (log space is reused only behind a
+    /// tail that a stable record carries), and the CIL context being written plus the one
+    /// filling may hold 4S. A pass started later is overtaken by the head, and reservations
+    /// that then run dry stall every committer. Pinned items below the target push the CIL,
+    /// as xfsaild forces the log when it meets pinned items: only their checkpoint can move
+    /// them. Under memory pressure everything unpinned is written back.
     pub(crate) fn ail_push_ahead(&self) -> Result<(), JournalError> {
         let head = self.space.lock().head;
-        let free = self.available();
         let target = if self.cache.over_limit() {
-            // Memory pressure: write back everything unpinned so clean buffers can be evicted.
             Lsn::from_raw(u64::MAX)
-        } else if free < self.capacity() / 4 {
-            self.space_math.back(head, self.space_math.sectors / 2)
+        } else if self.available() < self.capacity() / 2 {
+            self.space_math.back(head, self.space_math.sectors / 4)
         } else {
             return Ok(());
         };
-        let mut ail = self.ail.lock();
-        match ail.push(target, &*self.data, &self.geo.sb.uuid) {
+        let r = self.write_back_ail(target)?;
+        self.cache.trim();
+        if r.pinned > 0 {
+            self.request_push(self.current_seq());
+        }
+        Ok(())
+    }
+
+    /// Writes back AIL items below `target` (see `ail::push`) and counts the bytes; an IO error
+    /// shuts the journal down.
+    pub(crate) fn write_back_ail(&self, target: Lsn) -> Result<AilPush, JournalError> {
+        match ail::push(
+            &self.ail,
+            &self.ail_writeback,
+            target,
+            &*self.data,
+            &self.geo.sb.uuid,
+            // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
+            match self.cfg.push_mode {
+                PushMode::Inline => 1,
+                PushMode::Background => AIL_QUEUE_DEPTH,
+            },
+        ) {
             Ok(r) => {
-                drop(ail);
                 self.extra
                     .ail_writeback_bytes
                     .fetch_add(r.written_bytes, Ordering::Relaxed);
-                self.cache.trim();
-                Ok(())
+                Ok(r)
             }
-            Err(e) => {
-                drop(ail);
-                self.shut_down(e)
-            }
+            Err(e) => self.shut_down(e),
         }
     }
 }

@@ -11,6 +11,9 @@ pub(crate) struct ExtraCounters {
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,
     pub tail_flushes: AtomicU64,
+    /// Microseconds committers spent waiting for log space, and blocked at 2S.
+    pub reservation_wait_us: AtomicU64,
+    pub cil_blocked_us: AtomicU64,
     pub covers: AtomicU64,
     /// Raw LSN of the log head right after the last cover record.
     pub covered_head: AtomicU64,
@@ -33,6 +36,10 @@ pub struct JournalStats {
     pub items_logged: u64,
     /// Data-device flushes made only to move the tail for waiting reservations.
     pub tail_flushes: u64,
+    /// Microseconds transactions spent waiting for log space (summed over threads).
+    pub reservation_wait_us: u64,
+    /// Microseconds committers spent blocked at twice the CIL space limit (summed over threads).
+    pub cil_blocked_us: u64,
     /// Cover records written because the log was idle.
     pub covers: u64,
     pub cache_buffers: u64,
@@ -54,6 +61,8 @@ impl Journal {
             ail_len: self.ail.lock().len() as u64,
             items_logged: l(&self.extra.items_logged),
             tail_flushes: l(&self.extra.tail_flushes),
+            reservation_wait_us: l(&self.extra.reservation_wait_us),
+            cil_blocked_us: l(&self.extra.cil_blocked_us),
             covers: l(&self.extra.covers),
             cache_buffers: self.cache.len() as u64,
             cache_evicted: self.cache.evicted(),

@@ -255,6 +255,92 @@ fn background_mode_with_concurrent_iclogs() {
     }
 }
 
+/// Background mode with everything concurrent (committers, the push worker, iclog IO threads,
+/// the AIL thread writing back in parallel without the AIL lock, the log wrapping many times),
+/// crashed at moments in the middle of it: every transaction writes one version into both
+/// blocks of a pair, so a recovered pair that differs is a partial checkpoint or a lost
+/// write back, and a version below the last one forced before the crash is a lost force.
+#[test]
+fn background_crashes_mid_run_keep_pairs_whole_and_forces() {
+    for seed in [23, 24, 25, 26] {
+        background_crash_round(seed);
+    }
+}
+
+fn background_crash_round(seed: u64) {
+    use std::sync::atomic::AtomicU32;
+    const PAIRS: u64 = 40;
+    const THREADS: u64 = 2;
+    let dev = fresh(seed);
+    let mut cfg = tiny_cfg(FlushPolicy::Reduced);
+    cfg.push_mode = PushMode::Background;
+    cfg.log.logbufs = 4;
+    cfg.cil_limit = Some(16 * 1024);
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    let forced: Vec<AtomicU32> = (0..THREADS * PAIRS).map(|_| AtomicU32::new(0)).collect();
+    let blocks = |pair: u64| (300 + 2 * pair, 301 + 2 * pair);
+    let read_version = |d: &SimDevice, blk: u64| {
+        let mut b = vec![0u8; BS as usize];
+        d.read(blk * u64::from(BS), &mut b).unwrap();
+        u32::from_le_bytes(b[500..504].try_into().unwrap())
+    };
+    let mut snapshots = Vec::new();
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (j, forced) = (&j, &forced);
+                s.spawn(move || {
+                    for v in 1..=2000u32 {
+                        let pair = t * PAIRS + u64::from(v) % PAIRS;
+                        let (a, b) = blocks(pair);
+                        let mut tx = j.begin(Reservation::for_buffers(2, BS)).unwrap();
+                        let image: Vec<u8> = v.to_le_bytes().repeat(BS as usize / 4);
+                        for blk in [a, b] {
+                            let h = tx.buf(blk).unwrap();
+                            tx.write(h, 0, &image);
+                        }
+                        let seq = tx.commit().unwrap();
+                        if v % 50 == 0 {
+                            j.force(seq).unwrap();
+                            forced[pair as usize].fetch_max(v, Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        while workers.iter().any(|w| !w.is_finished()) {
+            // What was forced before the snapshot must be in it.
+            let floor: Vec<u32> = forced.iter().map(|f| f.load(Ordering::SeqCst)).collect();
+            snapshots.push((floor, dev.crash(CrashOptions { torn_writes: true })));
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    });
+    let st = j.stats();
+    assert!(
+        st.ail_writeback_bytes > 0 && st.log.log_bytes > 4 * 256 * 1024,
+        "the run must write back and wrap the log: {st:?}"
+    );
+    assert!(snapshots.len() >= 3, "only {} snapshots", snapshots.len());
+    for (i, (floor, crashed)) in snapshots.into_iter().enumerate() {
+        let crashed = Arc::new(crashed);
+        let j2 = open(&crashed, FlushPolicy::Reduced);
+        drop(j2);
+        for pair in 0..THREADS * PAIRS {
+            let (a, b) = blocks(pair);
+            let (va, vb) = (read_version(&crashed, a), read_version(&crashed, b));
+            assert_eq!(
+                va, vb,
+                "seed {seed} snapshot {i}: pair {pair} split ({va} vs {vb})"
+            );
+            assert!(
+                va >= floor[pair as usize],
+                "seed {seed} snapshot {i}: pair {pair} at {va}, but {} was forced",
+                floor[pair as usize]
+            );
+        }
+    }
+}
+
 /// An IO error while writing the log shuts the journal down with an error, never a panic, and
 /// what was forced before it is still recovered.
 #[test]

@@ -12,7 +12,7 @@ use super::record::{
     pack, seal_record, OpHeader, OpKind, RecordHeader, OP_CONTINUATION, OP_CONTINUED,
     OP_HEADER_BYTES, SECTOR, SECTOR_PAYLOAD,
 };
-use crate::sync::{lock, mpsc, spawn, JoinHandle, Mutex};
+use crate::sync::{lock, mpsc, raise_priority, spawn, JoinHandle, Mutex};
 use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -253,25 +253,28 @@ impl IoPool {
         let threads = (0..threads)
             .filter_map(|i| {
                 let (rx, tx, dev) = (Arc::clone(&jobs_rx), done_tx.clone(), Arc::clone(&dev));
-                spawn(format!("cilfs-iclog-{i}"), move || loop {
-                    let job = match lock(&rx).recv() {
-                        Ok(Msg::Write(j)) => j,
-                        Ok(Msg::Stop) | Err(_) => return,
-                    };
-                    let mut result = Ok(());
-                    for (off, r) in &job.ios {
-                        result = dev.write(*off, &job.buf[r.clone()], job.flags);
-                        if result.is_err() {
-                            break;
+                spawn(format!("cilfs-iclog-{i}"), move || {
+                    raise_priority();
+                    loop {
+                        let job = match lock(&rx).recv() {
+                            Ok(Msg::Write(j)) => j,
+                            Ok(Msg::Stop) | Err(_) => return,
+                        };
+                        let mut result = Ok(());
+                        for (off, r) in &job.ios {
+                            result = dev.write(*off, &job.buf[r.clone()], job.flags);
+                            if result.is_err() {
+                                break;
+                            }
                         }
-                    }
-                    let done = Done {
-                        slot: job.slot,
-                        buf: job.buf,
-                        result,
-                    };
-                    if tx.send(done).is_err() {
-                        return;
+                        let done = Done {
+                            slot: job.slot,
+                            buf: job.buf,
+                            result,
+                        };
+                        if tx.send(done).is_err() {
+                            return;
+                        }
                     }
                 })
             })
@@ -380,8 +383,25 @@ impl LogWriter {
         r
     }
 
-    /// The buffer of ring slot `slot`, waiting for it (a noiclog event) if it is in flight.
+    /// Takes the completions that have already arrived, without waiting.
+    fn reap(&mut self) -> Result<(), DeviceError> {
+        let mut first_err = Ok(());
+        while let Some(d) = self.pool.as_ref().and_then(|p| p.done.try_recv().ok()) {
+            self.ring[d.slot] = Some(d.buf);
+            if first_err.is_ok() {
+                first_err = d.result;
+            }
+        }
+        first_err
+    }
+
+    /// The buffer of ring slot `slot`, waiting for it (a noiclog event) if its write has not
+    /// completed yet. Completions already delivered are taken first: an iclog whose IO finished
+    /// is free (as XFS's completion handler makes it ACTIVE again), so finding it is no wait.
     fn claim(&mut self, slot: usize) -> Result<(), DeviceError> {
+        if self.ring[slot].is_none() {
+            self.reap()?;
+        }
         if self.ring[slot].is_none() {
             self.counters.noiclog_waits.fetch_add(1, Ordering::Relaxed);
             self.wait_slot(slot)?;

@@ -298,6 +298,8 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "ail_writeback_bytes": st.ail_writeback_bytes,
         "items_logged": st.items_logged,
         "tail_flushes": st.tail_flushes,
+        "reservation_wait_us": st.reservation_wait_us,
+        "cil_blocked_us": st.cil_blocked_us,
         "rss_max_bytes": rss,
         "cache_evicted": st.cache_evicted,
         "data_device": dev_json(&data_io),
