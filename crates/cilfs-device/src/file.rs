@@ -223,6 +223,45 @@ impl Device for FileDevice {
         Ok(())
     }
 
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        check_io(IoKind::Write, offset, len, self.len)?;
+        if self.direct && !bufs.iter().all(|b| is_aligned(b)) {
+            let mut at = offset;
+            for b in bufs {
+                self.write(at, b, WriteFlags::NONE)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        let slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
+        let err = |e: rustix::io::Errno| DeviceError::Io {
+            kind: IoKind::Write,
+            offset,
+            source: e.into(),
+        };
+        let n = rustix::io::pwritev(&self.file, &slices, offset).map_err(err)?;
+        if n < len {
+            // A short write (rare): finish buffer by buffer from where it stopped.
+            let mut done = 0usize;
+            let mut at = offset;
+            for b in bufs {
+                let end = done + b.len();
+                if end > n {
+                    let skip = n.saturating_sub(done);
+                    self.file
+                        .write_all_at(&b[skip..], at + skip as u64)
+                        .map_err(Self::io_err(IoKind::Write, at + skip as u64))?;
+                }
+                done = end;
+                at += b.len() as u64;
+            }
+        }
+        self.volatile.volatile_write_completed();
+        self.counters.write(len, WriteFlags::NONE);
+        Ok(())
+    }
+
     fn flush(&self) -> Result<()> {
         self.flush_if_needed()
     }

@@ -48,6 +48,17 @@ pub const SECTOR_SIZE: u32 = 512;
 pub trait Device: Send + Sync + std::fmt::Debug {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
     fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<()>;
+    /// Writes `bufs` back to back from `offset` as one IO where the device can (a merged
+    /// request, as the block layer makes of adjacent bios); otherwise one write per buffer.
+    /// Without flags only: its crash semantics are those of the separate writes.
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write(at, b, WriteFlags::NONE)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
     /// Makes every write that had completed before this call stable.
     fn flush(&self) -> Result<()>;
     /// Size in bytes.
@@ -64,6 +75,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     }
     fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<()> {
         (**self).write(offset, buf, flags)
+    }
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        (**self).write_vectored(offset, bufs)
     }
     fn flush(&self) -> Result<()> {
         (**self).flush()
@@ -82,6 +96,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<()> {
         (**self).write(offset, buf, flags)
+    }
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        (**self).write_vectored(offset, bufs)
     }
     fn flush(&self) -> Result<()> {
         (**self).flush()

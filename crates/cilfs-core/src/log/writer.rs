@@ -256,23 +256,32 @@ impl IoPool {
                 spawn(format!("cilfs-iclog-{i}"), move || {
                     raise_priority();
                     loop {
-                        let job = match lock(&rx).recv() {
-                            Ok(Msg::Write(j)) => j,
-                            Ok(Msg::Stop) | Err(_) => return,
-                        };
-                        let mut result = Ok(());
-                        for (off, r) in &job.ios {
-                            result = dev.write(*off, &job.buf[r.clone()], job.flags);
-                            if result.is_err() {
-                                break;
+                        let (jobs, stop) = take_jobs(&rx);
+                        let mut jobs = jobs.into_iter().peekable();
+                        while let Some(first) = jobs.next() {
+                            let mut group = vec![first];
+                            while let Some(next) = jobs.next_if(|n| merges(&group, n)) {
+                                group.push(next);
+                            }
+                            let result = write_group(&*dev, &group);
+                            for job in group {
+                                let done = Done {
+                                    slot: job.slot,
+                                    buf: job.buf,
+                                    result: result.as_ref().map(|_| ()).map_err(|e| {
+                                        DeviceError::Io {
+                                            kind: cilfs_device::IoKind::Write,
+                                            offset: job.ios[0].0,
+                                            source: std::io::Error::other(e.to_string()),
+                                        }
+                                    }),
+                                };
+                                if tx.send(done).is_err() {
+                                    return;
+                                }
                             }
                         }
-                        let done = Done {
-                            slot: job.slot,
-                            buf: job.buf,
-                            result,
-                        };
-                        if tx.send(done).is_err() {
+                        if stop {
                             return;
                         }
                     }
@@ -286,6 +295,60 @@ impl IoPool {
         }
     }
 }
+
+/// Waits for the next iclog write, then takes every one already queued behind it (at most a
+/// ring's worth), so that adjacent iclogs can go out as one IO. Returns the jobs and whether a
+/// stop came after them.
+fn take_jobs(rx: &Mutex<mpsc::Receiver<Msg>>) -> (Vec<Job>, bool) {
+    let rx = lock(rx);
+    let mut jobs = Vec::new();
+    match rx.recv() {
+        Ok(Msg::Write(j)) => jobs.push(j),
+        Ok(Msg::Stop) | Err(_) => return (jobs, true),
+    }
+    while jobs.len() < MERGE_MAX_ICLOGS {
+        match rx.try_recv() {
+            Ok(Msg::Write(j)) => jobs.push(j),
+            Ok(Msg::Stop) => return (jobs, true),
+            Err(_) => break,
+        }
+    }
+    (jobs, false)
+}
+
+/// Whether `next` can join `group` in one IO: both unflagged body iclogs (flagged ones carry
+/// their own PREFLUSH/FUA and stay alone, as the block layer never merges flush requests), in
+/// one piece each, and `next` starts where the group ends.
+fn merges(group: &[Job], next: &Job) -> bool {
+    let Some(last) = group.last() else {
+        return false;
+    };
+    let end = |j: &Job| j.ios.first().map(|(off, r)| off + r.len() as u64);
+    next.flags == WriteFlags::NONE
+        && last.flags == WriteFlags::NONE
+        && next.ios.len() == 1
+        && last.ios.len() == 1
+        && end(last) == next.ios.first().map(|(off, _)| *off)
+}
+
+/// Writes a group of iclogs: one IO when it holds several (see `merges`).
+fn write_group(dev: &dyn Device, group: &[Job]) -> Result<(), DeviceError> {
+    if let [job] = group {
+        for (off, r) in &job.ios {
+            dev.write(*off, &job.buf[r.clone()], job.flags)?;
+        }
+        return Ok(());
+    }
+    let bufs: Vec<&[u8]> = group.iter().map(|j| &j.buf[j.ios[0].1.clone()]).collect();
+    dev.write_vectored(group[0].ios[0].0, &bufs)
+}
+
+/// iclog IO threads: enough to keep iclogs in flight while another thread merges the ones
+/// queued behind them; more would take each iclog alone as soon as it is queued.
+const IO_THREADS: usize = 2;
+
+/// The most iclogs one IO thread takes at once (and so merges into one write).
+const MERGE_MAX_ICLOGS: usize = 8;
 
 impl Drop for IoPool {
     fn drop(&mut self) {
@@ -338,10 +401,13 @@ impl LogWriter {
         }
     }
 
-    /// Writes iclogs from `logbufs` IO threads so that several are in flight at once.
+    /// Writes iclogs from IO threads so that several are in flight at once.
     pub fn with_io_threads(mut self) -> Self {
         if self.pool.is_none() {
-            self.pool = Some(IoPool::new(Arc::clone(&self.log_dev), self.ring.len()));
+            self.pool = Some(IoPool::new(
+                Arc::clone(&self.log_dev),
+                self.ring.len().min(IO_THREADS),
+            ));
         }
         self
     }
