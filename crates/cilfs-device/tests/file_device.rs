@@ -140,3 +140,55 @@ fn vectored_writes_land_back_to_back_as_one_io() {
     // Past the end: refused with an error, nothing written.
     assert!(dev.write_vectored((1 << 20) - 4096, &[&a, &b]).is_err());
 }
+
+/// Loop device flush requests so far (field 16 of /sys/block/loopN/stat).
+fn loop_flushes(dev: &str) -> u64 {
+    let name = dev.trim_start_matches("/dev/");
+    let stat = std::fs::read_to_string(format!("/sys/block/{name}/stat")).unwrap();
+    stat.split_whitespace().nth(15).unwrap().parse().unwrap()
+}
+
+/// On a block device without native FUA, RWF_DSYNC costs two cache flushes (the emulated FUA,
+/// then the file sync) and a write plus fdatasync one; `Auto` picks the latter there. Needs root
+/// and loop devices, as the mount tests do.
+#[test]
+fn fua_on_a_block_device_costs_one_flush() {
+    let f = image(16 << 20);
+    let out = std::process::Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(f.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "losetup: {out:?} (this test needs root)"
+    );
+    let loopdev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let result = std::panic::catch_unwind(|| {
+        let mut buf = AlignedBuf::zeroed(4096);
+        buf.fill(7);
+        let mut flushes = Vec::new();
+        for fua in [FuaMode::Auto, FuaMode::DsyncWrite] {
+            let opts = FileDeviceOptions {
+                fua,
+                ..FileDeviceOptions::default()
+            };
+            let dev = FileDevice::open(std::path::Path::new(&loopdev), opts).unwrap();
+            assert!(dev.is_block_device());
+            let before = loop_flushes(&loopdev);
+            dev.write(0, &buf, WriteFlags::FUA).unwrap();
+            flushes.push(loop_flushes(&loopdev) - before);
+        }
+        assert_eq!(
+            flushes,
+            vec![1, 2],
+            "flush requests per FUA write: Auto, DsyncWrite"
+        );
+    });
+    let _ = std::process::Command::new("losetup")
+        .args(["-d", &loopdev])
+        .status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
