@@ -236,12 +236,8 @@ impl Device for FileDevice {
         let len: usize = bufs.iter().map(|b| b.len()).sum();
         check_io(IoKind::Write, offset, len, self.len)?;
         if self.direct && !bufs.iter().all(|b| is_aligned(b)) {
-            let mut at = offset;
-            for b in bufs {
-                self.write(at, b, WriteFlags::NONE)?;
-                at += b.len() as u64;
-            }
-            return Ok(());
+            // Each through its own bounce buffer.
+            return crate::write_one_by_one(self, offset, bufs);
         }
         let slices: Vec<IoSlice<'_>> = bufs.iter().map(|b| IoSlice::new(b)).collect();
         let err = |e: rustix::io::Errno| DeviceError::Io {

@@ -52,12 +52,7 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     /// request, as the block layer makes of adjacent bios); otherwise one write per buffer.
     /// Without flags only: its crash semantics are those of the separate writes.
     fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
-        let mut at = offset;
-        for b in bufs {
-            self.write(at, b, WriteFlags::NONE)?;
-            at += b.len() as u64;
-        }
-        Ok(())
+        write_one_by_one(self, offset, bufs)
     }
     /// Makes every write that had completed before this call stable.
     fn flush(&self) -> Result<()>;
@@ -109,6 +104,17 @@ impl<D: Device + ?Sized> Device for Box<D> {
     fn stats(&self) -> IoStats {
         (**self).stats()
     }
+}
+
+/// `bufs` written back to back from `offset`, one unflagged write each: what
+/// [`Device::write_vectored`] does where a device cannot merge them.
+pub fn write_one_by_one<D: Device + ?Sized>(dev: &D, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+    let mut at = offset;
+    for b in bufs {
+        dev.write(at, b, WriteFlags::NONE)?;
+        at += b.len() as u64;
+    }
+    Ok(())
 }
 
 /// Checks that an IO is sector aligned and inside the device.

@@ -112,11 +112,10 @@ pub struct WritebackBatch {
     pub done: Vec<(Lsn, ItemKey)>,
 }
 
-/// Writes back items with LSN below `target`, oldest first, removing those written. The AIL
+/// Writes back items with LSN below `target`, in block order, removing those written. The AIL
 /// lock is held only to prepare each batch and to remove its entries, so checkpoints can insert
 /// items and sample the tail while the batch is written; `writeback` serialises pushers, so two
-/// images of one block are never in flight at once. Writes go out sorted by offset, adjacent
-/// blocks merged into one IO. An entry leaves the AIL (and the tail may move) only after its
+/// images of one block are never in flight at once. Adjacent blocks merge into one IO. An entry leaves the AIL (and the tail may move) only after its
 /// write completed.
 pub fn push(
     ail: &Mutex<Ail>,

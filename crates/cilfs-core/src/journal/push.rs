@@ -30,13 +30,12 @@ impl Journal {
                 .iter()
                 .map(|(_, i)| (OP_HEADER_BYTES + i.len()) as u64)
                 .sum();
-            let start = std::time::Instant::now();
-            let mut blocked = false;
+            let mut blocked_since = None;
             while !cil.is_empty()
                 && cil.stream_bytes + adding > self.limits.hard_limit
                 && self.check_alive().is_ok()
             {
-                blocked = true;
+                blocked_since.get_or_insert_with(std::time::Instant::now);
                 self.extra
                     .cil_blocked_commits
                     .fetch_add(1, Ordering::Relaxed);
@@ -44,10 +43,10 @@ impl Journal {
                 self.request_push(seq);
                 self.cil_switched.wait(&mut cil);
             }
-            if blocked {
+            if let Some(t) = blocked_since {
                 self.extra
                     .cil_blocked_us
-                    .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
             }
         }
         let seq = cil.seq;

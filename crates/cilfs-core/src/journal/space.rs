@@ -4,13 +4,13 @@
 //! completed data-device flush, so metadata written back from that space is stable first.
 
 use super::{Journal, JournalError, PushMode, SpaceState};
-
-/// AIL write back IOs in flight at once in background mode.
-const AIL_QUEUE_DEPTH: usize = 4;
 use crate::ail::{self, AilPush};
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;
+
+/// AIL write back IOs in flight at once in background mode.
+const AIL_QUEUE_DEPTH: usize = 4;
 
 impl Journal {
     /// Bytes of log that reservations may use: the log less room for an unmount record and the
@@ -38,16 +38,15 @@ impl Journal {
     /// Takes `unit` bytes of log space, waiting in FIFO order while the log is short.
     pub(crate) fn reserve(&self, unit: u64) -> Result<(), JournalError> {
         self.check_alive()?;
-        let start = std::time::Instant::now();
         match self.grant.reserve(unit, || self.make_space()) {
             Ok(waited) => {
-                if waited {
+                if let Some(waited) = waited {
                     self.counters
                         .reservation_waits
                         .fetch_add(1, Ordering::Relaxed);
                     self.extra
                         .reservation_wait_us
-                        .fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+                        .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
                 }
                 Ok(())
             }

@@ -55,14 +55,14 @@ impl GrantHead {
         }
     }
 
-    /// Takes `unit` bytes in FIFO order; returns whether it had to wait. While at the head of
-    /// the queue and short of space it calls `make_space` (without the lock held), which returns
-    /// whether it made progress; otherwise it sleeps until the state changes.
+    /// Takes `unit` bytes in FIFO order; returns how long it waited, if it had to. While at the
+    /// head of the queue and short of space it calls `make_space` (without the lock held), which
+    /// returns whether it made progress; otherwise it sleeps until the state changes.
     pub fn reserve<E>(
         &self,
         unit: u64,
         mut make_space: impl FnMut() -> Result<bool, E>,
-    ) -> Result<bool, ReserveError<E>> {
+    ) -> Result<Option<std::time::Duration>, ReserveError<E>> {
         let mut g = lock(&self.state);
         let max = g.capacity / 4;
         if unit > max {
@@ -71,7 +71,7 @@ impl GrantHead {
         let ticket = g.next_ticket;
         g.next_ticket += 1;
         g.waiters.push_back(ticket);
-        let mut waited = false;
+        let mut waiting_since = None;
         loop {
             if g.shut_down {
                 g.waiters.retain(|&t| t != ticket);
@@ -87,9 +87,9 @@ impl GrantHead {
                 drop(g);
                 // The next in line may fit too.
                 self.changed.notify_all();
-                return Ok(waited);
+                return Ok(waiting_since.map(|t: std::time::Instant| t.elapsed()));
             }
-            waited = true;
+            waiting_since.get_or_insert_with(std::time::Instant::now);
             if first {
                 let seen = g.version;
                 drop(g);
@@ -157,7 +157,7 @@ mod tests {
             g.reserve::<()>(26, || Ok(false)),
             Err(ReserveError::TooLarge { need: 26, max: 25 })
         ));
-        assert_eq!(g.reserve::<()>(25, || Ok(false)), Ok(false));
+        assert_eq!(g.reserve::<()>(25, || Ok(false)), Ok(None));
         g.shut_down();
         assert_eq!(
             g.reserve::<()>(1, || Ok(false)),
