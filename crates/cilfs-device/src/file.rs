@@ -1,10 +1,12 @@
 use crate::aligned::{is_aligned, AlignedBuf};
 use crate::counters::{IoCounters, IoStats, VolatileTracker};
+use crate::queue::{UringQueue, WriteQueue};
 use crate::{check_io, Device, DeviceError, IoKind, Result, WriteFlags};
 use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Seek, SeekFrom};
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Whether to bypass the host page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,8 +54,9 @@ pub struct FileDevice {
     block_device: bool,
     fua: FuaMode,
     elide: bool,
-    counters: IoCounters,
-    volatile: VolatileTracker,
+    read_only: bool,
+    counters: Arc<IoCounters>,
+    volatile: Arc<VolatileTracker>,
 }
 
 fn open_file(path: &Path, opts: &FileDeviceOptions, direct: bool) -> std::io::Result<File> {
@@ -108,8 +111,9 @@ impl FileDevice {
                 m => m,
             },
             elide: !opts.no_flush_elision,
-            counters: IoCounters::default(),
-            volatile: VolatileTracker::default(),
+            read_only: opts.read_only,
+            counters: Arc::default(),
+            volatile: Arc::default(),
         })
     }
 
@@ -269,6 +273,23 @@ impl Device for FileDevice {
 
     fn flush(&self) -> Result<()> {
         self.flush_if_needed()
+    }
+
+    fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
+        if self.read_only {
+            return None;
+        }
+        // A duplicate descriptor: same open file (and O_DIRECT), owned by the queue.
+        let file = self.file.try_clone().ok()?;
+        let q = UringQueue::new(
+            file,
+            self.len,
+            depth,
+            Arc::clone(&self.counters),
+            Arc::clone(&self.volatile),
+        )
+        .ok()?;
+        Some(Box::new(q))
     }
 
     fn len(&self) -> u64 {

@@ -17,6 +17,7 @@ mod file;
 mod flags;
 mod image;
 mod overlay;
+mod queue;
 mod recorder;
 pub mod rng;
 mod sim;
@@ -32,6 +33,7 @@ pub use file::{DirectIo, FileDevice, FileDeviceOptions, FuaMode};
 pub use flags::WriteFlags;
 pub use image::SparseImage;
 pub use overlay::OverlayDevice;
+pub use queue::{QueuedBuf, QueuedWrite, WriteQueue};
 pub use recorder::{RecordedOp, RecordingDevice};
 pub use sim::{CrashOptions, FaultMode, SimDevice};
 pub use throttle::{
@@ -56,6 +58,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     }
     /// Makes every write that had completed before this call stable.
     fn flush(&self) -> Result<()>;
+    /// A queue for up to `depth` unflagged writes in flight at once without a thread each
+    /// (io_uring on file devices), where the device has one.
+    fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
+        let _ = depth;
+        None
+    }
     /// Size in bytes.
     fn len(&self) -> u64;
     fn is_empty(&self) -> bool {
@@ -77,6 +85,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn flush(&self) -> Result<()> {
         (**self).flush()
     }
+    fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
+        (**self).write_queue(depth)
+    }
     fn len(&self) -> u64 {
         (**self).len()
     }
@@ -97,6 +108,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn flush(&self) -> Result<()> {
         (**self).flush()
+    }
+    fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
+        (**self).write_queue(depth)
     }
     fn len(&self) -> u64 {
         (**self).len()

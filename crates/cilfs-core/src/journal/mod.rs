@@ -238,7 +238,7 @@ impl Journal {
         );
         // Concurrent iclog IO in service; inline pushes stay synchronous and deterministic.
         let writer = match cfg.push_mode {
-            PushMode::Background => writer.with_io_threads(),
+            PushMode::Background => writer.with_async_io(),
             PushMode::Inline => writer,
         };
         let recovered = RecoveryReport {

@@ -1,11 +1,13 @@
 //! Writing records: checkpoints and unmount records go out through a ring of in-core log buffers
 //! (iclogs) with the cache-flush policy of journal.md section 2.
 //!
-//! With an IO pool (`LogWriter::with_io_threads`) up to `logbufs` iclogs are in flight at once;
-//! the pushing thread fills the next iclog while earlier ones are written, and waits (a noiclog
-//! event) only when the ring has no free buffer. The iclog holding a commit record is written
-//! only after every earlier iclog has completed, so its PREFLUSH covers them all. Without a pool
-//! (crash tests) each iclog is written synchronously, which keeps runs deterministic.
+//! With asynchronous IO (`LogWriter::with_async_io`) up to `logbufs` iclogs are in flight at
+//! once; the pushing thread fills the next iclog while earlier ones are written, and waits (a
+//! noiclog event) only when the ring has no free buffer. Body iclogs go to the device's write
+//! queue (io_uring on file devices: no thread hand-off, as the kernel submits bios) or, where it
+//! has none, to IO threads. The iclog holding a commit record is written only after every
+//! earlier iclog has completed, so its PREFLUSH covers them all. Without asynchronous IO (crash
+//! tests) each iclog is written synchronously, which keeps runs deterministic.
 
 use super::lsn::{LogSpace, Lsn};
 use super::record::{
@@ -13,7 +15,7 @@ use super::record::{
     OP_HEADER_BYTES, SECTOR, SECTOR_PAYLOAD,
 };
 use crate::sync::{lock, mpsc, raise_priority, spawn, JoinHandle, Mutex};
-use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
+use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
@@ -207,10 +209,169 @@ pub struct LogWriter {
     ring: Vec<Option<AlignedBuf>>,
     next_iclog: usize,
     counters: Arc<LogCounters>,
-    pool: Option<IoPool>,
+    io: Option<AsyncIo>,
+}
+
+/// How body iclogs are written while the pusher fills the next.
+#[derive(Debug)]
+enum AsyncIo {
+    /// The device's own queue (io_uring). An iclog waits in `plugged` until the next one
+    /// arrives so that adjacent iclogs go out as one IO (as a block plug merges adjacent bios);
+    /// it is submitted at the latest when the pusher is about to wait for anything.
+    Queue {
+        queue: Box<dyn WriteQueue>,
+        plugged: Vec<Job>,
+    },
+    /// IO threads, for devices without a queue; they merge what queued behind a busy thread.
+    Threads(IoPool),
+}
+
+/// Buffers handed back by a failed submission, with the error.
+type Returned = (Vec<(usize, AlignedBuf)>, DeviceError);
+
+/// The tag of a copy made for the second piece of a record wrapping past the end of the log:
+/// its buffer is dropped on completion (the original returns with the first piece).
+const COPY_TAG: u64 = u64::MAX;
+
+/// Adjacent iclogs merged into one queued write at most.
+const PLUG_MAX_ICLOGS: usize = 2;
+
+impl AsyncIo {
+    /// Hands one iclog write over; on failure its buffers (and any plugged) come back.
+    fn submit(&mut self, job: Job) -> Result<(), Returned> {
+        match self {
+            Self::Queue { queue, plugged } => {
+                if job.ios.len() == 1
+                    && plugged.len() < PLUG_MAX_ICLOGS
+                    && (plugged.is_empty() || merges(plugged, &job))
+                {
+                    plugged.push(job);
+                    if plugged.len() < PLUG_MAX_ICLOGS {
+                        return Ok(());
+                    }
+                    return submit_group(&mut **queue, std::mem::take(plugged));
+                }
+                submit_group(&mut **queue, std::mem::take(plugged))?;
+                if job.ios.len() == 1 {
+                    plugged.push(job);
+                    return Ok(());
+                }
+                submit_group(&mut **queue, vec![job])
+            }
+            Self::Threads(p) => {
+                let offset = job.ios.first().map_or(0, |io| io.0);
+                p.jobs.send(Msg::Write(job)).map_err(|e| match e.0 {
+                    Msg::Write(job) => (
+                        vec![(job.slot, job.buf)],
+                        DeviceError::Io {
+                            kind: cilfs_device::IoKind::Write,
+                            offset,
+                            source: std::io::Error::other("iclog IO threads are gone"),
+                        },
+                    ),
+                    Msg::Stop => unreachable!("sent a write"),
+                })
+            }
+        }
+    }
+
+    /// Submits the plugged iclogs, if any.
+    fn unplug(&mut self) -> Result<(), Returned> {
+        match self {
+            Self::Queue { queue, plugged } => submit_group(&mut **queue, std::mem::take(plugged)),
+            Self::Threads(_) => Ok(()),
+        }
+    }
+
+    /// Completed iclog writes; if `wait`, at least one (waiting for it).
+    fn completions(&mut self, wait: bool) -> Result<Vec<Done>, DeviceError> {
+        match self {
+            Self::Queue { queue, .. } => Ok(queue
+                .complete(wait)?
+                .into_iter()
+                .filter(|c| c.tag != COPY_TAG)
+                .map(|c| Done {
+                    slot: c.tag as usize,
+                    buf: c.buf,
+                    result: c.result,
+                })
+                .collect()),
+            Self::Threads(p) => {
+                let mut out = Vec::new();
+                if wait {
+                    out.push(p.done.recv().map_err(|_| DeviceError::Io {
+                        kind: cilfs_device::IoKind::Write,
+                        offset: 0,
+                        source: std::io::Error::other("iclog IO threads are gone"),
+                    })?);
+                }
+                while let Ok(d) = p.done.try_recv() {
+                    out.push(d);
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// Submits `group` (adjacent one-piece iclogs, or one iclog of any pieces) to the queue: one
+/// write for the group, one per piece otherwise.
+fn submit_group(queue: &mut dyn WriteQueue, group: Vec<Job>) -> Result<(), Returned> {
+    let Some(first) = group.first() else {
+        return Ok(());
+    };
+    let fail = |parts: Vec<QueuedBuf>, e| {
+        let bufs = parts
+            .into_iter()
+            .filter(|p| p.tag != COPY_TAG)
+            .map(|p| (p.tag as usize, p.buf))
+            .collect();
+        Err((bufs, e))
+    };
+    if first.ios.len() == 1 {
+        let offset = first.ios[0].0;
+        let parts = group
+            .into_iter()
+            .map(|j| QueuedBuf {
+                tag: j.slot as u64,
+                range: j.ios[0].1.clone(),
+                buf: j.buf,
+            })
+            .collect();
+        return queue.submit(offset, parts).or_else(|(p, e)| fail(p, e));
+    }
+    // A record wrapping past the end of the log: the second piece goes from a copy.
+    debug_assert_eq!(group.len(), 1);
+    for job in group {
+        let mut pieces = job.ios.into_iter();
+        let (Some((off0, r0)), Some((off1, r1))) = (pieces.next(), pieces.next()) else {
+            unreachable!("a wrapped record has two pieces")
+        };
+        let copy = AlignedBuf::from_slice(&job.buf[r1.clone()]);
+        let second = QueuedBuf {
+            tag: COPY_TAG,
+            range: 0..r1.len(),
+            buf: copy,
+        };
+        let first = QueuedBuf {
+            tag: job.slot as u64,
+            range: r0,
+            buf: job.buf,
+        };
+        if let Err((p, e)) = queue.submit(off1, vec![second]) {
+            let mut back = p;
+            back.push(first);
+            return fail(back, e);
+        }
+        queue
+            .submit(off0, vec![first])
+            .or_else(|(p, e)| fail(p, e))?;
+    }
+    Ok(())
 }
 
 /// One iclog write handed to the IO pool: its buffer travels with it and comes back on completion.
+#[derive(Debug)]
 struct Job {
     slot: usize,
     buf: AlignedBuf,
@@ -397,41 +558,76 @@ impl LogWriter {
             ring,
             next_iclog: 0,
             counters,
-            pool: None,
+            io: None,
         }
     }
 
-    /// Writes iclogs from IO threads so that several are in flight at once.
-    pub fn with_io_threads(mut self) -> Self {
-        if self.pool.is_none() {
-            self.pool = Some(IoPool::new(
-                Arc::clone(&self.log_dev),
-                self.ring.len().min(IO_THREADS),
-            ));
+    /// Writes body iclogs asynchronously so that several are in flight at once: through the
+    /// log device's write queue where it has one, else from IO threads. The queue takes only
+    /// unflagged writes, so the legacy policy (PREFLUSH+FUA on every iclog, each a flush and a
+    /// synchronous write here) always uses the threads, which overlap those syscalls.
+    pub fn with_async_io(mut self) -> Self {
+        if self.io.is_none() {
+            let queue = match self.cfg.policy {
+                FlushPolicy::Reduced => self.log_dev.write_queue(self.ring.len()),
+                FlushPolicy::Legacy => None,
+            };
+            self.io = Some(match queue {
+                Some(queue) => AsyncIo::Queue {
+                    queue,
+                    plugged: Vec::new(),
+                },
+                None => self.io_threads(),
+            });
         }
         self
+    }
+
+    /// Writes body iclogs from IO threads, whatever the device offers.
+    pub fn with_io_threads(mut self) -> Self {
+        if self.io.is_none() {
+            self.io = Some(self.io_threads());
+        }
+        self
+    }
+
+    fn io_threads(&self) -> AsyncIo {
+        AsyncIo::Threads(IoPool::new(
+            Arc::clone(&self.log_dev),
+            self.ring.len().min(IO_THREADS),
+        ))
+    }
+
+    /// Puts completed iclogs back in the ring; returns the first error among them.
+    fn take_back(&mut self, wait: bool) -> Result<(), DeviceError> {
+        let Some(io) = self.io.as_mut() else {
+            unreachable!("iclog in flight without asynchronous IO")
+        };
+        if wait {
+            if let Err((bufs, e)) = io.unplug() {
+                for (slot, buf) in bufs {
+                    self.ring[slot] = Some(buf);
+                }
+                return Err(e);
+            }
+        }
+        let mut first_err = Ok(());
+        for d in io.completions(wait)? {
+            self.ring[d.slot] = Some(d.buf);
+            if first_err.is_ok() {
+                first_err = d.result;
+            }
+        }
+        first_err
     }
 
     /// Takes completions until ring slot `slot` has its buffer back.
     fn wait_slot(&mut self, slot: usize) -> Result<(), DeviceError> {
         let mut first_err = Ok(());
         while self.ring[slot].is_none() {
-            let Some(pool) = &self.pool else {
-                unreachable!("iclog in flight without an IO pool")
-            };
-            let d = match pool.done.recv() {
-                Ok(d) => d,
-                Err(_) => {
-                    return Err(DeviceError::Io {
-                        kind: cilfs_device::IoKind::Write,
-                        offset: 0,
-                        source: std::io::Error::other("iclog IO threads are gone"),
-                    })
-                }
-            };
-            self.ring[d.slot] = Some(d.buf);
+            let r = self.take_back(true);
             if first_err.is_ok() {
-                first_err = d.result;
+                first_err = r;
             }
         }
         first_err
@@ -451,14 +647,10 @@ impl LogWriter {
 
     /// Takes the completions that have already arrived, without waiting.
     fn reap(&mut self) -> Result<(), DeviceError> {
-        let mut first_err = Ok(());
-        while let Some(d) = self.pool.as_ref().and_then(|p| p.done.try_recv().ok()) {
-            self.ring[d.slot] = Some(d.buf);
-            if first_err.is_ok() {
-                first_err = d.result;
-            }
+        if self.io.is_none() {
+            return Ok(());
         }
-        first_err
+        self.take_back(false)
     }
 
     /// The buffer of ring slot `slot`, waiting for it (a noiclog event) if its write has not
@@ -470,7 +662,13 @@ impl LogWriter {
         }
         if self.ring[slot].is_none() {
             self.counters.noiclog_waits.fetch_add(1, Ordering::Relaxed);
+            let t = std::time::Instant::now();
             self.wait_slot(slot)?;
+            static W: AtomicU64 = AtomicU64::new(0);
+            let w = W.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if self.counters.noiclog_waits.load(Ordering::Relaxed) % 1000 == 0 {
+                eprintln!("noiclog wait total {} ms", w / 1000000);
+            }
         }
         Ok(())
     }
@@ -597,8 +795,12 @@ impl LogWriter {
                 (base, split..bytes),
             ]
         };
-        match (&self.pool, wait) {
-            (Some(pool), false) => {
+        match (&mut self.io, wait) {
+            (Some(io), false) => {
+                debug_assert!(
+                    flags == WriteFlags::NONE || matches!(io, AsyncIo::Threads(_)),
+                    "the write queue takes only unflagged iclogs"
+                );
                 let Some(buf) = self.ring[slot].take() else {
                     unreachable!("iclog {slot} submitted twice")
                 };
@@ -608,15 +810,11 @@ impl LogWriter {
                     ios,
                     flags,
                 };
-                if let Err(std::sync::mpsc::SendError(msg)) = pool.jobs.send(Msg::Write(job)) {
-                    if let Msg::Write(job) = msg {
-                        self.ring[slot] = Some(job.buf);
+                if let Err((bufs, e)) = io.submit(job) {
+                    for (slot, buf) in bufs {
+                        self.ring[slot] = Some(buf);
                     }
-                    return Err(DeviceError::Io {
-                        kind: cilfs_device::IoKind::Write,
-                        offset: base + self.space.offset(lsn),
-                        source: std::io::Error::other("iclog IO threads are gone"),
-                    });
+                    return Err(e);
                 }
             }
             _ => {
