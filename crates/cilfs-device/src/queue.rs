@@ -312,6 +312,17 @@ mod tests {
     use super::*;
     use crate::{Device, FileDevice, FileDeviceOptions};
 
+    /// A file device over a new image of `len` bytes (kept while the directory lives).
+    fn image(len: u64) -> (tempfile::TempDir, FileDevice) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        std::fs::File::create(&path).unwrap().set_len(len).unwrap();
+        (
+            dir,
+            FileDevice::open(&path, FileDeviceOptions::default()).unwrap(),
+        )
+    }
+
     fn part(tag: u64, fill: u8, len: usize) -> QueuedBuf {
         let mut buf = AlignedBuf::zeroed(len);
         buf.fill(fill);
@@ -324,13 +335,7 @@ mod tests {
 
     #[test]
     fn queued_writes_land_and_count_as_volatile() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("img");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(1 << 20)
-            .unwrap();
-        let dev = FileDevice::open(&path, FileDeviceOptions::default()).unwrap();
+        let (_dir, dev) = image(1 << 20);
         let Some(mut q) = dev.write_queue(8) else {
             eprintln!("io_uring unavailable here: nothing to test");
             return;
@@ -362,13 +367,7 @@ mod tests {
 
     #[test]
     fn writes_past_the_end_are_refused_with_their_buffers() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("img");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(64 << 10)
-            .unwrap();
-        let dev = FileDevice::open(&path, FileDeviceOptions::default()).unwrap();
+        let (_dir, dev) = image(64 << 10);
         let Some(mut q) = dev.write_queue(2) else {
             return;
         };
@@ -381,13 +380,7 @@ mod tests {
 
     #[test]
     fn dropping_the_queue_waits_for_writes_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("img");
-        std::fs::File::create(&path)
-            .unwrap()
-            .set_len(1 << 20)
-            .unwrap();
-        let dev = FileDevice::open(&path, FileDeviceOptions::default()).unwrap();
+        let (_dir, dev) = image(1 << 20);
         let Some(mut q) = dev.write_queue(4) else {
             return;
         };

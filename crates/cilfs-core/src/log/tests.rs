@@ -225,6 +225,32 @@ impl Device for Queued {
     }
 }
 
+/// A writer with 4 x 16 KiB iclogs, asynchronous IO through a [`LateQueue`], on a 256 KiB log.
+fn queued_writer() -> (Arc<SimDevice>, Arc<Queued>, LogWriter) {
+    let sim = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let dev = Arc::new(Queued {
+        inner: Arc::clone(&sim),
+        in_flight: Arc::default(),
+        merged: Arc::default(),
+        early_flagged: AtomicUsize::new(0),
+    });
+    let place = LogPlacement {
+        log_dev: dev.clone(),
+        data_dev: dev.clone(),
+        external: false,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    };
+    let cfg = LogConfig {
+        logbufs: 4,
+        logbsize: 16 * 1024,
+        policy: FlushPolicy::Reduced,
+    };
+    let counters = Arc::new(LogCounters::default());
+    let w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, counters).with_async_io();
+    (sim, dev, w)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(32))]
     /// Through a write queue (adjacent body iclogs merged, completions late and newest first,
@@ -232,23 +258,7 @@ proptest! {
     /// iclog is written while a body iclog is still in flight.
     #[test]
     fn queued_checkpoints_read_back_and_commit_after_the_body(sizes in proptest::collection::vec(proptest::collection::vec(1usize..4096, 0..24), 1..40)) {
-        let sim = Arc::new(SimDevice::new(LOG_BYTES, 1));
-        let dev = Arc::new(Queued {
-            inner: Arc::clone(&sim),
-            in_flight: Arc::default(),
-            merged: Arc::default(),
-            early_flagged: AtomicUsize::new(0),
-        });
-        let place = LogPlacement {
-            log_dev: dev.clone(),
-            data_dev: dev.clone(),
-            external: false,
-            offset: 0,
-            space: LogSpace::new(LOG_BYTES),
-        };
-        let cfg = LogConfig { logbufs: 4, logbsize: 16 * 1024, policy: FlushPolicy::Reduced };
-        let mut w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::new(LogCounters::default()))
-            .with_async_io();
+        let (sim, dev, mut w) = queued_writer();
         let mut last_items = Vec::new();
         for (seq, ck) in sizes.iter().enumerate() {
             let items: Vec<Vec<u8>> = ck.iter().enumerate().map(|(i, &n)| item(i as u64 + 10, n, seq as u8)).collect();
@@ -275,33 +285,7 @@ proptest! {
 /// Checkpoints of many iclogs through the queue merge adjacent body iclogs into one write.
 #[test]
 fn queued_body_iclogs_merge() {
-    let sim = Arc::new(SimDevice::new(LOG_BYTES, 1));
-    let dev = Arc::new(Queued {
-        inner: Arc::clone(&sim),
-        in_flight: Arc::default(),
-        merged: Arc::default(),
-        early_flagged: AtomicUsize::new(0),
-    });
-    let place = LogPlacement {
-        log_dev: dev.clone(),
-        data_dev: dev.clone(),
-        external: false,
-        offset: 0,
-        space: LogSpace::new(LOG_BYTES),
-    };
-    let cfg = LogConfig {
-        logbufs: 4,
-        logbsize: 16 * 1024,
-        policy: FlushPolicy::Reduced,
-    };
-    let mut w = LogWriter::new(
-        place,
-        cfg,
-        Lsn::new(1, 0),
-        1,
-        Arc::new(LogCounters::default()),
-    )
-    .with_async_io();
+    let (sim, dev, mut w) = queued_writer();
     let items: Vec<Vec<u8>> = (0..40).map(|i| item(i, 4000, 1)).collect();
     w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
         .unwrap();
