@@ -37,6 +37,15 @@ pub(super) fn writer(dev: &Arc<SimDevice>, head: Lsn, generation: u32) -> LogWri
     )
 }
 
+/// The test log: all of `dev` from offset 0.
+fn region(dev: &SimDevice) -> LogRegion<'_> {
+    LogRegion {
+        dev,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    }
+}
+
 fn item(blkno: u64, len: usize, fill: u8) -> Vec<u8> {
     let data = vec![fill; 4096];
     let len = len.clamp(1, 4096) as u32;
@@ -50,7 +59,7 @@ proptest! {
     #[test]
     fn checkpoints_read_back(sizes in proptest::collection::vec(proptest::collection::vec(1usize..4096, 0..12), 1..40)) {
         let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
-        let region = LogRegion { dev: &*dev, offset: 0, space: LogSpace::new(LOG_BYTES) };
+        let region = region(&dev);
         let mut w = writer(&dev, Lsn::new(1, 0), 1);
         let mut expect: Vec<Vec<Vec<u8>>> = Vec::new();
         for (seq, ck) in sizes.iter().enumerate() {
@@ -89,11 +98,7 @@ fn torn_last_record_is_discarded_and_earlier_ones_kept() {
     s[100] ^= 0xff;
     dev.write(u64::from(second.block() + 2) * 512, &s, WriteFlags::NONE)
         .unwrap();
-    let region = LogRegion {
-        dev: &*dev,
-        offset: 0,
-        space: LogSpace::new(LOG_BYTES),
-    };
+    let region = region(&dev);
     let scan = scan_log(&region, 4096).unwrap();
     assert_eq!(scan.checkpoints.len(), 1);
     assert_eq!(scan.head, second);
@@ -124,11 +129,7 @@ fn commit_op_at_every_position_near_an_iclog_boundary() {
         ];
         w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
             .unwrap();
-        let region = LogRegion {
-            dev: &*dev,
-            offset: 0,
-            space: LogSpace::new(LOG_BYTES),
-        };
+        let region = region(&dev);
         let scan = scan_log(&region, 4096).unwrap_or_else(|e| panic!("room {room}: {e}"));
         assert_eq!(scan.checkpoints.len(), 1, "room {room}");
         assert_eq!(scan.checkpoints[0].items.len(), 4, "room {room}");
@@ -269,7 +270,7 @@ proptest! {
         drop(w);
         prop_assert_eq!(dev.early_flagged.load(Ordering::SeqCst), 0, "a commit iclog overtook its body");
         prop_assert_eq!(dev.in_flight.load(Ordering::SeqCst), 0);
-        let region = LogRegion { dev: &*sim, offset: 0, space: LogSpace::new(LOG_BYTES) };
+        let region = region(&sim);
         let scan = scan_log(&region, 4096).unwrap();
         prop_assert_eq!(scan.head, head);
         prop_assert_eq!(scan.end, LogEnd::Clean);
@@ -291,11 +292,7 @@ fn queued_body_iclogs_merge() {
         .unwrap();
     drop(w);
     assert!(dev.merged.load(Ordering::SeqCst) > 0, "no merged write");
-    let region = LogRegion {
-        dev: &*sim,
-        offset: 0,
-        space: LogSpace::new(LOG_BYTES),
-    };
+    let region = region(&sim);
     let scan = scan_log(&region, 4096).unwrap();
     assert_eq!(scan.checkpoints.len(), 1);
     assert_eq!(scan.checkpoints[0].items.len(), 40);

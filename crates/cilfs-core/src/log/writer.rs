@@ -241,34 +241,23 @@ impl AsyncIo {
     fn submit(&mut self, job: Job) -> Result<(), Returned> {
         match self {
             Self::Queue { queue, plugged } => {
-                if job.ios.len() == 1
-                    && plugged.len() < PLUG_MAX_ICLOGS
-                    && (plugged.is_empty() || merges(plugged, &job))
-                {
-                    plugged.push(job);
-                    if plugged.len() < PLUG_MAX_ICLOGS {
-                        return Ok(());
-                    }
-                    return submit_group(&mut **queue, std::mem::take(plugged));
+                if job.ios.len() != 1 {
+                    submit_group(&mut **queue, std::mem::take(plugged))?;
+                    return submit_wrapped(&mut **queue, job);
                 }
-                submit_group(&mut **queue, std::mem::take(plugged))?;
-                if job.ios.len() == 1 {
-                    plugged.push(job);
+                if !plugged.is_empty() && !merges(plugged, &job) {
+                    submit_group(&mut **queue, std::mem::take(plugged))?;
+                }
+                plugged.push(job);
+                if plugged.len() < PLUG_MAX_ICLOGS {
                     return Ok(());
                 }
-                submit_group(&mut **queue, vec![job])
+                submit_group(&mut **queue, std::mem::take(plugged))
             }
             Self::Threads(p) => {
                 let offset = job.ios.first().map_or(0, |io| io.0);
                 p.jobs.send(Msg::Write(job)).map_err(|e| match e.0 {
-                    Msg::Write(job) => (
-                        vec![(job.slot, job.buf)],
-                        DeviceError::Io {
-                            kind: cilfs_device::IoKind::Write,
-                            offset,
-                            source: std::io::Error::other("iclog IO threads are gone"),
-                        },
-                    ),
+                    Msg::Write(job) => (vec![(job.slot, job.buf)], threads_gone(offset)),
                     Msg::Stop => unreachable!("sent a write"),
                 })
             }
@@ -299,11 +288,7 @@ impl AsyncIo {
             Self::Threads(p) => {
                 let mut out = Vec::new();
                 if wait {
-                    out.push(p.done.recv().map_err(|_| DeviceError::Io {
-                        kind: cilfs_device::IoKind::Write,
-                        offset: 0,
-                        source: std::io::Error::other("iclog IO threads are gone"),
-                    })?);
+                    out.push(p.done.recv().map_err(|_| threads_gone(0))?);
                 }
                 while let Ok(d) = p.done.try_recv() {
                     out.push(d);
@@ -314,60 +299,81 @@ impl AsyncIo {
     }
 }
 
-/// Submits `group` (adjacent one-piece iclogs, or one iclog of any pieces) to the queue: one
-/// write for the group, one per piece otherwise.
+fn threads_gone(offset: u64) -> DeviceError {
+    DeviceError::Io {
+        kind: cilfs_device::IoKind::Write,
+        offset,
+        source: std::io::Error::other("iclog IO threads are gone"),
+    }
+}
+
+/// Returns the buffers of a failed submission to the ring, and its error.
+fn put_back(
+    ring: &mut [Option<AlignedBuf>],
+    submitted: Result<(), Returned>,
+) -> Result<(), DeviceError> {
+    submitted.map_err(|(bufs, e)| {
+        for (slot, buf) in bufs {
+            ring[slot] = Some(buf);
+        }
+        e
+    })
+}
+
+/// The buffers of `parts` that are ring slots (not copies), for handing back after a failure.
+fn ring_buffers(parts: Vec<QueuedBuf>) -> Vec<(usize, AlignedBuf)> {
+    parts
+        .into_iter()
+        .filter(|p| p.tag != COPY_TAG)
+        .map(|p| (p.tag as usize, p.buf))
+        .collect()
+}
+
+/// Submits `group`, adjacent one-piece iclogs (see `merges`), to the queue as one write.
 fn submit_group(queue: &mut dyn WriteQueue, group: Vec<Job>) -> Result<(), Returned> {
-    let Some(first) = group.first() else {
+    let Some(offset) = group.first().map(|j| j.ios[0].0) else {
         return Ok(());
     };
-    let fail = |parts: Vec<QueuedBuf>, e| {
-        let bufs = parts
-            .into_iter()
-            .filter(|p| p.tag != COPY_TAG)
-            .map(|p| (p.tag as usize, p.buf))
-            .collect();
-        Err((bufs, e))
-    };
-    if first.ios.len() == 1 {
-        let offset = first.ios[0].0;
-        let parts = group
-            .into_iter()
-            .map(|j| QueuedBuf {
+    let parts = group
+        .into_iter()
+        .map(|j| {
+            debug_assert_eq!(j.ios.len(), 1);
+            QueuedBuf {
                 tag: j.slot as u64,
                 range: j.ios[0].1.clone(),
                 buf: j.buf,
-            })
-            .collect();
-        return queue.submit(offset, parts).or_else(|(p, e)| fail(p, e));
+            }
+        })
+        .collect();
+    queue
+        .submit(offset, parts)
+        .map_err(|(p, e)| (ring_buffers(p), e))
+}
+
+/// Submits a record that wraps past the end of the log as two writes, the second from a copy
+/// (the ring buffer comes back once, with the first).
+fn submit_wrapped(queue: &mut dyn WriteQueue, job: Job) -> Result<(), Returned> {
+    let mut pieces = job.ios.into_iter();
+    let (Some((off0, r0)), Some((off1, r1)), None) = (pieces.next(), pieces.next(), pieces.next())
+    else {
+        unreachable!("a wrapped record has two pieces")
+    };
+    let second = QueuedBuf {
+        tag: COPY_TAG,
+        range: 0..r1.len(),
+        buf: AlignedBuf::from_slice(&job.buf[r1]),
+    };
+    let first = QueuedBuf {
+        tag: job.slot as u64,
+        range: r0,
+        buf: job.buf,
+    };
+    if let Err((_, e)) = queue.submit(off1, vec![second]) {
+        return Err((vec![(job.slot, first.buf)], e));
     }
-    // A record wrapping past the end of the log: the second piece goes from a copy.
-    debug_assert_eq!(group.len(), 1);
-    for job in group {
-        let mut pieces = job.ios.into_iter();
-        let (Some((off0, r0)), Some((off1, r1))) = (pieces.next(), pieces.next()) else {
-            unreachable!("a wrapped record has two pieces")
-        };
-        let copy = AlignedBuf::from_slice(&job.buf[r1.clone()]);
-        let second = QueuedBuf {
-            tag: COPY_TAG,
-            range: 0..r1.len(),
-            buf: copy,
-        };
-        let first = QueuedBuf {
-            tag: job.slot as u64,
-            range: r0,
-            buf: job.buf,
-        };
-        if let Err((p, e)) = queue.submit(off1, vec![second]) {
-            let mut back = p;
-            back.push(first);
-            return fail(back, e);
-        }
-        queue
-            .submit(off0, vec![first])
-            .or_else(|(p, e)| fail(p, e))?;
-    }
-    Ok(())
+    queue
+        .submit(off0, vec![first])
+        .map_err(|(p, e)| (ring_buffers(p), e))
 }
 
 /// One iclog write handed to the IO pool: its buffer travels with it and comes back on completion.
@@ -604,12 +610,7 @@ impl LogWriter {
             unreachable!("iclog in flight without asynchronous IO")
         };
         if wait {
-            if let Err((bufs, e)) = io.unplug() {
-                for (slot, buf) in bufs {
-                    self.ring[slot] = Some(buf);
-                }
-                return Err(e);
-            }
+            put_back(&mut self.ring, io.unplug())?;
         }
         let mut first_err = Ok(());
         for d in io.completions(wait)? {
@@ -662,13 +663,7 @@ impl LogWriter {
         }
         if self.ring[slot].is_none() {
             self.counters.noiclog_waits.fetch_add(1, Ordering::Relaxed);
-            let t = std::time::Instant::now();
             self.wait_slot(slot)?;
-            static W: AtomicU64 = AtomicU64::new(0);
-            let w = W.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            if self.counters.noiclog_waits.load(Ordering::Relaxed) % 1000 == 0 {
-                eprintln!("noiclog wait total {} ms", w / 1000000);
-            }
         }
         Ok(())
     }
@@ -810,12 +805,7 @@ impl LogWriter {
                     ios,
                     flags,
                 };
-                if let Err((bufs, e)) = io.submit(job) {
-                    for (slot, buf) in bufs {
-                        self.ring[slot] = Some(buf);
-                    }
-                    return Err(e);
-                }
+                put_back(&mut self.ring, io.submit(job))?;
             }
             _ => {
                 let Some(buf) = self.ring[slot].as_ref() else {
