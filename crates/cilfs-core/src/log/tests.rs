@@ -4,7 +4,7 @@
 
 use super::item_format::encode_buf_item;
 use super::recover::{scan_log, LogEnd, LogRegion};
-use super::writer::{FlushPolicy, LogConfig, LogCounters, LogPlacement, LogWriter};
+use super::writer::{FlushPolicy, LogConfig, LogPlacement, LogWriter};
 use super::{LogSpace, Lsn};
 use cilfs_device::{
     Device, DeviceError, IoStats, QueuedBuf, QueuedWrite, SimDevice, WriteFlags, WriteQueue,
@@ -15,26 +15,27 @@ use std::sync::Arc;
 
 const LOG_BYTES: u64 = 256 * 1024;
 
-/// A writer with tiny iclogs (2 x 16 KiB, reduced policy) on a 256 KiB log at offset 0 of `dev`.
-pub(super) fn writer(dev: &Arc<SimDevice>, head: Lsn, generation: u32) -> LogWriter {
+/// A writer with `logbufs` iclogs of 16 KiB (reduced policy) on a 256 KiB internal log at offset 0
+/// of `dev`.
+fn writer_on(dev: Arc<dyn Device>, logbufs: u32, head: Lsn, generation: u32) -> LogWriter {
     let place = LogPlacement {
         log_dev: dev.clone(),
-        data_dev: dev.clone(),
+        data_dev: dev,
         external: false,
         offset: 0,
         space: LogSpace::new(LOG_BYTES),
     };
-    LogWriter::new(
-        place,
-        LogConfig {
-            logbufs: 2,
-            logbsize: 16 * 1024,
-            policy: FlushPolicy::Reduced,
-        },
-        head,
-        generation,
-        Arc::new(LogCounters::default()),
-    )
+    let cfg = LogConfig {
+        logbufs,
+        logbsize: 16 * 1024,
+        policy: FlushPolicy::Reduced,
+    };
+    LogWriter::new(place, cfg, head, generation, Arc::default())
+}
+
+/// A writer with tiny iclogs (2 x 16 KiB, reduced policy) on a 256 KiB log at offset 0 of `dev`.
+pub(super) fn writer(dev: &Arc<SimDevice>, head: Lsn, generation: u32) -> LogWriter {
+    writer_on(dev.clone(), 2, head, generation)
 }
 
 /// The test log: all of `dev` from offset 0.
@@ -235,20 +236,7 @@ fn queued_writer() -> (Arc<SimDevice>, Arc<Queued>, LogWriter) {
         merged: Arc::default(),
         early_flagged: AtomicUsize::new(0),
     });
-    let place = LogPlacement {
-        log_dev: dev.clone(),
-        data_dev: dev.clone(),
-        external: false,
-        offset: 0,
-        space: LogSpace::new(LOG_BYTES),
-    };
-    let cfg = LogConfig {
-        logbufs: 4,
-        logbsize: 16 * 1024,
-        policy: FlushPolicy::Reduced,
-    };
-    let counters = Arc::new(LogCounters::default());
-    let w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, counters).with_async_io();
+    let w = writer_on(dev.clone(), 4, Lsn::new(1, 0), 1).with_async_io();
     (sim, dev, w)
 }
 
