@@ -145,6 +145,34 @@ struct LateQueue {
     in_flight: Arc<AtomicUsize>,
     merged: Arc<AtomicUsize>,
     queued: Vec<(u64, Vec<QueuedBuf>)>,
+    /// Without waiting, completes every write but the oldest (which stays in flight until the
+    /// writer waits): a free iclog exists although the next one in ring order is busy.
+    oldest_last: bool,
+}
+
+impl LateQueue {
+    /// Completes the queued writes in `range` (indexes into `queued`), newest first.
+    fn complete_range(&mut self, from: usize) -> cilfs_device::Result<Vec<QueuedWrite>> {
+        let mut out = Vec::new();
+        while self.queued.len() > from {
+            let Some((offset, parts)) = self.queued.pop() else {
+                break;
+            };
+            let mut at = offset;
+            for p in parts {
+                self.dev
+                    .write(at, &p.buf[p.range.clone()], WriteFlags::NONE)?;
+                at += p.range.len() as u64;
+                out.push(QueuedWrite {
+                    tag: p.tag,
+                    buf: p.buf,
+                    result: Ok(()),
+                });
+            }
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        Ok(out)
+    }
 }
 
 impl WriteQueue for LateQueue {
@@ -162,25 +190,11 @@ impl WriteQueue for LateQueue {
     }
 
     fn complete(&mut self, wait: bool) -> cilfs_device::Result<Vec<QueuedWrite>> {
-        let mut out = Vec::new();
-        if !wait {
-            return Ok(out);
+        match (wait, self.oldest_last) {
+            (true, _) => self.complete_range(0),
+            (false, true) => self.complete_range(1),
+            (false, false) => Ok(Vec::new()),
         }
-        while let Some((offset, parts)) = self.queued.pop() {
-            let mut at = offset;
-            for p in parts {
-                self.dev
-                    .write(at, &p.buf[p.range.clone()], WriteFlags::NONE)?;
-                at += p.range.len() as u64;
-                out.push(QueuedWrite {
-                    tag: p.tag,
-                    buf: p.buf,
-                    result: Ok(()),
-                });
-            }
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
-        Ok(out)
     }
 
     fn in_flight(&self) -> usize {
@@ -196,6 +210,7 @@ struct Queued {
     in_flight: Arc<AtomicUsize>,
     merged: Arc<AtomicUsize>,
     early_flagged: AtomicUsize,
+    oldest_last: bool,
 }
 
 impl Device for Queued {
@@ -217,6 +232,7 @@ impl Device for Queued {
             in_flight: Arc::clone(&self.in_flight),
             merged: Arc::clone(&self.merged),
             queued: Vec::new(),
+            oldest_last: self.oldest_last,
         }))
     }
     fn len(&self) -> u64 {
@@ -229,12 +245,17 @@ impl Device for Queued {
 
 /// A writer with 4 x 16 KiB iclogs, asynchronous IO through a [`LateQueue`], on a 256 KiB log.
 fn queued_writer() -> (Arc<SimDevice>, Arc<Queued>, LogWriter) {
+    queued_writer_with(false)
+}
+
+fn queued_writer_with(oldest_last: bool) -> (Arc<SimDevice>, Arc<Queued>, LogWriter) {
     let sim = Arc::new(SimDevice::new(LOG_BYTES, 1));
     let dev = Arc::new(Queued {
         inner: Arc::clone(&sim),
         in_flight: Arc::default(),
         merged: Arc::default(),
         early_flagged: AtomicUsize::new(0),
+        oldest_last,
     });
     let w = writer_on(dev.clone(), 4, Lsn::new(1, 0), 1).with_async_io();
     (sim, dev, w)
@@ -280,6 +301,24 @@ fn queued_body_iclogs_merge() {
         .unwrap();
     drop(w);
     assert!(dev.merged.load(Ordering::SeqCst) > 0, "no merged write");
+    let region = region(&sim);
+    let scan = scan_log(&region, 4096).unwrap();
+    assert_eq!(scan.checkpoints.len(), 1);
+    assert_eq!(scan.checkpoints[0].items.len(), 40);
+}
+
+/// Writes completing out of order free iclogs other than the next one in ring order; the pusher
+/// fills those instead of waiting, and the checkpoint still commits after its whole body.
+#[test]
+fn queued_pusher_takes_any_free_iclog() {
+    let (sim, dev, mut w) = queued_writer_with(true);
+    let items: Vec<Vec<u8>> = (0..40).map(|i| item(i, 4000, 7)).collect();
+    w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
+        .unwrap();
+    assert!(w.stats().iclog_writes > 8, "the checkpoint should span many iclogs");
+    assert_eq!(w.stats().noiclog_waits, 0, "waited although an iclog was free");
+    drop(w);
+    assert_eq!(dev.early_flagged.load(Ordering::SeqCst), 0, "a commit iclog overtook its body");
     let region = region(&sim);
     let scan = scan_log(&region, 4096).unwrap();
     assert_eq!(scan.checkpoints.len(), 1);

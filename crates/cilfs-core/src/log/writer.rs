@@ -235,10 +235,16 @@ const COPY_TAG: u64 = u64::MAX;
 
 /// Adjacent iclogs merged into one queued write at most.
 const PLUG_MAX_ICLOGS: usize = 2;
+/// An iclog is held back for merging only while at least this many others are free: holding it
+/// when the ring is nearly drained makes the pusher wait for it (at 32 KiB iclogs, holding with
+/// one free left waited on 5-6% of iclogs, two on 4-5%, never holding lost the merges' speed).
+const HOLD_MIN_FREE_ICLOGS: usize = 2;
 
 impl AsyncIo {
-    /// Hands one iclog write over; on failure its buffers (and any plugged) come back.
-    fn submit(&mut self, job: Job) -> Result<(), Returned> {
+    /// Hands one iclog write over; on failure its buffers (and any plugged) come back. An
+    /// iclog is held back for merging only if `may_hold`: the pusher can go on filling the
+    /// next iclog without waiting, so the hold costs it nothing.
+    fn submit(&mut self, job: Job, may_hold: bool) -> Result<(), Returned> {
         match self {
             Self::Queue { queue, plugged } => {
                 if job.ios.len() != 1 {
@@ -249,7 +255,7 @@ impl AsyncIo {
                     submit_group(&mut **queue, std::mem::take(plugged))?;
                 }
                 plugged.push(job);
-                if plugged.len() < PLUG_MAX_ICLOGS {
+                if may_hold && plugged.len() < PLUG_MAX_ICLOGS {
                     return Ok(());
                 }
                 submit_group(&mut **queue, std::mem::take(plugged))
@@ -654,22 +660,51 @@ impl LogWriter {
         self.take_back(false)
     }
 
-    /// The buffer of ring slot `slot`, waiting for it (a noiclog event) if its write has not
-    /// completed yet. Completions already delivered are taken first: an iclog whose IO finished
-    /// is free (as XFS's completion handler makes it ACTIVE again), so finding it is no wait.
-    fn claim(&mut self, slot: usize) -> Result<(), DeviceError> {
-        if self.ring[slot].is_none() {
+    /// Makes `next_iclog` a free ring slot, waiting for one (a noiclog event) if every iclog is
+    /// in flight. Completions already delivered are taken first: an iclog whose IO finished is
+    /// free (as XFS's completion handler makes it ACTIVE again), so finding it is no wait. Any
+    /// free slot will do, the next in ring order first: writes may complete out of order, and
+    /// nothing but the commit iclog (which waits for all) depends on the order they finish in.
+    fn claim(&mut self) -> Result<(), DeviceError> {
+        let n = self.ring.len();
+        let start = self.next_iclog;
+        let free = |ring: &[Option<AlignedBuf>]| {
+            (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&s| ring[s].is_some())
+        };
+        if free(&self.ring).is_none() {
             self.reap()?;
         }
-        if self.ring[slot].is_none() {
-            self.counters.noiclog_waits.fetch_add(1, Ordering::Relaxed);
-            self.wait_slot(slot)?;
+        let mut first_err = Ok(());
+        let mut counted = false;
+        loop {
+            if let Some(slot) = free(&self.ring) {
+                self.next_iclog = slot;
+                return first_err;
+            }
+            if !counted {
+                self.counters.noiclog_waits.fetch_add(1, Ordering::Relaxed);
+                counted = true;
+            }
+            if let Err(e) = self.take_back(true) {
+                if free(&self.ring).is_none() {
+                    return Err(e);
+                }
+                if first_err.is_ok() {
+                    first_err = Err(e);
+                }
+            }
         }
-        Ok(())
     }
 
     pub fn head(&self) -> Lsn {
         self.head
+    }
+
+    /// This writer's counters (shared with whoever passed them in).
+    pub fn stats(&self) -> LogStats {
+        self.counters.snapshot()
     }
 
     pub fn config(&self) -> &LogConfig {
@@ -704,7 +739,7 @@ impl LogWriter {
             self.data_dev.flush()?;
         }
         let count = items.len() as u64;
-        self.claim(self.next_iclog)?;
+        self.claim()?;
         let mut w = RecordStream::new(self, tail);
         w.op(seq, OpKind::Start, &seq.to_le_bytes())?;
         for item in items {
@@ -790,6 +825,9 @@ impl LogWriter {
                 (base, split..bytes),
             ]
         };
+        // Hold this iclog back for merging only while the pusher has others to fill meanwhile.
+        let free = self.ring.iter().filter(|b| b.is_some()).count() - 1;
+        let may_hold = free >= HOLD_MIN_FREE_ICLOGS;
         match (&mut self.io, wait) {
             (Some(io), false) => {
                 debug_assert!(
@@ -805,7 +843,7 @@ impl LogWriter {
                     ios,
                     flags,
                 };
-                put_back(&mut self.ring, io.submit(job))?;
+                put_back(&mut self.ring, io.submit(job, may_hold))?;
             }
             _ => {
                 let Some(buf) = self.ring[slot].as_ref() else {
@@ -923,11 +961,11 @@ impl<'w> RecordStream<'w> {
             .write_iclog(self.slot, self.stream_len, self.tail, flags, last)?;
         self.first.get_or_insert(lsn);
         self.records += 1;
-        self.slot = (self.slot + 1) % self.w.ring.len();
-        self.w.next_iclog = self.slot;
+        self.w.next_iclog = (self.slot + 1) % self.w.ring.len();
         self.stream_len = 0;
         if !last {
-            self.w.claim(self.slot)?;
+            self.w.claim()?;
+            self.slot = self.w.next_iclog;
         }
         Ok(())
     }
