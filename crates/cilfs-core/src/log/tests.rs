@@ -315,10 +315,21 @@ fn queued_pusher_takes_any_free_iclog() {
     let items: Vec<Vec<u8>> = (0..40).map(|i| item(i, 4000, 7)).collect();
     w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
         .unwrap();
-    assert!(w.stats().iclog_writes > 8, "the checkpoint should span many iclogs");
-    assert_eq!(w.stats().noiclog_waits, 0, "waited although an iclog was free");
+    assert!(
+        w.stats().iclog_writes > 8,
+        "the checkpoint should span many iclogs"
+    );
+    assert_eq!(
+        w.stats().noiclog_waits,
+        0,
+        "waited although an iclog was free"
+    );
     drop(w);
-    assert_eq!(dev.early_flagged.load(Ordering::SeqCst), 0, "a commit iclog overtook its body");
+    assert_eq!(
+        dev.early_flagged.load(Ordering::SeqCst),
+        0,
+        "a commit iclog overtook its body"
+    );
     let region = region(&sim);
     let scan = scan_log(&region, 4096).unwrap();
     assert_eq!(scan.checkpoints.len(), 1);

@@ -669,9 +669,7 @@ impl LogWriter {
         let n = self.ring.len();
         let start = self.next_iclog;
         let free = |ring: &[Option<AlignedBuf>]| {
-            (0..n)
-                .map(|k| (start + k) % n)
-                .find(|&s| ring[s].is_some())
+            (0..n).map(|k| (start + k) % n).find(|&s| ring[s].is_some())
         };
         if free(&self.ring).is_none() {
             self.reap()?;
