@@ -151,7 +151,7 @@ struct LateQueue {
 }
 
 impl LateQueue {
-    /// Completes the queued writes in `range` (indexes into `queued`), newest first.
+    /// Completes the queued writes from index `from` of `queued` on, newest first.
     fn complete_range(&mut self, from: usize) -> cilfs_device::Result<Vec<QueuedWrite>> {
         let mut out = Vec::new();
         while self.queued.len() > from {

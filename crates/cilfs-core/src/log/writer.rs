@@ -823,9 +823,6 @@ impl LogWriter {
                 (base, split..bytes),
             ]
         };
-        // Hold this iclog back for merging only while the pusher has others to fill meanwhile.
-        let free = self.ring.iter().filter(|b| b.is_some()).count() - 1;
-        let may_hold = free >= HOLD_MIN_FREE_ICLOGS;
         match (&mut self.io, wait) {
             (Some(io), false) => {
                 debug_assert!(
@@ -835,6 +832,9 @@ impl LogWriter {
                 let Some(buf) = self.ring[slot].take() else {
                     unreachable!("iclog {slot} submitted twice")
                 };
+                // Hold it back for merging only while the pusher has others to fill meanwhile.
+                let may_hold =
+                    self.ring.iter().filter(|b| b.is_some()).count() >= HOLD_MIN_FREE_ICLOGS;
                 let job = Job {
                     slot,
                     buf,
