@@ -11,6 +11,8 @@ pub mod journal;
 pub mod log;
 pub mod mkfs;
 mod sync;
+#[cfg(test)]
+mod test_queue;
 pub mod trans;
 
 pub use geometry::{Geometry, LogLocation};

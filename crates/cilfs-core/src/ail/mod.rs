@@ -3,7 +3,7 @@
 
 use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
-use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
+use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -112,87 +112,131 @@ pub struct WritebackBatch {
     pub done: Vec<(Lsn, ItemKey)>,
 }
 
+/// How AIL write back IO goes out. Serialised by the mutex that holds it, so two images of
+/// one block are never in flight at once.
+#[derive(Debug)]
+pub enum WritebackIo {
+    /// One IO at a time, in order (inline mode: the crash explorers replay runs exactly).
+    Sync,
+    /// Up to this many synchronous IOs at once from scoped threads (devices without a queue).
+    Threads(usize),
+    /// Up to `depth` IOs in flight through the data device's io_uring queue, with no thread
+    /// per IO: random 4 KiB write back at one latency per IO cannot keep the tail moving.
+    Queue {
+        queue: Box<dyn WriteQueue>,
+        depth: usize,
+    },
+}
+
+impl WritebackIo {
+    /// A queue of `depth` on `dev` if it has one, else [`WRITEBACK_THREADS`] threads.
+    pub fn for_device(dev: &dyn Device, depth: usize) -> Self {
+        match dev.write_queue(depth) {
+            Some(queue) => Self::Queue { queue, depth },
+            None => Self::Threads(WRITEBACK_THREADS),
+        }
+    }
+}
+
 /// Writes back items with LSN below `target`, in block order, removing those written. The AIL
 /// lock is held only to prepare each batch and to remove its entries, so checkpoints can insert
-/// items and sample the tail while the batch is written; `writeback` serialises pushers, so two
-/// images of one block are never in flight at once. Adjacent blocks merge into one IO. An entry leaves the AIL (and the tail may move) only after its
+/// items and sample the tail while the batch is written; `io` serialises pushers. Adjacent
+/// blocks merge into one IO. An entry leaves the AIL (and the tail may move) only after its
 /// write completed.
 pub fn push(
     ail: &Mutex<Ail>,
-    writeback: &Mutex<()>,
+    io: &Mutex<WritebackIo>,
     target: Lsn,
     dev: &dyn Device,
     uuid: &[u8; 16],
-    queue_depth: usize,
 ) -> Result<AilPush, DeviceError> {
-    let _serial = writeback.lock();
+    let mut io = io.lock();
     let mut r = AilPush::default();
     // Block order, not LSN order: every entry below the target must go before the tail can
     // pass it, and neighbouring blocks then merge into one IO.
     let entries = ail.lock().below(target);
     for chunk in entries.chunks(WRITEBACK_BATCH) {
-        let mut b = ail.lock().prepare_batch(chunk, uuid, &mut r);
-        write_merged(dev, &mut b.writes, queue_depth)?;
+        let b = ail.lock().prepare_batch(chunk, uuid, &mut r);
+        let runs = merge_runs(b.writes);
+        match &mut *io {
+            WritebackIo::Sync => write_runs(dev, &runs)?,
+            WritebackIo::Threads(n) => write_threaded(dev, &runs, *n)?,
+            WritebackIo::Queue { queue, depth } => write_queued(&mut **queue, *depth, runs)?,
+        }
         ail.lock().remove_written(&b.done);
     }
     Ok(r)
 }
 
+/// Write back threads where the device has no queue.
+pub const WRITEBACK_THREADS: usize = 4;
 /// Items prepared and written per batch (also the most block copies held at once).
 const WRITEBACK_BATCH: usize = 1024;
-/// The largest merged writeback IO.
+/// The largest merged writeback IO, in bytes and in buffers (below IOV_MAX).
 const MERGED_IO_MAX: usize = 1 << 20;
+const MERGED_IO_PARTS: usize = 256;
 
-/// Writes `(offset, data)` pairs sorted by offset, merging runs of adjacent ones, from up to
-/// `queue_depth` threads at once. Write back needs no order among its writes (each is a
-/// different block; all complete before any entry leaves the AIL), and random 4 KiB writes one
-/// at a time would cap the tail's speed at one IO latency per block.
-fn write_merged(
-    dev: &dyn Device,
-    writes: &mut [(u64, AlignedBuf)],
-    queue_depth: usize,
-) -> Result<(), DeviceError> {
+/// Groups `(offset, data)` writes into runs of adjacent blocks, each run one IO.
+fn merge_runs(mut writes: Vec<(u64, AlignedBuf)>) -> Vec<Vec<(u64, AlignedBuf)>> {
     writes.sort_unstable_by_key(|w| w.0);
-    let mut runs = Vec::new();
-    let mut i = 0;
-    while i < writes.len() {
-        let mut j = i + 1;
-        let mut end = writes[i].0 + writes[i].1.len() as u64;
-        let mut len = writes[i].1.len();
-        while j < writes.len() && writes[j].0 == end && len + writes[j].1.len() <= MERGED_IO_MAX {
-            end += writes[j].1.len() as u64;
-            len += writes[j].1.len();
-            j += 1;
-        }
-        runs.push(&writes[i..j]);
-        i = j;
-    }
-    let write_runs = |runs: &[&[(u64, AlignedBuf)]]| -> Result<(), DeviceError> {
-        for run in runs {
-            if let [(offset, data)] = run {
-                dev.write(*offset, data, WriteFlags::NONE)?;
-                continue;
+    let mut runs: Vec<Vec<(u64, AlignedBuf)>> = Vec::new();
+    let mut run_len = 0;
+    for (offset, data) in writes {
+        let joins = runs.last().is_some_and(|run| {
+            let (o, d) = &run[run.len() - 1];
+            o + d.len() as u64 == offset
+                && run_len + data.len() <= MERGED_IO_MAX
+                && run.len() < MERGED_IO_PARTS
+        });
+        if joins {
+            run_len += data.len();
+            if let Some(run) = runs.last_mut() {
+                run.push((offset, data));
             }
-            let mut buf = AlignedBuf::zeroed(run.iter().map(|w| w.1.len()).sum());
-            let mut at = 0;
-            for (_, d) in *run {
-                buf[at..at + d.len()].copy_from_slice(d);
-                at += d.len();
-            }
-            dev.write(run[0].0, &buf, WriteFlags::NONE)?;
+        } else {
+            run_len = data.len();
+            runs.push(vec![(offset, data)]);
         }
-        Ok(())
-    };
-    if queue_depth <= 1 || runs.len() < 2 * queue_depth {
-        return write_runs(&runs);
     }
-    let per = runs.len().div_ceil(queue_depth);
+    runs
+}
+
+/// Writes runs one synchronous IO each, in order (a run of several blocks through one copy, so
+/// that it is one IO on any device).
+fn write_runs(dev: &dyn Device, runs: &[Vec<(u64, AlignedBuf)>]) -> Result<(), DeviceError> {
+    for run in runs {
+        if let [(offset, data)] = &run[..] {
+            dev.write(*offset, data, WriteFlags::NONE)?;
+            continue;
+        }
+        let mut buf = AlignedBuf::zeroed(run.iter().map(|w| w.1.len()).sum());
+        let mut at = 0;
+        for (_, d) in run {
+            buf[at..at + d.len()].copy_from_slice(d);
+            at += d.len();
+        }
+        dev.write(run[0].0, &buf, WriteFlags::NONE)?;
+    }
+    Ok(())
+}
+
+/// Writes runs from up to `threads` threads at once. Write back needs no order among its
+/// writes (each is a different block; all complete before any entry leaves the AIL).
+fn write_threaded(
+    dev: &dyn Device,
+    runs: &[Vec<(u64, AlignedBuf)>],
+    threads: usize,
+) -> Result<(), DeviceError> {
+    if threads <= 1 || runs.len() < 2 * threads {
+        return write_runs(dev, runs);
+    }
+    let per = runs.len().div_ceil(threads);
     std::thread::scope(|s| {
         let others: Vec<_> = runs[per..]
             .chunks(per)
-            .map(|c| s.spawn(move || write_runs(c)))
+            .map(|c| s.spawn(move || write_runs(dev, c)))
             .collect();
-        let mut r = write_runs(&runs[..per]);
+        let mut r = write_runs(dev, &runs[..per]);
         for h in others {
             let x = h.join().unwrap_or_else(|_| {
                 Err(DeviceError::Io {
@@ -207,6 +251,49 @@ fn write_merged(
         }
         r
     })
+}
+
+/// Writes runs through `queue`, up to `depth` in flight, and returns once all completed (the
+/// first error, if any, after every submitted write came back).
+fn write_queued(
+    queue: &mut dyn WriteQueue,
+    depth: usize,
+    runs: Vec<Vec<(u64, AlignedBuf)>>,
+) -> Result<(), DeviceError> {
+    let mut first_err = None;
+    let mut reap = |queue: &mut dyn WriteQueue| -> Result<(), DeviceError> {
+        for done in queue.complete(true)? {
+            if let Err(e) = done.result {
+                first_err.get_or_insert(e);
+            }
+        }
+        Ok(())
+    };
+    let mut refused = None;
+    for run in runs {
+        while queue.in_flight() >= depth.max(1) {
+            reap(queue)?;
+        }
+        let offset = run[0].0;
+        let parts = run
+            .into_iter()
+            .map(|(_, buf)| {
+                let range = 0..buf.len();
+                QueuedBuf { tag: 0, buf, range }
+            })
+            .collect();
+        if let Err((_, e)) = queue.submit(offset, parts) {
+            refused = Some(e);
+            break;
+        }
+    }
+    while queue.in_flight() > 0 {
+        reap(queue)?;
+    }
+    match refused.or(first_err) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -274,7 +361,14 @@ mod tests {
         // A pinned item below the target stays, and so does everything at or past the target.
         ail.lock().insert(block(30, 30, 1), lsn(1));
         let before = dev.stats().writes;
-        let r = push(&ail, &Mutex::new(()), lsn(40), &dev, &[0; 16], 1).unwrap();
+        let r = push(
+            &ail,
+            &Mutex::new(WritebackIo::Sync),
+            lsn(40),
+            &dev,
+            &[0; 16],
+        )
+        .unwrap();
         assert_eq!((r.written, r.pinned), (5, 1));
         // Blocks 15..20 (LSNs 0..32) are adjacent: one IO.
         assert_eq!(dev.stats().writes - before, 1);
@@ -310,6 +404,43 @@ mod tests {
         assert!(ail.is_empty());
     }
 
+    /// Through a queue whose writes land only when completed, newest first: every block is
+    /// written, adjacent ones as one merged IO, nothing is left in flight when `push` returns,
+    /// and only then do the entries leave the AIL.
+    #[test]
+    fn queued_write_back_writes_every_block_before_entries_leave() {
+        use crate::test_queue::Queued;
+        let sim = Arc::new(SimDevice::new(4096 * BS as u64, 3));
+        let dev = Queued::new(Arc::clone(&sim), false);
+        let ail = Mutex::new(Ail::default());
+        // Every other block (no merging), then a run of 20 adjacent ones (one IO).
+        let blocks: Vec<u64> = (0..600u64).map(|i| 2 * i).chain(2000..2020).collect();
+        for (i, &b) in blocks.iter().enumerate() {
+            ail.lock()
+                .insert(block(b, (b % 251) as u8 + 1, 0), lsn(i as u32));
+        }
+        let io = Mutex::new(WritebackIo::for_device(&dev, 4));
+        assert!(matches!(*io.lock(), WritebackIo::Queue { .. }));
+        let writes_before = sim.stats().writes;
+        let r = push(&ail, &io, Lsn::from_raw(u64::MAX), &dev, &[0; 16]).unwrap();
+        assert_eq!(r.written, blocks.len() as u64);
+        assert_eq!(
+            dev.in_flight.load(Ordering::SeqCst),
+            0,
+            "writes left in flight"
+        );
+        assert_eq!(
+            dev.merged.load(Ordering::SeqCst),
+            1,
+            "the adjacent run is one IO"
+        );
+        assert_eq!(sim.stats().writes - writes_before, 600 + 20);
+        assert!(ail.lock().is_empty());
+        for &b in &blocks {
+            assert_eq!(read(&sim, b), (b % 251) as u8 + 1, "block {b}");
+        }
+    }
+
     #[test]
     fn parallel_write_back_writes_every_block() {
         let dev = SimDevice::new(4096 * BS as u64, 2);
@@ -321,11 +452,10 @@ mod tests {
         }
         let r = push(
             &ail,
-            &Mutex::new(()),
+            &Mutex::new(WritebackIo::Threads(4)),
             Lsn::from_raw(u64::MAX),
             &dev,
             &[0; 16],
-            4,
         )
         .unwrap();
         assert_eq!(r.written, 1500);

@@ -9,6 +9,8 @@ use std::thread::JoinHandle;
 #[derive(Debug, Default)]
 struct State {
     kicked: bool,
+    /// A reservation is waiting for log space.
+    urgent: bool,
     stop: bool,
 }
 
@@ -26,18 +28,24 @@ impl AilWorker {
         let thread = std::thread::Builder::new()
             .name("cilfs-ail".into())
             .spawn(move || loop {
-                {
+                let urgent = {
                     let mut st = s.0.lock();
-                    while !st.kicked && !st.stop {
+                    while !st.kicked && !st.urgent && !st.stop {
                         s.1.wait(&mut st);
                     }
                     if st.stop {
                         return;
                     }
                     st.kicked = false;
-                }
+                    std::mem::take(&mut st.urgent)
+                };
                 let Some(j) = weak.upgrade() else { return };
-                if j.ail_push_ahead().is_err() {
+                let r = if urgent {
+                    j.relieve_waiters()
+                } else {
+                    j.ail_push_ahead()
+                };
+                if r.is_err() {
                     return;
                 }
             })
@@ -48,6 +56,12 @@ impl AilWorker {
     /// Asks for a pass: the thread checks free log space and cache size and writes back.
     pub(crate) fn kick(&self) {
         self.shared.0.lock().kicked = true;
+        self.shared.1.notify_one();
+    }
+
+    /// Asks for space for a waiting reservation (see `Journal::relieve_waiters`).
+    pub(crate) fn kick_urgent(&self) {
+        self.shared.0.lock().urgent = true;
         self.shared.1.notify_one();
     }
 

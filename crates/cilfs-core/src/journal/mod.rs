@@ -9,7 +9,7 @@ mod stats;
 
 pub use stats::JournalStats;
 
-use crate::ail::Ail;
+use crate::ail::{Ail, WritebackIo};
 use crate::buf::{Buf, BufCache};
 use crate::cil::{CilCtx, CilLimits};
 use crate::format::superblock::SbLog;
@@ -71,6 +71,8 @@ pub struct JournalConfig {
 
 /// The smallest default metadata cache.
 pub const DEFAULT_CACHE_BYTES: u64 = 128 << 20;
+/// AIL write back IOs in flight at once in background mode.
+const AIL_QUEUE_DEPTH: usize = 16;
 
 /// The default metadata cache: a sixteenth of the machine's memory, between 128 MiB and 2 GiB.
 /// Metadata that falls out of it is read back from the device, so a working set larger than it
@@ -118,8 +120,9 @@ pub struct Journal {
     /// Reservations, FIFO; its `in_use` mirrors `space` (see `publish_space`).
     pub(crate) grant: GrantHead,
     pub(crate) ail: Mutex<Ail>,
-    /// Serialises AIL write back (held across its IO; the AIL lock is not).
-    pub(crate) ail_writeback: Mutex<()>,
+    /// How AIL write back IO goes out; held across that IO (the AIL lock is not), so it
+    /// serialises pushers.
+    pub(crate) ail_writeback: Mutex<WritebackIo>,
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
@@ -255,6 +258,11 @@ impl Journal {
             },
         };
         let limits = CilLimits::new(geo.log_bytes, &cfg.log, cfg.cil_limit);
+        // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
+        let ail_io = match cfg.push_mode {
+            PushMode::Inline => WritebackIo::Sync,
+            PushMode::Background => WritebackIo::for_device(&*data, AIL_QUEUE_DEPTH),
+        };
         let j = Arc::new(Self {
             cache: BufCache::new(
                 Arc::clone(&data),
@@ -277,7 +285,8 @@ impl Journal {
             }),
             grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
             ail: Mutex::new(Ail::default()),
-            ail_writeback: Mutex::new(()),
+            // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
+            ail_writeback: Mutex::new(ail_io),
             counters,
             extra: Default::default(),
             shut_down: AtomicBool::new(false),

@@ -3,14 +3,11 @@
 //! Rule 1 of journal.md: log space is reused only behind `safe_tail`, a tail sampled before a
 //! completed data-device flush, so metadata written back from that space is stable first.
 
-use super::{Journal, JournalError, PushMode, SpaceState};
+use super::{Journal, JournalError, SpaceState};
 use crate::ail::{self, AilPush};
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;
-
-/// AIL write back IOs in flight at once in background mode.
-const AIL_QUEUE_DEPTH: usize = 4;
 
 impl Journal {
     /// Bytes of log that reservations may use: the log less room for an unmount record and the
@@ -62,12 +59,25 @@ impl Journal {
         self.grant.release(unit);
     }
 
-    /// Frees log space now: writes back everything unpinned, pushes the CIL if pinned items hold
-    /// the tail, and flushes the data device so the new tail becomes safe. Returns whether the
-    /// safe tail moved or a checkpoint was written.
+    /// Called by the reservation at the head of the queue while the log is short. In
+    /// background mode it only asks the AIL thread to free space and returns `false`, so the
+    /// waiter sleeps until space is published (as XFS's grant waiters push xfsaild and sleep):
+    /// a waiter doing the write back itself kept writing for hundreds of milliseconds after the
+    /// checkpoint it was waiting for had freed the space. In inline mode it frees space itself.
     pub(crate) fn make_space(&self) -> Result<bool, JournalError> {
+        if let Some(a) = self.ail_worker.lock().as_ref() {
+            a.kick_urgent();
+            return Ok(false);
+        }
+        self.free_space(Lsn::from_raw(u64::MAX))
+    }
+
+    /// Frees log space now: writes back the unpinned items below `target`, pushes the CIL if
+    /// pinned items hold the tail, and flushes the data device so the new tail becomes safe.
+    /// Returns whether the safe tail moved or a checkpoint was written.
+    pub(crate) fn free_space(&self, target: Lsn) -> Result<bool, JournalError> {
         let before = self.space.lock().safe_tail;
-        let r = self.write_back_ail(Lsn::from_raw(u64::MAX))?;
+        let r = self.write_back_ail(target)?;
         let pinned = r.pinned + r.busy;
         let cil_has_items = !self.cil.lock().is_empty();
         if pinned > 0 || cil_has_items {
@@ -89,6 +99,19 @@ impl Journal {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// The AIL thread's answer to a waiting reservation: free a quarter of the log past the
+    /// safe tail (XFS's free threshold), then wake the waiters whether or not that helped, so
+    /// none sleeps on a wakeup that never comes.
+    pub(crate) fn relieve_waiters(&self) -> Result<(), JournalError> {
+        let safe_tail = self.space.lock().safe_tail;
+        let target = self
+            .space_math
+            .advance(safe_tail, self.space_math.sectors / 4);
+        let r = self.free_space(target);
+        self.grant.update(|_| ());
+        r.map(|_| ())
     }
 
     /// After each checkpoint: once less than half the log is free, write back the AIL items
@@ -128,11 +151,6 @@ impl Journal {
             target,
             &*self.data,
             &self.geo.sb.uuid,
-            // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
-            match self.cfg.push_mode {
-                PushMode::Inline => 1,
-                PushMode::Background => AIL_QUEUE_DEPTH,
-            },
         ) {
             Ok(r) => {
                 self.extra

@@ -263,21 +263,39 @@ fn background_mode_with_concurrent_iclogs() {
 #[test]
 fn background_crashes_mid_run_keep_pairs_whole_and_forces() {
     for seed in [23, 24, 25, 26] {
-        background_crash_round(seed);
+        background_crash_round(seed, false, 40);
     }
 }
 
-fn background_crash_round(seed: u64) {
+/// The same through write queues whose writes land only when completed, late and newest first
+/// (body iclogs and AIL write back are then in flight, and lost by a crash, for longer), over a
+/// working set six times the log, so that reservations wait for the AIL thread to free space.
+#[test]
+fn background_crashes_through_late_write_queues() {
+    for seed in [27, 28, 29, 30] {
+        background_crash_round(seed, true, 800);
+    }
+}
+
+/// `pairs` pairs of blocks per thread; with `queued`, through [`crate::test_queue::Queued`].
+fn background_crash_round(seed: u64, queued: bool, pairs: u64) {
     use std::sync::atomic::AtomicU32;
-    const PAIRS: u64 = 40;
+    let pairs_per_thread = pairs;
     const THREADS: u64 = 2;
     let dev = fresh(seed);
     let mut cfg = tiny_cfg(FlushPolicy::Reduced);
     cfg.push_mode = PushMode::Background;
     cfg.log.logbufs = 4;
     cfg.cil_limit = Some(16 * 1024);
-    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
-    let forced: Vec<AtomicU32> = (0..THREADS * PAIRS).map(|_| AtomicU32::new(0)).collect();
+    let data: Arc<dyn Device> = if queued {
+        Arc::new(crate::test_queue::Queued::new(Arc::clone(&dev), false))
+    } else {
+        dev.clone()
+    };
+    let j = Journal::open(data, None, cfg).unwrap();
+    let forced: Vec<AtomicU32> = (0..THREADS * pairs_per_thread)
+        .map(|_| AtomicU32::new(0))
+        .collect();
     let blocks = |pair: u64| (300 + 2 * pair, 301 + 2 * pair);
     let read_version = |d: &SimDevice, blk: u64| {
         let mut b = vec![0u8; BS as usize];
@@ -291,7 +309,7 @@ fn background_crash_round(seed: u64) {
                 let (j, forced) = (&j, &forced);
                 s.spawn(move || {
                     for v in 1..=2000u32 {
-                        let pair = t * PAIRS + u64::from(v) % PAIRS;
+                        let pair = t * pairs_per_thread + u64::from(v) % pairs_per_thread;
                         let (a, b) = blocks(pair);
                         let mut tx = j.begin(Reservation::for_buffers(2, BS)).unwrap();
                         let image: Vec<u8> = v.to_le_bytes().repeat(BS as usize / 4);
@@ -320,12 +338,16 @@ fn background_crash_round(seed: u64) {
         st.ail_writeback_bytes > 0 && st.log.log_bytes > 4 * 256 * 1024,
         "the run must write back and wrap the log: {st:?}"
     );
+    assert!(
+        !queued || st.log.reservation_waits > 0,
+        "the run must wait for log space (the AIL thread's relief): {st:?}"
+    );
     assert!(snapshots.len() >= 3, "only {} snapshots", snapshots.len());
     for (i, (floor, crashed)) in snapshots.into_iter().enumerate() {
         let crashed = Arc::new(crashed);
         let j2 = open(&crashed, FlushPolicy::Reduced);
         drop(j2);
-        for pair in 0..THREADS * PAIRS {
+        for pair in 0..THREADS * pairs_per_thread {
             let (a, b) = blocks(pair);
             let (va, vb) = (read_version(&crashed, a), read_version(&crashed, b));
             assert_eq!(
