@@ -2,8 +2,6 @@
 //! writes reach it only when completed, late and out of order, so that a crash snapshot taken
 //! meanwhile has lost them (the log writer's body iclogs and the AIL's write back both use it).
 
-#![allow(clippy::unwrap_used)]
-
 use cilfs_device::{
     Device, DeviceError, IoStats, QueuedBuf, QueuedWrite, SimDevice, WriteFlags, WriteQueue,
 };

@@ -182,20 +182,22 @@ fn merge_runs(mut writes: Vec<(u64, AlignedBuf)>) -> Vec<Vec<(u64, AlignedBuf)>>
     let mut runs: Vec<Vec<(u64, AlignedBuf)>> = Vec::new();
     let mut run_len = 0;
     for (offset, data) in writes {
-        let joins = runs.last().is_some_and(|run| {
+        let extends = |run: &&mut Vec<(u64, AlignedBuf)>| {
             let (o, d) = &run[run.len() - 1];
             o + d.len() as u64 == offset
                 && run_len + data.len() <= MERGED_IO_MAX
                 && run.len() < MERGED_IO_PARTS
-        });
-        if joins {
-            run_len += data.len();
-            if let Some(run) = runs.last_mut() {
+        };
+        let len = data.len();
+        match runs.last_mut().filter(extends) {
+            Some(run) => {
                 run.push((offset, data));
+                run_len += len;
             }
-        } else {
-            run_len = data.len();
-            runs.push(vec![(offset, data)]);
+            None => {
+                runs.push(vec![(offset, data)]);
+                run_len = len;
+            }
         }
     }
     runs

@@ -285,7 +285,6 @@ impl Journal {
             }),
             grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
             ail: Mutex::new(Ail::default()),
-            // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
             ail_writeback: Mutex::new(ail_io),
             counters,
             extra: Default::default(),

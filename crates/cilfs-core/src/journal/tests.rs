@@ -277,10 +277,9 @@ fn background_crashes_through_late_write_queues() {
     }
 }
 
-/// `pairs` pairs of blocks per thread; with `queued`, through [`crate::test_queue::Queued`].
-fn background_crash_round(seed: u64, queued: bool, pairs: u64) {
+/// `pairs_per_thread` pairs of blocks per thread; with `queued`, through [`crate::test_queue::Queued`].
+fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
     use std::sync::atomic::AtomicU32;
-    let pairs_per_thread = pairs;
     const THREADS: u64 = 2;
     let dev = fresh(seed);
     let mut cfg = tiny_cfg(FlushPolicy::Reduced);
