@@ -36,7 +36,10 @@ impl AilWorker {
                     if st.stop {
                         return;
                     }
-                    st.kicked = false;
+                    // Relief first; an ordinary kick stays set for the pass after it.
+                    if !st.urgent {
+                        st.kicked = false;
+                    }
                     std::mem::take(&mut st.urgent)
                 };
                 let Some(j) = weak.upgrade() else { return };

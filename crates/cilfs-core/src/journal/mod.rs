@@ -132,6 +132,9 @@ pub struct Journal {
     pub(crate) meta_first: u64,
     pub(crate) meta_end: u64,
     pub(crate) recovered: RecoveryReport,
+    /// Tests stop the AIL thread's ahead passes, so that only reservation relief frees space.
+    #[cfg(test)]
+    pub(crate) ahead_paused: AtomicBool,
 }
 
 /// What mounting found and did.
@@ -297,6 +300,8 @@ impl Journal {
             meta_first,
             meta_end,
             recovered,
+            #[cfg(test)]
+            ahead_paused: AtomicBool::new(false),
         });
         if cfg.push_mode == PushMode::Background {
             *j.worker.lock() = Some(push::Worker::start(&j));
