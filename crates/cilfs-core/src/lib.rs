@@ -9,6 +9,7 @@ pub mod fs;
 pub mod geometry;
 pub mod journal;
 pub mod log;
+pub mod memory;
 pub mod mkfs;
 mod sync;
 #[cfg(test)]

@@ -78,16 +78,7 @@ const AIL_QUEUE_DEPTH: usize = 16;
 /// Metadata that falls out of it is read back from the device, so a working set larger than it
 /// (a million-entry directory holds ~200 MB of tree blocks) pays a device read per lookup.
 pub fn default_cache_bytes() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kib| kib.parse::<u64>().ok())
-        })
-        .map_or(0, |kib| kib * 1024);
-    (total / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
+    (crate::memory::total_bytes() / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
 }
 
 /// Log space accounting (journal.md section 4), under one lock.

@@ -22,9 +22,9 @@ pub struct DirArgs {
     /// Lookups timed at each step
     #[arg(long, default_value_t = 20_000)]
     lookups: u64,
-    /// Inodes kept in memory (the filesystem's default is 200,000)
-    #[arg(long, default_value_t = 200_000)]
-    inode_cache: usize,
+    /// Inodes kept in memory [default: the filesystem's, sized from the machine's memory]
+    #[arg(long)]
+    inode_cache: Option<usize>,
     /// Directory for the image [default: $TMPDIR or /tmp]
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -60,10 +60,13 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
         ..JournalConfig::default()
     };
     let j = Journal::open(data, None, cfg).map_err(Failure::usage)?;
+    let inode_cache = a
+        .inode_cache
+        .unwrap_or_else(cilfs_core::fs::default_inode_cache_max);
     let fs = Fs::open(
         Arc::clone(&j),
         FsOptions {
-            inode_cache_max: a.inode_cache,
+            inode_cache_max: inode_cache,
             ..FsOptions::default()
         },
     )
@@ -150,6 +153,7 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
     fs.unmount().map_err(Failure::usage)?;
     let out = json!({
         "entries": made,
+        "inode_cache": inode_cache,
         "steps": steps,
         "unlinks_per_s": (made as f64 / unlink_s).round(),
         "elapsed_with_measurements_s": create_total_s,
