@@ -4,6 +4,8 @@ use super::{Journal, JournalError, PushMode};
 use crate::buf::Buf;
 use crate::cil::CilCtx;
 use crate::log::record::OP_HEADER_BYTES;
+use crate::log::writer::Written;
+use crate::log::Lsn;
 use crate::trans::item::LogItem;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
@@ -119,11 +121,35 @@ impl Journal {
 
     /// Pushes CIL contexts until checkpoint `seq` is stable. Pushes are serialised by the writer
     /// lock, so commit records reach the log in sequence order.
+    ///
+    /// With the write queue a checkpoint's commit iclog is still in flight when the next
+    /// context is already big enough to push (S) or is needed for `seq`: the next checkpoint
+    /// is then written first, and the earlier one completes when its commit has, so the commit
+    /// write's flushes overlap the next checkpoint's body instead of stalling the pusher (and
+    /// the committers blocked at 2S behind it). Completions still run in sequence order.
     pub(crate) fn push(&self, seq: u64) -> Result<(), JournalError> {
         self.check_alive()?;
         let mut writer = self.writer.lock();
+        let mut in_flight: Option<InFlight> = None;
         loop {
-            if self.space.lock().completed_seq >= seq {
+            if let Some(f) = in_flight.take() {
+                let next_ready = {
+                    let cil = self.cil.lock();
+                    !cil.is_empty()
+                        && (cil.seq <= seq || cil.stream_bytes >= self.limits.space_limit)
+                };
+                if !next_ready || self.check_alive().is_err() {
+                    if let Err(e) = writer.wait_commit() {
+                        return self.shut_down(e);
+                    }
+                    self.complete_checkpoint(f)?;
+                    continue;
+                }
+                in_flight = Some(f);
+                self.extra
+                    .overlapped_checkpoints
+                    .fetch_add(1, Ordering::Relaxed);
+            } else if self.space.lock().completed_seq >= seq {
                 return Ok(());
             }
             self.check_alive()?;
@@ -135,51 +161,82 @@ impl Journal {
                 ctx
             };
             if ctx.is_empty() {
+                // Only reached with nothing in flight: one in flight is followed only by a
+                // context seen non-empty, and committers only add to it.
+                debug_assert!(in_flight.is_none());
                 self.space.lock().completed_seq = ctx.seq;
                 continue;
             }
             let nitems = ctx.items.len() as u64;
             let (items, images): (Vec<_>, Vec<_>) =
                 ctx.items.into_values().map(|e| (e.item, e.image)).unzip();
-            let written = writer.write_checkpoint(ctx.seq, images.into_iter(), |head| {
-                self.ail.lock().min_lsn().unwrap_or(head)
+            // Until the checkpoint in flight completes its items are not in the AIL, so the
+            // tail this one stamps must not pass its start.
+            let floor = in_flight.as_ref().map(|f| f.written.start);
+            let written = writer.write_checkpoint_async(ctx.seq, images.into_iter(), |head| {
+                let tail = self.ail.lock().min_lsn().unwrap_or(head);
+                floor.map_or(tail, |f| tail.min(f))
             });
             let written = match written {
                 Ok(w) => w,
                 Err(e) => return self.shut_down(e),
             };
-            self.extra.items_logged.fetch_add(nitems, Ordering::Relaxed);
-            // The checkpoint is stable: its items go to the AIL at its start LSN and are unpinned.
-            {
-                let mut ail = self.ail.lock();
-                for item in items {
-                    let prev = item.pins().fetch_sub(1, Ordering::AcqRel);
-                    ail.insert(item, written.start);
-                    debug_assert!(prev > 0, "unpinning an unpinned item");
-                }
+            // Its commit iclog waited for every earlier write: the one in flight is stable.
+            if let Some(f) = in_flight.take() {
+                self.complete_checkpoint(f)?;
             }
-            {
-                let mut sp = self.space.lock();
-                sp.cil_charged -= ctx.charge;
-                let used = self.space_math.distance(written.tail, writer.head());
-                assert!(
-                    used <= u64::from(self.space_math.sectors),
-                    "log head {} overran the tail {}",
-                    writer.head(),
-                    written.tail
-                );
-                sp.head = writer.head();
-                sp.safe_tail = sp.safe_tail.max(written.tail);
-                sp.completed_seq = ctx.seq;
-                self.publish_space(&sp);
-            }
-            // Keep a quarter of the log free ahead of need (journal.md section 4): on the AIL
-            // thread when there is one, so this push never waits for metadata writeback.
-            match self.ail_worker.lock().as_ref() {
-                Some(a) => a.kick(),
-                None => self.ail_push_ahead()?,
+            let f = InFlight {
+                seq: ctx.seq,
+                charge: ctx.charge,
+                nitems,
+                items,
+                written,
+                end: writer.head(),
+            };
+            if writer.commit_in_flight() {
+                in_flight = Some(f);
+            } else {
+                self.complete_checkpoint(f)?;
             }
         }
+    }
+
+    /// A checkpoint is stable: its items go to the AIL at its start LSN and are unpinned, its
+    /// charge becomes log space used up to its end, and forcers waiting for it may go.
+    fn complete_checkpoint(&self, f: InFlight) -> Result<(), JournalError> {
+        self.extra
+            .items_logged
+            .fetch_add(f.nitems, Ordering::Relaxed);
+        {
+            let mut ail = self.ail.lock();
+            for item in f.items {
+                let prev = item.pins().fetch_sub(1, Ordering::AcqRel);
+                ail.insert(item, f.written.start);
+                debug_assert!(prev > 0, "unpinning an unpinned item");
+            }
+        }
+        {
+            let mut sp = self.space.lock();
+            sp.cil_charged -= f.charge;
+            let used = self.space_math.distance(f.written.tail, f.end);
+            assert!(
+                used <= u64::from(self.space_math.sectors),
+                "log head {} overran the tail {}",
+                f.end,
+                f.written.tail
+            );
+            sp.head = f.end;
+            sp.safe_tail = sp.safe_tail.max(f.written.tail);
+            sp.completed_seq = f.seq;
+            self.publish_space(&sp);
+        }
+        // Keep a quarter of the log free ahead of need (journal.md section 4): on the AIL
+        // thread when there is one, so the pusher never waits for metadata writeback.
+        match self.ail_worker.lock().as_ref() {
+            Some(a) => a.kick(),
+            None => self.ail_push_ahead()?,
+        }
+        Ok(())
     }
 
     pub(crate) fn request_push(&self, seq: u64) {
@@ -198,6 +255,17 @@ impl Journal {
             a.stop();
         }
     }
+}
+
+/// A checkpoint written but not yet completed (see `Journal::push`).
+struct InFlight {
+    seq: u64,
+    charge: u64,
+    nitems: u64,
+    items: Vec<Arc<dyn LogItem>>,
+    written: Written,
+    /// The log head just past its commit record.
+    end: Lsn,
 }
 
 /// How long the journal must be idle before the worker covers the log (as XFS's log worker).

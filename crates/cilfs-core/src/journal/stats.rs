@@ -11,6 +11,7 @@ pub(crate) struct ExtraCounters {
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,
     pub tail_flushes: AtomicU64,
+    pub overlapped_checkpoints: AtomicU64,
     /// Microseconds committers spent waiting for log space, and blocked at 2S.
     pub reservation_wait_us: AtomicU64,
     pub cil_blocked_us: AtomicU64,
@@ -36,6 +37,8 @@ pub struct JournalStats {
     pub items_logged: u64,
     /// Data-device flushes made only to move the tail for waiting reservations.
     pub tail_flushes: u64,
+    /// Checkpoints written while the commit iclog of the one before was still in flight.
+    pub overlapped_checkpoints: u64,
     /// Microseconds transactions spent waiting for log space (summed over threads).
     pub reservation_wait_us: u64,
     /// Microseconds committers spent blocked at twice the CIL space limit (summed over threads).
@@ -61,6 +64,7 @@ impl Journal {
             ail_len: self.ail.lock().len() as u64,
             items_logged: l(&self.extra.items_logged),
             tail_flushes: l(&self.extra.tail_flushes),
+            overlapped_checkpoints: l(&self.extra.overlapped_checkpoints),
             reservation_wait_us: l(&self.extra.reservation_wait_us),
             cil_blocked_us: l(&self.extra.cil_blocked_us),
             covers: l(&self.extra.covers),

@@ -345,6 +345,10 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
         !queued || st.log.reservation_waits > 0,
         "the run must wait for log space (the AIL thread's relief): {st:?}"
     );
+    assert!(
+        !queued || st.overlapped_checkpoints > 0,
+        "the run must write checkpoints while an earlier commit iclog is in flight: {st:?}"
+    );
     assert!(snapshots.len() >= 3, "only {} snapshots", snapshots.len());
     for (i, (floor, crashed)) in snapshots.into_iter().enumerate() {
         let crashed = Arc::new(crashed);

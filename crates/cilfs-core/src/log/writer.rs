@@ -210,6 +210,12 @@ pub struct LogWriter {
     next_iclog: usize,
     counters: Arc<LogCounters>,
     io: Option<AsyncIo>,
+    /// With the write queue: a thread that writes commit iclogs (PREFLUSH+FUA, synchronous
+    /// syscalls here), so the pusher can fill the next checkpoint meanwhile, as XFS's CIL push
+    /// returns once the commit iclog is released and its completion runs later.
+    commit_io: Option<IoPool>,
+    /// A commit iclog written by `commit_io` has not completed yet.
+    commit_in_flight: bool,
 }
 
 /// How body iclogs are written while the pusher fills the next.
@@ -571,6 +577,8 @@ impl LogWriter {
             next_iclog: 0,
             counters,
             io: None,
+            commit_io: None,
+            commit_in_flight: false,
         }
     }
 
@@ -585,10 +593,13 @@ impl LogWriter {
                 FlushPolicy::Legacy => None,
             };
             self.io = Some(match queue {
-                Some(queue) => AsyncIo::Queue {
-                    queue,
-                    plugged: Vec::new(),
-                },
+                Some(queue) => {
+                    self.commit_io = Some(IoPool::new(Arc::clone(&self.log_dev), 1));
+                    AsyncIo::Queue {
+                        queue,
+                        plugged: Vec::new(),
+                    }
+                }
                 None => self.io_threads(),
             });
         }
@@ -640,7 +651,7 @@ impl LogWriter {
         first_err
     }
 
-    /// Waits until no iclog is in flight.
+    /// Waits until no iclog is in flight, commit iclogs included.
     fn wait_all(&mut self) -> Result<(), DeviceError> {
         let mut r = Ok(());
         for slot in 0..self.ring.len() {
@@ -649,7 +660,30 @@ impl LogWriter {
                 r = x;
             }
         }
+        let x = self.wait_commit();
+        if r.is_ok() {
+            r = x;
+        }
         r
+    }
+
+    /// Whether a commit iclog left in flight by `write_checkpoint_async` may not have completed.
+    pub fn commit_in_flight(&self) -> bool {
+        self.commit_in_flight
+    }
+
+    /// Waits for the commit iclog left in flight by `write_checkpoint_async`, if any: once it
+    /// returns Ok, that checkpoint is stable.
+    pub fn wait_commit(&mut self) -> Result<(), DeviceError> {
+        if !self.commit_in_flight {
+            return Ok(());
+        }
+        let Some(pool) = self.commit_io.as_ref() else {
+            unreachable!("a commit iclog in flight without the commit thread")
+        };
+        let done = pool.done.recv().map_err(|_| threads_gone(0));
+        self.commit_in_flight = false;
+        done?.result
     }
 
     /// Takes the completions that have already arrived, without waiting.
@@ -723,6 +757,25 @@ impl LogWriter {
     /// Owned images are dropped as soon as they are packed, so the memory of a checkpoint being
     /// written shrinks while the next context fills.
     pub fn write_checkpoint<I>(
+        &mut self,
+        seq: u64,
+        items: I,
+        sample_tail: impl FnOnce(Lsn) -> Lsn,
+    ) -> Result<Written, DeviceError>
+    where
+        I: ExactSizeIterator,
+        I::Item: AsRef<[u8]>,
+    {
+        let w = self.write_checkpoint_async(seq, items, sample_tail)?;
+        self.wait_commit()?;
+        Ok(w)
+    }
+
+    /// As `write_checkpoint`, but with the write queue the commit iclog may still be in flight
+    /// on return: the checkpoint is stable only once `wait_commit` (or the next checkpoint's
+    /// commit, which waits for it) returns Ok. Until then a later checkpoint must not stamp a
+    /// tail past this one's start.
+    pub fn write_checkpoint_async<I>(
         &mut self,
         seq: u64,
         items: I,
@@ -824,6 +877,28 @@ impl LogWriter {
             ]
         };
         match (&mut self.io, wait) {
+            (Some(_), false) if flags != WriteFlags::NONE && self.commit_io.is_some() => {
+                // A commit iclog: a copy goes to the commit thread, so the ring slot is free
+                // for the next checkpoint at once.
+                debug_assert!(!self.commit_in_flight, "two commit iclogs in flight");
+                let Some(buf) = self.ring[slot].as_ref() else {
+                    unreachable!("iclog {slot} in flight")
+                };
+                let offset = ios.first().map_or(0, |io| io.0);
+                let job = Job {
+                    slot,
+                    buf: AlignedBuf::from_slice(&buf[..bytes]),
+                    ios,
+                    flags,
+                };
+                let Some(pool) = self.commit_io.as_ref() else {
+                    unreachable!("checked above")
+                };
+                pool.jobs
+                    .send(Msg::Write(job))
+                    .map_err(|_| threads_gone(offset))?;
+                self.commit_in_flight = true;
+            }
             (Some(io), false) => {
                 debug_assert!(
                     flags == WriteFlags::NONE || matches!(io, AsyncIo::Threads(_)),
@@ -954,9 +1029,12 @@ impl<'w> RecordStream<'w> {
             // PREFLUSH (or the FUA of a one-iclog checkpoint) covers the whole checkpoint.
             self.w.wait_all()?;
         }
+        // A checkpoint's commit iclog may stay in flight (see `write_checkpoint_async`); an
+        // unmount record is always written synchronously.
+        let wait = last && (self.force_flags || self.w.commit_io.is_none());
         let lsn = self
             .w
-            .write_iclog(self.slot, self.stream_len, self.tail, flags, last)?;
+            .write_iclog(self.slot, self.stream_len, self.tail, flags, wait)?;
         self.first.get_or_insert(lsn);
         self.records += 1;
         self.w.next_iclog = (self.slot + 1) % self.w.ring.len();

@@ -298,6 +298,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "ail_writeback_bytes": st.ail_writeback_bytes,
         "items_logged": st.items_logged,
         "tail_flushes": st.tail_flushes,
+        "overlapped_checkpoints": st.overlapped_checkpoints,
         "reservation_wait_us": st.reservation_wait_us,
         "cil_blocked_us": st.cil_blocked_us,
         "rss_max_bytes": rss,
