@@ -24,7 +24,7 @@ use crate::trans::grant::GrantHead;
 use crate::trans::{Reservation, Transaction};
 use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -108,6 +108,11 @@ pub struct Journal {
     pub(crate) cil_switched: Condvar,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
+    /// With `space`: a checkpoint completed, or a pusher let go of the writer.
+    pub(crate) checkpoint_done: Condvar,
+    /// The highest sequence a forcer is waiting for: the pusher writes that context next
+    /// even when it is smaller than S.
+    pub(crate) force_target: AtomicU64,
     /// Reservations, FIFO; its `in_use` mirrors `space` (see `publish_space`).
     pub(crate) grant: GrantHead,
     pub(crate) ail: Mutex<Ail>,
@@ -277,6 +282,8 @@ impl Journal {
                 safe_tail: s.head,
                 completed_seq: 0,
             }),
+            checkpoint_done: Condvar::new(),
+            force_target: AtomicU64::new(0),
             grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
             ail: Mutex::new(Ail::default()),
             ail_writeback: Mutex::new(ail_io),
@@ -364,6 +371,7 @@ impl Journal {
         self.shut_down.store(true, Ordering::Release);
         self.grant.shut_down();
         self.cil_switched.notify_all();
+        self.checkpoint_done.notify_all();
         Err(e.into())
     }
 

@@ -5,7 +5,7 @@ use crate::buf::Buf;
 use crate::cil::CilCtx;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
-use crate::log::Lsn;
+use crate::log::{LogWriter, Lsn};
 use crate::trans::item::LogItem;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
@@ -128,17 +128,72 @@ impl Journal {
     /// write's flushes overlap the next checkpoint's body instead of stalling the pusher (and
     /// the committers blocked at 2S behind it). Completions still run in sequence order.
     pub(crate) fn push(&self, seq: u64) -> Result<(), JournalError> {
+        self.push_inner(seq, false)
+    }
+
+    /// Writes a checkpoint even if the CIL is empty, so that a stable record carries the
+    /// current tail (see `free_space`).
+    pub(crate) fn push_carrying_tail(&self) -> Result<(), JournalError> {
+        let seq = self.current_seq();
+        self.push_inner(seq, true)
+    }
+
+    fn push_inner(&self, seq: u64, write_empty: bool) -> Result<(), JournalError> {
         self.check_alive()?;
-        let mut writer = self.writer.lock();
+        self.force_target.fetch_max(seq, Ordering::Relaxed);
+        let Some(mut writer) = self.writer_unless_done(seq)? else {
+            return Ok(());
+        };
+        let r = self.push_locked(&mut writer, seq, write_empty);
+        drop(writer);
+        // Forcers that found the writer taken try again, or find their checkpoint done.
+        let _sp = self.space.lock();
+        self.checkpoint_done.notify_all();
+        r
+    }
+
+    /// The writer lock, or `None` once checkpoint `seq` is complete. A forcer whose checkpoint
+    /// another pusher completes returns then, instead of queueing for the writer: under steady
+    /// load the pusher keeps it for a long run of overlapped checkpoints.
+    fn writer_unless_done(
+        &self,
+        seq: u64,
+    ) -> Result<Option<parking_lot::MutexGuard<'_, LogWriter>>, JournalError> {
+        let mut sp = self.space.lock();
+        loop {
+            if sp.completed_seq >= seq {
+                return Ok(None);
+            }
+            // Never blocks with `space` held (the writer is taken before `space` elsewhere).
+            if let Some(w) = self.writer.try_lock() {
+                return Ok(Some(w));
+            }
+            self.check_alive()?;
+            // Woken by every completion and every release of the writer; the timeout only
+            // covers writer holders that are not pushers (cover, unmount).
+            self.checkpoint_done
+                .wait_for(&mut sp, std::time::Duration::from_millis(10));
+        }
+    }
+
+    fn push_locked(
+        &self,
+        writer: &mut LogWriter,
+        seq: u64,
+        mut write_empty: bool,
+    ) -> Result<(), JournalError> {
         let mut in_flight: Option<InFlight> = None;
         loop {
             if let Some(f) = in_flight.take() {
+                let want = seq.max(self.force_target.load(Ordering::Relaxed));
                 let next_ready = {
                     let cil = self.cil.lock();
                     !cil.is_empty()
-                        && (cil.seq <= seq || cil.stream_bytes >= self.limits.space_limit)
+                        && (cil.seq <= want || cil.stream_bytes >= self.limits.space_limit)
                 };
-                if !next_ready || self.check_alive().is_err() {
+                // A commit that already completed is completed now: its items reach the AIL
+                // and its forcers go before the next body is written.
+                if !next_ready || !writer.commit_pending() || self.check_alive().is_err() {
                     if let Err(e) = writer.wait_commit() {
                         return self.shut_down(e);
                     }
@@ -160,11 +215,13 @@ impl Journal {
                 self.cil_switched.notify_all();
                 ctx
             };
-            if ctx.is_empty() {
+            let carry_tail = std::mem::take(&mut write_empty);
+            if ctx.is_empty() && !carry_tail {
                 // Only reached with nothing in flight: one in flight is followed only by a
                 // context seen non-empty, and committers only add to it.
                 debug_assert!(in_flight.is_none());
                 self.space.lock().completed_seq = ctx.seq;
+                self.checkpoint_done.notify_all();
                 continue;
             }
             let nitems = ctx.items.len() as u64;
@@ -229,6 +286,7 @@ impl Journal {
             sp.safe_tail = sp.safe_tail.max(f.written.tail);
             sp.completed_seq = f.seq;
             self.publish_space(&sp);
+            self.checkpoint_done.notify_all();
         }
         // Keep a quarter of the log free ahead of need (journal.md section 4): on the AIL
         // thread when there is one, so the pusher never waits for metadata writeback.

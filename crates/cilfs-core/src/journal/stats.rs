@@ -10,7 +10,7 @@ pub(crate) struct ExtraCounters {
     pub cil_blocked_commits: AtomicU64,
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,
-    pub tail_flushes: AtomicU64,
+    pub tail_records: AtomicU64,
     pub overlapped_checkpoints: AtomicU64,
     /// Microseconds committers spent waiting for log space, and blocked at 2S.
     pub reservation_wait_us: AtomicU64,
@@ -35,8 +35,8 @@ pub struct JournalStats {
     pub ail_len: u64,
     /// Item images written in checkpoints (a relogged item counts once per checkpoint).
     pub items_logged: u64,
-    /// Data-device flushes made only to move the tail for waiting reservations.
-    pub tail_flushes: u64,
+    /// Empty checkpoints written only to carry a tail that moved for waiting reservations.
+    pub tail_records: u64,
     /// Checkpoints written while the commit iclog of the one before was still in flight.
     pub overlapped_checkpoints: u64,
     /// Microseconds transactions spent waiting for log space (summed over threads).
@@ -63,7 +63,7 @@ impl Journal {
             ail_writeback_bytes: l(&self.extra.ail_writeback_bytes),
             ail_len: self.ail.lock().len() as u64,
             items_logged: l(&self.extra.items_logged),
-            tail_flushes: l(&self.extra.tail_flushes),
+            tail_records: l(&self.extra.tail_records),
             overlapped_checkpoints: l(&self.extra.overlapped_checkpoints),
             reservation_wait_us: l(&self.extra.reservation_wait_us),
             cil_blocked_us: l(&self.extra.cil_blocked_us),

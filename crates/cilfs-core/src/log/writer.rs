@@ -214,8 +214,10 @@ pub struct LogWriter {
     /// syscalls here), so the pusher can fill the next checkpoint meanwhile, as XFS's CIL push
     /// returns once the commit iclog is released and its completion runs later.
     commit_io: Option<IoPool>,
-    /// A commit iclog written by `commit_io` has not completed yet.
+    /// A commit iclog written by `commit_io` has not been waited for yet.
     commit_in_flight: bool,
+    /// Its completion, when `commit_pending` found it already delivered.
+    commit_reaped: Option<Result<(), DeviceError>>,
 }
 
 /// How body iclogs are written while the pusher fills the next.
@@ -579,6 +581,7 @@ impl LogWriter {
             io: None,
             commit_io: None,
             commit_in_flight: false,
+            commit_reaped: None,
         }
     }
 
@@ -672,11 +675,33 @@ impl LogWriter {
         self.commit_in_flight
     }
 
+    /// Whether the commit iclog left in flight is still being written. Takes its completion if
+    /// it has arrived, so `wait_commit` then returns at once.
+    pub fn commit_pending(&mut self) -> bool {
+        if !self.commit_in_flight || self.commit_reaped.is_some() {
+            return false;
+        }
+        let Some(pool) = self.commit_io.as_ref() else {
+            return false;
+        };
+        match pool.done.try_recv() {
+            Ok(d) => {
+                self.commit_reaped = Some(d.result);
+                false
+            }
+            Err(_) => true,
+        }
+    }
+
     /// Waits for the commit iclog left in flight by `write_checkpoint_async`, if any: once it
     /// returns Ok, that checkpoint is stable.
     pub fn wait_commit(&mut self) -> Result<(), DeviceError> {
         if !self.commit_in_flight {
             return Ok(());
+        }
+        if let Some(r) = self.commit_reaped.take() {
+            self.commit_in_flight = false;
+            return r;
         }
         let Some(pool) = self.commit_io.as_ref() else {
             unreachable!("a commit iclog in flight without the commit thread")

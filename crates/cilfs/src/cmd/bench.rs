@@ -297,7 +297,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "cil_blocked_commits": st.cil_blocked_commits,
         "ail_writeback_bytes": st.ail_writeback_bytes,
         "items_logged": st.items_logged,
-        "tail_flushes": st.tail_flushes,
+        "tail_records": st.tail_records,
         "overlapped_checkpoints": st.overlapped_checkpoints,
         "reservation_wait_us": st.reservation_wait_us,
         "cil_blocked_us": st.cil_blocked_us,
