@@ -9,6 +9,10 @@ use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;
 
+/// Sectors a tail moved by relief must gain before an empty checkpoint is written to carry it
+/// (that record is two sectors: a header and one of ops).
+const TAIL_RECORD_MIN_SECTORS: u32 = 8;
+
 impl Journal {
     /// Bytes of log that reservations may use: the log less room for an unmount record and the
     /// rounding of the last iclog of each checkpoint.
@@ -90,7 +94,12 @@ impl Journal {
             let writer = self.writer.lock();
             self.ail.lock().min_lsn().unwrap_or(writer.head())
         };
-        if tail > before {
+        // Only for more space than the record itself takes: with the AIL empty the tail is the
+        // head, which each empty checkpoint moves on, and a waiter that other reservations keep
+        // short would otherwise write one after another.
+        if tail > before
+            && self.space_math.distance(before, tail) > u64::from(TAIL_RECORD_MIN_SECTORS)
+        {
             // The tail moved with nothing to checkpoint. Space behind it is reused only once a
             // stable record carries it: a crash that keeps part of the next checkpoint, written
             // over the old tail, would otherwise leave recovery starting from that old tail
@@ -123,8 +132,8 @@ impl Journal {
     ///
     /// Early and deep, rather than at a quarter free: the tail becomes safe only when a
     /// checkpoint sampled after the write back completes (log space is reused only behind a
-    /// tail that a stable record carries), and the CIL context being written plus the one
-    /// filling may hold 4S. A pass started later is overtaken by the head, and reservations
+    /// tail that a stable record carries), and the contexts charged at once (one whose commit
+    /// is in flight, one being written, one filling) may hold up to 6S. A pass started later is overtaken by the head, and reservations
     /// that then run dry stall every committer. Pinned items below the target push the CIL,
     /// as xfsaild forces the log when it meets pinned items: only their checkpoint can move
     /// them. Under memory pressure everything unpinned is written back.

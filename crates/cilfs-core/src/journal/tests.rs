@@ -621,3 +621,40 @@ fn force_of_a_completed_checkpoint_does_not_wait_for_the_writer() {
     t.join().unwrap();
     assert_eq!(done, Ok(true), "the force waited for the writer");
 }
+
+/// A reservation that other open transactions keep short, with nothing left to write back,
+/// sleeps: relief does not write one empty checkpoint after another to chase the head.
+#[test]
+fn a_waiter_kept_short_by_other_reservations_writes_no_stream_of_tail_records() {
+    let dev = fresh(44);
+    let j = open(&dev, FlushPolicy::Reduced);
+    for i in 0..10 {
+        let seq = write_block(&j, 300 + i, 3);
+        j.force(seq).unwrap();
+    }
+    let unit = Reservation::for_buffers(8, BS).unit_bytes;
+    let capacity = j.capacity();
+    // Open transactions holding all but `unit - 1` bytes: the waiter cannot fit until they go.
+    let mut holders = Vec::new();
+    let mut left = capacity - (unit - 1);
+    while left > 0 {
+        let take = left.min(capacity / 4);
+        holders.push(j.begin(Reservation { unit_bytes: take }).unwrap());
+        left -= take;
+    }
+    let checkpoints = || j.counters.checkpoints.load(Ordering::Relaxed);
+    let before = checkpoints();
+    let during = std::thread::scope(|s| {
+        let waiter = s.spawn(|| j.begin(Reservation { unit_bytes: unit }).map(drop));
+        // Gives a spinning waiter time to write; a correct one sleeps through it.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let during = checkpoints() - before;
+        drop(std::mem::take(&mut holders));
+        waiter.join().unwrap().unwrap();
+        during
+    });
+    assert!(
+        during <= 2,
+        "{during} checkpoints written while the waiter could not fit"
+    );
+}
