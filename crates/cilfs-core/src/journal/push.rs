@@ -230,10 +230,22 @@ impl Journal {
             // Until the checkpoint in flight completes its items are not in the AIL, so the
             // tail this one stamps must not pass its start.
             let floor = in_flight.as_ref().map(|f| f.written.start);
-            let written = writer.write_checkpoint_async(ctx.seq, images.into_iter(), |head| {
-                let tail = self.ail.lock().min_lsn().unwrap_or(head);
-                floor.map_or(tail, |f| tail.min(f))
-            });
+            // The one in flight completes as soon as its commit has, while this body is written.
+            let mut completed = Ok(());
+            let written = writer.write_checkpoint_overlapped(
+                ctx.seq,
+                images.into_iter(),
+                |head| {
+                    let tail = self.ail.lock().min_lsn().unwrap_or(head);
+                    floor.map_or(tail, |f| tail.min(f))
+                },
+                &mut || {
+                    if let Some(f) = in_flight.take() {
+                        completed = self.complete_checkpoint(f);
+                    }
+                },
+            );
+            completed?;
             let written = match written {
                 Ok(w) => w,
                 Err(e) => return self.shut_down(e),
