@@ -232,7 +232,7 @@ impl Journal {
             let floor = in_flight.as_ref().map(|f| f.written.start);
             // The one in flight completes as soon as its commit has, while this body is written.
             let mut completed = Ok(());
-            let written = writer.write_checkpoint_overlapped(
+            let written = writer.write_checkpoint_async(
                 ctx.seq,
                 images.into_iter(),
                 |head| {

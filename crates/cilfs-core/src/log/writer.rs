@@ -802,7 +802,7 @@ impl LogWriter {
         I: ExactSizeIterator,
         I::Item: AsRef<[u8]>,
     {
-        let w = self.write_checkpoint_async(seq, items, sample_tail)?;
+        let w = self.write_checkpoint_async(seq, items, sample_tail, &mut || {})?;
         self.wait_commit()?;
         Ok(w)
     }
@@ -811,24 +811,12 @@ impl LogWriter {
     /// on return: the checkpoint is stable only once `wait_commit` (or the next checkpoint's
     /// commit, which waits for it) returns Ok. Until then a later checkpoint must not stamp a
     /// tail past this one's start.
+    ///
+    /// The commit iclog of the checkpoint before may itself still be in flight: `prior_stable`
+    /// runs (at most once) as soon as that commit is found completed without error, between
+    /// this checkpoint's iclogs, so the caller can complete the earlier checkpoint without
+    /// waiting for this body (as XFS runs completions at IO completion).
     pub fn write_checkpoint_async<I>(
-        &mut self,
-        seq: u64,
-        items: I,
-        sample_tail: impl FnOnce(Lsn) -> Lsn,
-    ) -> Result<Written, DeviceError>
-    where
-        I: ExactSizeIterator,
-        I::Item: AsRef<[u8]>,
-    {
-        self.write_checkpoint_overlapped(seq, items, sample_tail, &mut || {})
-    }
-
-    /// As `write_checkpoint_async`, while the commit iclog of the checkpoint before may still be
-    /// in flight: `prior_stable` runs (at most once) as soon as that commit is found completed
-    /// without error, between this checkpoint's iclogs, so the caller can complete the earlier
-    /// checkpoint without waiting for this body (as XFS runs completions at IO completion).
-    pub fn write_checkpoint_overlapped<I>(
         &mut self,
         seq: u64,
         items: I,
@@ -1003,7 +991,7 @@ struct RecordStream<'w> {
     records: usize,
     /// Every record PREFLUSH+FUA (unmount record).
     force_flags: bool,
-    /// Told when the previous checkpoint's commit iclog completed (`write_checkpoint_overlapped`).
+    /// Told when the previous checkpoint's commit iclog completed (`write_checkpoint_async`).
     prior_stable: Option<&'w mut dyn FnMut()>,
 }
 
