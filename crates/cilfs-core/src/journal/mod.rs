@@ -128,8 +128,8 @@ pub struct Journal {
     pub(crate) meta_first: u64,
     pub(crate) meta_end: u64,
     pub(crate) recovered: RecoveryReport,
-    /// Tests stop the AIL thread's ahead passes, so that only reservation relief frees space.
-    #[cfg(test)]
+    /// No write back ahead of need: only reservation relief frees log space (crash explorers
+    /// and tests, see `set_ail_push_ahead`).
     pub(crate) ahead_paused: AtomicBool,
 }
 
@@ -298,7 +298,6 @@ impl Journal {
             meta_first,
             meta_end,
             recovered,
-            #[cfg(test)]
             ahead_paused: AtomicBool::new(false),
         });
         if cfg.push_mode == PushMode::Background {
@@ -436,6 +435,13 @@ impl Journal {
         sp.safe_tail = sp.safe_tail.max(lsn);
         self.publish_space(&sp);
         Ok(true)
+    }
+
+    /// Turns writing the AIL back ahead of need off or on (on by default). Off, the log runs
+    /// full and every byte of space comes from reservation relief, which the crash explorers
+    /// must crash; nothing else should turn it off.
+    pub fn set_ail_push_ahead(&self, on: bool) {
+        self.ahead_paused.store(!on, Ordering::Relaxed);
     }
 
     /// (bytes reserved by open transactions, bytes charged by unwritten CIL contexts).

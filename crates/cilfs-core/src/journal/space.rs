@@ -67,13 +67,26 @@ impl Journal {
     /// background mode it only asks the AIL thread to free space and returns `false`, so the
     /// waiter sleeps until space is published (as XFS's grant waiters push xfsaild and sleep):
     /// a waiter doing the write back itself kept writing for hundreds of milliseconds after the
-    /// checkpoint it was waiting for had freed the space. In inline mode it frees space itself.
+    /// checkpoint it was waiting for had freed the space. In inline mode it frees space itself,
+    /// as the AIL thread would (a quarter of the log first, so the crash explorers, which run
+    /// inline, crash relief that leaves items in the AIL), and everything if that did not help.
     pub(crate) fn make_space(&self) -> Result<bool, JournalError> {
         if let Some(a) = self.ail_worker.lock().as_ref() {
             a.kick_urgent();
             return Ok(false);
         }
+        if self.free_space(self.relief_target())? {
+            return Ok(true);
+        }
         self.free_space(Lsn::from_raw(u64::MAX))
+    }
+
+    /// How far relief writes back: a quarter of the log past the safe tail (XFS's free
+    /// threshold).
+    fn relief_target(&self) -> Lsn {
+        let safe_tail = self.space.lock().safe_tail;
+        self.space_math
+            .advance(safe_tail, self.space_math.sectors / 4)
     }
 
     /// Frees log space now: writes back the unpinned items below `target`, pushes the CIL if
@@ -113,15 +126,11 @@ impl Journal {
         Ok(false)
     }
 
-    /// The AIL thread's answer to a waiting reservation: free a quarter of the log past the
-    /// safe tail (XFS's free threshold), then wake the waiters whether or not that helped, so
-    /// none sleeps on a wakeup that never comes.
+    /// The AIL thread's answer to a waiting reservation: free up to the relief target, then
+    /// wake the waiters whether or not that helped, so none sleeps on a wakeup that never
+    /// comes.
     pub(crate) fn relieve_waiters(&self) -> Result<(), JournalError> {
-        let safe_tail = self.space.lock().safe_tail;
-        let target = self
-            .space_math
-            .advance(safe_tail, self.space_math.sectors / 4);
-        let r = self.free_space(target);
+        let r = self.free_space(self.relief_target());
         self.grant.update(|_| ());
         r.map(|_| ())
     }
@@ -138,7 +147,6 @@ impl Journal {
     /// as xfsaild forces the log when it meets pinned items: only their checkpoint can move
     /// them. Under memory pressure everything unpinned is written back.
     pub(crate) fn ail_push_ahead(&self) -> Result<(), JournalError> {
-        #[cfg(test)]
         if self.ahead_paused.load(Ordering::Relaxed) {
             return Ok(());
         }
