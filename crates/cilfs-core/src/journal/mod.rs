@@ -386,6 +386,12 @@ impl Journal {
             "AIL not empty after a full push at unmount: {r:?}"
         );
         let mut w = self.writer.lock();
+        let r = self.unmount_locked(&mut w);
+        self.release_writer(w);
+        r
+    }
+
+    fn unmount_locked(&self, w: &mut LogWriter) -> Result<(), JournalError> {
         let lsn = match w.write_unmount() {
             Ok(l) => l,
             Err(e) => return self.shut_down(e),
@@ -415,6 +421,12 @@ impl Journal {
         // Checkpoints complete only under the writer lock: holding it, the AIL and CIL state
         // below cannot change under us.
         let mut w = self.writer.lock();
+        let r = self.cover_locked(&mut w);
+        self.release_writer(w);
+        r
+    }
+
+    fn cover_locked(&self, w: &mut LogWriter) -> Result<bool, JournalError> {
         let covered_at = self.extra.covered_head.load(Ordering::Relaxed);
         if !self.ail.lock().is_empty()
             || !self.cil.lock().is_empty()

@@ -145,11 +145,16 @@ impl Journal {
             return Ok(());
         };
         let r = self.push_locked(&mut writer, seq, write_empty);
+        self.release_writer(writer);
+        r
+    }
+
+    /// Lets go of the writer and wakes forcers that found it taken: they try again, or find
+    /// their checkpoint done. Every holder of the writer releases it through here.
+    pub(crate) fn release_writer(&self, writer: parking_lot::MutexGuard<'_, LogWriter>) {
         drop(writer);
-        // Forcers that found the writer taken try again, or find their checkpoint done.
         let _sp = self.space.lock();
         self.checkpoint_done.notify_all();
-        r
     }
 
     /// The writer lock, or `None` once checkpoint `seq` is complete. A forcer whose checkpoint
@@ -169,8 +174,8 @@ impl Journal {
                 return Ok(Some(w));
             }
             self.check_alive()?;
-            // Woken by every completion and every release of the writer; the timeout only
-            // covers writer holders that are not pushers (cover, unmount).
+            // Woken by every completion and every release of the writer (`release_writer`);
+            // the timeout is only a net.
             self.checkpoint_done
                 .wait_for(&mut sp, std::time::Duration::from_millis(10));
         }
@@ -216,13 +221,17 @@ impl Journal {
                 ctx
             };
             let carry_tail = std::mem::take(&mut write_empty);
-            if ctx.is_empty() && !carry_tail {
-                // Only reached with nothing in flight: one in flight is followed only by a
-                // context seen non-empty, and committers only add to it.
-                debug_assert!(in_flight.is_none());
-                self.space.lock().completed_seq = ctx.seq;
-                self.checkpoint_done.notify_all();
-                continue;
+            if ctx.is_empty() {
+                if carry_tail {
+                    self.extra.tail_records.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // Only reached with nothing in flight: one in flight is followed only by a
+                    // context seen non-empty, and committers only add to it.
+                    debug_assert!(in_flight.is_none());
+                    self.space.lock().completed_seq = ctx.seq;
+                    self.checkpoint_done.notify_all();
+                    continue;
+                }
             }
             let nitems = ctx.items.len() as u64;
             let (items, images): (Vec<_>, Vec<_>) =
@@ -243,6 +252,7 @@ impl Journal {
                     if let Some(f) = in_flight.take() {
                         completed = self.complete_checkpoint(f);
                     }
+                    completed.is_ok()
                 },
             );
             completed?;

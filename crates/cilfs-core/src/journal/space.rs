@@ -105,7 +105,9 @@ impl Journal {
         }
         let tail = {
             let writer = self.writer.lock();
-            self.ail.lock().min_lsn().unwrap_or(writer.head())
+            let tail = self.ail.lock().min_lsn().unwrap_or(writer.head());
+            self.release_writer(writer);
+            tail
         };
         // Only for more space than the record itself takes: with the AIL empty the tail is the
         // head, which each empty checkpoint moves on, and a waiter that other reservations keep
@@ -119,7 +121,6 @@ impl Journal {
             // (the last valid record's) and stopping at the overwritten sectors, short of
             // checkpoints whose items are not written back. So write an empty checkpoint: it
             // samples the tail, flushes the data device first and commits with FUA.
-            self.extra.tail_records.fetch_add(1, Ordering::Relaxed);
             self.push_carrying_tail()?;
             return Ok(true);
         }

@@ -802,7 +802,7 @@ impl LogWriter {
         I: ExactSizeIterator,
         I::Item: AsRef<[u8]>,
     {
-        let w = self.write_checkpoint_async(seq, items, sample_tail, &mut || {})?;
+        let w = self.write_checkpoint_async(seq, items, sample_tail, &mut || true)?;
         self.wait_commit()?;
         Ok(w)
     }
@@ -815,13 +815,14 @@ impl LogWriter {
     /// The commit iclog of the checkpoint before may itself still be in flight: `prior_stable`
     /// runs (at most once) as soon as that commit is found completed without error, between
     /// this checkpoint's iclogs, so the caller can complete the earlier checkpoint without
-    /// waiting for this body (as XFS runs completions at IO completion).
+    /// waiting for this body (as XFS runs completions at IO completion). If it returns false
+    /// (the caller shut down), nothing more of this checkpoint is written.
     pub fn write_checkpoint_async<I>(
         &mut self,
         seq: u64,
         items: I,
         sample_tail: impl FnOnce(Lsn) -> Lsn,
-        prior_stable: &mut dyn FnMut(),
+        prior_stable: &mut dyn FnMut() -> bool,
     ) -> Result<Written, DeviceError>
     where
         I: ExactSizeIterator,
@@ -992,7 +993,7 @@ struct RecordStream<'w> {
     /// Every record PREFLUSH+FUA (unmount record).
     force_flags: bool,
     /// Told when the previous checkpoint's commit iclog completed (`write_checkpoint_async`).
-    prior_stable: Option<&'w mut dyn FnMut()>,
+    prior_stable: Option<&'w mut dyn FnMut() -> bool>,
 }
 
 impl<'w> RecordStream<'w> {
@@ -1088,7 +1089,15 @@ impl<'w> RecordStream<'w> {
         if !last {
             if self.prior_stable.is_some() && self.w.take_completed_commit() {
                 if let Some(f) = self.prior_stable.take() {
-                    f();
+                    if !f() {
+                        return Err(DeviceError::Io {
+                            kind: cilfs_device::IoKind::Write,
+                            offset: self.w.log_offset,
+                            source: std::io::Error::other(
+                                "the journal shut down while a checkpoint was written",
+                            ),
+                        });
+                    }
                 }
             }
             self.w.claim()?;
