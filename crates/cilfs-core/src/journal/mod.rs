@@ -108,7 +108,8 @@ pub struct Journal {
     pub(crate) cil_switched: Condvar,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
-    /// With `space`: a checkpoint completed, or a pusher let go of the writer.
+    /// With `space`: a checkpoint completed, or a holder let go of the writer
+    /// (`release_writer`).
     pub(crate) checkpoint_done: Condvar,
     /// The highest sequence a forcer is waiting for: the pusher writes that context next
     /// even when it is smaller than S.

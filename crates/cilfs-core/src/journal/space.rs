@@ -89,9 +89,9 @@ impl Journal {
             .advance(safe_tail, self.space_math.sectors / 4)
     }
 
-    /// Frees log space now: writes back the unpinned items below `target`, pushes the CIL if
-    /// pinned items hold the tail, and flushes the data device so the new tail becomes safe.
-    /// Returns whether the safe tail moved or a checkpoint was written.
+    /// Frees log space now: writes back the unpinned items below `target`, then pushes the CIL
+    /// if pinned items or uncheckpointed changes hold the tail, or else writes an empty
+    /// checkpoint to carry a tail that moved. Returns whether a checkpoint was pushed.
     pub(crate) fn free_space(&self, target: Lsn) -> Result<bool, JournalError> {
         let before = self.space.lock().safe_tail;
         let r = self.write_back_ail(target)?;
@@ -143,8 +143,8 @@ impl Journal {
     /// Early and deep, rather than at a quarter free: the tail becomes safe only when a
     /// checkpoint sampled after the write back completes (log space is reused only behind a
     /// tail that a stable record carries), and the contexts charged at once (one whose commit
-    /// is in flight, one being written, one filling) may hold up to 6S. A pass started later is overtaken by the head, and reservations
-    /// that then run dry stall every committer. Pinned items below the target push the CIL,
+    /// is in flight, one being written, one filling) may hold up to 6S. A pass started later
+    /// is overtaken by the head, and reservations that then run dry stall every committer. Pinned items below the target push the CIL,
     /// as xfsaild forces the log when it meets pinned items: only their checkpoint can move
     /// them. Under memory pressure everything unpinned is written back.
     pub(crate) fn ail_push_ahead(&self) -> Result<(), JournalError> {
