@@ -237,15 +237,17 @@ impl Journal {
             let (items, images): (Vec<_>, Vec<_>) =
                 ctx.items.into_values().map(|e| (e.item, e.image)).unzip();
             // Until the checkpoint in flight completes its items are not in the AIL, so the
-            // tail this one stamps must not pass its start.
+            // tail this one stamps must not pass its start. (Sampled again for the commit
+            // record, the tail stays at or below that start if the one in flight completed
+            // meanwhile: its items entered the AIL there.)
             let floor = in_flight.as_ref().map(|f| f.written.start);
             // The one in flight completes as soon as its commit has, while this body is written.
             let mut completed = Ok(());
             let written = writer.write_checkpoint_async(
                 ctx.seq,
                 images.into_iter(),
-                |head| {
-                    let tail = self.ail.lock().min_lsn().unwrap_or(head);
+                |start| {
+                    let tail = self.ail.lock().min_lsn().unwrap_or(start).min(start);
                     floor.map_or(tail, |f| tail.min(f))
                 },
                 &mut || {

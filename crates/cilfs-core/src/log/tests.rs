@@ -222,3 +222,232 @@ fn queued_pusher_takes_any_free_iclog() {
     assert_eq!(scan.checkpoints.len(), 1);
     assert_eq!(scan.checkpoints[0].items.len(), 40);
 }
+
+/// Writes three checkpoints, the first two stamping the first one's start as the tail; the
+/// third's sampler answers its first call with that too and later ones with the second's start. Returns the
+/// calls seen (the bound each was given), what the writer reports, and the log read back.
+fn third_checkpoint_sampled(
+    w: &mut LogWriter,
+    region: &LogRegion<'_>,
+    third_items: usize,
+) -> (Vec<Lsn>, super::writer::Written, super::recover::LogScan) {
+    let a = item(5, 1000, 1);
+    let first = w.write_checkpoint(1, [&a[..]].into_iter(), |h| h).unwrap();
+    let second = w
+        .write_checkpoint(2, [&a[..]].into_iter(), |_| first.start)
+        .unwrap();
+    let items: Vec<Vec<u8>> = (0..third_items as u64).map(|i| item(i, 4000, 3)).collect();
+    let mut calls = Vec::new();
+    let written = w
+        .write_checkpoint(3, items.iter().map(|v| &v[..]), |bound| {
+            calls.push(bound);
+            if calls.len() == 1 {
+                first.start
+            } else {
+                second.start.min(bound)
+            }
+        })
+        .unwrap();
+    (calls, written, scan_log(region, 4096).unwrap())
+}
+
+/// The commit iclog of a many-iclog checkpoint carries PREFLUSH, which on an internal log also
+/// makes stable what was written back while the body went out: it stamps the tail sampled
+/// again then (XFS's tail-sampling rule), the body keeps the tail sampled before the start
+/// flush, and recovery takes the fresher one from the newest record.
+#[test]
+fn the_commit_record_carries_a_tail_sampled_after_the_body() {
+    let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let mut w = writer(&dev, Lsn::new(1, 0), 1);
+    let region = region(&dev);
+    let (calls, written, scan) = third_checkpoint_sampled(&mut w, &region, 10);
+    assert_eq!(calls.len(), 2, "sampled again for the commit iclog");
+    assert_eq!(calls[1], written.start, "bounded by the checkpoint's start");
+    let tails: Vec<Lsn> = scan
+        .records
+        .iter()
+        .filter(|r| r.header.lsn >= written.start)
+        .map(|r| r.header.tail)
+        .collect();
+    assert!(tails.len() > 2, "the checkpoint should span several iclogs");
+    let (body, commit) = tails.split_at(tails.len() - 1);
+    assert!(body.iter().all(|&t| t == Lsn::new(1, 0)), "{body:?}");
+    assert!(commit[0] > Lsn::new(1, 0), "{commit:?}");
+    assert_eq!(written.tail, commit[0]);
+    assert_eq!(scan.tail, commit[0]);
+    assert_eq!(scan.checkpoints.last().unwrap().seq, 3);
+}
+
+/// No fresher tail where nothing flushes the data device before the commit record: a
+/// one-iclog checkpoint (FUA only) and, under the reduced policy, an external log (whose
+/// PREFLUSH flushes only the log device). Stamping one there could start recovery past
+/// checkpoints whose write back was lost from the data device's cache.
+#[test]
+fn no_fresher_tail_without_a_flush_covering_the_data_device() {
+    let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let mut w = writer(&dev, Lsn::new(1, 0), 1);
+    let region = region(&dev);
+    let (calls, written, scan) = third_checkpoint_sampled(&mut w, &region, 1);
+    assert_eq!(calls.len(), 1, "a one-iclog checkpoint has no PREFLUSH");
+    assert_eq!(written.tail, Lsn::new(1, 0));
+    assert_eq!(scan.tail, Lsn::new(1, 0));
+
+    let log = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let data: Arc<dyn Device> = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let place = LogPlacement {
+        log_dev: log.clone(),
+        data_dev: data,
+        external: true,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    };
+    let cfg = LogConfig {
+        logbufs: 2,
+        logbsize: 16 * 1024,
+        policy: FlushPolicy::Reduced,
+    };
+    let mut w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::default());
+    let region = LogRegion {
+        dev: &*log,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    };
+    let (calls, written, scan) = third_checkpoint_sampled(&mut w, &region, 10);
+    assert_eq!(
+        calls.len(),
+        1,
+        "an external log's PREFLUSH does not cover the data device"
+    );
+    assert_eq!(written.tail, Lsn::new(1, 0));
+    assert_eq!(scan.tail, Lsn::new(1, 0));
+}
+
+/// A log device that writes metadata back to the data device once, right after the first log
+/// write following `arm`: as the AIL does while a checkpoint's body goes out.
+#[derive(Debug)]
+struct WritesBackDuringBody {
+    log: Arc<SimDevice>,
+    data: Arc<SimDevice>,
+    armed: std::sync::atomic::AtomicBool,
+    written_back: Arc<std::sync::atomic::AtomicBool>,
+}
+
+const DATA_BLOCK: u64 = 100;
+
+impl Device for WritesBackDuringBody {
+    fn read(&self, offset: u64, buf: &mut [u8]) -> cilfs_device::Result<()> {
+        self.log.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> cilfs_device::Result<()> {
+        self.log.write(offset, buf, flags)?;
+        if self.armed.swap(false, Ordering::SeqCst) {
+            self.data
+                .write(DATA_BLOCK * 4096, &[0xAB; 4096], WriteFlags::NONE)?;
+            self.written_back.store(true, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+    fn flush(&self) -> cilfs_device::Result<()> {
+        self.log.flush()
+    }
+    fn len(&self) -> u64 {
+        self.log.len()
+    }
+    fn stats(&self) -> cilfs_device::IoStats {
+        self.log.stats()
+    }
+}
+
+/// A block is logged, then written back while the next checkpoint's body goes out, so the
+/// commit record may carry a tail past the block's checkpoint. Power is then cut and every
+/// volatile write lost: the block must come back, from the data device if a flush made its
+/// write back stable before the commit record, from the log otherwise. Internal and external
+/// logs, both policies (an external log under the reduced policy is the case a fresher tail
+/// would break: its commit PREFLUSH does not flush the data device).
+#[test]
+fn a_block_written_back_during_a_body_survives_a_crash_after_its_commit() {
+    for external in [false, true] {
+        for policy in [FlushPolicy::Reduced, FlushPolicy::Legacy] {
+            let what = format!("external {external}, {policy:?}");
+            let log_sim = Arc::new(SimDevice::new(LOG_BYTES + (1 << 20), 1));
+            let data_sim = if external {
+                Arc::new(SimDevice::new(1 << 20, 2))
+            } else {
+                Arc::clone(&log_sim)
+            };
+            let written_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let hooked = Arc::new(WritesBackDuringBody {
+                log: Arc::clone(&log_sim),
+                data: Arc::clone(&data_sim),
+                armed: false.into(),
+                written_back: Arc::clone(&written_back),
+            });
+            let log_dev: Arc<dyn Device> = hooked.clone();
+            let data_dev: Arc<dyn Device> = if external {
+                data_sim.clone()
+            } else {
+                log_dev.clone()
+            };
+            let place = LogPlacement {
+                log_dev,
+                data_dev,
+                external,
+                offset: 0,
+                space: LogSpace::new(LOG_BYTES),
+            };
+            let cfg = LogConfig {
+                logbufs: 2,
+                logbsize: 16 * 1024,
+                policy,
+            };
+            let mut w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::default());
+            let block = encode_buf_item(DATA_BLOCK, false, None, &[0xAB; 4096], &[(0, 4096)]);
+            let first = w
+                .write_checkpoint(1, [&block[..]].into_iter(), |h| h)
+                .unwrap();
+            hooked.armed.store(true, Ordering::SeqCst);
+            let others: Vec<Vec<u8>> = (0..10).map(|i| item(200 + i, 4000, 3)).collect();
+            // The block leaves the AIL once written back: the tail is then this checkpoint's
+            // start (nothing older is needed); before, the block's checkpoint holds it.
+            w.write_checkpoint(2, others.iter().map(|v| &v[..]), |start| {
+                if written_back.load(Ordering::SeqCst) {
+                    start
+                } else {
+                    first.start
+                }
+            })
+            .unwrap();
+            assert!(written_back.load(Ordering::SeqCst), "{what}: no write back");
+            drop(w);
+
+            let crashed_log =
+                Arc::new(log_sim.crash_with(&mut |_, _| cilfs_device::Survival::Lost));
+            let crashed_data = if external {
+                Arc::new(data_sim.crash_with(&mut |_, _| cilfs_device::Survival::Lost))
+            } else {
+                Arc::clone(&crashed_log)
+            };
+            let region = LogRegion {
+                dev: &*crashed_log,
+                offset: 0,
+                space: LogSpace::new(LOG_BYTES),
+            };
+            let scan = scan_log(&region, 4096).unwrap();
+            assert_eq!(scan.checkpoints.last().map(|c| c.seq), Some(2), "{what}");
+            let target = super::recover::ReplayTarget {
+                dev: &*crashed_data,
+                block_size: 4096,
+                first_block: 0,
+                end_block: 256,
+                uuid: [0; 16],
+            };
+            super::recover::replay(&scan.checkpoints, &target).unwrap();
+            let mut back = vec![0u8; 4096];
+            crashed_data.read(DATA_BLOCK * 4096, &mut back).unwrap();
+            assert!(
+                back.iter().all(|&b| b == 0xAB),
+                "{what}: the block was lost"
+            );
+        }
+    }
+}

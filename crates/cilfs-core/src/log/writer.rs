@@ -785,10 +785,14 @@ impl LogWriter {
 
     /// Writes one checkpoint: start op, one op per item payload, commit op.
     ///
-    /// `sample_tail` is called before anything is written; with the reduced policy the data
-    /// device is then flushed, so the sampled tail is safe to stamp into every record and
+    /// `sample_tail(start)` gives the tail to stamp, at most `start` (where the checkpoint's
+    /// first record goes). It is called before anything is written; with the reduced policy the
+    /// data device is then flushed, so the sampled tail is safe to stamp into every record and
     /// everything written back before the sample (and all ordered data) is stable before the
-    /// first iclog goes out.
+    /// first iclog goes out. It is called again for a commit iclog whose PREFLUSH covers the
+    /// data device (internal log, or legacy on an external one): the commit record carries that
+    /// fresher tail, which the flush makes safe as XFS's tail-sampling rule does, and the
+    /// returned `Written::tail` is the one it carries.
     ///
     /// Owned images are dropped as soon as they are packed, so the memory of a checkpoint being
     /// written shrinks while the next context fills.
@@ -796,7 +800,7 @@ impl LogWriter {
         &mut self,
         seq: u64,
         items: I,
-        sample_tail: impl FnOnce(Lsn) -> Lsn,
+        sample_tail: impl FnMut(Lsn) -> Lsn,
     ) -> Result<Written, DeviceError>
     where
         I: ExactSizeIterator,
@@ -821,7 +825,7 @@ impl LogWriter {
         &mut self,
         seq: u64,
         items: I,
-        sample_tail: impl FnOnce(Lsn) -> Lsn,
+        mut sample_tail: impl FnMut(Lsn) -> Lsn,
         prior_stable: &mut dyn FnMut() -> bool,
     ) -> Result<Written, DeviceError>
     where
@@ -836,12 +840,13 @@ impl LogWriter {
         self.claim()?;
         let mut w = RecordStream::new(self, tail);
         w.prior_stable = Some(prior_stable);
+        w.resample_tail = Some(&mut sample_tail);
         w.op(seq, OpKind::Start, &seq.to_le_bytes())?;
         for item in items {
             w.op(seq, OpKind::Item, item.as_ref())?;
         }
         w.op(seq, OpKind::Commit, &count.to_le_bytes())?;
-        let (start, commit) = w.finish()?;
+        let (start, commit, tail) = w.finish()?;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(Written {
             start,
@@ -859,7 +864,7 @@ impl LogWriter {
         let mut w = RecordStream::new(self, tail);
         w.force_flags = true;
         w.op(0, OpKind::Unmount, &[])?;
-        let (lsn, _) = w.finish()?;
+        let (lsn, _, _) = w.finish()?;
         self.counters
             .unmount_records
             .fetch_add(1, Ordering::Relaxed);
@@ -994,6 +999,8 @@ struct RecordStream<'w> {
     force_flags: bool,
     /// Told when the previous checkpoint's commit iclog completed (`write_checkpoint_async`).
     prior_stable: Option<&'w mut dyn FnMut() -> bool>,
+    /// Samples the tail again for a commit iclog whose PREFLUSH covers the data device.
+    resample_tail: Option<&'w mut dyn FnMut(Lsn) -> Lsn>,
 }
 
 impl<'w> RecordStream<'w> {
@@ -1010,6 +1017,7 @@ impl<'w> RecordStream<'w> {
             records: 0,
             force_flags: false,
             prior_stable: None,
+            resample_tail: None,
         }
     }
 
@@ -1075,6 +1083,18 @@ impl<'w> RecordStream<'w> {
             // The commit iclog goes out only after every earlier iclog completed, so that its
             // PREFLUSH (or the FUA of a one-iclog checkpoint) covers the whole checkpoint.
             self.w.wait_all()?;
+            // Its PREFLUSH also makes stable what the AIL wrote back while the body went out
+            // (on an internal log the flush is the data device's; legacy flushes the data
+            // device before each flagged write to an external log): the commit record may
+            // carry the tail as it is now, so that space frees one checkpoint sooner.
+            let covers_data = !self.w.external || policy == FlushPolicy::Legacy;
+            if flags.contains(WriteFlags::PREFLUSH) && covers_data && !self.force_flags {
+                if let Some(sample) = self.resample_tail.take() {
+                    let fresh = sample(self.first.unwrap_or(self.w.head));
+                    debug_assert!(fresh >= self.tail, "tail {fresh} behind {}", self.tail);
+                    self.tail = self.tail.max(fresh);
+                }
+            }
         }
         // A checkpoint's commit iclog may stay in flight (see `write_checkpoint_async`); an
         // unmount record is always written synchronously.
@@ -1106,11 +1126,12 @@ impl<'w> RecordStream<'w> {
         Ok(())
     }
 
-    /// Writes the last iclog; returns (first record LSN, last record LSN).
-    fn finish(mut self) -> Result<(Lsn, Lsn), DeviceError> {
+    /// Writes the last iclog; returns the first and last record LSNs and the tail the last
+    /// one carries.
+    fn finish(mut self) -> Result<(Lsn, Lsn, Lsn), DeviceError> {
         let last = self.w.head;
         self.emit(true)?;
-        Ok((self.first.unwrap_or(last), last))
+        Ok((self.first.unwrap_or(last), last, self.tail))
     }
 }
 
