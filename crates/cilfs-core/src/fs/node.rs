@@ -323,7 +323,67 @@ mod tests {
         assert_eq!(Node::decode(&block, 5, 1).expect("decodes"), i);
     }
 
+    /// Sorted keys drawn from a few owners, some with offsets spread over the whole range
+    /// (hashes), some bunched (sequential numbers), so searches meet even and uneven nodes.
+    fn sorted_keys() -> impl Strategy<Value = Vec<Key>> {
+        proptest::collection::vec((0u64..4, any::<bool>(), any::<u64>(), 0u64..64), 0..160)
+            .prop_map(|raw| {
+                let mut keys: Vec<Key> = raw
+                    .into_iter()
+                    .map(|(a, spread, h, n)| Key::new(a * 1000, if spread { h } else { n }))
+                    .collect();
+                keys.sort();
+                keys.dedup();
+                keys
+            })
+    }
+
     proptest! {
+        /// A point lookup step on the encoded node finds what a binary search of the decoded
+        /// node finds, for keys present, absent, and beyond either end.
+        #[test]
+        fn raw_step_agrees_with_the_decoded_node(keys in sorted_keys(), probes in proptest::collection::vec((0u64..4, any::<u64>(), 0u64..64, any::<bool>()), 1..40), interior in any::<bool>()) {
+            let mut block = vec![0u8; 4096];
+            let node = if interior {
+                let mut items: Vec<(Key, u64)> = keys.iter().enumerate().map(|(i, &k)| (k, 100 + i as u64)).collect();
+                if items.is_empty() {
+                    items.push((Key::MIN, 99));
+                }
+                Node { tree: 1, level: 1, body: Body::Interior(items) }
+            } else {
+                Node { tree: 1, level: 0, body: Body::Leaf(keys.iter().map(|&k| (k, k.b.to_le_bytes()[..2].to_vec())).collect()) }
+            };
+            node.encode_into(7, &mut block);
+            let mut wanted: Vec<Key> = probes.iter().map(|&(a, h, n, spread)| Key::new(a * 1000 + u64::from(!spread && n == 0), if spread { h } else { n })).collect();
+            wanted.extend(keys.iter().copied().step_by(7));
+            wanted.extend([Key::MIN, Key::MAX]);
+            for k in wanted {
+                let got = raw_step(&block, 7, 1, node.level, k).expect("valid node");
+                let expect = match &node.body {
+                    Body::Leaf(items) => match items.binary_search_by(|(x, _)| x.cmp(&k)) {
+                        Ok(i) => RawStep::Found(items[i].1.clone()),
+                        Err(_) => RawStep::Absent,
+                    },
+                    Body::Interior(items) => {
+                        RawStep::Child(items[items.partition_point(|(x, _)| *x <= k).saturating_sub(1)].1)
+                    }
+                };
+                prop_assert_eq!(got, expect, "key {:?}", k);
+            }
+        }
+
+        /// A lookup step on a node whose keys are garbage (out of order) returns something or an
+        /// error, never panics.
+        #[test]
+        fn raw_step_on_garbage_never_panics(mut bytes in proptest::collection::vec(any::<u8>(), 4096), count in 0u16..300, level in 0u8..2, a in any::<u64>(), b in any::<u64>()) {
+            bytes[0..4].copy_from_slice(&NODE_MAGIC.to_le_bytes());
+            bytes[4] = level;
+            bytes[5] = 1;
+            bytes[6..8].copy_from_slice(&count.to_le_bytes());
+            bytes[8..16].copy_from_slice(&9u64.to_le_bytes());
+            let _ = raw_step(&bytes, 9, 1, level, Key::new(a, b));
+        }
+
         /// Arbitrary bytes decode to an error or a node, never a panic.
         #[test]
         fn garbage_never_panics(mut bytes in proptest::collection::vec(any::<u8>(), 4096), count in 0u16..300, level in 0u8..3) {
