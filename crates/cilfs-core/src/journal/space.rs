@@ -12,6 +12,8 @@ use std::sync::atomic::Ordering;
 /// Sectors a tail moved by relief must gain before an empty checkpoint is written to carry it
 /// (that record is two sectors: a header and one of ops).
 const TAIL_RECORD_MIN_SECTORS: u32 = 8;
+/// How long relief waits before trying again when only locked items hold the tail.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Journal {
     /// Bytes of log that reservations may use: the log less room for an unmount record and the
@@ -91,13 +93,13 @@ impl Journal {
 
     /// Frees log space now: writes back the unpinned items below `target`, then pushes the CIL
     /// if pinned items or uncheckpointed changes hold the tail, or else writes an empty
-    /// checkpoint to carry a tail that moved. Returns whether a checkpoint was pushed.
+    /// checkpoint to carry a tail that moved. Returns whether a checkpoint was pushed, or
+    /// (after a short pause) whether items locked at the moment may free space once unlocked.
     pub(crate) fn free_space(&self, target: Lsn) -> Result<bool, JournalError> {
         let before = self.space.lock().safe_tail;
         let r = self.write_back_ail(target)?;
-        let pinned = r.pinned + r.busy;
         let cil_has_items = !self.cil.lock().is_empty();
-        if pinned > 0 || cil_has_items {
+        if r.pinned > 0 || cil_has_items {
             // A push samples the tail and flushes the data device before it writes.
             let seq = self.current_seq();
             self.push(seq)?;
@@ -122,6 +124,14 @@ impl Journal {
             // checkpoints whose items are not written back. So write an empty checkpoint: it
             // samples the tail, flushes the data device first and commits with FUA.
             self.push_carrying_tail()?;
+            return Ok(true);
+        }
+        if r.busy > 0 {
+            // Only items locked right now (by a transaction not yet committed, or a reader)
+            // hold the tail: no push frees them, so pushing an empty CIL again and again only
+            // spins. The holder's commit wakes the waiter, a reader's unlock wakes nobody: try
+            // again shortly.
+            std::thread::sleep(BUSY_RETRY);
             return Ok(true);
         }
         Ok(false)

@@ -658,3 +658,47 @@ fn a_waiter_kept_short_by_other_reservations_writes_no_stream_of_tail_records() 
         "{during} checkpoints written while the waiter could not fit"
     );
 }
+
+/// A reservation that waits while the oldest item in the AIL is locked by an open
+/// transaction (so no write back or push can move the tail) does not spin pushing empty
+/// contexts: it waits for the holder, and gets its space once the holder commits.
+#[test]
+fn a_waiter_behind_a_locked_item_does_not_spin() {
+    let dev = fresh(45);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let seq = write_block(&j, 300, 1);
+    j.force(seq).unwrap();
+    // The oldest logged block stays locked: the tail cannot pass it.
+    let mut holder = j.begin(Reservation::for_buffers(1, BS)).unwrap();
+    let held = holder.buf(300).unwrap();
+    let unit = Reservation::for_buffers(1, BS).unit_bytes;
+    let mut blk = 400;
+    while j.grant.read(|g| g.available()) >= 4 * unit {
+        let seq = write_block(&j, blk, 2);
+        j.force(seq).unwrap();
+        blk = 400 + (blk - 399) % 200;
+    }
+    let (seq_before, seq_during) = std::thread::scope(|s| {
+        let before = j.current_seq();
+        // More than the log holds: with the tail stuck it must wait for space.
+        let filler = s.spawn(|| {
+            for k in 0..2000 {
+                write_block(&j, 700 + k % 100, 3);
+            }
+        });
+        // Long enough for a spinning waiter to push thousands of empty contexts.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let during = j.current_seq();
+        assert!(!filler.is_finished(), "the filler never had to wait");
+        holder.write(held, 0, &[9; 8]);
+        holder.commit().unwrap();
+        filler.join().unwrap();
+        (before, during)
+    });
+    assert!(
+        seq_during - seq_before <= 3,
+        "{} contexts pushed while the waiter could not fit",
+        seq_during - seq_before
+    );
+    j.force_all().unwrap();
+}
