@@ -237,9 +237,8 @@ impl Journal {
             let (items, images): (Vec<_>, Vec<_>) =
                 ctx.items.into_values().map(|e| (e.item, e.image)).unzip();
             // Until the checkpoint in flight completes its items are not in the AIL, so the
-            // tail this one stamps must not pass its start. (Sampled again for the commit
-            // record, the tail stays at or below that start if the one in flight completed
-            // meanwhile: its items entered the AIL there.)
+            // tail this one stamps must not pass its start. The cap stays for the commit
+            // record's sample even if that one completed meanwhile (safe, if less fresh).
             let floor = in_flight.as_ref().map(|f| f.written.start);
             // The one in flight completes as soon as its commit has, while this body is written.
             let mut completed = Ok(());
@@ -299,12 +298,13 @@ impl Journal {
         {
             let mut sp = self.space.lock();
             sp.cil_charged -= f.charge;
-            let used = self.space_math.distance(f.written.tail, f.end);
+            // Against the body records' tail: recovery starts there if the commit is lost.
+            let used = self.space_math.distance(f.written.body_tail, f.end);
             assert!(
                 used <= u64::from(self.space_math.sectors),
                 "log head {} overran the tail {}",
                 f.end,
-                f.written.tail
+                f.written.body_tail
             );
             sp.head = f.end;
             sp.safe_tail = sp.safe_tail.max(f.written.tail);

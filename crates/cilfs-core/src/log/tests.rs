@@ -257,25 +257,47 @@ fn third_checkpoint_sampled(
 /// flush, and recovery takes the fresher one from the newest record.
 #[test]
 fn the_commit_record_carries_a_tail_sampled_after_the_body() {
-    let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
-    let mut w = writer(&dev, Lsn::new(1, 0), 1);
-    let region = region(&dev);
-    let (calls, written, scan) = third_checkpoint_sampled(&mut w, &region, 10);
-    assert_eq!(calls.len(), 2, "sampled again for the commit iclog");
-    assert_eq!(calls[1], written.start, "bounded by the checkpoint's start");
-    let tails: Vec<Lsn> = scan
-        .records
-        .iter()
-        .filter(|r| r.header.lsn >= written.start)
-        .map(|r| r.header.tail)
-        .collect();
-    assert!(tails.len() > 2, "the checkpoint should span several iclogs");
-    let (body, commit) = tails.split_at(tails.len() - 1);
-    assert!(body.iter().all(|&t| t == Lsn::new(1, 0)), "{body:?}");
-    assert!(commit[0] > Lsn::new(1, 0), "{commit:?}");
-    assert_eq!(written.tail, commit[0]);
-    assert_eq!(scan.tail, commit[0]);
-    assert_eq!(scan.checkpoints.last().unwrap().seq, 3);
+    for policy in [FlushPolicy::Reduced, FlushPolicy::Legacy] {
+        let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
+        let mut w = writer(&dev, Lsn::new(1, 0), 1);
+        if policy == FlushPolicy::Legacy {
+            let place = LogPlacement {
+                log_dev: dev.clone(),
+                data_dev: dev.clone(),
+                external: false,
+                offset: 0,
+                space: LogSpace::new(LOG_BYTES),
+            };
+            let cfg = LogConfig {
+                logbufs: 2,
+                logbsize: 16 * 1024,
+                policy,
+            };
+            w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::default());
+        }
+        let region = region(&dev);
+        let (calls, written, scan) = third_checkpoint_sampled(&mut w, &region, 10);
+        assert_eq!(
+            calls.len(),
+            2,
+            "{policy:?}: sampled again for the commit iclog"
+        );
+        assert_eq!(calls[1], written.start, "bounded by the checkpoint's start");
+        let tails: Vec<Lsn> = scan
+            .records
+            .iter()
+            .filter(|r| r.header.lsn >= written.start)
+            .map(|r| r.header.tail)
+            .collect();
+        assert!(tails.len() > 2, "the checkpoint should span several iclogs");
+        let (body, commit) = tails.split_at(tails.len() - 1);
+        assert!(body.iter().all(|&t| t == Lsn::new(1, 0)), "{body:?}");
+        assert!(commit[0] > Lsn::new(1, 0), "{commit:?}");
+        assert_eq!(written.tail, commit[0]);
+        assert_eq!(written.body_tail, Lsn::new(1, 0));
+        assert_eq!(scan.tail, commit[0]);
+        assert_eq!(scan.checkpoints.last().unwrap().seq, 3);
+    }
 }
 
 /// No fresher tail where nothing flushes the data device before the commit record: a

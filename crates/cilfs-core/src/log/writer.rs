@@ -190,8 +190,13 @@ pub struct Written {
     pub start: Lsn,
     /// LSN of the record holding the commit op.
     pub commit: Lsn,
-    /// The tail stamped into the records, made stable by a flush before any of them.
+    /// The tail the commit record carries: sampled before the start flush, or again before
+    /// the commit iclog's PREFLUSH where that flushes the data device (`write_checkpoint_async`).
+    /// Either way a flush made it stable before the commit record.
     pub tail: Lsn,
+    /// The tail the body records carry (the first sample): what recovery starts from if the
+    /// commit record is lost, so the head must not have overrun it either.
+    pub body_tail: Lsn,
 }
 
 /// The record writer. Owned by the journal, used under its push lock.
@@ -563,6 +568,13 @@ impl LogWriter {
         generation: u32,
         counters: Arc<LogCounters>,
     ) -> Self {
+        // An internal log's PREFLUSH is taken to flush the data device too (the commit record
+        // then carries a tail sampled just before it): the two must be one device.
+        debug_assert!(
+            place.external
+                || std::ptr::addr_eq(Arc::as_ptr(&place.log_dev), Arc::as_ptr(&place.data_dev)),
+            "an internal log on a device other than the data device"
+        );
         let ring = (0..cfg.logbufs)
             .map(|_| Some(AlignedBuf::zeroed(cfg.logbsize as usize)))
             .collect();
@@ -832,13 +844,13 @@ impl LogWriter {
         I: ExactSizeIterator,
         I::Item: AsRef<[u8]>,
     {
-        let tail = sample_tail(self.head);
+        let body_tail = sample_tail(self.head);
         if self.cfg.policy == FlushPolicy::Reduced {
             self.data_dev.flush()?;
         }
         let count = items.len() as u64;
         self.claim()?;
-        let mut w = RecordStream::new(self, tail);
+        let mut w = RecordStream::new(self, body_tail);
         w.prior_stable = Some(prior_stable);
         w.resample_tail = Some(&mut sample_tail);
         w.op(seq, OpKind::Start, &seq.to_le_bytes())?;
@@ -852,6 +864,7 @@ impl LogWriter {
             start,
             commit,
             tail,
+            body_tail,
         })
     }
 
@@ -1088,7 +1101,7 @@ impl<'w> RecordStream<'w> {
             // device before each flagged write to an external log): the commit record may
             // carry the tail as it is now, so that space frees one checkpoint sooner.
             let covers_data = !self.w.external || policy == FlushPolicy::Legacy;
-            if flags.contains(WriteFlags::PREFLUSH) && covers_data && !self.force_flags {
+            if flags.contains(WriteFlags::PREFLUSH) && covers_data {
                 if let Some(sample) = self.resample_tail.take() {
                     let fresh = sample(self.first.unwrap_or(self.w.head));
                     debug_assert!(fresh >= self.tail, "tail {fresh} behind {}", self.tail);
