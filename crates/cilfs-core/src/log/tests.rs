@@ -14,21 +14,49 @@ use std::sync::Arc;
 
 const LOG_BYTES: u64 = 256 * 1024;
 
+/// A 256 KiB log at offset 0 of `log_dev` (internal when `data_dev` is the same device).
+fn placement(log_dev: Arc<dyn Device>, data_dev: Arc<dyn Device>, external: bool) -> LogPlacement {
+    LogPlacement {
+        log_dev,
+        data_dev,
+        external,
+        offset: 0,
+        space: LogSpace::new(LOG_BYTES),
+    }
+}
+
+/// `logbufs` iclogs of 16 KiB under `policy`.
+fn config(logbufs: u32, policy: FlushPolicy) -> LogConfig {
+    LogConfig {
+        logbufs,
+        logbsize: 16 * 1024,
+        policy,
+    }
+}
+
+/// A writer of `logbufs` iclogs of 16 KiB under `policy`, from the start of cycle 1.
+fn log_writer(
+    log_dev: Arc<dyn Device>,
+    data_dev: Arc<dyn Device>,
+    external: bool,
+    logbufs: u32,
+    policy: FlushPolicy,
+) -> LogWriter {
+    let place = placement(log_dev, data_dev, external);
+    LogWriter::new(
+        place,
+        config(logbufs, policy),
+        Lsn::new(1, 0),
+        1,
+        Arc::default(),
+    )
+}
+
 /// A writer with `logbufs` iclogs of 16 KiB (reduced policy) on a 256 KiB internal log at offset 0
 /// of `dev`.
 fn writer_on(dev: Arc<dyn Device>, logbufs: u32, head: Lsn, generation: u32) -> LogWriter {
-    let place = LogPlacement {
-        log_dev: dev.clone(),
-        data_dev: dev,
-        external: false,
-        offset: 0,
-        space: LogSpace::new(LOG_BYTES),
-    };
-    let cfg = LogConfig {
-        logbufs,
-        logbsize: 16 * 1024,
-        policy: FlushPolicy::Reduced,
-    };
+    let place = placement(dev.clone(), dev, false);
+    let cfg = config(logbufs, FlushPolicy::Reduced);
     LogWriter::new(place, cfg, head, generation, Arc::default())
 }
 
@@ -109,12 +137,7 @@ fn torn_last_record_is_discarded_and_earlier_ones_kept() {
 /// every possible amount of room left (it must never be split).
 #[test]
 fn commit_op_at_every_position_near_an_iclog_boundary() {
-    let payload = LogConfig {
-        logbufs: 2,
-        logbsize: 16 * 1024,
-        policy: FlushPolicy::Reduced,
-    }
-    .iclog_payload();
+    let payload = config(2, FlushPolicy::Reduced).iclog_payload();
     // Start op 24 bytes; each one-range item op is 16 + 24 + len bytes.
     let fixed = 24 + 4 * 40 + 3 * 4096;
     for room in 0..64usize {
@@ -259,22 +282,7 @@ fn third_checkpoint_sampled(
 fn the_commit_record_carries_a_tail_sampled_after_the_body() {
     for policy in [FlushPolicy::Reduced, FlushPolicy::Legacy] {
         let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
-        let mut w = writer(&dev, Lsn::new(1, 0), 1);
-        if policy == FlushPolicy::Legacy {
-            let place = LogPlacement {
-                log_dev: dev.clone(),
-                data_dev: dev.clone(),
-                external: false,
-                offset: 0,
-                space: LogSpace::new(LOG_BYTES),
-            };
-            let cfg = LogConfig {
-                logbufs: 2,
-                logbsize: 16 * 1024,
-                policy,
-            };
-            w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::default());
-        }
+        let mut w = log_writer(dev.clone(), dev.clone(), false, 2, policy);
         let region = region(&dev);
         let (calls, written, scan) = third_checkpoint_sampled(&mut w, &region, 10);
         assert_eq!(
@@ -315,20 +323,8 @@ fn no_fresher_tail_without_a_flush_covering_the_data_device() {
     assert_eq!(scan.tail, Lsn::new(1, 0));
 
     let log = Arc::new(SimDevice::new(LOG_BYTES, 1));
-    let data: Arc<dyn Device> = Arc::new(SimDevice::new(LOG_BYTES, 1));
-    let place = LogPlacement {
-        log_dev: log.clone(),
-        data_dev: data,
-        external: true,
-        offset: 0,
-        space: LogSpace::new(LOG_BYTES),
-    };
-    let cfg = LogConfig {
-        logbufs: 2,
-        logbsize: 16 * 1024,
-        policy: FlushPolicy::Reduced,
-    };
-    let mut w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::default());
+    let data = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let mut w = log_writer(log.clone(), data, true, 2, FlushPolicy::Reduced);
     let region = LogRegion {
         dev: &*log,
         offset: 0,
@@ -410,19 +406,7 @@ fn a_block_written_back_during_a_body_survives_a_crash_after_its_commit() {
             } else {
                 log_dev.clone()
             };
-            let place = LogPlacement {
-                log_dev,
-                data_dev,
-                external,
-                offset: 0,
-                space: LogSpace::new(LOG_BYTES),
-            };
-            let cfg = LogConfig {
-                logbufs: 2,
-                logbsize: 16 * 1024,
-                policy,
-            };
-            let mut w = LogWriter::new(place, cfg, Lsn::new(1, 0), 1, Arc::default());
+            let mut w = log_writer(log_dev, data_dev, external, 2, policy);
             let block = encode_buf_item(DATA_BLOCK, false, None, &[0xAB; 4096], &[(0, 4096)]);
             let first = w
                 .write_checkpoint(1, [&block[..]].into_iter(), |h| h)
