@@ -137,12 +137,18 @@ impl Journal {
         Ok(false)
     }
 
-    /// The AIL thread's answer to a waiting reservation: free up to the relief target, then
-    /// wake the waiters whether or not that helped, so none sleeps on a wakeup that never
-    /// comes.
+    /// The AIL thread's answer to a waiting reservation: free up to the relief target, and wake
+    /// the waiters if that made progress (or failed, so they see the shutdown). With no
+    /// progress the waiter sleeps on: waking it only made it ask again at once, and the two
+    /// threads spun until another transaction let go of its space. Nothing is lost by not
+    /// waking it: every change of log space or reservations (`GrantHead::update`) wakes it,
+    /// and its wait has a timeout as a net.
     pub(crate) fn relieve_waiters(&self) -> Result<(), JournalError> {
+        self.extra.relief_passes.fetch_add(1, Ordering::Relaxed);
         let r = self.free_space(self.relief_target());
-        self.grant.update(|_| ());
+        if !matches!(r, Ok(false)) {
+            self.grant.update(|_| ());
+        }
         r.map(|_| ())
     }
 

@@ -11,6 +11,7 @@ pub(crate) struct ExtraCounters {
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,
     pub tail_records: AtomicU64,
+    pub relief_passes: AtomicU64,
     pub overlapped_checkpoints: AtomicU64,
     /// Microseconds committers spent waiting for log space, and blocked at 2S.
     pub reservation_wait_us: AtomicU64,
@@ -37,6 +38,8 @@ pub struct JournalStats {
     pub items_logged: u64,
     /// Empty checkpoints written only to carry a tail that moved for waiting reservations.
     pub tail_records: u64,
+    /// Passes the AIL thread made to free log space for a waiting reservation.
+    pub relief_passes: u64,
     /// Checkpoints written while the commit iclog of the one before was still in flight.
     pub overlapped_checkpoints: u64,
     /// Microseconds transactions spent waiting for log space (summed over threads).
@@ -64,6 +67,7 @@ impl Journal {
             ail_len: self.ail.lock().len() as u64,
             items_logged: l(&self.extra.items_logged),
             tail_records: l(&self.extra.tail_records),
+            relief_passes: l(&self.extra.relief_passes),
             overlapped_checkpoints: l(&self.extra.overlapped_checkpoints),
             reservation_wait_us: l(&self.extra.reservation_wait_us),
             cil_blocked_us: l(&self.extra.cil_blocked_us),

@@ -702,3 +702,44 @@ fn a_waiter_behind_a_locked_item_does_not_spin() {
     );
     j.force_all().unwrap();
 }
+
+/// The same in background mode: a waiter that other open transactions keep short asks the AIL
+/// thread for relief, which finds nothing to free. It must then sleep until something changes,
+/// not wake the waiter to ask again at once (the two threads ping-ponged, burning both cores
+/// until a holder committed), and it still gets its space as soon as the holders let go.
+#[test]
+fn a_waiter_kept_short_in_background_mode_does_not_ping_pong_with_relief() {
+    let dev = fresh(46);
+    let mut cfg = tiny_cfg(FlushPolicy::Reduced);
+    cfg.push_mode = PushMode::Background;
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    for i in 0..10 {
+        let seq = write_block(&j, 300 + i, 3);
+        j.force(seq).unwrap();
+    }
+    let unit = Reservation::for_buffers(8, BS).unit_bytes;
+    let capacity = j.capacity();
+    let mut holders = Vec::new();
+    let mut left = capacity - (unit - 1);
+    while left > 0 {
+        let take = left.min(capacity / 4);
+        holders.push(j.begin(Reservation { unit_bytes: take }).unwrap());
+        left -= take;
+    }
+    let passes = || j.stats().relief_passes;
+    let (during, waited) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| j.begin(Reservation { unit_bytes: unit }).map(drop));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let during = passes();
+        assert!(!waiter.is_finished(), "the waiter fit without waiting");
+        drop(std::mem::take(&mut holders));
+        (during, waiter.join().unwrap())
+    });
+    waited.unwrap();
+    // A sleeping waiter asks again on its 50 ms safety net at most: about six times here.
+    assert!(
+        during <= 20,
+        "{during} relief passes in 300 ms while the waiter could not fit"
+    );
+    j.force_all().unwrap();
+}

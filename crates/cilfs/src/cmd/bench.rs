@@ -333,6 +333,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "ail_writeback_bytes": st.ail_writeback_bytes,
         "items_logged": st.items_logged,
         "tail_records": st.tail_records,
+        "relief_passes": st.relief_passes,
         "overlapped_checkpoints": st.overlapped_checkpoints,
         "reservation_wait_us": st.reservation_wait_us,
         "cil_blocked_us": st.cil_blocked_us,
