@@ -109,6 +109,7 @@ fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
         cil_limit: Some(cil_limit),
         push_mode: PushMode::Inline,
         cache_bytes_max: Some(256 * u64::from(BS)),
+        log_force_interval: None,
     }
 }
 

@@ -104,6 +104,7 @@ fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
         push_mode: PushMode::Inline,
         // Fewer buffers than the workload's region, so eviction and re-reading are exercised.
         cache_bytes_max: Some(32 * u64::from(BS)),
+        log_force_interval: None,
     }
 }
 

@@ -34,6 +34,7 @@ pub(crate) fn jcfg() -> JournalConfig {
         cil_limit: Some(64 * 1024),
         push_mode: PushMode::Inline,
         cache_bytes_max: Some(1 << 20),
+        log_force_interval: None,
     }
 }
 

@@ -67,6 +67,10 @@ pub struct JournalConfig {
     /// Memory for cached metadata buffers before clean ones are evicted [default: a sixteenth of
     /// the machine's memory, 128 MiB..2 GiB].
     pub cache_bytes_max: Option<u64>,
+    /// Background mode: how long the log may go without a checkpoint while transactions
+    /// commit below the CIL space limit [default: 30 s, as XFS's log worker]. After such an
+    /// interval the worker forces the log, or covers it if nothing was committed.
+    pub log_force_interval: Option<std::time::Duration>,
 }
 
 /// The smallest default metadata cache.

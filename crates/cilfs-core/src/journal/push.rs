@@ -350,8 +350,9 @@ struct InFlight {
     end: Lsn,
 }
 
-/// How long the journal must be idle before the worker covers the log (as XFS's log worker).
-const COVER_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+/// The longest the worker lets the log go without a push before it forces it (or, with no
+/// commits meanwhile, covers it), as XFS's log worker (xfssyncd_centisecs).
+const LOG_FORCE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, Default)]
 struct WorkerState {
@@ -371,6 +372,7 @@ impl Worker {
         let shared = Arc::new((Mutex::new(WorkerState::default()), Condvar::new()));
         let weak: Weak<Journal> = Arc::downgrade(j);
         let s = Arc::clone(&shared);
+        let interval = j.cfg.log_force_interval.unwrap_or(LOG_FORCE_INTERVAL);
         let thread = std::thread::Builder::new()
             .name("cilfs-cil-push".into())
             .spawn(move || {
@@ -379,7 +381,7 @@ impl Worker {
                     let target = {
                         let mut st = s.0.lock();
                         while st.target == 0 && !st.stop {
-                            if s.1.wait_for(&mut st, COVER_INTERVAL).timed_out() {
+                            if s.1.wait_for(&mut st, interval).timed_out() {
                                 break;
                             }
                         }
@@ -395,9 +397,17 @@ impl Worker {
                         }
                         continue;
                     }
-                    // Idle for a whole interval: cover the log.
+                    // An interval without a push. Commits since the last look are forced into
+                    // a checkpoint, as XFS's log worker forces the log every 30 s: otherwise a
+                    // load that never fills the CIL to its limit would never be made durable
+                    // before a sync. A whole interval without commits covers the log.
                     let commits = j.extra.commits.load(Ordering::Relaxed);
-                    if commits == commits_seen && j.cover().is_err() {
+                    let r = if commits == commits_seen {
+                        j.cover().map(drop)
+                    } else {
+                        j.push(j.current_seq())
+                    };
+                    if r.is_err() {
                         return;
                     }
                     commits_seen = commits;

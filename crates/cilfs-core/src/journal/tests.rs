@@ -30,6 +30,7 @@ fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
         push_mode: PushMode::Inline,
         // 64 buffers: tests touching hundreds of blocks exercise eviction.
         cache_bytes_max: Some(64 * 1024),
+        log_force_interval: None,
     }
 }
 
@@ -742,4 +743,38 @@ fn a_waiter_kept_short_in_background_mode_does_not_ping_pong_with_relief() {
         "{during} relief passes in 300 ms while the waiter could not fit"
     );
     j.force_all().unwrap();
+}
+
+/// In background mode, transactions that never fill the CIL to its limit are still made durable
+/// within the log force interval (XFS's log worker forces the log every 30 s): a crash that
+/// loses every write not made stable by a flush or FUA keeps what was committed intervals
+/// before it. Before, such commits sat in the CIL until a sync, or until the log had been idle
+/// for a whole interval, which steady light traffic never allows.
+#[test]
+fn commits_below_the_cil_limit_are_forced_within_the_interval() {
+    let dev = fresh(47);
+    let mut cfg = tiny_cfg(FlushPolicy::Reduced);
+    cfg.push_mode = PushMode::Background;
+    cfg.cil_limit = Some(64 * 1024);
+    cfg.log_force_interval = Some(std::time::Duration::from_millis(50));
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    for k in 0..3u64 {
+        write_block(&j, 300 + k, 7);
+    }
+    // Then commits keep coming, each well below the limit, so the log is never idle for a
+    // whole interval, until the crash ten intervals later.
+    for i in 0..25u64 {
+        write_block(&j, 310 + i % 5, 20 + i as u8);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        j.stats().log.checkpoints > 0,
+        "no checkpoint in ten intervals"
+    );
+    let crashed = Arc::new(dev.crash_with(&mut |_, _| Survival::Lost));
+    drop(j);
+    let _j2 = open(&crashed, FlushPolicy::Reduced);
+    for k in 0..3u64 {
+        assert_eq!(read_byte(&crashed, 300 + k), 7, "block {}", 300 + k);
+    }
 }

@@ -207,6 +207,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         cil_limit: a.cil_limit,
         push_mode: PushMode::Background,
         cache_bytes_max: a.cache_size,
+        log_force_interval: None,
     };
     let j = Journal::open(Arc::clone(&data), logdev.clone(), cfg).map_err(Failure::usage)?;
     let (first, _) = j.metadata_area();
