@@ -195,6 +195,12 @@ impl Fs {
         self.bs
     }
 
+    /// Levels of the filesystem tree (directory entries and inodes): the nodes a point lookup
+    /// visits.
+    pub fn tree_levels(&self) -> u8 {
+        self.state.read().hdr.root(TREE_FS).level + 1
+    }
+
     pub fn options(&self) -> &FsOptions {
         &self.opts
     }

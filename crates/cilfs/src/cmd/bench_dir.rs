@@ -133,6 +133,7 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
             "lookup_ns_per_entry": lookup_ns.round(),
             "hot_set_lookup_ns_per_entry": hot_lookup_ns.round(),
             "readdir_ns_per_entry": readdir_ns.round(),
+            "tree_levels": fs.tree_levels(),
             "creates_per_s_this_step": ((target - steps.last().map_or(0, |s: &serde_json::Value| s["entries"].as_u64().unwrap_or(0))) as f64 / create_s).round(),
         });
         eprintln!("bench dir: {step}");
