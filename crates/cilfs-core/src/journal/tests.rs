@@ -44,6 +44,14 @@ fn open(dev: &Arc<SimDevice>, policy: FlushPolicy) -> Arc<Journal> {
     Journal::open(dev.clone() as Arc<dyn Device>, None, tiny_cfg(policy)).unwrap()
 }
 
+/// A journal in background mode (push worker and AIL thread), `tune` applied to the tiny config.
+fn open_background(dev: &Arc<SimDevice>, tune: impl FnOnce(&mut JournalConfig)) -> Arc<Journal> {
+    let mut cfg = tiny_cfg(FlushPolicy::Reduced);
+    cfg.push_mode = PushMode::Background;
+    tune(&mut cfg);
+    Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap()
+}
+
 fn write_block(j: &Journal, blkno: u64, byte: u8) -> u64 {
     let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
     let b = tx.buf(blkno).unwrap();
@@ -623,19 +631,17 @@ fn force_of_a_completed_checkpoint_does_not_wait_for_the_writer() {
     assert_eq!(done, Ok(true), "the force waited for the writer");
 }
 
-/// A reservation that other open transactions keep short, with nothing left to write back,
-/// sleeps: relief does not write one empty checkpoint after another to chase the head.
-#[test]
-fn a_waiter_kept_short_by_other_reservations_writes_no_stream_of_tail_records() {
-    let dev = fresh(44);
-    let j = open(&dev, FlushPolicy::Reduced);
+/// Forces ten blocks, opens transactions that hold all but `unit - 1` bytes of the log, and
+/// starts a reservation of `unit`, which cannot fit until they go. Returns how much `count` rose
+/// in the 300 ms it waited (long enough for a spinning waiter to go round thousands of times),
+/// then lets the holders go and checks that the waiter gets its space.
+fn count_while_kept_short(j: &Journal, count: impl Fn() -> u64) -> u64 {
     for i in 0..10 {
-        let seq = write_block(&j, 300 + i, 3);
+        let seq = write_block(j, 300 + i, 3);
         j.force(seq).unwrap();
     }
     let unit = Reservation::for_buffers(8, BS).unit_bytes;
     let capacity = j.capacity();
-    // Open transactions holding all but `unit - 1` bytes: the waiter cannot fit until they go.
     let mut holders = Vec::new();
     let mut left = capacity - (unit - 1);
     while left > 0 {
@@ -643,17 +649,25 @@ fn a_waiter_kept_short_by_other_reservations_writes_no_stream_of_tail_records() 
         holders.push(j.begin(Reservation { unit_bytes: take }).unwrap());
         left -= take;
     }
-    let checkpoints = || j.counters.checkpoints.load(Ordering::Relaxed);
-    let before = checkpoints();
-    let during = std::thread::scope(|s| {
+    let before = count();
+    std::thread::scope(|s| {
         let waiter = s.spawn(|| j.begin(Reservation { unit_bytes: unit }).map(drop));
-        // Gives a spinning waiter time to write; a correct one sleeps through it.
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let during = checkpoints() - before;
+        let during = count() - before;
+        assert!(!waiter.is_finished(), "the waiter fit without waiting");
         drop(std::mem::take(&mut holders));
         waiter.join().unwrap().unwrap();
         during
-    });
+    })
+}
+
+/// A reservation that other open transactions keep short, with nothing left to write back,
+/// sleeps: relief does not write one empty checkpoint after another to chase the head.
+#[test]
+fn a_waiter_kept_short_by_other_reservations_writes_no_stream_of_tail_records() {
+    let dev = fresh(44);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let during = count_while_kept_short(&j, || j.counters.checkpoints.load(Ordering::Relaxed));
     assert!(
         during <= 2,
         "{during} checkpoints written while the waiter could not fit"
@@ -710,33 +724,8 @@ fn a_waiter_behind_a_locked_item_does_not_spin() {
 /// until a holder committed), and it still gets its space as soon as the holders let go.
 #[test]
 fn a_waiter_kept_short_in_background_mode_does_not_ping_pong_with_relief() {
-    let dev = fresh(46);
-    let mut cfg = tiny_cfg(FlushPolicy::Reduced);
-    cfg.push_mode = PushMode::Background;
-    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
-    for i in 0..10 {
-        let seq = write_block(&j, 300 + i, 3);
-        j.force(seq).unwrap();
-    }
-    let unit = Reservation::for_buffers(8, BS).unit_bytes;
-    let capacity = j.capacity();
-    let mut holders = Vec::new();
-    let mut left = capacity - (unit - 1);
-    while left > 0 {
-        let take = left.min(capacity / 4);
-        holders.push(j.begin(Reservation { unit_bytes: take }).unwrap());
-        left -= take;
-    }
-    let passes = || j.stats().relief_passes;
-    let (during, waited) = std::thread::scope(|s| {
-        let waiter = s.spawn(|| j.begin(Reservation { unit_bytes: unit }).map(drop));
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        let during = passes();
-        assert!(!waiter.is_finished(), "the waiter fit without waiting");
-        drop(std::mem::take(&mut holders));
-        (during, waiter.join().unwrap())
-    });
-    waited.unwrap();
+    let j = open_background(&fresh(46), |_| {});
+    let during = count_while_kept_short(&j, || j.stats().relief_passes);
     // A sleeping waiter asks again on its 50 ms safety net at most: about six times here.
     assert!(
         during <= 20,
@@ -753,11 +742,10 @@ fn a_waiter_kept_short_in_background_mode_does_not_ping_pong_with_relief() {
 #[test]
 fn commits_below_the_cil_limit_are_forced_within_the_interval() {
     let dev = fresh(47);
-    let mut cfg = tiny_cfg(FlushPolicy::Reduced);
-    cfg.push_mode = PushMode::Background;
-    cfg.cil_limit = Some(64 * 1024);
-    cfg.log_force_interval = Some(std::time::Duration::from_millis(50));
-    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    let j = open_background(&dev, |cfg| {
+        cfg.cil_limit = Some(64 * 1024);
+        cfg.log_force_interval = Some(std::time::Duration::from_millis(50));
+    });
     for k in 0..3u64 {
         write_block(&j, 300 + k, 7);
     }
