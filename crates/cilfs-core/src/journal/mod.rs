@@ -67,9 +67,10 @@ pub struct JournalConfig {
     /// Memory for cached metadata buffers before clean ones are evicted [default: a sixteenth of
     /// the machine's memory, 128 MiB..2 GiB].
     pub cache_bytes_max: Option<u64>,
-    /// Background mode: how long the log may go without a checkpoint while transactions
-    /// commit below the CIL space limit [default: 30 s, as XFS's log worker]. After such an
-    /// interval the worker forces the log, or covers it if nothing was committed.
+    /// Background mode: how long the push worker waits for a push request before it forces the
+    /// log itself, or covers it if nothing was committed meanwhile [default: 30 s, as XFS's log
+    /// worker; at least 10 ms]. So commits too light to fill the CIL to its limit are
+    /// checkpointed within about this interval.
     pub log_force_interval: Option<std::time::Duration>,
 }
 

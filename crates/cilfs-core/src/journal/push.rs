@@ -353,6 +353,8 @@ struct InFlight {
 /// The longest the worker lets the log go without a push before it forces it (or, with no
 /// commits meanwhile, covers it), as XFS's log worker (xfssyncd_centisecs).
 const LOG_FORCE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+/// A shorter interval would keep the worker pushing empty contexts in a loop.
+const MIN_LOG_FORCE_INTERVAL: std::time::Duration = std::time::Duration::from_millis(10);
 
 #[derive(Debug, Default)]
 struct WorkerState {
@@ -372,7 +374,11 @@ impl Worker {
         let shared = Arc::new((Mutex::new(WorkerState::default()), Condvar::new()));
         let weak: Weak<Journal> = Arc::downgrade(j);
         let s = Arc::clone(&shared);
-        let interval = j.cfg.log_force_interval.unwrap_or(LOG_FORCE_INTERVAL);
+        let interval = j
+            .cfg
+            .log_force_interval
+            .unwrap_or(LOG_FORCE_INTERVAL)
+            .max(MIN_LOG_FORCE_INTERVAL);
         let thread = std::thread::Builder::new()
             .name("cilfs-cil-push".into())
             .spawn(move || {

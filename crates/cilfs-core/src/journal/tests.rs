@@ -735,10 +735,10 @@ fn a_waiter_kept_short_in_background_mode_does_not_ping_pong_with_relief() {
 }
 
 /// In background mode, transactions that never fill the CIL to its limit are still made durable
-/// within the log force interval (XFS's log worker forces the log every 30 s): a crash that
-/// loses every write not made stable by a flush or FUA keeps what was committed intervals
-/// before it. Before, such commits sat in the CIL until a sync, or until the log had been idle
-/// for a whole interval, which steady light traffic never allows.
+/// within the log force interval (XFS's log worker forces the log every 30 s), interval after
+/// interval: a crash that loses every write not made stable by a flush or FUA keeps them. Before,
+/// such commits sat in the CIL until a sync, or until the log had been idle for a whole interval,
+/// which steady light traffic never allows.
 #[test]
 fn commits_below_the_cil_limit_are_forced_within_the_interval() {
     let dev = fresh(47);
@@ -746,23 +746,33 @@ fn commits_below_the_cil_limit_are_forced_within_the_interval() {
         cfg.cil_limit = Some(64 * 1024);
         cfg.log_force_interval = Some(std::time::Duration::from_millis(50));
     });
+    let started = std::time::Instant::now();
+    let mut other = 0u64;
+    // Commits every 20 ms, each well below the limit, so the log is never idle for a whole
+    // interval, until checkpoint `seq` is complete: only the periodic force can complete it.
+    let mut keep_committing_until_stable = |seq: u64| {
+        while j.completed_seq() < seq {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "checkpoint {seq} not complete after 30 s of light traffic"
+            );
+            write_block(&j, 310 + other % 5, 20 + (other % 200) as u8);
+            other += 1;
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let mut seq = 0;
     for k in 0..3u64 {
-        write_block(&j, 300 + k, 7);
+        seq = write_block(&j, 300 + k, 7);
     }
-    // Then commits keep coming, each well below the limit, so the log is never idle for a
-    // whole interval, until the crash ten intervals later.
-    for i in 0..25u64 {
-        write_block(&j, 310 + i % 5, 20 + i as u8);
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(
-        j.stats().log.checkpoints > 0,
-        "no checkpoint in ten intervals"
-    );
+    keep_committing_until_stable(seq);
+    // A later interval's force too, not only the worker's first.
+    let seq = write_block(&j, 303, 8);
+    keep_committing_until_stable(seq);
     let crashed = Arc::new(dev.crash_with(&mut |_, _| Survival::Lost));
     drop(j);
     let _j2 = open(&crashed, FlushPolicy::Reduced);
-    for k in 0..3u64 {
-        assert_eq!(read_byte(&crashed, 300 + k), 7, "block {}", 300 + k);
+    for (blk, byte) in [(300, 7), (301, 7), (302, 7), (303, 8)] {
+        assert_eq!(read_byte(&crashed, blk), byte, "block {blk}");
     }
 }

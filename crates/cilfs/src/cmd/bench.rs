@@ -219,6 +219,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         warm_up(&j, &*data, first, a.items)?;
     }
     let base_data = data.stats();
+    let base_evicted = j.stats().cache_evicted;
     let base_log = logdev.as_ref().map(|d| d.stats());
     let commits = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -339,7 +340,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "reservation_wait_us": st.reservation_wait_us,
         "cil_blocked_us": st.cil_blocked_us,
         "rss_max_bytes": rss,
-        "cache_evicted": st.cache_evicted,
+        "cache_evicted": st.cache_evicted - base_evicted,
         "data_device": dev_json(&data_io),
         "log_device": log_io.as_ref().map(dev_json),
         "flushes_issued_per_checkpoint": flushes_total as f64 / st.log.checkpoints.max(1) as f64,
