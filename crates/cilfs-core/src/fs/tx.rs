@@ -153,19 +153,42 @@ fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: &[u8], w
     let (lo, hi) = if whole {
         (0, block.len())
     } else {
-        let Some(lo) = cur.iter().zip(block).position(|(x, y)| x != y) else {
+        let Some((lo, last)) = differing_range(cur, block) else {
             return;
         };
-        let hi = block.len()
-            - cur
-                .iter()
-                .rev()
-                .zip(block.iter().rev())
-                .position(|(x, y)| x != y)
-                .unwrap_or(0);
-        (lo, hi)
+        (lo, last + 1)
     };
     tx.write(b, lo, &block[lo..hi]);
+}
+
+/// Bytes compared at once by `differing_range` (slice equality is a vectorised memcmp).
+const DIFF_CHUNK: usize = 64;
+
+/// The first and last index at which `a` and `b` (of one length) differ, or None if they are
+/// equal. Runs on every tree node a transaction writes: compared a byte at a time it took a
+/// fifth of the CPU of creating and unlinking a million names, so whole chunks are compared
+/// first and only a differing chunk is searched byte by byte.
+fn differing_range(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
+    debug_assert_eq!(a.len(), b.len());
+    let first = a
+        .chunks(DIFF_CHUNK)
+        .zip(b.chunks(DIFF_CHUNK))
+        .enumerate()
+        .find(|(_, (x, y))| x != y)
+        .and_then(|(k, (x, y))| {
+            let i = x.iter().zip(y.iter()).position(|(p, q)| p != q)?;
+            Some(k * DIFF_CHUNK + i)
+        })?;
+    let mut end = a.len();
+    for (x, y) in a.rchunks(DIFF_CHUNK).zip(b.rchunks(DIFF_CHUNK)) {
+        let start = end - x.len();
+        if x != y {
+            let i = x.iter().zip(y).rposition(|(p, q)| p != q)?;
+            return Some((first, start + i));
+        }
+        end = start;
+    }
+    None
 }
 
 impl NodeStore for FsTx<'_> {
@@ -312,5 +335,54 @@ impl<T: Trees> super::dir::TreeRead for T {
     }
     fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
         Trees::seek_le(self, tree, key)
+    }
+}
+
+#[cfg(test)]
+mod diff_tests {
+    use super::differing_range;
+    use proptest::prelude::*;
+
+    /// The range a byte-by-byte comparison finds.
+    fn bytewise(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
+        let first = a.iter().zip(b).position(|(x, y)| x != y)?;
+        let last = a.iter().zip(b).rposition(|(x, y)| x != y)?;
+        Some((first, last))
+    }
+
+    proptest! {
+        /// Same answer as the byte loop for any block length (chunk boundaries or not) and any
+        /// set of changed bytes, including none, one, and the first and last byte.
+        #[test]
+        fn differing_range_matches_a_bytewise_search(
+            len in 0usize..600,
+            seed in proptest::collection::vec(any::<u8>(), 600),
+            changes in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..4),
+        ) {
+            let a = &seed[..len];
+            let mut b = a.to_vec();
+            if len > 0 {
+                for (at, delta) in &changes {
+                    let i = at.index(len);
+                    b[i] = b[i].wrapping_add(*delta);
+                }
+            }
+            prop_assert_eq!(differing_range(a, &b), bytewise(a, &b));
+        }
+    }
+
+    #[test]
+    fn edges_of_a_block() {
+        let a = vec![0u8; 4096];
+        let mut b = a.clone();
+        assert_eq!(differing_range(&a, &b), None);
+        b[0] = 1;
+        assert_eq!(differing_range(&a, &b), Some((0, 0)));
+        b[4095] = 1;
+        assert_eq!(differing_range(&a, &b), Some((0, 4095)));
+        b[0] = 0;
+        b[63] = 2;
+        b[64] = 2;
+        assert_eq!(differing_range(&a, &b), Some((63, 4095)));
     }
 }
