@@ -161,10 +161,38 @@ impl FsTx<'_> {
                         break;
                     }
                 }
-                if k.b == 0 {
-                    at = Key::new(k.a - 1, u64::MAX);
-                } else {
-                    at = Key::new(k.a, k.b - 1);
+                match k.pred() {
+                    Some(p) => at = p,
+                    None => break,
+                }
+            }
+        }
+        // Last, before giving up: every extent, largest first. Both searches above look at a
+        // bounded number of candidates, and after many small frees (unlinking many one-block
+        // files) those can all be busy while a large extent beyond them is free: the device
+        // then reported ENOSPC with most of it free, until a checkpoint came. A large extent is
+        // the least likely to be covered by busy ones, so this usually stops at once.
+        if best.is_none() {
+            let mut at = Key::MAX;
+            while let Some((k, _)) = self.seek_le(TREE_FREE_BY_SIZE, at)? {
+                let (len, start) = (k.a, k.b);
+                if len < min {
+                    break;
+                }
+                if let Some((s, l)) = self.usable(start, len, want, min) {
+                    if l == want {
+                        return self.take(start, len, s, l).map(Some);
+                    }
+                    if best.is_none_or(|b| b.3 < l) {
+                        best = Some((start, len, s, l));
+                    }
+                }
+                if best.is_some_and(|b| b.3 >= len) {
+                    break; // No smaller extent can give more.
+                }
+                match k.pred() {
+                    Some(p) => at = p,
+                    None => break,
                 }
             }
         }

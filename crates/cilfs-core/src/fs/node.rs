@@ -34,6 +34,14 @@ impl Key {
         Key { a, b }
     }
 
+    /// The key just before this one, or None at the minimum.
+    pub fn pred(self) -> Option<Key> {
+        match self.b.checked_sub(1) {
+            Some(b) => Some(Key { a: self.a, b }),
+            None => self.a.checked_sub(1).map(|a| Key { a, b: u64::MAX }),
+        }
+    }
+
     /// The next key in order, or None at the maximum.
     pub fn succ(self) -> Option<Key> {
         match self.b.checked_add(1) {

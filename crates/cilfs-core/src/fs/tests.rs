@@ -653,3 +653,75 @@ fn checker_finds_damage() {
         r.problems
     );
 }
+
+/// Unlinking many one-block files leaves as many one-block free extents, busy until the
+/// checkpoint that freed them is stable. An allocation must still find the large free extent
+/// beyond them: the by-size search looked at the 64 smallest candidates only, all busy, and
+/// failed with ENOSPC on a device that was 80% free (and stayed so while no checkpoint came).
+#[test]
+fn allocation_looks_past_many_busy_small_extents() {
+    let clock = TestClock::new();
+    let dev = new_dev(61);
+    let cfg = JournalConfig {
+        // No checkpoint between the unlinks and the allocation: their frees stay busy.
+        cil_limit: Some(256 * 1024),
+        ..jcfg()
+    };
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    let fs = Fs::open(j, opts(&clock)).unwrap();
+    let block = vec![3u8; BS as usize];
+    let files: Vec<u64> = (0..300)
+        .map(|i| {
+            let f = fs
+                .mknod(
+                    U,
+                    ROOT_INO,
+                    format!("f{i}").as_bytes(),
+                    inode::S_IFREG | 0o644,
+                    0,
+                )
+                .unwrap()
+                .ino;
+            fs.write(U, f, 0, &block).unwrap();
+            f
+        })
+        .collect();
+    fs.sync().unwrap();
+    let checkpoints = || fs.journal().stats().log.checkpoints;
+    let before = checkpoints();
+    // Every other file: its block's neighbours stay allocated, so each free is an extent alone.
+    for i in (0..300).step_by(2) {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(checkpoints(), before, "a checkpoint made the frees stable");
+    let g = fs
+        .mknod(U, ROOT_INO, b"new", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    let other = vec![9u8; BS as usize];
+    let first_write = dev.volatile_writes();
+    fs.write(U, g, 0, &other).unwrap();
+    let data_writes = first_write..dev.volatile_writes();
+    assert!(
+        !data_writes.is_empty(),
+        "the new block was not written in place"
+    );
+    assert_eq!(fs.read(g, 0, BS).unwrap(), other);
+    assert_eq!(fs.read(files[1], 0, BS).unwrap(), block);
+    assert_clean(&fs);
+    // A crash that keeps the new file's data write and loses everything else since the sync:
+    // the unlinks are gone, so every file is back, and none may show the new file's bytes.
+    let crashed = Arc::new(dev.crash_with(&mut |i, _| {
+        if data_writes.contains(&i) {
+            cilfs_device::Survival::Kept
+        } else {
+            cilfs_device::Survival::Lost
+        }
+    }));
+    drop(fs);
+    let fs = mount(&crashed, opts(&clock));
+    for (i, &f) in files.iter().enumerate() {
+        assert_eq!(fs.read(f, 0, BS).unwrap(), block, "file f{i}");
+    }
+    assert_clean(&fs);
+}
