@@ -115,6 +115,8 @@ fn usable_part(
 
 /// How many candidates an allocation examines before settling for what it found.
 const SEARCH_LIMIT: usize = 64;
+/// Free extents read at once by the last, exhaustive search.
+const EXHAUSTIVE_BATCH: usize = 1024;
 
 impl FsTx<'_> {
     /// Allocates up to `want` contiguous blocks (at least `min`), skipping busy extents.
@@ -167,37 +169,61 @@ impl FsTx<'_> {
                 }
             }
         }
-        // Last, before giving up: every extent, largest first. Both searches above look at a
-        // bounded number of candidates, and after many small frees (unlinking many one-block
-        // files) those can all be busy while a large extent beyond them is free: the device
-        // then reported ENOSPC with most of it free, until a checkpoint came. A large extent is
-        // the least likely to be covered by busy ones, so this usually stops at once.
+        // Last, before giving up: the largest extent, then every extent. Both searches above
+        // look at a bounded number of candidates, and after many small frees (unlinking many
+        // one-block files) those can all be busy while a large extent beyond them is free: the
+        // device then reported ENOSPC with most of it free, until a checkpoint came. The largest
+        // extent is the least likely to be covered by busy ones, so this usually ends there; if
+        // not, the whole tree is read in batches, one pass over its leaves.
         if best.is_none() {
-            let mut at = Key::MAX;
-            while let Some((k, _)) = self.seek_le(TREE_FREE_BY_SIZE, at)? {
-                let (len, start) = (k.a, k.b);
-                if len < min {
-                    break;
+            if let Some((k, _)) = self.seek_le(TREE_FREE_BY_SIZE, Key::MAX)? {
+                if let Some(found) = self.consider(k, want, min, &mut best)? {
+                    return Ok(Some(found));
                 }
-                if let Some((s, l)) = self.usable(start, len, want, min) {
-                    if l == want {
-                        return self.take(start, len, s, l).map(Some);
+            }
+        }
+        if best.is_none() {
+            let mut from = Key::new(min, 0);
+            loop {
+                let batch = self.scan(TREE_FREE_BY_SIZE, from, Key::MAX, EXHAUSTIVE_BATCH)?;
+                for &(k, _) in &batch {
+                    if let Some(found) = self.consider(k, want, min, &mut best)? {
+                        return Ok(Some(found));
                     }
-                    if best.is_none_or(|b| b.3 < l) {
-                        best = Some((start, len, s, l));
-                    }
                 }
-                if best.is_some_and(|b| b.3 >= len) {
-                    break; // No smaller extent can give more.
-                }
-                match k.pred() {
-                    Some(p) => at = p,
-                    None => break,
+                match batch.last().and_then(|(k, _)| k.succ()) {
+                    Some(next) if batch.len() == EXHAUSTIVE_BATCH => from = next,
+                    _ => break,
                 }
             }
         }
         match best {
             Some((fs, fl, s, l)) => self.take(fs, fl, s, l).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Looks at the free extent of by-size key `k` for the last search: takes `want` blocks of
+    /// it if it has that many usable, or else remembers its usable part in `best` if longer.
+    fn consider(
+        &mut self,
+        k: Key,
+        want: u64,
+        min: u64,
+        best: &mut Option<(u64, u64, u64, u64)>,
+    ) -> FsResult<Option<(u64, u64)>> {
+        let (len, start) = (k.a, k.b);
+        if len < min {
+            return Ok(None);
+        }
+        match self.usable(start, len, want, min) {
+            Some((s, l)) if l == want => self.take(start, len, s, l).map(Some),
+            Some((s, l)) => {
+                if best.is_none_or(|b| b.3 < l) {
+                    *best = Some((start, len, s, l));
+                }
+                Ok(None)
+            }
             None => Ok(None),
         }
     }

@@ -12,7 +12,7 @@ use super::header::TREE_FS;
 use super::inode::{S_ISGID, S_ISUID};
 use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use super::node::arr8;
-use super::ops::Cred;
+use super::ops::{Cred, Reserve};
 use super::pagecache::PageCache;
 use super::stats::bump;
 use super::tx::{FsTx, Trees};
@@ -215,7 +215,7 @@ impl Fs {
             .map(|(a, b)| b - a)
             .sum();
         if hole_blocks > 0 {
-            self.space_check(&st, hole_blocks + 8, true)?;
+            self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
         }
         // Speculative preallocation (as XFS does): a write that extends the file also maps a
         // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
@@ -225,7 +225,9 @@ impl Fs {
         let prealloc = if hole_blocks > 0 && end > old_size && old_size >= 16 * bs {
             let want = (old_size / bs).min(256);
             let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
-                && self.space_check(&st, hole_blocks + want + 8, true).is_ok();
+                && self
+                    .space_check(&st, hole_blocks + want + 8, Reserve::Keep)
+                    .is_ok();
             if fits {
                 want
             } else {
@@ -627,6 +629,8 @@ impl Fs {
         // Pages of blocks about to change hands are never written back.
         st.cache.drop_range(ino, from, to);
         loop {
+            // Freeing may split an extent at the range's edge (a punched hole) first.
+            self.space_check(st, 4, Reserve::Use)?;
             let (more, _) = self.with_tx(st, |t, inodes| {
                 let exts = extents_in(t, ino, from, to)?;
                 let mut freed = 0;
@@ -733,7 +737,7 @@ impl Fs {
             .iter()
             .map(|(a, b)| b - a)
             .sum();
-        self.space_check(&st, hole_blocks + 8, true)?;
+        self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
         if !keep_size && end > old_size {
             self.zero_eof_tail(&mut st, ino, old_size, end, false)?;
         }

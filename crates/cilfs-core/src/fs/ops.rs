@@ -66,6 +66,17 @@ pub const LINK_MAX: u32 = 65_000;
 /// Blocks kept back for operations that free space (unlink, rmdir, truncate) on a full device.
 pub const RESERVE_BLOCKS: u64 = 256;
 
+/// How much of the reserve an operation may use (`Fs::space_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reserve {
+    /// Operations that take space (create, write, xattrs) leave the whole reserve.
+    Keep,
+    /// Rename may need a node for the new name: it leaves a quarter of the reserve.
+    Quarter,
+    /// Operations that give space back (unlink, rmdir, truncate, punch) may use all of it.
+    Use,
+}
+
 /// One directory's entries changing inside a transaction.
 pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
     let k = key(dir, KIND_DIRENT, super::keys::name_hash(&e.name));
@@ -143,18 +154,22 @@ impl Fs {
         Ok(self.peek_inode(&st, ino)?.attr(self.bs))
     }
 
-    /// Free blocks allocations may use (not busy), less what `reserve` keeps back.
-    pub(crate) fn space_check(&self, st: &FsState, blocks: u64, reserve: bool) -> FsResult<()> {
+    /// Whether `blocks` blocks that are neither busy nor in the part of the reserve `reserve`
+    /// keeps back are free; if not and some are busy, forces the log to make those usable and
+    /// looks again. Called before a transaction starts, so that running out of space is a clean
+    /// ENOSPC: an allocation that fails after the transaction logged changes shuts the journal
+    /// down.
+    pub(crate) fn space_check(&self, st: &FsState, blocks: u64, reserve: Reserve) -> FsResult<()> {
         let busy = {
             let mut b = self.busy.lock();
             b.prune(self.journal.completed_seq());
             b.blocks()
         };
         let avail = st.hdr.free_blocks.saturating_sub(busy);
-        let keep = if reserve {
-            RESERVE_BLOCKS
-        } else {
-            RESERVE_BLOCKS / 4
+        let keep = match reserve {
+            Reserve::Keep => RESERVE_BLOCKS,
+            Reserve::Quarter => RESERVE_BLOCKS / 4,
+            Reserve::Use => 0,
         };
         if avail >= blocks + keep {
             return Ok(());
@@ -235,7 +250,7 @@ impl Fs {
                 return Err(FsError::Exists);
             }
         }
-        self.space_check(&st, 4, true)?;
+        self.space_check(&st, 4, Reserve::Keep)?;
         let now = self.now();
         let bs = self.bs;
         let (attr, _) = self.with_tx(&mut st, |t, inodes| {
@@ -363,7 +378,7 @@ impl Fs {
                 return Err(FsError::Exists);
             }
         }
-        self.space_check(&st, 2, true)?;
+        self.space_check(&st, 2, Reserve::Keep)?;
         let now = self.now();
         let bs = self.bs;
         let (attr, _) = self.with_tx(&mut st, |t, inodes| {
@@ -432,6 +447,8 @@ impl Fs {
                 return Err(FsError::NotEmpty);
             }
         }
+        // Unlinking gives space back, but may split a node for the orphan entry first.
+        self.space_check(&st, 4, Reserve::Use)?;
         let now = self.now();
         let ((), _) = self.with_tx(&mut st, |t, inodes| {
             dir_remove(t, parent, name)?;
@@ -657,6 +674,8 @@ impl Fs {
                 return Err(FsError::TooManyLinks);
             }
         }
+        // The new name may split a directory leaf, a replaced inode adds an orphan entry.
+        self.space_check(&st, 4, Reserve::Quarter)?;
         let now = self.now();
         let replaced = dst.as_ref().map(|d| d.ino);
         self.with_tx(&mut st, |t, inodes| {

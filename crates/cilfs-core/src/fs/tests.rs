@@ -725,3 +725,58 @@ fn allocation_looks_past_many_busy_small_extents() {
     }
     assert_clean(&fs);
 }
+
+/// The last, exhaustive search: the smallest extents and the largest are all busy, and only a
+/// middle-sized one (neither among the first candidates nor the largest) is usable.
+#[test]
+fn allocation_reads_every_extent_before_enospc() {
+    let clock = TestClock::new();
+    let dev = new_dev(62);
+    let cfg = JournalConfig {
+        cil_limit: Some(256 * 1024),
+        ..jcfg()
+    };
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    let fs = Fs::open(j, opts(&clock)).unwrap();
+    let mut st = fs.state.write();
+    // Take all free space, then give back pieces: a middle extent M first, made stable, then
+    // 100 one-block extents and a large one L, left busy.
+    let mut taken = Vec::new();
+    fs.with_tx(&mut st, |t, _| {
+        while let Some(e) = t.alloc_extent(u64::MAX >> 1, 1)? {
+            taken.push(e);
+        }
+        Ok(((), vec![]))
+    })
+    .unwrap();
+    let (start, len) = *taken.iter().max_by_key(|e| e.1).unwrap();
+    assert!(len > 3000, "one large free extent after mkfs: {taken:?}");
+    let (m, m_len) = (start + 2000, 600);
+    let (l, l_len) = (start + 200, 1500);
+    fs.with_tx(&mut st, |t, _| {
+        t.free_extent(m, m_len).map(|()| ((), vec![]))
+    })
+    .unwrap();
+    fs.journal().force_all().unwrap();
+    fs.with_tx(&mut st, |t, _| {
+        for k in 0..100 {
+            t.free_extent(start + 2 * k, 1)?;
+        }
+        t.free_extent(l, l_len)?;
+        Ok(((), vec![]))
+    })
+    .unwrap();
+    let got = fs
+        .with_tx(&mut st, |t, _| {
+            let one = t.alloc_extent(1, 1)?;
+            let four = t.alloc_extent(4, 4)?;
+            Ok(((one, four), vec![]))
+        })
+        .unwrap()
+        .0;
+    let in_m = |e: Option<(u64, u64)>| e.is_some_and(|(s, n)| s >= m && s + n <= m + m_len);
+    assert!(
+        in_m(got.0) && in_m(got.1),
+        "allocated {got:?} outside {m}+{m_len}"
+    );
+}

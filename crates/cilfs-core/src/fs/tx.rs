@@ -169,7 +169,8 @@ const DIFF_CHUNK: usize = 64;
 /// fifth of the CPU of creating and unlinking a million names, so whole chunks are compared
 /// first and only a differing chunk is searched byte by byte.
 fn differing_range(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
-    debug_assert_eq!(a.len(), b.len());
+    // A shorter `b` would make the range run past it, or miss a difference.
+    assert_eq!(a.len(), b.len(), "diffing blocks of different sizes");
     let first = a
         .chunks(DIFF_CHUNK)
         .zip(b.chunks(DIFF_CHUNK))

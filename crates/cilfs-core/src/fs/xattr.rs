@@ -8,6 +8,7 @@ use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::keys::{key, kind_of, name_hash, KIND_XATTR};
 use super::node::{arr4, arr8, max_value_bytes};
+use super::ops::Reserve;
 use super::tx::{FsTx, Trees};
 use super::{log_inode, Fs};
 
@@ -218,7 +219,7 @@ impl Fs {
         };
         let mut st = self.state.write();
         self.load(&mut st, ino)?;
-        self.space_check(&st, 2 + blocks, true)?;
+        self.space_check(&st, 2 + blocks, Reserve::Keep)?;
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {
             let k = key(ino, KIND_XATTR, name_hash(name));
