@@ -654,6 +654,17 @@ fn checker_finds_damage() {
     );
 }
 
+/// A mount whose CIL holds a quarter of the log before a checkpoint, so that the frees of a
+/// test's few hundred transactions stay busy until it forces the log.
+fn mount_with_a_large_cil(dev: &Arc<SimDevice>, clock: &TestClock) -> Arc<Fs> {
+    let cfg = JournalConfig {
+        cil_limit: Some(256 * 1024),
+        ..jcfg()
+    };
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    Fs::open(j, opts(clock)).unwrap()
+}
+
 /// Unlinking many one-block files leaves as many one-block free extents, busy until the
 /// checkpoint that freed them is stable. An allocation must still find the large free extent
 /// beyond them: the by-size search looked at the 64 smallest candidates only, all busy, and
@@ -662,13 +673,7 @@ fn checker_finds_damage() {
 fn allocation_looks_past_many_busy_small_extents() {
     let clock = TestClock::new();
     let dev = new_dev(61);
-    let cfg = JournalConfig {
-        // No checkpoint between the unlinks and the allocation: their frees stay busy.
-        cil_limit: Some(256 * 1024),
-        ..jcfg()
-    };
-    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
-    let fs = Fs::open(j, opts(&clock)).unwrap();
+    let fs = mount_with_a_large_cil(&dev, &clock);
     let block = vec![3u8; BS as usize];
     let files: Vec<u64> = (0..300)
         .map(|i| {
@@ -731,13 +736,7 @@ fn allocation_looks_past_many_busy_small_extents() {
 #[test]
 fn allocation_reads_every_extent_before_enospc() {
     let clock = TestClock::new();
-    let dev = new_dev(62);
-    let cfg = JournalConfig {
-        cil_limit: Some(256 * 1024),
-        ..jcfg()
-    };
-    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
-    let fs = Fs::open(j, opts(&clock)).unwrap();
+    let fs = mount_with_a_large_cil(&new_dev(62), &clock);
     let mut st = fs.state.write();
     // Take all free space, then give back pieces: a middle extent M first, made stable, then
     // 100 one-block extents and a large one L, left busy.
