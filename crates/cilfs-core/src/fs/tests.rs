@@ -779,3 +779,56 @@ fn allocation_reads_every_extent_before_enospc() {
         "allocated {got:?} outside {m}+{m_len}"
     );
 }
+
+/// With every free block busy (freed by a checkpoint not yet stable) and none left otherwise,
+/// operations that need a new tree node force the log before their transaction instead of
+/// failing inside it: a failure there, after the transaction logged changes, shut the journal
+/// down. Hundreds of renames with long names split the target directory's leaves many times.
+#[test]
+fn renames_with_only_busy_space_force_the_log_instead_of_shutting_down() {
+    let clock = TestClock::new();
+    let fs = mount_with_a_large_cil(&new_dev(63), &clock);
+    let a = fs.mkdir(U, ROOT_INO, b"a", 0o755).unwrap().ino;
+    let b = fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap().ino;
+    let name = |i: usize| format!("{i:04}-{}", "n".repeat(200)).into_bytes();
+    for i in 0..300 {
+        fs.mknod(U, a, &name(i), inode::S_IFREG | 0o644, 0).unwrap();
+    }
+    fs.sync().unwrap();
+    let mut taken = Vec::new();
+    {
+        let mut st = fs.state.write();
+        fs.with_tx(&mut st, |t, _| {
+            while let Some(e) = t.alloc_extent(u64::MAX >> 1, 1)? {
+                taken.push(e);
+            }
+            Ok(((), vec![]))
+        })
+        .unwrap();
+        let largest = taken.iter().enumerate().max_by_key(|(_, e)| e.1).unwrap().0;
+        let (start, len) = taken[largest];
+        assert!(len > 500, "{taken:?}");
+        // Give some back: busy until a checkpoint is stable, the only free space there is.
+        fs.with_tx(&mut st, |t, _| {
+            t.free_extent(start, 500).map(|()| ((), vec![]))
+        })
+        .unwrap();
+        taken[largest] = (start + 500, len - 500);
+    }
+    for i in 0..300 {
+        fs.rename(a, &name(i), b, &name(i), RenameFlags::default())
+            .unwrap_or_else(|e| panic!("rename {i}: {e}"));
+    }
+    assert_eq!(names(&fs, b).len(), 302, "300 names with . and ..");
+    // The space taken above belongs to nothing: give it back before checking.
+    let mut st = fs.state.write();
+    fs.with_tx(&mut st, |t, _| {
+        for &(s, l) in &taken {
+            t.free_extent(s, l)?;
+        }
+        Ok(((), vec![]))
+    })
+    .unwrap();
+    drop(st);
+    assert_clean(&fs);
+}
