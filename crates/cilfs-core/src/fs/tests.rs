@@ -654,6 +654,37 @@ fn checker_finds_damage() {
     );
 }
 
+/// Allocates every free extent, owned by nothing: tests then give pieces back to shape the free
+/// space, and `give_back` the rest before checking.
+fn take_all_free_space(fs: &Fs) -> Vec<(u64, u64)> {
+    let mut taken = Vec::new();
+    let mut st = fs.state.write();
+    fs.with_tx(&mut st, |t, _| {
+        while let Some(e) = t.alloc_extent(u64::MAX >> 1, 1)? {
+            taken.push(e);
+        }
+        Ok(((), vec![]))
+    })
+    .unwrap();
+    taken
+}
+
+/// Index of the longest of `extents`.
+fn longest(extents: &[(u64, u64)]) -> usize {
+    (0..extents.len()).max_by_key(|&i| extents[i].1).unwrap()
+}
+
+fn give_back(fs: &Fs, taken: &[(u64, u64)]) {
+    let mut st = fs.state.write();
+    fs.with_tx(&mut st, |t, _| {
+        for &(s, l) in taken {
+            t.free_extent(s, l)?;
+        }
+        Ok(((), vec![]))
+    })
+    .unwrap();
+}
+
 /// A mount whose CIL holds a quarter of the log before a checkpoint, so that the frees of a
 /// test's few hundred transactions stay busy until it forces the log.
 fn mount_with_a_large_cil(dev: &Arc<SimDevice>, clock: &TestClock) -> Arc<Fs> {
@@ -737,17 +768,10 @@ fn allocation_looks_past_many_busy_small_extents() {
 fn allocation_reads_every_extent_before_enospc() {
     let clock = TestClock::new();
     let fs = mount_with_a_large_cil(&new_dev(62), &clock);
-    let mut st = fs.state.write();
     // Take all free space, then give back pieces: a middle extent M first, made stable, then
     // 100 one-block extents and a large one L, left busy.
-    let mut taken = Vec::new();
-    fs.with_tx(&mut st, |t, _| {
-        while let Some(e) = t.alloc_extent(u64::MAX >> 1, 1)? {
-            taken.push(e);
-        }
-        Ok(((), vec![]))
-    })
-    .unwrap();
+    let taken = take_all_free_space(&fs);
+    let mut st = fs.state.write();
     let (start, len) = *taken.iter().max_by_key(|e| e.1).unwrap();
     assert!(len > 3000, "one large free extent after mkfs: {taken:?}");
     let (m, m_len) = (start + 2000, 600);
@@ -795,17 +819,10 @@ fn renames_with_only_busy_space_force_the_log_instead_of_shutting_down() {
         fs.mknod(U, a, &name(i), inode::S_IFREG | 0o644, 0).unwrap();
     }
     fs.sync().unwrap();
-    let mut taken = Vec::new();
+    let mut taken = take_all_free_space(&fs);
     {
         let mut st = fs.state.write();
-        fs.with_tx(&mut st, |t, _| {
-            while let Some(e) = t.alloc_extent(u64::MAX >> 1, 1)? {
-                taken.push(e);
-            }
-            Ok(((), vec![]))
-        })
-        .unwrap();
-        let largest = taken.iter().enumerate().max_by_key(|(_, e)| e.1).unwrap().0;
+        let largest = longest(&taken);
         let (start, len) = taken[largest];
         assert!(len > 500, "{taken:?}");
         // Give some back: busy until a checkpoint is stable, the only free space there is.
@@ -821,14 +838,54 @@ fn renames_with_only_busy_space_force_the_log_instead_of_shutting_down() {
     }
     assert_eq!(names(&fs, b).len(), 302, "300 names with . and ..");
     // The space taken above belongs to nothing: give it back before checking.
-    let mut st = fs.state.write();
-    fs.with_tx(&mut st, |t, _| {
-        for &(s, l) in &taken {
-            t.free_extent(s, l)?;
+    give_back(&fs, &taken);
+    assert_clean(&fs);
+}
+
+/// A large xattr value needs contiguous blocks, which the count-based space check does not
+/// promise: with free space in single blocks and one large extent busy, setxattr forces the
+/// log and tries again instead of failing with ENOSPC.
+#[test]
+fn a_large_xattr_forces_the_log_when_only_a_busy_extent_is_long_enough() {
+    let clock = TestClock::new();
+    let fs = mount_with_a_large_cil(&new_dev(64), &clock);
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.sync().unwrap();
+    let mut taken = take_all_free_space(&fs);
+    {
+        let mut st = fs.state.write();
+        let largest = longest(&taken);
+        let (start, len) = taken[largest];
+        assert!(len > 2000, "{taken:?}");
+        // 600 single blocks made stable, then a long extent left busy.
+        fs.with_tx(&mut st, |t, _| {
+            for k in 0..600 {
+                t.free_extent(start + 2 * k, 1)?;
+            }
+            Ok(((), vec![]))
+        })
+        .unwrap();
+        drop(st);
+        fs.journal().force_all().unwrap();
+        let mut st = fs.state.write();
+        fs.with_tx(&mut st, |t, _| {
+            t.free_extent(start + 1500, 100).map(|()| ((), vec![]))
+        })
+        .unwrap();
+        // What stays taken: the odd blocks below 1200, and the rest around the long extent.
+        taken[largest] = (start + 1600, len - 1600);
+        for k in 0..600 {
+            taken.push((start + 2 * k + 1, 1));
         }
-        Ok(((), vec![]))
-    })
-    .unwrap();
-    drop(st);
+        taken.push((start + 1200, 300));
+    }
+    let value = vec![0x5a; 3 * BS as usize];
+    fs.setxattr(f, b"user.big", &value, XattrFlags::default())
+        .unwrap();
+    assert_eq!(fs.getxattr(f, b"user.big").unwrap(), value);
+    give_back(&fs, &taken);
     assert_clean(&fs);
 }

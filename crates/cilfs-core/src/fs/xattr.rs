@@ -220,76 +220,88 @@ impl Fs {
         let mut st = self.state.write();
         self.load(&mut st, ino)?;
         self.space_check(&st, 2 + blocks, Reserve::Keep)?;
-        let now = self.now();
-        self.with_tx(&mut st, |t, inodes| {
-            let k = key(ino, KIND_XATTR, name_hash(name));
-            let mut entries = match t.get(TREE_FS, k)? {
-                Some(b) => decode(&b, ino)?,
-                None => Vec::new(),
-            };
-            let pos = entries.iter().position(|e| e.name == name);
-            match (pos, flags.create, flags.replace) {
-                (Some(_), true, _) => return Err(FsError::Exists),
-                (None, _, true) => return Err(FsError::NoAttr),
-                _ => {}
-            }
-            // Everything that can fail is checked before anything is logged.
-            let placeholder = if inline {
-                Value::Inline(value.to_vec())
-            } else {
-                Value::Remote {
-                    start: 0,
-                    blocks,
-                    len: value.len() as u32,
-                }
-            };
-            let mut next = entries.clone();
-            match pos {
-                Some(i) => next[i].value = placeholder,
-                None => next.push(Entry {
-                    name: name.to_vec(),
-                    value: placeholder,
-                }),
-            }
-            if encode(&next).len() > max {
-                return Err(FsError::AttrTooBig);
-            }
-            let new_value = if inline {
-                Value::Inline(value.to_vec())
-            } else {
-                let Some((start, got)) = t.alloc_extent(blocks, blocks)? else {
-                    return Err(FsError::NoSpace);
+        let mut forced = false;
+        loop {
+            let now = self.now();
+            let r = self.with_tx(&mut st, |t, inodes| {
+                let k = key(ino, KIND_XATTR, name_hash(name));
+                let mut entries = match t.get(TREE_FS, k)? {
+                    Some(b) => decode(&b, ino)?,
+                    None => Vec::new(),
                 };
-                debug_assert_eq!(got, blocks);
-                for (i, chunk) in value.chunks(bs).enumerate() {
-                    let r = t.tx.buf(start + i as u64)?;
-                    let mut block = vec![0u8; bs];
-                    block[..chunk.len()].copy_from_slice(chunk);
-                    t.tx.write(r, 0, &block);
+                let pos = entries.iter().position(|e| e.name == name);
+                match (pos, flags.create, flags.replace) {
+                    (Some(_), true, _) => return Err(FsError::Exists),
+                    (None, _, true) => return Err(FsError::NoAttr),
+                    _ => {}
                 }
-                Value::Remote {
-                    start,
-                    blocks,
-                    len: value.len() as u32,
+                // Everything that can fail is checked before anything is logged.
+                let placeholder = if inline {
+                    Value::Inline(value.to_vec())
+                } else {
+                    Value::Remote {
+                        start: 0,
+                        blocks,
+                        len: value.len() as u32,
+                    }
+                };
+                let mut next = entries.clone();
+                match pos {
+                    Some(i) => next[i].value = placeholder,
+                    None => next.push(Entry {
+                        name: name.to_vec(),
+                        value: placeholder,
+                    }),
                 }
-            };
-            match pos {
-                Some(i) => {
-                    let old = std::mem::replace(&mut entries[i].value, new_value);
-                    free_remote(t, &old)?;
+                if encode(&next).len() > max {
+                    return Err(FsError::AttrTooBig);
                 }
-                None => entries.push(Entry {
-                    name: name.to_vec(),
-                    value: new_value,
-                }),
+                let new_value = if inline {
+                    Value::Inline(value.to_vec())
+                } else {
+                    let Some((start, got)) = t.alloc_extent(blocks, blocks)? else {
+                        return Err(FsError::NoSpace);
+                    };
+                    debug_assert_eq!(got, blocks);
+                    for (i, chunk) in value.chunks(bs).enumerate() {
+                        let r = t.tx.buf(start + i as u64)?;
+                        let mut block = vec![0u8; bs];
+                        block[..chunk.len()].copy_from_slice(chunk);
+                        t.tx.write(r, 0, &block);
+                    }
+                    Value::Remote {
+                        start,
+                        blocks,
+                        len: value.len() as u32,
+                    }
+                };
+                match pos {
+                    Some(i) => {
+                        let old = std::mem::replace(&mut entries[i].value, new_value);
+                        free_remote(t, &old)?;
+                    }
+                    None => entries.push(Entry {
+                        name: name.to_vec(),
+                        value: new_value,
+                    }),
+                }
+                t.insert(TREE_FS, k, &encode(&entries))?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok(((), vec![ino]))
+            });
+            match r {
+                // A value in blocks needs them contiguous, which the count above does not
+                // promise: if only busy extents would fit, make them usable and try once more
+                // (nothing was logged: the allocation comes before any change).
+                Err(FsError::NoSpace) if !inline && !forced && !self.busy.lock().is_empty() => {
+                    self.journal.force_all()?;
+                    forced = true;
+                }
+                r => return r.map(drop),
             }
-            t.insert(TREE_FS, k, &encode(&entries))?;
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            self.touch_ctime(m, now);
-            log_inode(t, m, &self.stats)?;
-            Ok(((), vec![ino]))
-        })?;
-        Ok(())
+        }
     }
 
     pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
