@@ -8,14 +8,17 @@ use super::btree::{NodeStore, Root};
 use super::dir::decode_bucket;
 use super::error::FsResult;
 use super::file::Extent;
+use super::header::HEADER_LSN_OFFSET;
 use super::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use super::inode::{FileType, Inode, ROOT_INO};
 use super::keys::{
     kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK,
     KIND_XATTR, ORPHAN_OWNER,
 };
+use super::node::NODE_LSN_OFFSET;
 use super::node::{Body, Key};
 use super::Fs;
+use crate::log::recover::read_lsn_stamp;
 use std::collections::{BTreeSet, HashMap};
 
 #[derive(Debug, Clone, Default)]
@@ -26,6 +29,22 @@ pub struct CheckReport {
     pub tree_nodes: u64,
     pub free_blocks: u64,
     pub data_blocks: u64,
+    /// Every extent of the data area and what owns it, sorted by start (for tests that follow
+    /// blocks as they change role).
+    pub blocks: Vec<(u64, u64, Role)>,
+    /// Blocks of xattr values read and checked.
+    pub xattr_value_blocks: u64,
+}
+
+/// What a block of the data area is used for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    Header,
+    FreeList,
+    TreeNode,
+    Free,
+    XattrValue,
+    FileData,
 }
 
 impl CheckReport {
@@ -40,8 +59,8 @@ const MAX_PROBLEMS: usize = 1000;
 struct Checker {
     report: CheckReport,
     dropped: u64,
-    /// (start, len, owner) of every block claimed by something.
-    owned: Vec<(u64, u64, String)>,
+    /// (start, len, role, owner) of every block claimed by something.
+    owned: Vec<(u64, u64, Role, String)>,
 }
 
 impl Checker {
@@ -79,7 +98,8 @@ fn walk_bounded(
     // (block, level, low bound inclusive, high bound exclusive or None)
     let mut stack = vec![(root.blkno, root.level, Key::MIN, None::<Key>)];
     while let Some((blk, level, lo, hi)) = stack.pop() {
-        c.owned.push((blk, 1, format!("{owner} node")));
+        c.owned
+            .push((blk, 1, Role::TreeNode, format!("{owner} node")));
         c.report.tree_nodes += 1;
         let n = match s.read_node(blk, tree) {
             Ok(n) => n,
@@ -142,9 +162,9 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         owned: Vec::new(),
     };
     let mut view = fs.view(&st);
-    c.owned.push((fs.hdr_blk, 1, "header".into()));
+    c.owned.push((fs.hdr_blk, 1, Role::Header, "header".into()));
     for &b in &hdr.freelist {
-        c.owned.push((b, 1, "free list".into()));
+        c.owned.push((b, 1, Role::FreeList, "free list".into()));
     }
 
     // Free space, both trees.
@@ -185,7 +205,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             c.problem(format!("free extents meeting at block {s} are not merged"));
         }
         prev_end = Some(s + l);
-        c.owned.push((s, l, "free space".into()));
+        c.owned.push((s, l, Role::Free, "free space".into()));
     }
     if free_total != hdr.free_blocks {
         c.problem(format!(
@@ -198,7 +218,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     // The fs tree.
     let mut facts: HashMap<u64, InodeFacts> = HashMap::new();
     let mut file_extents: Vec<(u64, Extent)> = Vec::new();
-    let mut remote: Vec<(u64, u64, u64)> = Vec::new();
+    let mut remote: Vec<(u64, u64, u64, u32)> = Vec::new();
     walk_bounded(
         &mut view,
         hdr.fs_root,
@@ -209,10 +229,17 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             let ino = k.a;
             let off = offset_of(k);
             match (ino, kind_of(k)) {
+                (ORPHAN_OWNER, KIND_ORPHAN) if off == 0 || !v.is_empty() => {
+                    c.problem(format!("malformed orphan item {k:?}"))
+                }
                 (ORPHAN_OWNER, KIND_ORPHAN) => facts.entry(off).or_default().orphan = true,
                 (ORPHAN_OWNER, kind) => {
                     c.problem(format!("unknown item kind {kind} under owner 0"))
                 }
+                // Lookups ask for offset 0: an inode item anywhere else is unreachable.
+                (_, KIND_INODE) if off != 0 => c.problem(format!(
+                    "inode {ino}: inode item at offset {off:#x}, not 0 (unreachable)"
+                )),
                 (_, KIND_INODE) => match Inode::decode(ino, v, 0) {
                     Ok(i) => facts.entry(ino).or_default().inode = Some(i),
                     Err(e) => c.problem(format!("inode {ino}: {e}")),
@@ -269,7 +296,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                                         "inode {ino}: xattr value of {len} bytes in {blocks} blocks"
                                     ));
                                 }
-                                remote.push((ino, start, blocks));
+                                remote.push((ino, start, blocks, len));
                             }
                         }
                     }
@@ -280,13 +307,23 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             }
         },
     )?;
-    for (ino, start, blocks) in &remote {
-        c.owned
-            .push((*start, *blocks, format!("inode {ino} xattr value")));
+    let uuid = fs.journal.geometry().sb.uuid;
+    for &(ino, start, blocks, len) in &remote {
+        c.owned.push((
+            start,
+            blocks,
+            Role::XattrValue,
+            format!("inode {ino} xattr value"),
+        ));
+        check_value_blocks(fs, &mut c, &uuid, hdr.data_end, (ino, start, blocks, len));
     }
     for (ino, e) in &file_extents {
-        c.owned
-            .push((e.disk, e.len, format!("inode {ino} file block {}", e.file)));
+        c.owned.push((
+            e.disk,
+            e.len,
+            Role::FileData,
+            format!("inode {ino} file block {}", e.file),
+        ));
         c.report.data_blocks += e.len;
     }
 
@@ -404,10 +441,10 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
 
     // Every block of the data area owned exactly once.
     let mut owned = std::mem::take(&mut c.owned);
-    owned.sort_by_key(|(s, _, _)| *s);
+    owned.sort_by_key(|(s, _, _, _)| *s);
     let mut at = fs.hdr_blk;
     let mut last_owner = String::from("the start of the area");
-    for (s, l, who) in &owned {
+    for (s, l, _, who) in &owned {
         if *s < at {
             c.problem(format!(
                 "block {s} is owned twice: by {last_owner} and by {who}"
@@ -433,11 +470,56 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             hdr.data_end
         ));
     }
+    c.report.blocks = owned.into_iter().map(|(s, l, r, _)| (s, l, r)).collect();
     if c.dropped > 0 {
         let n = c.dropped;
         c.problem(format!("... and {n} more problems"));
     }
     Ok(c.report)
+}
+
+/// Reads the blocks of an xattr value: none may carry a metadata LSN stamp (a value block is
+/// never stamped, so a stamp means write-back or replay took it for a tree node or the header
+/// and overwrote part of the value), and the last block is zero past the value's end.
+fn check_value_blocks(
+    fs: &Fs,
+    c: &mut Checker,
+    uuid: &[u8; 16],
+    data_end: u64,
+    (ino, start, blocks, len): (u64, u64, u64, u32),
+) {
+    let bs = u64::from(fs.bs);
+    for b in start..start.saturating_add(blocks) {
+        if b <= fs.hdr_blk || b >= data_end {
+            c.problem(format!(
+                "inode {ino}: xattr value block {b} outside the data area"
+            ));
+            return;
+        }
+        let buf = match fs.journal.buf(b) {
+            Ok(buf) => buf,
+            Err(e) => {
+                c.problem(format!("inode {ino}: xattr value block {b}: {e}"));
+                continue;
+            }
+        };
+        c.report.xattr_value_blocks += 1;
+        let g = buf.lock();
+        for off in [NODE_LSN_OFFSET, HEADER_LSN_OFFSET] {
+            if read_lsn_stamp(&g.data, off, uuid).is_some() {
+                c.problem(format!(
+                    "inode {ino}: xattr value block {b} carries a metadata LSN stamp at \
+                     byte {off} (value overwritten)"
+                ));
+            }
+        }
+        let used = u64::from(len).saturating_sub((b - start) * bs).min(bs) as usize;
+        if g.data[used..].iter().any(|&x| x != 0) {
+            c.problem(format!(
+                "inode {ino}: xattr value block {b} holds bytes past the value's end"
+            ));
+        }
+    }
 }
 
 /// Why an image could not be checked at all (exit 2 in `cilfs check`).

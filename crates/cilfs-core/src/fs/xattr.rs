@@ -265,6 +265,13 @@ impl Fs {
                     debug_assert_eq!(got, blocks);
                     for (i, chunk) in value.chunks(bs).enumerate() {
                         let r = t.tx.buf(start + i as u64)?;
+                        // Freed blocks lose their role (Transaction::cancel); a stamp here
+                        // would overwrite part of the value at write-back.
+                        assert!(
+                            t.tx.lsn_offset(r).is_none(),
+                            "block {} of a new xattr value keeps an LSN stamp offset",
+                            start + i as u64
+                        );
                         let mut block = vec![0u8; bs];
                         block[..chunk.len()].copy_from_slice(chunk);
                         t.tx.write(r, 0, &block);

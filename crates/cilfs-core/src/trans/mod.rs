@@ -101,10 +101,18 @@ impl<'j> Transaction<'j> {
         h.guard.lsn_offset = Some(offset);
     }
 
-    /// The block is freed: earlier logged images must never be replayed over whatever reuses it.
+    /// Whether the block keeps an LSN stamp, and where.
+    pub fn lsn_offset(&self, b: BufRef) -> Option<u16> {
+        self.held[b.0].guard.lsn_offset
+    }
+
+    /// The block is freed: earlier logged images must never be replayed over whatever reuses it,
+    /// and it loses its role. Whatever reuses it declares its own: a stamp offset left from a
+    /// tree node would have write-back and replay stamp an LSN into an xattr value.
     pub fn cancel(&mut self, b: BufRef) {
         let h = &mut self.held[b.0];
         h.guard.cancelled = true;
+        h.guard.lsn_offset = None;
         h.guard.dirty.clear();
         h.logged = true;
     }
