@@ -13,18 +13,25 @@
 //! - in ordered mode no byte of any file is one it was never written with (only zeros or values
 //!   written to that file at that offset);
 //! - a change attribute read before the crash is below the one read after for a file whose
-//!   contents differ.
+//!   contents differ;
+//! - every xattr is the one of that prefix, its value byte for byte.
+//!
+//! Bursts of creates and unlinks with long names in a directory of their own (`churn`, left out
+//! of the compared namespace) grow and shrink the fs tree, so freed tree nodes are reused for
+//! xattr values and file data and the other way round; the checker runs after every operation
+//! and the blocks that change role are counted.
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::fs::ops::{Cred, RenameFlags, SetAttr};
+use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
 use cilfs_core::mkfs::{write_filesystem, Layout};
 use cilfs_device::rng::SimRng;
 use cilfs_device::{Device, SimDevice, SparseImage, Survival};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -35,6 +42,8 @@ const OPS_PER_RUN: usize = 600;
 const POINTS_PER_RUN: usize = 100;
 const NAMES: u64 = 6;
 const FILE_MAX: u64 = 48 * 1024;
+/// The directory of the create/unlink bursts, outside the compared namespace.
+const CHURN: &[u8] = b"churn";
 
 #[derive(Debug, Clone, Copy)]
 pub struct FsCrashConfig {
@@ -46,11 +55,23 @@ pub struct FsCrashConfig {
 
 pub use crate::journal_crash::CrashReport;
 
-/// The visible metadata: names and, per inode, type, size and link count.
+/// The visible metadata: names, per inode type, size and link count, and every xattr (by the
+/// digest of its value).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meta {
     entries: BTreeMap<(u64, Vec<u8>), u64>,
     inodes: BTreeMap<u64, (FileType, u64, u32)>,
+    xattrs: BTreeMap<(u64, Vec<u8>), u64>,
+}
+
+/// FNV-1a over the value, finalized: names a value in `Meta`; values are compared byte for
+/// byte against `Model::values` after recovery.
+fn digest(v: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ v.len() as u64;
+    for &b in v {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    SimRng::derive(h, 0).next_u64()
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +92,10 @@ struct Model {
     synced: Vec<(usize, u64, usize, Arc<Vec<u8>>)>,
     /// (device op count at the query, inode, value read, contents then).
     queried: Vec<(usize, u64, u64, Arc<Vec<u8>>)>,
+    /// Every xattr value set, by digest.
+    values: HashMap<u64, Arc<Vec<u8>>>,
+    /// Digests of values whose blocks had been tree nodes or file data before.
+    reused_values: HashSet<u64>,
 }
 
 impl Model {
@@ -126,7 +151,13 @@ fn base_image() -> Result<(SparseImage, u64), String> {
     )
     .map_err(|e| e.to_string())?;
     cilfs_core::fs::mkfs::format(&j, 0, 0).map_err(|e| e.to_string())?;
-    j.unmount().map_err(|e| e.to_string())?;
+    // The burst directory is there before the recording starts, like the root.
+    let clock = Arc::new(AtomicI64::new(0));
+    let fs = Fs::open(j, fs_options(DataMode::Ordered, &clock)).map_err(|e| e.to_string())?;
+    fs.mkdir(Cred::ROOT, ROOT_INO, CHURN, 0o755)
+        .map_err(|e| format!("mkdir churn: {e}"))?;
+    fs.unmount().map_err(|e| e.to_string())?;
+    drop(fs);
     Ok((dev.stable_image(), len))
 }
 
@@ -172,7 +203,7 @@ fn meta_of(fs: &Fs) -> Result<Meta, String> {
     };
     while let Some(d) = dirs.pop() {
         for (e, _) in fs.readdir(d, 0, 1 << 20).map_err(|e| e.to_string())? {
-            if e.name == b"." || e.name == b".." {
+            if e.name == b"." || e.name == b".." || (d == ROOT_INO && e.name == CHURN) {
                 continue;
             }
             m.entries.insert((d, e.name.clone()), e.ino);
@@ -187,7 +218,67 @@ fn meta_of(fs: &Fs) -> Result<Meta, String> {
             }
         }
     }
+    for &ino in m.inodes.keys() {
+        for n in fs
+            .listxattr(ino)
+            .map_err(|e| format!("listxattr {ino}: {e}"))?
+        {
+            let v = fs
+                .getxattr(ino, &n)
+                .map_err(|e| format!("getxattr {ino}: {e}"))?;
+            m.xattrs.insert((ino, n), digest(&v));
+        }
+    }
     Ok(m)
+}
+
+/// What the blocks of the data area hold now, by role, from the checker (which must find
+/// nothing wrong).
+fn roles(fs: &Fs) -> Result<HashMap<u64, check::Role>, String> {
+    let r = check::check(fs).map_err(|e| format!("check could not run: {e}"))?;
+    if !r.is_clean() {
+        return Err(format!("live check: {}", r.problems.join("; ")));
+    }
+    Ok(r.blocks
+        .iter()
+        .filter(|e| e.2 != check::Role::Free)
+        .flat_map(|&(s, l, role)| (s..s + l).map(move |b| (b, role)))
+        .collect())
+}
+
+/// Follows blocks across operations: the last role each block had, and what changed role.
+#[derive(Debug, Default)]
+struct RoleHistory {
+    last: HashMap<u64, check::Role>,
+    /// Blocks that were ever a tree node or file data.
+    node_or_data: HashSet<u64>,
+}
+
+impl RoleHistory {
+    /// Records the roles after an operation; returns the blocks that are xattr values now and
+    /// were tree nodes or file data before, and counts every block that changed role.
+    fn update(&mut self, now: &HashMap<u64, check::Role>, report: &mut CrashReport) -> Vec<u64> {
+        use check::Role::{FileData, TreeNode, XattrValue};
+        let mut values_in_reused = Vec::new();
+        for (&b, &r) in now {
+            if let Some(&before) = self.last.get(&b) {
+                if before != r && [TreeNode, FileData, XattrValue].contains(&before) {
+                    report.blocks_changed_role += 1;
+                }
+            }
+            if r == XattrValue
+                && self.last.get(&b) != Some(&XattrValue)
+                && self.node_or_data.contains(&b)
+            {
+                values_in_reused.push(b);
+            }
+            if matches!(r, TreeNode | FileData) {
+                self.node_or_data.insert(b);
+            }
+            self.last.insert(b, r);
+        }
+        values_in_reused
+    }
 }
 
 fn contents(fs: &Fs, ino: u64) -> Result<Vec<u8>, String> {
@@ -197,6 +288,46 @@ fn contents(fs: &Fs, ino: u64) -> Result<Vec<u8>, String> {
 
 fn name(n: u64) -> Vec<u8> {
     format!("f{n}").into_bytes()
+}
+
+/// A burst in `churn`: if it is empty, up to 120 files with long names (so the fs tree splits),
+/// some with data; otherwise all of them unlinked (so its nodes are freed). Two operations, so
+/// the roles are looked at in between.
+fn churn(fs: &Fs, rng: &mut SimRng, op: usize) -> Result<(), String> {
+    let d = fs
+        .lookup(ROOT_INO, CHURN)
+        .map_err(|e| format!("lookup churn: {e}"))?
+        .ino;
+    let there: Vec<Vec<u8>> = fs
+        .readdir(d, 0, 1 << 20)
+        .map_err(|e| format!("readdir churn: {e}"))?
+        .into_iter()
+        .map(|(e, _)| e.name)
+        .filter(|n| n != b"." && n != b"..")
+        .collect();
+    if !there.is_empty() {
+        for n in there {
+            fs.unlink(d, &n).map_err(|e| format!("churn unlink: {e}"))?;
+        }
+        return Ok(());
+    }
+    for i in 0..20 + rng.below(100) {
+        let name = format!("{op}-{i:0>170}").into_bytes();
+        match fs.mknod(Cred::ROOT, d, &name, 0o100_644, 0) {
+            Ok(a) => {
+                if rng.chance(1, 4) {
+                    let len = 1 + rng.below(6000) as usize;
+                    match fs.write(Cred::ROOT, a.ino, 0, &vec![0xC7; len]) {
+                        Ok(_) | Err(FsError::NoSpace) => {}
+                        Err(e) => return Err(format!("churn write: {e}")),
+                    }
+                }
+            }
+            Err(FsError::NoSpace) => break,
+            Err(e) => return Err(format!("churn create: {e}")),
+        }
+    }
+    Ok(())
 }
 
 /// Runs one workload, recording the model.
@@ -212,6 +343,8 @@ fn workload(
     let mut rng = SimRng::new(seed);
     let mut fs = open_fs(&dev, cfg, cil, &clock)?;
     let mut m = Model::default();
+    let mut history = RoleHistory::default();
+    history.update(&roles(&fs)?, report);
     m.states.push(Arc::new(meta_of(&fs)?));
     let mut open_files: Vec<u64> = Vec::new();
     let cred = Cred::ROOT;
@@ -237,6 +370,7 @@ fn workload(
         let pick = |rng: &mut SimRng, v: &[u64]| v[rng.below(v.len() as u64) as usize];
         let tx_before = fs.stats().transactions;
         let mut touched: Vec<u64> = Vec::new();
+        let mut set_value: Option<u64> = None;
         let ok_or_expected = |r: Result<(), FsError>| -> Result<(), String> {
             match r {
                 Ok(())
@@ -252,7 +386,7 @@ fn workload(
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(100) {
+        match rng.below(101) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -370,27 +504,45 @@ fn workload(
                 fs.release_inode(f)
                     .map_err(|e| format!("op {op}: release: {e}"))?;
             }
-            96..=97 if !files.is_empty() => {
-                // Xattrs, small (in the tree) or large (in blocks of their own), set or removed.
-                let f = pick(&mut rng, &files);
-                let xname = format!("user.x{}", rng.below(3));
-                let r = if rng.chance(1, 3) {
+            96..=98 => {
+                // Xattrs on any inode, small (in the tree) or large (in blocks of their own):
+                // set, create-only, replace-only or removed. Values are random bytes.
+                let all: Vec<u64> = cur.inodes.keys().copied().collect();
+                let f = pick(&mut rng, &all);
+                let xname = format!("user.x{}", rng.below(4));
+                let r = if rng.chance(1, 4) {
                     fs.removexattr(f, xname.as_bytes())
                 } else {
-                    let len = if rng.bool() { 40 } else { 5000 };
-                    fs.setxattr(
-                        f,
-                        xname.as_bytes(),
-                        &vec![op as u8; len],
-                        Default::default(),
-                    )
+                    let len = if rng.bool() {
+                        1 + rng.below(60)
+                    } else {
+                        u64::from(BS) + 1 + rng.below(9 * u64::from(BS))
+                    };
+                    let mut vr = SimRng::derive(seed ^ 0x5a5a, op as u64);
+                    let v: Vec<u8> = (0..len).map(|_| vr.next_u64() as u8).collect();
+                    let d = digest(&v);
+                    m.values.insert(d, Arc::new(v.clone()));
+                    let flags = match rng.below(4) {
+                        0 => XattrFlags {
+                            create: true,
+                            replace: false,
+                        },
+                        1 => XattrFlags {
+                            create: false,
+                            replace: true,
+                        },
+                        _ => XattrFlags::default(),
+                    };
+                    set_value = Some(d);
+                    fs.setxattr(f, xname.as_bytes(), &v, flags)
                 };
                 match r {
                     Ok(()) => touched.push(f),
-                    Err(FsError::NoAttr | FsError::NoSpace) => {}
+                    Err(FsError::NoAttr | FsError::Exists | FsError::NoSpace) => set_value = None,
                     Err(e) => return Err(format!("op {op}: xattr: {e}")),
                 }
             }
+            99 | 100 => churn(&fs, &mut rng, op).map_err(|e| format!("op {op}: {e}"))?,
             95 => {
                 // Clean unmount and mount again.
                 for f in open_files.drain(..) {
@@ -408,6 +560,10 @@ fn workload(
             for t in touched {
                 m.last_commit.insert(t, op);
             }
+        }
+        let reused = history.update(&roles(&fs).map_err(|e| format!("op {op}: {e}"))?, report);
+        if let (Some(d), false) = (set_value, reused.is_empty()) {
+            m.reused_values.insert(d);
         }
         m.states.push(Arc::new(meta_of(&fs)?));
     }
@@ -437,6 +593,7 @@ fn check_point(
     rng: &mut SimRng,
     cfg: &FsCrashConfig,
     cil: u64,
+    counts: &mut (u64, u64),
 ) -> Result<(), String> {
     let images = set.crash_images(g, &mut |_, n| random_fate(rng, n));
     let len = set.devs[0].len();
@@ -458,11 +615,36 @@ fn check_point(
         .find(|&k| *m.states[k] == got)
     else {
         let any = m.states.iter().position(|s| **s == got);
-        return Err(match any {
-            Some(k) => format!("recovered the namespace after operation {k}, but operations up to {required} were durable (newest possible {newest})"),
-            None => format!("recovered a namespace that no prefix of operations produced (durable up to {required}, newest possible {newest})"),
+        let names_only = (required..=newest.min(m.states.len() - 1))
+            .find(|&k| m.states[k].entries == got.entries && m.states[k].inodes == got.inodes);
+        return Err(match (any, names_only) {
+            (Some(k), _) => format!("recovered the namespace after operation {k}, but operations up to {required} were durable (newest possible {newest})"),
+            (None, Some(k)) => format!("the names match operation {k} but xattrs differ: {}", xattr_diff(&m.states[k], &got)),
+            (None, None) => format!("recovered a namespace that no prefix of operations produced (durable up to {required}, newest possible {newest})"),
         });
     };
+    // Xattrs: the digests matched; compare each value byte for byte with the one set.
+    for ((ino, n), d) in &got.xattrs {
+        let v = fs
+            .getxattr(*ino, n)
+            .map_err(|e| format!("getxattr {ino}: {e}"))?;
+        let want = m.values.get(d).ok_or_else(|| {
+            format!(
+                "inode {ino}: xattr {} holds a value never set",
+                String::from_utf8_lossy(n)
+            )
+        })?;
+        if v != **want {
+            return Err(format!(
+                "inode {ino}: xattr {} differs from the value set",
+                String::from_utf8_lossy(n)
+            ));
+        }
+        counts.0 += 1;
+        if m.reused_values.contains(d) {
+            counts.1 += 1;
+        }
+    }
     // Contents: fsynced and untouched since, exact; ordered mode, nothing never written.
     for (at, ino, op, c) in &m.synced {
         if *at > g || !got.inodes.contains_key(ino) {
@@ -541,8 +723,13 @@ pub fn run_fs_crashtest(
         let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
         for _ in 0..todo {
             let g = pick_crash_point(&mut rng, &durability, n);
-            match check_point(&set, &model, g, &mut rng, cfg, cil) {
-                Ok(()) => report.passed += 1,
+            let mut counts = (0, 0);
+            match check_point(&set, &model, g, &mut rng, cfg, cil, &mut counts) {
+                Ok(()) => {
+                    report.passed += 1;
+                    report.xattr_values_checked += counts.0;
+                    report.xattr_values_in_reused_blocks += counts.1;
+                }
                 Err(e) => {
                     report.failed += 1;
                     report.failures.push(format!(
@@ -555,4 +742,31 @@ pub fn run_fs_crashtest(
         run += 1;
     }
     report
+}
+
+fn xattr_diff(want: &Meta, got: &Meta) -> String {
+    let mut out = Vec::new();
+    for (k, d) in &want.xattrs {
+        match got.xattrs.get(k) {
+            None => out.push(format!(
+                "inode {} lost {}",
+                k.0,
+                String::from_utf8_lossy(&k.1)
+            )),
+            Some(g) if g != d => out.push(format!(
+                "inode {} {} has another value",
+                k.0,
+                String::from_utf8_lossy(&k.1)
+            )),
+            Some(_) => {}
+        }
+    }
+    for k in got.xattrs.keys().filter(|k| !want.xattrs.contains_key(*k)) {
+        out.push(format!(
+            "inode {} gained {}",
+            k.0,
+            String::from_utf8_lossy(&k.1)
+        ));
+    }
+    out.join(", ")
 }

@@ -40,6 +40,13 @@ pub struct CrashReport {
     pub checkpoints: u64,
     pub log_bytes: u64,
     pub cache_evicted: u64,
+    /// fs runs: xattr values compared byte for byte after recovery, and those of them whose
+    /// blocks had been tree nodes or file data before.
+    pub xattr_values_checked: u64,
+    pub xattr_values_in_reused_blocks: u64,
+    /// fs runs: blocks seen to change role (tree node, xattr value, file data) between two
+    /// operations of a workload.
+    pub blocks_changed_role: u64,
 }
 
 impl CrashReport {

@@ -58,6 +58,14 @@ enum Op {
         file: usize,
         name: u8,
         len: u16,
+        seed: u64,
+        flags: u8,
+    },
+    /// Creates `count` files with long names in a directory of their own (some with data), or
+    /// unlinks them if they are there: the tree grows and shrinks, so freed nodes are reused for
+    /// xattr values and file data, and the other way round.
+    Churn {
+        count: u16,
     },
     RemoveXattr {
         file: usize,
@@ -78,7 +86,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<usize>(), n.clone(), any::<usize>(), n.clone(), prop::bool::weighted(0.2)).prop_map(|(from, name, to, newname, exchange)| Op::Rename { from, name, to, newname, exchange }),
         1 => (any::<usize>(), any::<usize>(), n.clone()).prop_map(|(file, dir, name)| Op::Link { file, dir, name }),
         1 => (any::<usize>(), 0u16..0o7777).prop_map(|(file, mode)| Op::Chmod { file, mode }),
-        1 => (any::<usize>(), 0u8..4, prop_oneof![0u16..400, 400u16..12000]).prop_map(|(file, name, len)| Op::SetXattr { file, name, len }),
+        2 => (any::<usize>(), 0u8..4, prop_oneof![0u16..400, 400u16..12000], any::<u64>(), 0u8..4).prop_map(|(file, name, len, seed, flags)| Op::SetXattr { file, name, len, seed, flags }),
+        1 => (10u16..150).prop_map(|count| Op::Churn { count }),
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
         1 => Just(Op::Remount),
     ]
@@ -133,6 +142,20 @@ impl Model {
             self.parent.remove(&ino);
         }
     }
+}
+
+const CHURN: &[u8] = b"churn";
+
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 fn name(n: u8) -> Vec<u8> {
@@ -347,16 +370,74 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             .unwrap();
             m.modes.insert(f, u32::from(mode));
         }
-        Op::SetXattr { file, name: n, len } => {
+        Op::SetXattr {
+            file,
+            name: n,
+            len,
+            seed,
+            flags,
+        } => {
             let files = m.files();
             if files.is_empty() {
                 return;
             }
             let f = pick(&files, file);
             let key = format!("user.x{n}").into_bytes();
-            let val = vec![n; usize::from(len)];
-            fs.setxattr(f, &key, &val, XattrFlags::default()).unwrap();
-            m.xattrs.entry(f).or_default().insert(key, val);
+            let val = random_bytes(seed, usize::from(len));
+            let flags = XattrFlags {
+                create: flags == 1,
+                replace: flags == 2,
+            };
+            let r = fs.setxattr(f, &key, &val, flags);
+            let exists = m.xattrs.get(&f).is_some_and(|x| x.contains_key(&key));
+            if flags.create && exists {
+                assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+            } else if flags.replace && !exists {
+                assert!(matches!(r, Err(FsError::NoAttr)), "{r:?}");
+            } else {
+                r.unwrap();
+                m.xattrs.entry(f).or_default().insert(key, val);
+            }
+        }
+        Op::Churn { count } => {
+            let d = match m.entries.get(&(ROOT_INO, CHURN.to_vec())) {
+                Some(&d) => d,
+                None => {
+                    let d = fs.mkdir(U, ROOT_INO, CHURN, 0o755).unwrap().ino;
+                    m.entries.insert((ROOT_INO, CHURN.to_vec()), d);
+                    m.dirs.push(d);
+                    m.modes.insert(d, 0o755);
+                    m.parent.insert(d, ROOT_INO);
+                    d
+                }
+            };
+            let long = |i: u16| format!("{i:0>180}").into_bytes();
+            let made: Vec<u16> = (0..u16::MAX)
+                .take_while(|&i| m.entries.contains_key(&(d, long(i))))
+                .collect();
+            if made.is_empty() {
+                // Grow: the tree splits.
+                for i in 0..count {
+                    let a = fs.mknod(U, d, &long(i), inode::S_IFREG | 0o644, 0).unwrap();
+                    m.entries.insert((d, long(i)), a.ino);
+                    m.modes.insert(a.ino, 0o644);
+                    let data = if i % 4 == 0 {
+                        let v = random_bytes(u64::from(i), 3000);
+                        fs.write(U, a.ino, 0, &v).unwrap();
+                        v
+                    } else {
+                        Vec::new()
+                    };
+                    m.data.insert(a.ino, data);
+                }
+            } else {
+                // Shrink: its nodes are freed.
+                for i in made {
+                    fs.unlink(d, &long(i)).unwrap();
+                    let ino = m.entries.remove(&(d, long(i))).unwrap();
+                    m.drop_if_unlinked(ino);
+                }
+            }
         }
         Op::RemoveXattr { file, name: n } => {
             let files = m.files();
@@ -414,7 +495,16 @@ fn compare(fs: &Fs, m: &Model) {
         let want = m.xattrs.get(&f).cloned().unwrap_or_default();
         assert_eq!(names, want.keys().cloned().collect::<Vec<_>>());
         for (k, v) in &want {
-            assert_eq!(&fs.getxattr(f, k).unwrap(), v);
+            let got = fs.getxattr(f, k).unwrap();
+            if &got != v {
+                let at = got.iter().zip(v.iter()).position(|(a, b)| a != b);
+                panic!(
+                    "xattr {} of {f} differs: lengths {} and {}, first difference at {at:?}",
+                    String::from_utf8_lossy(k),
+                    got.len(),
+                    v.len()
+                );
+            }
         }
     }
 }
@@ -442,4 +532,84 @@ proptest! {
             assert_clean(&fs);
         }
     }
+}
+
+/// A fixed run through the model where blocks must change role: bursts of creates and unlinks
+/// free tree nodes that large xattr values then take, and values removed free blocks that the
+/// next burst takes for nodes. Fails if no block changed role either way (the test would then
+/// no longer test block reuse), or if any value differs after a remount.
+#[test]
+fn model_with_tree_nodes_reused_for_xattr_values_and_back() {
+    use super::check::Role;
+    let clock = TestClock::new();
+    let dev = new_dev(77);
+    let o = || FsOptions {
+        clock: clock.clock(),
+        ..FsOptions::default()
+    };
+    let mut fs = mount(&dev, o());
+    let mut m = Model {
+        dirs: vec![ROOT_INO],
+        ..Model::default()
+    };
+    m.parent.insert(ROOT_INO, ROOT_INO);
+    let mut ops = vec![
+        Op::Create { dir: 0, name: 1 },
+        Op::Create { dir: 0, name: 2 },
+    ];
+    for round in 0..6u64 {
+        ops.push(Op::Churn { count: 140 });
+        ops.push(Op::Churn { count: 0 });
+        for x in 0..4u8 {
+            ops.push(Op::SetXattr {
+                file: x as usize,
+                name: x,
+                len: 9000 - u16::from(x) * 1000,
+                seed: round * 10 + u64::from(x),
+                flags: 0,
+            });
+        }
+        ops.push(Op::RemoveXattr { file: 1, name: 1 });
+        ops.push(Op::Write {
+            file: 0,
+            off: (round * 5000) as u32,
+            len: 5000,
+            byte: round as u8 + 1,
+        });
+        if round % 2 == 1 {
+            ops.push(Op::Remount);
+        }
+    }
+    let mut last: HashMap<u64, Role> = HashMap::new();
+    let (mut values_in_old_nodes, mut nodes_in_old_values) = (0, 0);
+    for op in &ops {
+        if let Op::Remount = op {
+            fs.unmount().unwrap();
+            drop(fs);
+            fs = mount(&dev, o());
+        } else {
+            apply(&fs, &mut m, op);
+            clock.advance_ms(1);
+        }
+        compare(&fs, &m);
+        let r = check::check(&fs).unwrap();
+        assert!(r.is_clean(), "check found: {:#?}", r.problems);
+        for &(s, l, role) in &r.blocks {
+            for b in s..s + l {
+                match (last.get(&b), role) {
+                    (Some(Role::TreeNode), Role::XattrValue) => values_in_old_nodes += 1,
+                    (Some(Role::XattrValue), Role::TreeNode) => nodes_in_old_values += 1,
+                    _ => {}
+                }
+                if role != Role::Free {
+                    last.insert(b, role);
+                }
+            }
+        }
+    }
+    assert!(
+        values_in_old_nodes > 0 && nodes_in_old_values > 0,
+        "blocks did not change role: {values_in_old_nodes} value blocks in former nodes, \
+         {nodes_in_old_values} nodes in former value blocks"
+    );
 }

@@ -90,7 +90,16 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     };
     let r = cilfs_sim::run_fs_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
-    let summary = format!("{} workload runs, {} checkpoints", r.runs, r.checkpoints);
+    let summary = format!(
+        "{} workload runs, {} checkpoints, {} blocks changed role (tree node, xattr value, file \
+         data)\n{} xattr values compared byte for byte after recovery, {} of them in blocks that \
+         had been tree nodes or file data",
+        r.runs,
+        r.checkpoints,
+        r.blocks_changed_role,
+        r.xattr_values_checked,
+        r.xattr_values_in_reused_blocks
+    );
     report(&r, &summary, &replay)
 }
 
