@@ -59,12 +59,18 @@ pub struct FileDevice {
     volatile: Arc<VolatileTracker>,
 }
 
+/// Opens with O_NONBLOCK: a FIFO (or a terminal or another character device) would otherwise
+/// keep open() waiting forever for a writer; [`FileDevice::open`] refuses such files once it has
+/// them open, and clears O_NONBLOCK on the files it keeps.
 fn open_file(path: &Path, opts: &FileDeviceOptions, direct: bool) -> std::io::Result<File> {
+    use rustix::fs::OFlags;
     let mut o = OpenOptions::new();
     o.read(true).write(!opts.read_only);
+    let mut flags = OFlags::NONBLOCK;
     if direct {
-        o.custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
+        flags |= OFlags::DIRECT;
     }
+    o.custom_flags(flags.bits() as i32);
     o.open(path)
 }
 
@@ -99,6 +105,10 @@ impl FileDevice {
                 reason: "not a regular file or block device".into(),
             });
         };
+        // Blocking IO from here on, as the rest of the device layer expects.
+        let fl = rustix::fs::fcntl_getfl(&file).map_err(|e| open_err(e.into()))?;
+        rustix::fs::fcntl_setfl(&file, fl - rustix::fs::OFlags::NONBLOCK)
+            .map_err(|e| open_err(e.into()))?;
         Ok(Self {
             file,
             path: path.to_path_buf(),

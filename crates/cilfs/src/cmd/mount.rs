@@ -8,7 +8,7 @@ use anyhow::{anyhow, Context};
 use cilfs_core::fs::Fs;
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::Geometry;
-use cilfs_device::{Device, FileDevice, FileDeviceOptions};
+use cilfs_device::{Device, DirectIo, FileDevice, FileDeviceOptions};
 use fuser::{Config, MountOption, SessionACL};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -37,11 +37,16 @@ const NOTIFY_ENV: &str = "CILFS_MOUNT_NOTIFY";
 
 pub fn run(a: Args) -> Result<(), Failure> {
     let opts = mount_opts::parse(&a.options).map_err(|e| Failure::usage(anyhow!(e)))?;
-    if !a.image.exists() {
-        return Err(Failure::usage(anyhow!(
-            "{}: no such image",
-            a.image.display()
-        )));
+    // The image and log device are opened once here, before any daemon is spawned, so that a
+    // missing or unreadable path, a directory or a FIFO (whose blocking open would wait
+    // forever for a writer) is refused at once with its own message.
+    let probe = FileDeviceOptions {
+        read_only: true,
+        direct: DirectIo::Never,
+        ..FileDeviceOptions::default()
+    };
+    for p in std::iter::once(&a.image).chain(opts.logdev.as_ref()) {
+        FileDevice::open(p, probe).map_err(Failure::usage)?;
     }
     match std::fs::metadata(&a.dir) {
         Ok(m) if m.is_dir() => {}
@@ -130,7 +135,12 @@ fn spawn_background(a: &Args) -> Result<(), Failure> {
 /// Takes the image's exclusive lock: one mount (or unmount waiting for it) at a time.
 pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<File>> {
     use rustix::fs::{flock, FlockOperation};
-    let f = File::open(image)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: never wait in open() (for a FIFO's writer); flock does not look at it.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(image)?;
     let op = if wait {
         FlockOperation::LockExclusive
     } else {
