@@ -527,6 +527,10 @@ fn bad_mount_options_mount_nothing() {
         "flush=never",
         "iversion=sometimes",
         "tsgran=5s",
+        "cache=16M",
+        "cache=3G",
+        "cache=1P",
+        "cache=99999999999P",
     ] {
         let out = cilfs(&[
             "mount",

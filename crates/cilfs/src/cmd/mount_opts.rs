@@ -41,6 +41,10 @@ impl Default for MountOpts {
     }
 }
 
+/// The range of `cache=SIZE`, the same bounds as the default (a sixteenth of memory) keeps to.
+const CACHE_MIN: u64 = cilfs_core::journal::DEFAULT_CACHE_BYTES;
+const CACHE_MAX: u64 = 2 << 30;
+
 /// A duration like `1ms`, `100us`, `1s`, `1ns`.
 fn parse_duration_ns(s: &str) -> Result<u32, String> {
     let t = s.trim();
@@ -137,9 +141,10 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 o.ro = false;
             }
             "cache" => {
+                // parse_size refuses what does not fit in u64; the range bounds the rest.
                 let n = parse_size(need()?)?;
-                if n < 16 << 20 {
-                    return Err(format!("cache={}: at least 16M", v.unwrap_or("")));
+                if !(CACHE_MIN..=CACHE_MAX).contains(&n) {
+                    return Err(format!("cache={}: must be 128M..2G", v.unwrap_or("")));
                 }
                 o.cache = Some(n);
             }
@@ -211,5 +216,38 @@ mod tests {
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn cache_size_is_128m_to_2g() {
+        for (good, bytes) in [
+            ("cache=128M", 128u64 << 20),
+            ("cache=1G", 1 << 30),
+            ("cache=2G", 2 << 30),
+            ("cache=2147483648", 2 << 30),
+        ] {
+            assert_eq!(parse(&[good.into()]).expect(good).cache, Some(bytes));
+        }
+        for bad in [
+            "cache=16M",
+            "cache=127M",
+            "cache=134217727",
+            "cache=2147483649",
+            "cache=3G",
+            "cache=1T",
+            "cache=1P",
+            "cache=16383P",
+            "cache=18446744073709551615",
+            "cache=99999999999999999999",
+            "cache=0",
+            "cache=",
+            "cache",
+        ] {
+            let e = parse(&[bad.into()]).expect_err(bad);
+            assert!(!e.contains('\n'), "{bad}: one line: {e}");
+        }
+        assert!(parse(&["cache=1P".into()])
+            .unwrap_err()
+            .contains("must be 128M..2G"));
     }
 }
