@@ -560,6 +560,77 @@ fn bad_mount_options_mount_nothing() {
     assert!(cilfs(&["unmount", dir.to_str().unwrap()]).status.success());
 }
 
+/// How many mounts /proc/self/mountinfo lists on `dir`.
+fn mounts_on(dir: &Path) -> usize {
+    let dir = format!(" {} ", dir.display());
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&dir))
+        .count()
+}
+
+/// Takes down whatever is still mounted on a directory when a test ends, passed or failed.
+struct UnmountAll(PathBuf);
+
+impl Drop for UnmountAll {
+    fn drop(&mut self) {
+        for _ in 0..4 {
+            if mounts_on(&self.0) == 0 {
+                return;
+            }
+            let _ = cilfs(&["unmount", self.0.to_str().unwrap()]);
+        }
+        while mounts_on(&self.0) > 0 {
+            if rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_directory_that_is_already_a_mount_point_is_refused() {
+    let mut m = Mounted::new("64M", &[]);
+    let _cleanup = UnmountAll(m.dir.clone());
+    fs::write(m.p("first"), b"on the first image").unwrap();
+    let img2 = m.img.with_file_name("second.img");
+    assert!(
+        cilfs(&["mkfs", "-q", "--size", "64M", img2.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let dir = m.dir.to_str().unwrap();
+    for fg in [false, true] {
+        let mut args = vec!["mount", img2.to_str().unwrap(), dir];
+        if fg {
+            args.push("--foreground");
+        }
+        let out = cilfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("is already a mount point"), "{err}");
+        assert!(err.contains(dir), "names the directory: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert_eq!(mounts_on(&m.dir), 1, "nothing stacked on the first mount");
+    }
+    // The first mount still serves, and the second image is free for a mount elsewhere.
+    assert_eq!(fs::read(m.p("first")).unwrap(), b"on the first image");
+    let dir2 = m.dir.with_file_name("mnt2");
+    fs::create_dir(&dir2).unwrap();
+    let _cleanup2 = UnmountAll(dir2.clone());
+    let out = cilfs(&["mount", img2.to_str().unwrap(), dir2.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(cilfs(&["unmount", dir2.to_str().unwrap()]).status.success());
+    // One unmount, and the directory is no mount point any more.
+    m.unmount();
+    assert_eq!(mounts_on(&m.dir), 0);
+}
+
 #[test]
 fn killed_daemon_leaves_a_log_the_next_mount_replays() {
     let mut m = Mounted::new("128M", &[]);

@@ -58,11 +58,34 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
         Err(e) => return Err(Failure::usage(anyhow!("{}: {e}", a.dir.display()))),
     }
+    refuse_mount_point(&a.dir)?;
     if a.foreground {
         serve(&a, &opts)
     } else {
         spawn_background(&a)
     }
+}
+
+/// Refuses a directory that is already a mount point (of anything): a mount stacked on another
+/// hides it, and one `cilfs unmount` would take both down.
+fn refuse_mount_point(dir: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let what = match super::unmount::mounts_on(dir).last() {
+        Some(m) => format!(" ({} from {})", m.fstype, m.source),
+        None => {
+            // Without mountinfo: a mount point's device differs from its parent's.
+            let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            let dev = |p: &Path| std::fs::metadata(p).ok().map(|m| m.dev());
+            match canon.parent() {
+                Some(parent) if dev(&canon) != dev(parent) => String::new(),
+                _ => return Ok(()),
+            }
+        }
+    };
+    Err(Failure::usage(anyhow!(
+        "{} is already a mount point{what}: unmount it first or choose another directory",
+        dir.display()
+    )))
 }
 
 /// Where the background daemon writes its messages.

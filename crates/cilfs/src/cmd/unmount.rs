@@ -12,20 +12,41 @@ pub struct Args {
     dir: PathBuf,
 }
 
+/// One mount from /proc/self/mountinfo.
+#[derive(Debug, Clone)]
+pub struct MountEntry {
+    pub fstype: String,
+    pub source: String,
+}
+
+/// The mounts whose mount point is `dir`, from /proc/self/mountinfo, the topmost last.
+pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
+    let Ok(canon) = std::fs::canonicalize(dir) else {
+        return Vec::new();
+    };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    info.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let mnt = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?;
+            let source = r.next()?;
+            (Path::new(&unescape(mnt)) == canon).then(|| MountEntry {
+                fstype: fstype.to_string(),
+                source: unescape(source),
+            })
+        })
+        .collect()
+}
+
 /// The image (FUSE source) of the cilfs mount at `dir`, from /proc/self/mountinfo.
 pub fn mounted_image(dir: &Path) -> Option<PathBuf> {
-    let canon = std::fs::canonicalize(dir).ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().rev().find_map(|l| {
-        let (left, right) = l.split_once(" - ")?;
-        let mnt = left.split(' ').nth(4)?;
-        let mut r = right.split(' ');
-        let fstype = r.next()?;
-        let source = r.next()?;
+    mounts_on(dir).into_iter().rev().find_map(|m| {
         // The pure-Rust mount reports the type as "fuse"; the source is the image path.
         let ours =
-            fstype == "fuse.cilfs" || (fstype == "fuse" && Path::new(&unescape(source)).exists());
-        (ours && Path::new(&unescape(mnt)) == canon).then(|| PathBuf::from(unescape(source)))
+            m.fstype == "fuse.cilfs" || (m.fstype == "fuse" && Path::new(&m.source).exists());
+        ours.then(|| PathBuf::from(m.source))
     })
 }
 
