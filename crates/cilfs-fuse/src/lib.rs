@@ -56,7 +56,24 @@ fn cred(req: &Request) -> Cred {
     Cred {
         uid: req.uid(),
         gid: req.gid(),
+        pid: req.pid(),
     }
+}
+
+/// The supplementary groups of process `pid` (the `Groups:` line of /proc/PID/status); none if
+/// the process is gone. What `FsOptions::groups_of` is set to on a mount.
+pub fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    s.lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn system_time(t: Timespec) -> SystemTime {

@@ -9,7 +9,6 @@
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
-use super::inode::{S_ISGID, S_ISUID};
 use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use super::node::arr8;
 use super::ops::{Cred, Reserve};
@@ -283,9 +282,8 @@ impl Fs {
         bump_bytes(&self.stats.data_write_bytes, data.len());
         let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
         let size_changed = end > old_size;
-        let kill_suid = cred.uid != 0
-            && (m.inode.mode & S_ISUID != 0
-                || (m.inode.mode & S_ISGID != 0 && m.inode.mode & 0o010 != 0));
+        let kill = self.privileges_to_kill(cred, &m.inode);
+        let kill_suid = kill != 0;
         // A size change alone is not logged now: like a kernel's i_size it is logged with the
         // next transaction of the inode, at fsync, at write back or at unmount (the data it
         // covers is in the page cache anyway). It still counts as a change for the counter.
@@ -314,12 +312,7 @@ impl Fs {
         m.inode.ctime = now;
         m.inode.size = m.inode.size.max(end);
         m.inode.blocks += allocated;
-        if kill_suid {
-            m.inode.mode &= !S_ISUID;
-            if m.inode.mode & 0o010 != 0 {
-                m.inode.mode &= !S_ISGID;
-            }
-        }
+        m.inode.mode &= !kill;
         let mut t = match t {
             Some(t) => t,
             None => self.begin(&st)?,

@@ -61,6 +61,8 @@ pub enum DataMode {
 }
 
 pub type Clock = Arc<dyn Fn() -> Timespec + Send + Sync>;
+/// The supplementary groups of a process, by pid (the FUSE adapter reads them from /proc).
+pub type GroupsOf = Arc<dyn Fn(u32) -> Vec<u32> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct FsOptions {
@@ -76,6 +78,8 @@ pub struct FsOptions {
     pub inode_cache_max: usize,
     /// File data pages kept in memory (half of it may be dirty) [default 256 MiB].
     pub page_cache_bytes: u64,
+    /// Supplementary groups of a caller, for the set-group-ID rules [default: none known].
+    pub groups_of: Option<GroupsOf>,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -111,6 +115,7 @@ impl Default for FsOptions {
             clock: Arc::new(Timespec::now),
             inode_cache_max: default_inode_cache_max(),
             page_cache_bytes: 256 << 20,
+            groups_of: None,
         }
     }
 }

@@ -162,10 +162,7 @@ fn name(n: u8) -> Vec<u8> {
     format!("n{n}").into_bytes()
 }
 
-const U: Cred = Cred {
-    uid: 1000,
-    gid: 1000,
-};
+const U: Cred = Cred::user(1000, 1000);
 
 fn apply(fs: &Fs, m: &mut Model, op: &Op) {
     let pick = |v: &[u64], i: usize| v[i % v.len()];

@@ -5,7 +5,9 @@ use super::change::ChangeCounter;
 use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
-use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID, S_ISUID};
+use super::inode::{
+    Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG, S_ISGID, S_ISUID,
+};
 use super::keys::{
     key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
@@ -14,15 +16,26 @@ use super::tx::{FsTx, Trees};
 use super::{log_inode, Fs, FsState, InodeMem};
 use std::collections::HashMap;
 
-/// The caller of an operation (from the FUSE request).
+/// The caller of an operation (from the FUSE request). `pid` lets the core ask for the
+/// caller's supplementary groups (`FsOptions::groups_of`) in the rare cases a rule needs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cred {
     pub uid: u32,
     pub gid: u32,
+    pub pid: u32,
 }
 
 impl Cred {
-    pub const ROOT: Cred = Cred { uid: 0, gid: 0 };
+    pub const ROOT: Cred = Cred {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+
+    /// A caller with no process to ask for supplementary groups (tests, tools).
+    pub const fn user(uid: u32, gid: u32) -> Cred {
+        Cred { uid, gid, pid: 0 }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +131,34 @@ impl Fs {
     }
 
     /// A change that logs the inode anyway: bump the counter (forced) and set ctime.
+    /// Whether the caller counts as a member of group `gid` for the set-group-ID rules: root
+    /// (taken as holding CAP_FSETID), or its primary or a supplementary group.
+    pub(crate) fn in_group_or_root(&self, cred: Cred, gid: u32) -> bool {
+        cred.uid == 0
+            || cred.gid == gid
+            || self
+                .opts
+                .groups_of
+                .as_ref()
+                .is_some_and(|f| f(cred.pid).contains(&gid))
+    }
+
+    /// The set-user-ID and set-group-ID bits a change of a regular file's data by `cred` clears
+    /// (Linux's `setattr_should_drop_suidgid`): set-user-ID always, set-group-ID when group
+    /// execute is set or the caller is outside the file's group; nothing for root.
+    pub(crate) fn privileges_to_kill(&self, cred: Cred, inode: &Inode) -> u32 {
+        if cred.uid == 0 || inode.mode & S_IFMT != S_IFREG {
+            return 0;
+        }
+        let mut kill = inode.mode & S_ISUID;
+        if inode.mode & S_ISGID != 0
+            && (inode.mode & 0o010 != 0 || !self.in_group_or_root(cred, inode.gid))
+        {
+            kill |= S_ISGID;
+        }
+        kill
+    }
+
     pub(crate) fn touch_ctime(&self, m: &mut InodeMem, now: Timespec) {
         m.inode.ctime = now;
         m.change.maybe_increment(true);

@@ -88,10 +88,7 @@ fn opts(clock: &TestClock) -> FsOptions {
     }
 }
 
-const U: Cred = Cred {
-    uid: 1000,
-    gid: 1000,
-};
+const U: Cred = Cred::user(1000, 1000);
 
 fn names(fs: &Fs, dir: u64) -> Vec<String> {
     let mut out: Vec<String> = fs

@@ -179,6 +179,7 @@ impl MountOpts {
             tsgran_ns: self.tsgran_ns,
             data: self.data,
             read_only: self.ro,
+            groups_of: Some(std::sync::Arc::new(cilfs_fuse::supplementary_groups)),
             ..FsOptions::default()
         }
     }
