@@ -88,8 +88,65 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("cilfs: {:#}", f.error);
+            eprintln!("cilfs: {}", one_line(&f.error));
             ExitCode::from(f.status)
         }
+    }
+}
+
+/// The error and its causes on one line, each said once. Many errors already end with their
+/// cause ("cannot open X: No such file or directory" with that io::Error as its source), and
+/// anyhow's `{:#}` would append it again.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+    use anyhow::Context;
+
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open x: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    fn enoent() -> std::io::Error {
+        std::io::Error::from(std::io::ErrorKind::NotFound)
+    }
+
+    #[test]
+    fn each_cause_once() {
+        // A cause the message already states is not repeated...
+        let e = anyhow::Error::new(Wrapped(enoent()));
+        assert_eq!(one_line(&e), "cannot open x: entity not found");
+        // ...one it does not state still is, and so is a context's.
+        let e = Err::<(), _>(enoent()).context("reading y").unwrap_err();
+        assert_eq!(one_line(&e), "reading y: entity not found");
+        let e = Err::<(), _>(Wrapped(enoent()))
+            .context("mounting")
+            .unwrap_err();
+        assert_eq!(one_line(&e), "mounting: cannot open x: entity not found");
     }
 }

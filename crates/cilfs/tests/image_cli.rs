@@ -1,6 +1,7 @@
 //! What every command that opens an image (or a log device) does with a path that is not a
 //! regular file or a block device: refuses it with one line naming it and exit status 2, without
-//! waiting in open() first (a FIFO's blocking open waits forever for a writer).
+//! waiting in open() first (a FIFO's blocking open waits forever for a writer). And a path that
+//! cannot be opened at all: one line that gives the cause once.
 
 #![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
 
@@ -148,4 +149,63 @@ fn a_directory_or_character_device_as_image_is_refused() {
             assert_refused(&args, &cilfs_with_deadline(&args, &t.fifo), &[bad]);
         }
     }
+}
+
+#[test]
+fn a_missing_image_or_log_device_gives_its_cause_once() {
+    let t = setup();
+    let (img, dir) = (s(&t.img), s(&t.dir));
+    let missing = t.img.with_file_name("missing.img");
+    let missing = s(&missing);
+    let under_file = format!("{img}/log");
+    let logdev_opt = format!("logdev={missing}");
+    let new_img = t.img.with_file_name("new.img");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["check", missing], "No such file or directory"),
+        (vec!["info", missing], "No such file or directory"),
+        (vec!["logprint", missing], "No such file or directory"),
+        (vec!["mount", missing, dir], "No such file or directory"),
+        (
+            vec!["check", img, "--logdev", missing],
+            "No such file or directory",
+        ),
+        (
+            vec!["info", img, "--logdev", missing],
+            "No such file or directory",
+        ),
+        (
+            vec!["mount", img, dir, "-o", &logdev_opt],
+            "No such file or directory",
+        ),
+        (
+            vec!["mount", img, dir, "--foreground", "-o", &logdev_opt],
+            "No such file or directory",
+        ),
+        (
+            vec![
+                "mkfs",
+                "--size",
+                "64M",
+                "--logdev",
+                &under_file,
+                s(&new_img),
+            ],
+            "Not a directory",
+        ),
+        (
+            vec!["mount", img, dir, "-o", "logdev="],
+            "logdev needs a path",
+        ),
+    ];
+    for (args, cause) in &cases {
+        let out = cilfs_with_deadline(args, &t.fifo);
+        assert_refused(args, &out, &[cause]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            err.matches(cause).count(),
+            1,
+            "{args:?}: the cause once: {err}"
+        );
+    }
+    assert!(!new_img.exists());
 }

@@ -37,6 +37,15 @@ const NOTIFY_ENV: &str = "CILFS_MOUNT_NOTIFY";
 
 pub fn run(a: Args) -> Result<(), Failure> {
     let opts = mount_opts::parse(&a.options).map_err(|e| Failure::usage(anyhow!(e)))?;
+    if opts
+        .logdev
+        .as_ref()
+        .is_some_and(|p| p.as_os_str().is_empty())
+    {
+        return Err(Failure::usage(anyhow!(
+            "option logdev needs a path (logdev=PATH)"
+        )));
+    }
     // The image and log device are opened once here, before any daemon is spawned, so that a
     // missing or unreadable path, a directory or a FIFO (whose blocking open would wait
     // forever for a writer) is refused at once with its own message.
