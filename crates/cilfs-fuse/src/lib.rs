@@ -57,6 +57,15 @@ fn cred(req: &Request) -> Cred {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a create, with the umask the kernel passed along.
+fn creator(req: &Request, umask: u32) -> Cred {
+    Cred {
+        umask,
+        ..cred(req)
     }
 }
 
@@ -146,7 +155,12 @@ fn err(e: FsError) -> Errno {
 
 impl Filesystem for CilfsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // The kernel applies the umask; we must not apply it twice (FUSE_DONT_MASK not set).
+        // The umask is ours to apply: a directory's default ACL replaces it.
+        let _ = config.add_capabilities(InitFlags::FUSE_DONT_MASK);
+        // The kernel enforces ACLs (and turns default_permissions on) once we store them.
+        if self.fs.options().acl && config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_err() {
+            eprintln!("cilfs: the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced");
+        }
         let _ = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
@@ -224,13 +238,13 @@ impl Filesystem for CilfsFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         rdev: u32,
         reply: ReplyEntry,
     ) {
         match self
             .fs
-            .mknod(cred(req), parent.0, name(n), mode, u64::from(rdev))
+            .mknod(creator(req, umask), parent.0, name(n), mode, u64::from(rdev))
         {
             Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(err(e)),
@@ -243,10 +257,10 @@ impl Filesystem for CilfsFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
-        match self.fs.mkdir(cred(req), parent.0, name(n), mode) {
+        match self.fs.mkdir(creator(req, umask), parent.0, name(n), mode) {
             Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
@@ -516,7 +530,7 @@ impl Filesystem for CilfsFuse {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         n: &OsStr,
         value: &[u8],
@@ -528,7 +542,7 @@ impl Filesystem for CilfsFuse {
             create: flags & libc::XATTR_CREATE != 0,
             replace: flags & libc::XATTR_REPLACE != 0,
         };
-        match self.fs.setxattr(ino.0, name(n), value, f) {
+        match self.fs.set_xattr_as(cred(req), ino.0, name(n), Some(value), f) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -568,8 +582,9 @@ impl Filesystem for CilfsFuse {
         }
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
-        match self.fs.removexattr(ino.0, name(n)) {
+    fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        let f = XattrFlags::default();
+        match self.fs.set_xattr_as(cred(req), ino.0, name(n), None, f) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -590,13 +605,13 @@ impl Filesystem for CilfsFuse {
         parent: INodeNo,
         n: &OsStr,
         mode: u32,
-        _umask: u32,
+        umask: u32,
         _flags: i32,
         reply: ReplyCreate,
     ) {
         let r = self
             .fs
-            .mknod(cred(req), parent.0, name(n), mode, 0)
+            .mknod(creator(req, umask), parent.0, name(n), mode, 0)
             .and_then(|a| self.fs.open_inode(a.ino));
         match r {
             Ok(a) => reply.created(
@@ -641,13 +656,15 @@ impl Filesystem for CilfsFuse {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let Ok(off) = u64::try_from(offset) else {
-            return reply.error(Errno::EINVAL);
-        };
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
             _ => return reply.error(Errno::EINVAL),
+        };
+        // A negative offset lies outside the file, as past its end: ENXIO, as Linux
+        // filesystems answer (iomap_seek_data/hole).
+        let Ok(off) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
         };
         match self.fs.seek(ino.0, off, data) {
             Ok(o) => reply.offset(o as i64),
