@@ -69,7 +69,13 @@ impl super::Fs {
         let st = self.state.read();
         s.inodes_cached = st.inodes.len() as u64;
         s.free_blocks = st.hdr.free_blocks + st.hdr.freelist.len() as u64;
-        s.busy_blocks = self.busy.lock().blocks();
+        // Pruned here too: otherwise extents whose checkpoint is long stable still showed as
+        // busy until the next transaction began.
+        s.busy_blocks = {
+            let mut b = self.busy.lock();
+            b.prune(self.journal.completed_seq());
+            b.blocks()
+        };
         s
     }
 
