@@ -15,9 +15,12 @@ use fuser::{
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,6 +44,11 @@ const TTL: Duration = Duration::from_secs(1);
 pub struct CilfsFuse {
     fs: Arc<Fs>,
     writeback_cache: bool,
+    /// Who opened each file handle: a write the kernel sends from its page cache (a shared
+    /// writable mmap, or any write with writeback_cache) carries root's credentials, not the
+    /// writer's, and the set-user-ID rules must judge the writer.
+    openers: Mutex<HashMap<u64, Cred>>,
+    next_fh: AtomicU64,
 }
 
 impl CilfsFuse {
@@ -48,7 +56,30 @@ impl CilfsFuse {
         CilfsFuse {
             fs,
             writeback_cache,
+            openers: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
         }
+    }
+
+    /// A new file handle, remembering who opened it until its release.
+    fn file_handle(&self, opener: Cred) -> FileHandle {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.openers.lock().insert(fh, opener);
+        FileHandle(fh)
+    }
+
+    /// The caller a write is judged as: the opener of its handle for a write from the page
+    /// cache (its header names the kernel's flusher; the fh is one of the inode's writable
+    /// handles), the caller otherwise (Linux judges the writing task, not the opener). An
+    /// opener that exited meanwhile has no supplementary groups to read, which can only
+    /// clear set-group-ID, never keep it.
+    fn writer(&self, req: &Request, fh: FileHandle, flags: WriteFlags) -> Cred {
+        if flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
+            if let Some(c) = self.openers.lock().get(&fh.0) {
+                return *c;
+            }
+        }
+        cred(req)
     }
 }
 
@@ -63,10 +94,7 @@ fn cred(req: &Request) -> Cred {
 
 /// The caller of a create, with the umask the kernel passed along.
 fn creator(req: &Request, umask: u32) -> Cred {
-    Cred {
-        umask,
-        ..cred(req)
-    }
+    Cred { umask, ..cred(req) }
 }
 
 /// The supplementary groups of process `pid` (the `Groups:` line of /proc/PID/status); none if
@@ -242,10 +270,13 @@ impl Filesystem for CilfsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        match self
-            .fs
-            .mknod(creator(req, umask), parent.0, name(n), mode, u64::from(rdev))
-        {
+        match self.fs.mknod(
+            creator(req, umask),
+            parent.0,
+            name(n),
+            mode,
+            u64::from(rdev),
+        ) {
             Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
             Err(e) => reply.error(err(e)),
         }
@@ -340,9 +371,9 @@ impl Filesystem for CilfsFuse {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open_inode(ino.0) {
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.opened(self.file_handle(cred(req)), FopenFlags::empty()),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -368,15 +399,16 @@ impl Filesystem for CilfsFuse {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(cred(req), ino.0, offset, data) {
+        let who = self.writer(req, fh, write_flags);
+        match self.fs.write(who, ino.0, offset, data) {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(err(e)),
         }
@@ -397,12 +429,13 @@ impl Filesystem for CilfsFuse {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.openers.lock().remove(&fh.0);
         match self.fs.release_inode(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -542,7 +575,10 @@ impl Filesystem for CilfsFuse {
             create: flags & libc::XATTR_CREATE != 0,
             replace: flags & libc::XATTR_REPLACE != 0,
         };
-        match self.fs.set_xattr_as(cred(req), ino.0, name(n), Some(value), f) {
+        match self
+            .fs
+            .set_xattr_as(cred(req), ino.0, name(n), Some(value), f)
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
@@ -618,7 +654,7 @@ impl Filesystem for CilfsFuse {
                 &TTL,
                 &file_attr(&a),
                 Generation(0),
-                FileHandle(0),
+                self.file_handle(cred(req)),
                 FopenFlags::empty(),
             ),
             Err(e) => reply.error(err(e)),
@@ -627,7 +663,7 @@ impl Filesystem for CilfsFuse {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -641,7 +677,10 @@ impl Filesystem for CilfsFuse {
         }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-        match self.fs.fallocate(ino.0, offset, length, keep, punch) {
+        match self
+            .fs
+            .fallocate(cred(req), ino.0, offset, length, keep, punch)
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }

@@ -726,3 +726,103 @@ fn df_comes_back_after_writing_and_deleting_200_mib() {
     );
     m.unmount();
 }
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// POSIX ACLs are enforced for another user, kept in step with the mode, inherited from
+/// default ACLs (with a set-group-ID directory), validated, and kept across a remount;
+/// `noacl` refuses them.
+#[test]
+fn acls_are_enforced_inherited_and_kept() {
+    const NOBODY: u32 = 65534;
+    let mut m = Mounted::new("128M", &["allow_other"]);
+    fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o1777)).unwrap();
+    let (f, g) = (m.p("f"), m.p("g"));
+    fs::write(&f, b"open\n").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(&g, b"secret\n").unwrap();
+    fs::set_permissions(&g, fs::Permissions::from_mode(0o640)).unwrap();
+    let reads = |p: &Path| {
+        as_user(NOBODY, NOBODY, &["cat", p.to_str().unwrap()])
+            .status
+            .success()
+    };
+    assert!(reads(&f) && !reads(&g), "the mode alone decides");
+    run(&["setfacl", "-m", "u:nobody:---", f.to_str().unwrap()]);
+    run(&["setfacl", "-m", "u:nobody:r", g.to_str().unwrap()]);
+    assert!(!reads(&f), "an ACL deny entry blocks");
+    assert!(reads(&g), "an ACL grant allows");
+    assert_eq!(fs::metadata(&g).unwrap().mode() & 0o777, 0o640);
+    // chmod rewrites the mask.
+    fs::set_permissions(&g, fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(run(&["getfacl", "-n", g.to_str().unwrap()]).contains("mask::---"));
+    assert!(!reads(&g), "the mask now hides the named entry");
+    // Default ACLs in a set-group-ID directory: files and directories inherit, the umask is
+    // not applied, new directories keep set-group-ID and the directory's group.
+    let d = m.p("d");
+    fs::create_dir(&d).unwrap();
+    run(&["setfacl", "-d", "-m", "u:nobody:rwx", d.to_str().unwrap()]);
+    rustix::fs::chown(&d, None, Some(rustix::process::Gid::from_raw(500))).unwrap();
+    fs::set_permissions(&d, fs::Permissions::from_mode(0o2755)).unwrap();
+    run(&[
+        "sh",
+        "-c",
+        &format!("umask 022 && touch {0}/x && mkdir {0}/y", d.display()),
+    ]);
+    let x = fs::metadata(d.join("x")).unwrap();
+    assert_eq!(
+        (x.mode(), x.gid()),
+        (0o100_664, 500),
+        "the mode Linux gives"
+    );
+    let y = fs::metadata(d.join("y")).unwrap();
+    assert_eq!((y.mode(), y.gid()), (0o42_775, 500));
+    let ya = run(&["getfacl", "-n", d.join("y").to_str().unwrap()]);
+    assert!(
+        ya.contains("\nuser:65534:rwx") && ya.contains("default:user:65534:rwx"),
+        "{ya}"
+    );
+    let xa = run(&["getfacl", "-n", d.join("x").to_str().unwrap()]);
+    assert!(xa.contains("user:65534:rwx\t#effective:rw-"), "{xa}");
+    let appends = as_user(
+        NOBODY,
+        NOBODY,
+        &["sh", "-c", &format!("echo z >> {}/x", d.display())],
+    );
+    assert!(appends.status.success(), "the inherited entry grants write");
+    // A malformed ACL is refused: a named user and no mask.
+    let mut bad = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (1u16, 6u16, u32::MAX),
+        (2, 4, 7),
+        (4, 4, u32::MAX),
+        (32, 4, u32::MAX),
+    ] {
+        bad.extend_from_slice(&tag.to_le_bytes());
+        bad.extend_from_slice(&perm.to_le_bytes());
+        bad.extend_from_slice(&id.to_le_bytes());
+    }
+    let r = rustix::fs::setxattr(&f, "system.posix_acl_access", &bad, XattrFlags::empty());
+    assert_eq!(r, Err(Errno::INVAL));
+    // Kept across a remount.
+    m.unmount();
+    m.mount(&["allow_other"]);
+    assert!(!reads(&f) && !reads(&g));
+    assert!(run(&["getfacl", "-n", f.to_str().unwrap()]).contains("user:65534:---"));
+    m.unmount();
+    m.mount(&["allow_other", "noacl"]);
+    let out = Command::new("setfacl")
+        .args(["-m", "u:nobody:r", g.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "noacl refuses ACLs");
+    m.unmount();
+}

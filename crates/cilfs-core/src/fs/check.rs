@@ -219,6 +219,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     let mut facts: HashMap<u64, InodeFacts> = HashMap::new();
     let mut file_extents: Vec<(u64, Extent)> = Vec::new();
     let mut remote: Vec<(u64, u64, u64, u32)> = Vec::new();
+    let mut acls: Vec<(u64, Vec<u8>, super::xattr::Value)> = Vec::new();
     walk_bounded(
         &mut view,
         hdr.fs_root,
@@ -290,6 +291,9 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                                     String::from_utf8_lossy(&e.name)
                                 ));
                             }
+                            if super::acl::kind_of(&e.name).is_some() {
+                                acls.push((ino, e.name.clone(), e.value.clone()));
+                            }
                             if let super::xattr::Value::Remote { start, blocks, len } = e.value {
                                 if u64::from(len) > blocks * u64::from(fs.bs) {
                                     c.problem(format!(
@@ -325,6 +329,42 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             format!("inode {ino} file block {}", e.file),
         ));
         c.report.data_blocks += e.len;
+    }
+
+    // ACLs: valid, the access ACL saying what the mode says, default ACLs on directories.
+    for (ino, name, value) in &acls {
+        let what = String::from_utf8_lossy(name);
+        let acl = match fs.value_of(value).map(|v| super::acl::Acl::parse(&v)) {
+            Ok(Ok(Some(a))) => a,
+            Ok(Ok(None)) => {
+                c.problem(format!("inode {ino}: empty {what}"));
+                continue;
+            }
+            Ok(Err(e)) => {
+                c.problem(format!("inode {ino}: malformed {what}: {e}"));
+                continue;
+            }
+            Err(e) => {
+                c.problem(format!("inode {ino}: {what} unreadable: {e}"));
+                continue;
+            }
+        };
+        let Some(inode) = facts.get(ino).and_then(|f| f.inode.as_ref()) else {
+            continue;
+        };
+        match super::acl::kind_of(name) {
+            Some(super::acl::Kind::Access) if acl.mode_bits() != inode.mode & 0o777 => {
+                c.problem(format!(
+                    "inode {ino}: mode {:o} but its access ACL gives {:o}",
+                    inode.mode & 0o777,
+                    acl.mode_bits()
+                ))
+            }
+            Some(super::acl::Kind::Default) if !inode.is_dir() => {
+                c.problem(format!("inode {ino}: a default ACL on a non-directory"))
+            }
+            _ => {}
+        }
     }
 
     // Inodes against their names.

@@ -22,6 +22,7 @@ pub mod ops;
 pub mod pagecache;
 pub mod stats;
 pub mod tx;
+pub mod acl;
 pub mod xattr;
 
 pub use dir::DirEntry;
@@ -60,7 +61,20 @@ pub enum DataMode {
     Writeback,
 }
 
+/// When reads and readdir update atime (the `noatime`, `relatime` and `strictatime` mount
+/// options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeMode {
+    Never,
+    /// Linux's default: when atime is not after mtime or ctime, or is a day old.
+    #[default]
+    Relative,
+    Strict,
+}
+
 pub type Clock = Arc<dyn Fn() -> Timespec + Send + Sync>;
+/// Told of an inode whose attributes changed beyond what the reply to the operation shows.
+pub type AttrsChanged = Arc<dyn Fn(u64) + Send + Sync>;
 /// The supplementary groups of a process, by pid (the FUSE adapter reads them from /proc).
 pub type GroupsOf = Arc<dyn Fn(u32) -> Vec<u32> + Send + Sync>;
 
@@ -78,8 +92,20 @@ pub struct FsOptions {
     pub inode_cache_max: usize,
     /// File data pages kept in memory (half of it may be dirty) [default 256 MiB].
     pub page_cache_bytes: u64,
+    /// When reads update atime [default relatime].
+    pub atime: AtimeMode,
+    /// Keep timestamp updates (atime by reads, mtime and ctime by writes into blocks the file
+    /// owns) in memory until the inode is logged for another reason, fsync, write back or
+    /// unmount, instead of logging each (the `lazytime` mount option) [default off].
+    pub lazytime: bool,
+    /// Called (outside the filesystem lock) when a write or fallocate cleared set-user-ID or
+    /// set-group-ID: the kernel caches the mode and learns of the change from no reply, so
+    /// the FUSE adapter invalidates its copy [default: nobody].
+    pub attrs_changed: Option<AttrsChanged>,
     /// Supplementary groups of a caller, for the set-group-ID rules [default: none known].
     pub groups_of: Option<GroupsOf>,
+    /// POSIX ACLs stored and inherited; without, their xattrs are refused [default on].
+    pub acl: bool,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -89,6 +115,9 @@ impl std::fmt::Debug for FsOptions {
             .field("tsgran_ns", &self.tsgran_ns)
             .field("data", &self.data)
             .field("read_only", &self.read_only)
+            .field("atime", &self.atime)
+            .field("lazytime", &self.lazytime)
+            .field("acl", &self.acl)
             .finish()
     }
 }
@@ -115,7 +144,11 @@ impl Default for FsOptions {
             clock: Arc::new(Timespec::now),
             inode_cache_max: default_inode_cache_max(),
             page_cache_bytes: 256 << 20,
+            atime: AtimeMode::Relative,
+            lazytime: false,
+            attrs_changed: None,
             groups_of: None,
+            acl: true,
         }
     }
 }

@@ -11,30 +11,36 @@ use super::inode::{
 use super::keys::{
     key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
+use super::acl;
 use super::stats::bump;
+use super::xattr::{self, XattrFlags};
 use super::tx::{FsTx, Trees};
 use super::{log_inode, Fs, FsState, InodeMem};
 use std::collections::HashMap;
 
 /// The caller of an operation (from the FUSE request). `pid` lets the core ask for the
-/// caller's supplementary groups (`FsOptions::groups_of`) in the rare cases a rule needs them.
+/// caller's supplementary groups (`FsOptions::groups_of`) in the rare cases a rule needs them;
+/// `umask` is applied by creates in a directory without a default ACL (the kernel leaves it to
+/// us: FUSE_DONT_MASK).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Cred {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+    pub umask: u32,
 }
 
 impl Cred {
-    pub const ROOT: Cred = Cred {
-        uid: 0,
-        gid: 0,
-        pid: 0,
-    };
+    pub const ROOT: Cred = Cred::user(0, 0);
 
-    /// A caller with no process to ask for supplementary groups (tests, tools).
+    /// A caller with no process to ask for supplementary groups and no umask (tests, tools).
     pub const fn user(uid: u32, gid: u32) -> Cred {
-        Cred { uid, gid, pid: 0 }
+        Cred {
+            uid,
+            gid,
+            pid: 0,
+            umask: 0,
+        }
     }
 }
 
@@ -130,7 +136,6 @@ impl Fs {
         bump(&self.stats.operations);
     }
 
-    /// A change that logs the inode anyway: bump the counter (forced) and set ctime.
     /// Whether the caller counts as a member of group `gid` for the set-group-ID rules: root
     /// (taken as holding CAP_FSETID), or its primary or a supplementary group.
     pub(crate) fn in_group_or_root(&self, cred: Cred, gid: u32) -> bool {
@@ -159,6 +164,32 @@ impl Fs {
         kill
     }
 
+    /// The bits a change of owner or group clears on anything but a directory (Linux's
+    /// `chown_common`, as ext4 and XFS see it): set-user-ID always, even for root;
+    /// set-group-ID when group execute is set (even for root), or when the caller is outside
+    /// the file's group as it was.
+    pub(crate) fn chown_kills(&self, cred: Cred, inode: &Inode) -> u32 {
+        if inode.is_dir() {
+            return 0;
+        }
+        let mut kill = inode.mode & S_ISUID;
+        if inode.mode & S_ISGID != 0
+            && (inode.mode & 0o010 != 0 || !self.in_group_or_root(cred, inode.gid))
+        {
+            kill |= S_ISGID;
+        }
+        kill
+    }
+
+    /// Tells `FsOptions::attrs_changed` that `ino`'s attributes changed behind the reply of
+    /// the operation; called without the filesystem lock.
+    pub(crate) fn attrs_changed(&self, ino: u64) {
+        if let Some(f) = &self.opts.attrs_changed {
+            f(ino);
+        }
+    }
+
+    /// A change that logs the inode anyway: bump the counter (forced) and set ctime.
     pub(crate) fn touch_ctime(&self, m: &mut InodeMem, now: Timespec) {
         m.inode.ctime = now;
         m.change.maybe_increment(true);
@@ -291,13 +322,44 @@ impl Fs {
                 return Err(FsError::Exists);
             }
         }
-        self.space_check(&st, 4, Reserve::Keep)?;
+        // A parent's default ACL becomes the new node's access ACL (and a directory's default),
+        // masked by the mode asked for; without one the umask applies. Symlinks have neither.
+        let inherited = match self.opts.acl && target.is_none() {
+            true => match self.xattr_lookup(&st, parent, acl::DEFAULT)? {
+                Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                    FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
+                })?,
+                None => None,
+            },
+            false => None,
+        };
+        let (mode, acls) = match inherited {
+            Some(default) => {
+                let mut access = default.clone();
+                let mode = access.create_mask(mode);
+                let access = (!access.is_minimal()).then(|| access.encode());
+                (mode, [access, is_dir.then(|| default.encode())])
+            }
+            None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
+            None => (mode, [None, None]),
+        };
+        let acl_blocks: u64 = acls
+            .iter()
+            .flatten()
+            .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
+            .sum();
+        self.space_check(&st, 4 + acl_blocks, Reserve::Keep)?;
         let now = self.now();
         let bs = self.bs;
         let (attr, _) = self.with_tx(&mut st, |t, inodes| {
             let ino = t.hdr.next_ino;
             t.hdr.next_ino += 1;
             t.hdr.inode_count += 1;
+            for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
+                if let Some(v) = v {
+                    xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
+                }
+            }
             let mut mode = mode;
             let gid = if p.mode & S_ISGID != 0 {
                 if is_dir {
@@ -926,7 +988,7 @@ impl Fs {
         self.op();
         self.check_writable()?;
         if let Some(size) = sa.size {
-            self.truncate(ino, size)?;
+            self.truncate(cred, ino, size)?;
         }
         let mut st = self.state.write();
         let now = self.now();
@@ -939,28 +1001,40 @@ impl Fs {
         {
             return Ok(m.inode.attr(self.bs));
         }
-        let _ = cred;
         let bs = self.bs;
+        // chmod rewrites the access ACL's owner, mask and other entries.
+        let acl = match sa.mode {
+            Some(_) if self.opts.acl => match self.xattr_lookup(&st, ino, acl::ACCESS)? {
+                Some(v) => acl::Acl::parse(&v)
+                    .map_err(|_| FsError::corrupt(0, format!("inode {ino}: malformed access ACL")))?,
+                None => None,
+            },
+            _ => None,
+        };
         let (attr, _) = self.with_tx(&mut st, |t, inodes| {
             let m = Fs::inode_mut(t, inodes, ino)?;
             if let Some(mode) = sa.mode {
                 m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777);
+                if let Some(mut a) = acl {
+                    a.chmod(mode);
+                    xattr::put(t, ino, acl::ACCESS, Some(&a.encode()), XattrFlags::default())?;
+                }
             }
-            let owner_change = sa.uid.is_some_and(|u| u != m.inode.uid)
-                || sa.gid.is_some_and(|g| g != m.inode.gid);
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            // Any chown, to the same owner too, as on Linux. The kernel sends the mode it
+            // computed with a chown, by an older rule (no set-group-ID without group execute):
+            // the bits are cleared on top of it.
+            let kill = match sa.uid.is_some() || sa.gid.is_some() {
+                true => self.chown_kills(cred, &m.inode),
+                false => 0,
+            };
             if let Some(uid) = sa.uid {
                 m.inode.uid = uid;
             }
             if let Some(gid) = sa.gid {
                 m.inode.gid = gid;
             }
-            if owner_change && !m.inode.is_dir() && sa.mode.is_none() {
-                // chown clears set-user-ID, and set-group-ID when group execute is set.
-                m.inode.mode &= !S_ISUID;
-                if m.inode.mode & 0o010 != 0 {
-                    m.inode.mode &= !S_ISGID;
-                }
-            }
+            m.inode.mode &= !kill;
             let resolve = |s: SetTime| match s {
                 SetTime::Now => now,
                 SetTime::At(t) => t,

@@ -22,7 +22,7 @@ pub struct FsTx<'a> {
     pub(crate) hdr: Header,
     hdr_before: Header,
     hdr_blk: u64,
-    bs: usize,
+    pub(crate) bs: usize,
     /// Extents freed by this transaction: not reusable until it is stable.
     pub(crate) freed: Vec<(u64, u64)>,
     /// Blocks allocated as nodes by this transaction: logged whole on first write, since their

@@ -3,14 +3,15 @@
 //! written through the journal like all metadata. `user.cilfs.change` is the change attribute:
 //! read only, not listed.
 
+use super::acl;
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::keys::{key, kind_of, name_hash, KIND_XATTR};
 use super::node::{arr4, arr8, max_value_bytes};
-use super::ops::Reserve;
+use super::ops::{Cred, Reserve};
 use super::tx::{FsTx, Trees};
-use super::{log_inode, Fs};
+use super::{log_inode, Fs, FsState};
 
 pub const CHANGE_XATTR: &[u8] = b"user.cilfs.change";
 pub const XATTR_NAME_MAX: usize = 255;
@@ -142,9 +143,112 @@ pub(crate) fn free_bucket(t: &mut FsTx<'_>, v: &[u8], ino: u64) -> FsResult<()> 
     Ok(())
 }
 
+/// Where a value of `len` bytes goes: in the bucket (0 blocks), or in blocks of its own.
+pub(crate) fn value_blocks(bs: usize, name: &[u8], len: usize) -> (bool, u64) {
+    let inline = 6 + name.len() + len <= max_value_bytes(bs) / 4;
+    (inline, if inline { 0 } else { len.div_ceil(bs) as u64 })
+}
+
+/// Sets (`Some`) or removes (`None`) xattr `name` of `ino` in transaction `t`: the bucket item
+/// and the value's blocks, nothing of the inode. Everything that can fail is checked before
+/// anything is logged, so an error leaves `t` as it was.
+pub(crate) fn put(
+    t: &mut FsTx<'_>,
+    ino: u64,
+    name: &[u8],
+    value: Option<&[u8]>,
+    flags: XattrFlags,
+) -> FsResult<()> {
+    let bs = t.bs;
+    let max = max_value_bytes(bs);
+    let k = key(ino, KIND_XATTR, name_hash(name));
+    let mut entries = match t.get(TREE_FS, k)? {
+        Some(b) => decode(&b, ino)?,
+        None => Vec::new(),
+    };
+    let pos = entries.iter().position(|e| e.name == name);
+    let Some(value) = value else {
+        let Some(i) = pos else {
+            return Err(FsError::NoAttr);
+        };
+        let e = entries.remove(i);
+        free_remote(t, &e.value)?;
+        if entries.is_empty() {
+            t.remove(TREE_FS, k)?;
+        } else {
+            t.insert(TREE_FS, k, &encode(&entries))?;
+        }
+        return Ok(());
+    };
+    match (pos, flags.create, flags.replace) {
+        (Some(_), true, _) => return Err(FsError::Exists),
+        (None, _, true) => return Err(FsError::NoAttr),
+        _ => {}
+    }
+    let (inline, blocks) = value_blocks(bs, name, value.len());
+    let placeholder = if inline {
+        Value::Inline(value.to_vec())
+    } else {
+        Value::Remote {
+            start: 0,
+            blocks,
+            len: value.len() as u32,
+        }
+    };
+    let mut next = entries.clone();
+    match pos {
+        Some(i) => next[i].value = placeholder,
+        None => next.push(Entry {
+            name: name.to_vec(),
+            value: placeholder,
+        }),
+    }
+    if encode(&next).len() > max {
+        return Err(FsError::AttrTooBig);
+    }
+    let new_value = if inline {
+        Value::Inline(value.to_vec())
+    } else {
+        let Some((start, got)) = t.alloc_extent(blocks, blocks)? else {
+            return Err(FsError::NoSpace);
+        };
+        debug_assert_eq!(got, blocks);
+        for (i, chunk) in value.chunks(bs).enumerate() {
+            let r = t.tx.buf(start + i as u64)?;
+            // Freed blocks lose their role (Transaction::cancel); a stamp here would overwrite
+            // part of the value at write-back.
+            assert!(
+                t.tx.lsn_offset(r).is_none(),
+                "block {} of a new xattr value keeps an LSN stamp offset",
+                start + i as u64
+            );
+            let mut block = vec![0u8; bs];
+            block[..chunk.len()].copy_from_slice(chunk);
+            t.tx.write(r, 0, &block);
+        }
+        Value::Remote {
+            start,
+            blocks,
+            len: value.len() as u32,
+        }
+    };
+    match pos {
+        Some(i) => {
+            let old = std::mem::replace(&mut entries[i].value, new_value);
+            free_remote(t, &old)?;
+        }
+        None => entries.push(Entry {
+            name: name.to_vec(),
+            value: new_value,
+        }),
+    }
+    t.insert(TREE_FS, k, &encode(&entries))?;
+    Ok(())
+}
+
 impl Fs {
     /// The value of an entry, reading remote blocks through the metadata cache.
-    fn value_of(&self, v: &Value) -> FsResult<Vec<u8>> {
+    pub(crate) fn value_of(&self, v: &Value) -> FsResult<Vec<u8>> {
         match v {
             Value::Inline(x) => Ok(x.clone()),
             Value::Remote { start, blocks, len } => {
@@ -160,23 +264,35 @@ impl Fs {
         }
     }
 
+    /// Xattr `name` of `ino`, if it is set (outside a transaction, the filesystem lock held).
+    pub(crate) fn xattr_lookup(
+        &self,
+        st: &FsState,
+        ino: u64,
+        name: &[u8],
+    ) -> FsResult<Option<Vec<u8>>> {
+        let mut v = self.view(st);
+        let Some(b) = v.t_get(TREE_FS, key(ino, KIND_XATTR, name_hash(name)))? else {
+            return Ok(None);
+        };
+        match decode(&b, ino)?.into_iter().find(|e| e.name == name) {
+            Some(e) => self.value_of(&e.value).map(Some),
+            None => Ok(None),
+        }
+    }
+
     pub fn getxattr(&self, ino: u64, name: &[u8]) -> FsResult<Vec<u8>> {
         check_name(name)?;
         if name == CHANGE_XATTR {
             return Ok(self.change_attr(ino)?.to_string().into_bytes());
         }
         super::stats::bump(&self.stats.operations);
+        if acl::kind_of(name).is_some() && !self.opts.acl {
+            return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
+        }
         let st = self.state.read();
         self.peek_inode(&st, ino)?;
-        let mut v = self.view(&st);
-        let Some(b) = v.t_get(TREE_FS, key(ino, KIND_XATTR, name_hash(name)))? else {
-            return Err(FsError::NoAttr);
-        };
-        let e = decode(&b, ino)?
-            .into_iter()
-            .find(|e| e.name == name)
-            .ok_or(FsError::NoAttr)?;
-        self.value_of(&e.value)
+        self.xattr_lookup(&st, ino, name)?.ok_or(FsError::NoAttr)
     }
 
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
@@ -199,101 +315,83 @@ impl Fs {
         Ok(out)
     }
 
+    /// Sets an xattr as root would. The ACL names go through [`Fs::set_acl`] (validated, the
+    /// mode kept in step).
     pub fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], flags: XattrFlags) -> FsResult<()> {
+        self.set_xattr_as(Cred::ROOT, ino, name, Some(value), flags)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
+        self.set_xattr_as(Cred::ROOT, ino, name, None, XattrFlags::default())
+    }
+
+    /// Sets or removes an xattr for `cred`: for an ACL, `cred` decides whether set-group-ID
+    /// survives the mode change (Linux clears it for a caller outside the file's group).
+    pub fn set_xattr_as(
+        &self,
+        cred: Cred,
+        ino: u64,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: XattrFlags,
+    ) -> FsResult<()> {
         super::stats::bump(&self.stats.operations);
         check_name(name)?;
         self.check_writable()?;
         if name == CHANGE_XATTR {
             return Err(FsError::NotPermitted);
         }
-        if value.len() > XATTR_VALUE_MAX {
+        let acl_kind = acl::kind_of(name);
+        if acl_kind.is_some() && !self.opts.acl {
+            return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
+        }
+        if value.is_some_and(|v| v.len() > XATTR_VALUE_MAX) {
             return Err(FsError::AttrTooBig);
         }
-        let bs = self.bs as usize;
-        let max = max_value_bytes(bs);
-        let inline = 6 + name.len() + value.len() <= max / 4;
-        let blocks = if inline {
-            0
-        } else {
-            value.len().div_ceil(bs) as u64
-        };
+        // An ACL is validated, and one the mode says all of is not stored.
+        let mut value = value.map(<[u8]>::to_vec);
+        let mut acl_mode = None;
+        if let (Some(kind), Some(v)) = (acl_kind, value.as_deref()) {
+            match acl::Acl::parse(v)? {
+                None => value = None,
+                Some(a) => {
+                    if kind == acl::Kind::Access {
+                        acl_mode = Some(a.mode_bits());
+                    }
+                    value = (kind == acl::Kind::Default || !a.is_minimal()).then(|| a.encode());
+                }
+            }
+        }
+        let blocks = value
+            .as_deref()
+            .map_or(0, |v| value_blocks(self.bs as usize, name, v.len()).1);
         let mut st = self.state.write();
-        self.load(&mut st, ino)?;
+        let inode = self.load(&mut st, ino)?.inode.clone();
+        if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
+            return Err(FsError::Access);
+        }
+        // Removing an ACL that is not there is no error for the ACL names (setfacl -b on a file
+        // with none; an ACL equal to the mode replaces whatever was there).
+        let exists = acl_kind.is_some() && self.xattr_lookup(&st, ino, name)?.is_some();
+        if acl_kind.is_some() && value.is_none() && !exists && acl_mode.is_none() {
+            return Ok(());
+        }
         self.space_check(&st, 2 + blocks, Reserve::Keep)?;
         let mut forced = false;
         loop {
             let now = self.now();
             let r = self.with_tx(&mut st, |t, inodes| {
-                let k = key(ino, KIND_XATTR, name_hash(name));
-                let mut entries = match t.get(TREE_FS, k)? {
-                    Some(b) => decode(&b, ino)?,
-                    None => Vec::new(),
-                };
-                let pos = entries.iter().position(|e| e.name == name);
-                match (pos, flags.create, flags.replace) {
-                    (Some(_), true, _) => return Err(FsError::Exists),
-                    (None, _, true) => return Err(FsError::NoAttr),
-                    _ => {}
+                match (&value, acl_kind) {
+                    (None, Some(_)) if !exists => {}
+                    _ => put(t, ino, name, value.as_deref(), flags)?,
                 }
-                // Everything that can fail is checked before anything is logged.
-                let placeholder = if inline {
-                    Value::Inline(value.to_vec())
-                } else {
-                    Value::Remote {
-                        start: 0,
-                        blocks,
-                        len: value.len() as u32,
-                    }
-                };
-                let mut next = entries.clone();
-                match pos {
-                    Some(i) => next[i].value = placeholder,
-                    None => next.push(Entry {
-                        name: name.to_vec(),
-                        value: placeholder,
-                    }),
-                }
-                if encode(&next).len() > max {
-                    return Err(FsError::AttrTooBig);
-                }
-                let new_value = if inline {
-                    Value::Inline(value.to_vec())
-                } else {
-                    let Some((start, got)) = t.alloc_extent(blocks, blocks)? else {
-                        return Err(FsError::NoSpace);
-                    };
-                    debug_assert_eq!(got, blocks);
-                    for (i, chunk) in value.chunks(bs).enumerate() {
-                        let r = t.tx.buf(start + i as u64)?;
-                        // Freed blocks lose their role (Transaction::cancel); a stamp here
-                        // would overwrite part of the value at write-back.
-                        assert!(
-                            t.tx.lsn_offset(r).is_none(),
-                            "block {} of a new xattr value keeps an LSN stamp offset",
-                            start + i as u64
-                        );
-                        let mut block = vec![0u8; bs];
-                        block[..chunk.len()].copy_from_slice(chunk);
-                        t.tx.write(r, 0, &block);
-                    }
-                    Value::Remote {
-                        start,
-                        blocks,
-                        len: value.len() as u32,
-                    }
-                };
-                match pos {
-                    Some(i) => {
-                        let old = std::mem::replace(&mut entries[i].value, new_value);
-                        free_remote(t, &old)?;
-                    }
-                    None => entries.push(Entry {
-                        name: name.to_vec(),
-                        value: new_value,
-                    }),
-                }
-                t.insert(TREE_FS, k, &encode(&entries))?;
                 let m = Fs::inode_mut(t, inodes, ino)?;
+                if let Some(bits) = acl_mode {
+                    m.inode.mode = (m.inode.mode & !0o777) | bits;
+                    if !self.in_group_or_root(cred, m.inode.gid) {
+                        m.inode.mode &= !super::inode::S_ISGID;
+                    }
+                }
                 self.touch_ctime(m, now);
                 log_inode(t, m, &self.stats)?;
                 Ok(((), vec![ino]))
@@ -302,46 +400,12 @@ impl Fs {
                 // A value in blocks needs them contiguous, which the count above does not
                 // promise: if only busy extents would fit, make them usable and try once more
                 // (nothing was logged: the allocation comes before any change).
-                Err(FsError::NoSpace) if !inline && !forced && !self.busy.lock().is_empty() => {
+                Err(FsError::NoSpace) if blocks > 0 && !forced && !self.busy.lock().is_empty() => {
                     self.journal.force_all()?;
                     forced = true;
                 }
                 r => return r.map(drop),
             }
         }
-    }
-
-    pub fn removexattr(&self, ino: u64, name: &[u8]) -> FsResult<()> {
-        super::stats::bump(&self.stats.operations);
-        check_name(name)?;
-        self.check_writable()?;
-        if name == CHANGE_XATTR {
-            return Err(FsError::NotPermitted);
-        }
-        let mut st = self.state.write();
-        self.load(&mut st, ino)?;
-        let now = self.now();
-        self.with_tx(&mut st, |t, inodes| {
-            let k = key(ino, KIND_XATTR, name_hash(name));
-            let Some(b) = t.get(TREE_FS, k)? else {
-                return Err(FsError::NoAttr);
-            };
-            let mut entries = decode(&b, ino)?;
-            let Some(i) = entries.iter().position(|e| e.name == name) else {
-                return Err(FsError::NoAttr);
-            };
-            let e = entries.remove(i);
-            free_remote(t, &e.value)?;
-            if entries.is_empty() {
-                t.remove(TREE_FS, k)?;
-            } else {
-                t.insert(TREE_FS, k, &encode(&entries))?;
-            }
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            self.touch_ctime(m, now);
-            log_inode(t, m, &self.stats)?;
-            Ok(((), vec![ino]))
-        })?;
-        Ok(())
     }
 }

@@ -20,6 +20,8 @@ pub struct MountOpts {
     pub allow_other: bool,
     /// Metadata cache size in bytes [default: the journal's].
     pub cache: Option<u64>,
+    /// POSIX ACLs stored and enforced (`acl`, the default) or refused (`noacl`).
+    pub acl: bool,
 }
 
 impl Default for MountOpts {
@@ -37,6 +39,7 @@ impl Default for MountOpts {
             ro: false,
             allow_other: false,
             cache: None,
+            acl: true,
         }
     }
 }
@@ -152,7 +155,11 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.allow_other = true;
             }
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, allow_other)")),
+            "acl" | "noacl" => {
+                no_value()?;
+                o.acl = k == "acl";
+            }
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, allow_other, acl, noacl)")),
         }
     }
     Ok(o)
@@ -180,6 +187,7 @@ impl MountOpts {
             data: self.data,
             read_only: self.ro,
             groups_of: Some(std::sync::Arc::new(cilfs_fuse::supplementary_groups)),
+            acl: self.acl,
             ..FsOptions::default()
         }
     }
@@ -250,5 +258,14 @@ mod tests {
         assert!(parse(&["cache=1P".into()])
             .unwrap_err()
             .contains("must be 128M..2G"));
+    }
+
+    #[test]
+    fn acl_is_on_unless_noacl() {
+        assert!(parse(&[]).expect("valid").acl);
+        assert!(!parse(&["noacl".into()]).expect("valid").acl);
+        assert!(parse(&["noacl,acl".into()]).expect("valid").acl);
+        assert!(parse(&["acl=1".into()]).is_err());
+        assert!(!parse(&["noacl".into()]).expect("valid").fs_options().acl);
     }
 }
