@@ -14,7 +14,9 @@
 //!   written to that file at that offset);
 //! - a change attribute read before the crash is below the one read after for a file whose
 //!   contents differ;
-//! - every xattr is the one of that prefix, its value byte for byte.
+//! - every xattr is the one of that prefix, its value byte for byte, ACLs included (random valid
+//!   ACLs, default ACLs inherited by creates, chmod rewriting the mask), and every permission
+//!   bit; the checker verifies that each access ACL and its inode's mode agree.
 //!
 //! Bursts of creates and unlinks with long names in a directory of their own (`churn`, left out
 //! of the compared namespace) grow and shrink the fs tree, so freed tree nodes are reused for
@@ -23,6 +25,7 @@
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
+use cilfs_core::fs::acl;
 use cilfs_core::fs::ops::{Cred, RenameFlags, SetAttr};
 use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
@@ -60,7 +63,8 @@ pub use crate::journal_crash::CrashReport;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meta {
     entries: BTreeMap<(u64, Vec<u8>), u64>,
-    inodes: BTreeMap<u64, (FileType, u64, u32)>,
+    /// Type, size (directories only), link count and permission bits (ACLs change them).
+    inodes: BTreeMap<u64, (FileType, u64, u32, u16)>,
     xattrs: BTreeMap<(u64, Vec<u8>), u64>,
 }
 
@@ -187,12 +191,13 @@ fn open_fs(
     Fs::open(j, fs_options(cfg.data, clock)).map_err(|e| format!("mount: {e}"))
 }
 
-/// Walks the namespace from the root.
-fn meta_of(fs: &Fs) -> Result<Meta, String> {
+/// Walks the namespace from the root; with `values`, records every xattr value seen (inherited
+/// ACLs included) for the byte-for-byte comparison after recovery.
+fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Result<Meta, String> {
     let mut m = Meta::default();
     let mut dirs = vec![ROOT_INO];
     let a = fs.getattr(ROOT_INO).map_err(|e| e.to_string())?;
-    m.inodes.insert(ROOT_INO, (a.kind, a.size, a.nlink));
+    m.inodes.insert(ROOT_INO, (a.kind, a.size, a.nlink, a.perm));
     // Regular files' sizes are left out (see the module comment).
     let size_of = |a: &cilfs_core::fs::Attr| {
         if a.kind == FileType::Directory {
@@ -211,7 +216,7 @@ fn meta_of(fs: &Fs) -> Result<Meta, String> {
                 let a = fs
                     .getattr(e.ino)
                     .map_err(|x| format!("entry {:?}: {x}", String::from_utf8_lossy(&e.name)))?;
-                v.insert((a.kind, size_of(&a), a.nlink));
+                v.insert((a.kind, size_of(&a), a.nlink, a.perm));
                 if a.kind == FileType::Directory {
                     dirs.push(e.ino);
                 }
@@ -226,7 +231,11 @@ fn meta_of(fs: &Fs) -> Result<Meta, String> {
             let v = fs
                 .getxattr(ino, &n)
                 .map_err(|e| format!("getxattr {ino}: {e}"))?;
-            m.xattrs.insert((ino, n), digest(&v));
+            let d = digest(&v);
+            if let Some(values) = values.as_deref_mut() {
+                values.entry(d).or_insert_with(|| Arc::new(v));
+            }
+            m.xattrs.insert((ino, n), d);
         }
     }
     Ok(m)
@@ -345,7 +354,7 @@ fn workload(
     let mut m = Model::default();
     let mut history = RoleHistory::default();
     history.update(&roles(&fs)?, report);
-    m.states.push(Arc::new(meta_of(&fs)?));
+    m.states.push(Arc::new(meta_of(&fs, Some(&mut m.values))?));
     let mut open_files: Vec<u64> = Vec::new();
     let cred = Cred::ROOT;
     for i in 0..OPS_PER_RUN {
@@ -386,7 +395,7 @@ fn workload(
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(101) {
+        match rng.below(104) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -543,6 +552,40 @@ fn workload(
                 }
             }
             99 | 100 => churn(&fs, &mut rng, op).map_err(|e| format!("op {op}: {e}"))?,
+            101 | 102 => {
+                // A random valid ACL: an access ACL on any inode (the mode follows it), or a
+                // default ACL on a directory (creates below inherit it).
+                let all: Vec<u64> = cur.inodes.keys().copied().collect();
+                let f = pick(&mut rng, &all);
+                let dir = cur.inodes[&f].0 == FileType::Directory;
+                let name = if dir && rng.bool() {
+                    acl::DEFAULT
+                } else {
+                    acl::ACCESS
+                };
+                let r = if rng.chance(1, 5) {
+                    fs.removexattr(f, name)
+                } else {
+                    fs.setxattr(f, name, &random_acl(&mut rng), XattrFlags::default())
+                };
+                match r {
+                    Ok(()) => touched.push(f),
+                    Err(FsError::NoAttr | FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: acl: {e}")),
+                }
+            }
+            103 => {
+                // chmod: rewrites an access ACL's mask.
+                let all: Vec<u64> = cur.inodes.keys().copied().collect();
+                let f = pick(&mut rng, &all);
+                let sa = SetAttr {
+                    mode: Some(rng.below(0o1000) as u32),
+                    ..SetAttr::default()
+                };
+                fs.setattr(cred, f, sa)
+                    .map_err(|e| format!("op {op}: chmod: {e}"))?;
+                touched.push(f);
+            }
             95 => {
                 // Clean unmount and mount again.
                 for f in open_files.drain(..) {
@@ -565,7 +608,7 @@ fn workload(
         if let (Some(d), false) = (set_value, reused.is_empty()) {
             m.reused_values.insert(d);
         }
-        m.states.push(Arc::new(meta_of(&fs)?));
+        m.states.push(Arc::new(meta_of(&fs, Some(&mut m.values))?));
     }
     tally(&fs, report);
     drop(fs);
@@ -607,7 +650,7 @@ fn check_point(
     if !report.is_clean() {
         return Err(format!("check: {}", report.problems.join("; ")));
     }
-    let got = meta_of(&fs)?;
+    let got = meta_of(&fs, None)?;
     let required = m.required_at(g);
     let newest = m.started_by(g);
     let Some(k) = (required..=newest.min(m.states.len() - 1))
@@ -663,7 +706,7 @@ fn check_point(
         }
     }
     if cfg.data == DataMode::Ordered {
-        for (&ino, &(kind, _, _)) in &got.inodes {
+        for (&ino, &(kind, _, _, _)) in &got.inodes {
             if kind != FileType::Regular {
                 continue;
             }
@@ -742,6 +785,32 @@ pub fn run_fs_crashtest(
         run += 1;
     }
     report
+}
+
+/// A valid ACL in xattr form: owner, up to three named users, owning group, up to two named
+/// groups, a mask whenever something is named (sometimes also without), other.
+fn random_acl(rng: &mut SimRng) -> Vec<u8> {
+    let mut e: Vec<(u16, u16, u32)> = vec![(acl::USER_OBJ, rng.below(8) as u16, u32::MAX)];
+    let users = rng.below(4);
+    for i in 0..users {
+        e.push((acl::USER, rng.below(8) as u16, 1000 + i as u32 * 7));
+    }
+    e.push((acl::GROUP_OBJ, rng.below(8) as u16, u32::MAX));
+    let groups = rng.below(3);
+    for i in 0..groups {
+        e.push((acl::GROUP, rng.below(8) as u16, 100 + i as u32));
+    }
+    if users + groups > 0 || rng.bool() {
+        e.push((acl::MASK, rng.below(8) as u16, u32::MAX));
+    }
+    e.push((acl::OTHER, rng.below(8) as u16, u32::MAX));
+    let mut v = 2u32.to_le_bytes().to_vec();
+    for (t, p, i) in e {
+        v.extend_from_slice(&t.to_le_bytes());
+        v.extend_from_slice(&p.to_le_bytes());
+        v.extend_from_slice(&i.to_le_bytes());
+    }
+    v
 }
 
 fn xattr_diff(want: &Meta, got: &Meta) -> String {
