@@ -8,12 +8,12 @@ pub use errno::errno;
 
 use cilfs_core::fs::ops::{Cred, RenameFlags as CoreRename, SetAttr, SetTime};
 use cilfs_core::fs::xattr::XattrFlags;
-use cilfs_core::fs::{Attr, FileType as CoreType, Fs, FsError, Timespec};
+use cilfs_core::fs::{Attr, AttrsChanged, FileType as CoreType, Fs, FsError, Timespec};
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The root directory's read-only xattr carrying every counter as "name value" lines (what
@@ -80,6 +80,31 @@ impl CilfsFuse {
             }
         }
         cred(req)
+    }
+}
+
+/// Drops the kernel's cached attributes of an inode whose attributes the core changed behind a
+/// reply (`FsOptions::attrs_changed`: set-group-ID cleared by a write, which the kernel
+/// follows by refreshing size and times only). Connected once the session exists; before
+/// that the kernel has nothing cached.
+#[derive(Debug, Clone, Default)]
+pub struct AttrInvalidator(Arc<OnceLock<Notifier>>);
+
+impl AttrInvalidator {
+    pub fn connect(&self, notifier: Notifier) {
+        let _ = self.0.set(notifier);
+    }
+
+    pub fn hook(&self) -> AttrsChanged {
+        let slot = Arc::clone(&self.0);
+        Arc::new(move |ino| {
+            if let Some(n) = slot.get() {
+                // A negative offset drops the attributes and leaves the pages alone: no page
+                // lock to wait for while the request that asked may hold one. An inode the
+                // kernel no longer caches is not an error worth a word.
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+        })
     }
 }
 

@@ -283,12 +283,14 @@ impl Fs {
         let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
         let size_changed = end > old_size;
         let kill = self.privileges_to_kill(cred, &m.inode);
-        let kill_suid = kill != 0;
         // A size change alone is not logged now: like a kernel's i_size it is logged with the
         // next transaction of the inode, at fsync, at write back or at unmount (the data it
         // covers is in the page cache anyway). It still counts as a change for the counter.
-        let must_log =
-            self.opts.iversion == IversionMode::Eager || ts_changed || hole_blocks > 0 || kill_suid;
+        // With lazytime new timestamps wait the same way.
+        let must_log = self.opts.iversion == IversionMode::Eager
+            || (ts_changed && !self.opts.lazytime)
+            || hole_blocks > 0
+            || kill != 0;
         let log = if must_log {
             m.change.maybe_increment(true);
             bump(&self.stats.change_bumps);
@@ -305,6 +307,11 @@ impl Fs {
                 m.inode.size = end;
                 m.unlogged = true;
                 bump(&self.stats.deferred_size_updates);
+            }
+            if ts_changed {
+                m.inode.mtime = now;
+                m.inode.ctime = now;
+                m.unlogged = true;
             }
             return Ok(data.len());
         }
@@ -327,6 +334,10 @@ impl Fs {
         let seq = self.commit(&mut st, t)?;
         if let Some(m) = st.inodes.get_mut(&ino) {
             m.last_seq = m.last_seq.max(seq);
+        }
+        drop(st);
+        if kill != 0 {
+            self.attrs_changed(ino);
         }
         Ok(data.len())
     }
@@ -580,8 +591,9 @@ impl Fs {
     }
 
     /// Sets the size. Shrinking frees the blocks past the new end (in bounded transactions, the
-    /// first of which sets the size); growing leaves a hole.
-    pub(crate) fn truncate(&self, ino: u64, size: u64) -> FsResult<()> {
+    /// first of which sets the size and clears the privileges `cred` may not keep); growing
+    /// leaves a hole.
+    pub(crate) fn truncate(&self, cred: Cred, ino: u64, size: u64) -> FsResult<()> {
         if size > max_file_size(self.bs) {
             return Err(FsError::TooBig);
         }
@@ -599,6 +611,7 @@ impl Fs {
             let m = Fs::inode_mut(t, inodes, ino)?;
             m.inode.size = size;
             m.inode.mtime = now;
+            m.inode.mode &= !self.privileges_to_kill(cred, &m.inode);
             self.touch_ctime(m, now);
             log_inode(t, m, &self.stats)?;
             Ok(((), vec![ino]))
@@ -665,9 +678,11 @@ impl Fs {
     }
 
     /// fallocate: mode 0 (allocate, extend size), keep_size, or punch_hole (with keep_size).
-    /// Allocated blocks are written with zeros: there are no unwritten extents yet.
+    /// Allocated blocks are written with zeros: there are no unwritten extents yet. Every mode
+    /// clears the privileges `cred` may not keep, as a write does (Linux's `file_modified`).
     pub fn fallocate(
         &self,
+        cred: Cred,
         ino: u64,
         off: u64,
         len: u64,
@@ -690,29 +705,30 @@ impl Fs {
         if punch_hole {
             let size = self.getattr(ino)?.size;
             let end = end.min(size);
-            if off >= end {
-                return Ok(());
-            }
-            // Zero the partial blocks at the edges in place, unmap the whole ones.
-            let first_full = off.div_ceil(bs);
-            let end_full = end / bs;
-            let zero = |a: u64, b: u64| -> FsResult<()> {
-                if a < b {
-                    self.write(Cred::ROOT, ino, a, &vec![0u8; (b - a) as usize])
-                        .map(|_| ())
+            if off < end {
+                // Zero the partial blocks at the edges in place, unmap the whole ones.
+                let first_full = off.div_ceil(bs);
+                let end_full = end / bs;
+                let zero = |a: u64, b: u64| -> FsResult<()> {
+                    if a < b {
+                        self.write(cred, ino, a, &vec![0u8; (b - a) as usize])
+                            .map(|_| ())
+                    } else {
+                        Ok(())
+                    }
+                };
+                if first_full >= end_full {
+                    zero(off, end)?;
                 } else {
-                    Ok(())
+                    zero(off, first_full * bs)?;
+                    zero(end_full * bs, end)?;
+                    let mut st = self.state.write();
+                    self.free_range(&mut st, ino, first_full, end_full)?;
                 }
-            };
-            if first_full >= end_full {
-                zero(off, end)?;
-            } else {
-                zero(off, first_full * bs)?;
-                zero(end_full * bs, end)?;
-                let mut st = self.state.write();
-                self.free_range(&mut st, ino, first_full, end_full)?;
             }
-            return Ok(());
+            // The edge writes cleared the privileges if there were any; an aligned hole, or
+            // one past the end, still counts as a change of the data.
+            return self.kill_privileges(cred, ino);
         }
         let mut st = self.state.write();
         let m = self.load(&mut st, ino)?;
@@ -735,7 +751,7 @@ impl Fs {
             self.zero_eof_tail(&mut st, ino, old_size, end, false)?;
         }
         let now = self.now();
-        self.with_tx(&mut st, |t, inodes| {
+        let (kill, _) = self.with_tx(&mut st, |t, inodes| {
             let fresh = self.allocate_range(t, ino, first, last + 1)?;
             for e in &fresh {
                 // Bounded zeroing writes of at most 1 MiB.
@@ -750,14 +766,41 @@ impl Fs {
             }
             let m = Fs::inode_mut(t, inodes, ino)?;
             m.inode.blocks += hole_blocks;
+            let kill = self.privileges_to_kill(cred, &m.inode);
+            m.inode.mode &= !kill;
             if !keep_size && end > m.inode.size {
                 m.inode.size = end;
                 m.inode.mtime = now;
             }
             self.touch_ctime(m, now);
             log_inode(t, m, &self.stats)?;
+            Ok((kill, vec![ino]))
+        })?;
+        drop(st);
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(())
+    }
+
+    /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, in a
+    /// transaction of its own when there are any.
+    fn kill_privileges(&self, cred: Cred, ino: u64) -> FsResult<()> {
+        let mut st = self.state.write();
+        let m = self.load(&mut st, ino)?;
+        if self.privileges_to_kill(cred, &m.inode) == 0 {
+            return Ok(());
+        }
+        let now = self.now();
+        self.with_tx(&mut st, |t, inodes| {
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            m.inode.mode &= !self.privileges_to_kill(cred, &m.inode);
+            self.touch_ctime(m, now);
+            log_inode(t, m, &self.stats)?;
             Ok(((), vec![ino]))
         })?;
+        drop(st);
+        self.attrs_changed(ino);
         Ok(())
     }
 

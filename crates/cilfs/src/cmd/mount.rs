@@ -5,7 +5,7 @@
 use super::mount_opts::{self, MountOpts};
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use cilfs_core::fs::Fs;
+use cilfs_core::fs::{Fs, FsOptions};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::Geometry;
 use cilfs_device::{Device, DirectIo, FileDevice, FileDeviceOptions};
@@ -229,7 +229,12 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
                 .unwrap_or_default()
         );
     }
-    let fs = Fs::open(Arc::clone(&journal), opts.fs_options())
+    let invalidator = cilfs_fuse::AttrInvalidator::default();
+    let fs_opts = FsOptions {
+        attrs_changed: Some(invalidator.hook()),
+        ..opts.fs_options()
+    };
+    let fs = Fs::open(Arc::clone(&journal), fs_opts)
         .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
     let mut mo = vec![
         MountOption::FSName(
@@ -266,6 +271,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         &config,
     )
     .map_err(|e| Failure::usage(anyhow!("mounting on {}: {e}", a.dir.display())))?;
+    invalidator.connect(session.notifier());
     if std::env::var_os(NOTIFY_ENV).is_some() {
         let mut out = std::io::stdout();
         let _ = writeln!(out, "ready");
