@@ -826,3 +826,67 @@ fn acls_are_enforced_inherited_and_kept() {
     assert!(!out.status.success(), "noacl refuses ACLs");
     m.unmount();
 }
+
+/// A python3 that an unprivileged user may run (a pyenv shim under /root is not one).
+fn python3() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("this test needs python3 in /usr/bin or /usr/local/bin (scripts/install-deps)")
+}
+
+#[test]
+fn set_user_and_group_id_are_cleared_by_another_users_data_changes() {
+    let mut m = Mounted::new("128M", &["allow_other"]);
+    let w = m.p("w");
+    fs::create_dir(&w).unwrap();
+    fs::set_permissions(&w, fs::Permissions::from_mode(0o1777)).unwrap();
+    let f = w.join("f");
+    let p = f.display();
+    // msync sends the page the kernel's write back, with root's credentials in its header.
+    let mmap = format!(
+        "{} -c \"import mmap, os; fd = os.open('{p}', os.O_RDWR); m = mmap.mmap(fd, 4096); \
+         m[0:2] = b'mm'; m.flush(); m.close(); os.close(fd)\"",
+        python3()
+    );
+    let changes = [
+        ("write", format!("printf x 1<> {p}")),
+        ("append", format!("echo x >> {p}")),
+        ("truncate", format!("truncate -s 100 {p}")),
+        ("fallocate", format!("fallocate -l 65536 {p}")),
+        ("punch", format!("fallocate -p -o 0 -l 4096 {p}")),
+        ("mmap write", mmap),
+    ];
+    let mode = |f: &Path| fs::metadata(f).unwrap().mode() & 0o7777;
+    for (what, script) in &changes {
+        // A root:root file: nobody is outside its group. The mode is read at once, so a bit
+        // the kernel kept cached would fail it too.
+        for (before, after) in [(0o2666, 0o666), (0o2676, 0o676), (0o6666, 0o666)] {
+            fs::write(&f, vec![1u8; 8192]).unwrap();
+            fs::set_permissions(&f, fs::Permissions::from_mode(before)).unwrap();
+            let out = as_user(65534, 65534, &["sh", "-c", script]);
+            assert!(
+                out.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                format!("{:o}", mode(&f)),
+                format!("{after:o}"),
+                "{what} by nobody of a {before:o} file"
+            );
+        }
+        // Root may keep them.
+        fs::write(&f, vec![1u8; 8192]).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o6676)).unwrap();
+        let out = Command::new("sh").args(["-c", script]).output().unwrap();
+        assert!(out.status.success(), "{what} by root");
+        assert_eq!(format!("{:o}", mode(&f)), "6676", "{what} by root");
+    }
+    assert_eq!(
+        &fs::read(&f).unwrap()[..2],
+        b"mm",
+        "the mmap write reached the file"
+    );
+    m.unmount();
+}

@@ -592,8 +592,8 @@ impl Fs {
 
     /// Sets the size. Shrinking frees the blocks past the new end (in bounded transactions, the
     /// first of which sets the size and clears the privileges `cred` may not keep); growing
-    /// leaves a hole.
-    pub(crate) fn truncate(&self, cred: Cred, ino: u64, size: u64) -> FsResult<()> {
+    /// leaves a hole. Returns the mode bits it cleared.
+    pub(crate) fn truncate(&self, cred: Cred, ino: u64, size: u64) -> FsResult<u32> {
         if size > max_file_size(self.bs) {
             return Err(FsError::TooBig);
         }
@@ -607,21 +607,22 @@ impl Fs {
             self.zero_eof_tail(&mut st, ino, old, size, false)?;
         }
         let now = self.now();
-        self.with_tx(&mut st, |t, inodes| {
+        let (killed, _) = self.with_tx(&mut st, |t, inodes| {
             let m = Fs::inode_mut(t, inodes, ino)?;
             m.inode.size = size;
             m.inode.mtime = now;
-            m.inode.mode &= !self.privileges_to_kill(cred, &m.inode);
+            let kill = self.privileges_to_kill(cred, &m.inode);
+            m.inode.mode &= !kill;
             self.touch_ctime(m, now);
             log_inode(t, m, &self.stats)?;
-            Ok(((), vec![ino]))
+            Ok((kill, vec![ino]))
         })?;
         if size < old {
             let bs = u64::from(self.bs);
             let keep = size.div_ceil(bs);
             self.free_range(&mut st, ino, keep, OFFSET_MAX)?;
         }
-        Ok(())
+        Ok(killed)
     }
 
     /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction.

@@ -987,9 +987,12 @@ impl Fs {
     pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {
         self.op();
         self.check_writable()?;
-        if let Some(size) = sa.size {
-            self.truncate(cred, ino, size)?;
-        }
+        // A mode that comes with a size is the kernel's own clearing of set-user-ID, by an
+        // older rule and from the mode before the truncate: what the truncate cleared stays so.
+        let truncate_killed = match sa.size {
+            Some(size) => self.truncate(cred, ino, size)?,
+            None => 0,
+        };
         let mut st = self.state.write();
         let now = self.now();
         let m = self.load(&mut st, ino)?;
@@ -1014,7 +1017,7 @@ impl Fs {
         let (attr, _) = self.with_tx(&mut st, |t, inodes| {
             let m = Fs::inode_mut(t, inodes, ino)?;
             if let Some(mode) = sa.mode {
-                m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777);
+                m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
                 if let Some(mut a) = acl {
                     a.chmod(mode);
                     xattr::put(t, ino, acl::ACCESS, Some(&a.encode()), XattrFlags::default())?;
