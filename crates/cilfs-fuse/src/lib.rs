@@ -410,11 +410,13 @@ impl Filesystem for CilfsFuse {
         _fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(ino.0, offset, size) {
+        // The open file's flags: O_NOATIME (the kernel let only the owner or root set it).
+        let touch_atime = flags.0 & libc::O_NOATIME == 0;
+        match self.fs.read_opts(ino.0, offset, size, touch_atime) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(err(e)),
         }

@@ -890,3 +890,66 @@ fn set_user_and_group_id_are_cleared_by_another_users_data_changes() {
     );
     m.unmount();
 }
+
+#[test]
+fn reads_move_atime_as_relatime_strictatime_and_noatime_say() {
+    const Y2001: i64 = 978_307_200;
+    let times = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (
+            (m.atime(), m.atime_nsec()),
+            (m.mtime(), m.mtime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+        )
+    };
+    for (opt, moves, moves_again) in [
+        (None, true, false),
+        (Some("relatime"), true, false),
+        (Some("strictatime"), true, true),
+        (Some("noatime"), false, false),
+    ] {
+        let opts: Vec<&str> = opt.into_iter().collect();
+        let mut m = Mounted::new("64M", &opts);
+        let (f, d) = (m.p("f"), m.p("d"));
+        fs::write(&f, b"data").unwrap();
+        fs::create_dir(&d).unwrap();
+        for p in [&f, &d] {
+            let out = Command::new("touch")
+                .args(["-a", "-d", "2001-01-01 00:00:00 UTC"])
+                .arg(p)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            assert_eq!(times(p).0, (Y2001, 0), "{opt:?}");
+        }
+        let (_, mtime, ctime) = times(&f);
+        assert_eq!(fs::read(&f).unwrap(), b"data");
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 0);
+        // stat right after the read: the kernel asks again for an atime a read made stale.
+        let (atime, mtime2, ctime2) = times(&f);
+        assert_eq!(
+            (mtime2, ctime2),
+            (mtime, ctime),
+            "{opt:?}: a read is not a change"
+        );
+        assert_eq!(atime.0 > Y2001, moves, "{opt:?}: file atime {atime:?}");
+        assert_eq!(times(&d).0 .0 > Y2001, moves, "{opt:?}: directory atime");
+        // A second read (a new open, so it reaches the daemon) a little later: only
+        // strictatime moves an atime newer than mtime and ctime.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::read(&f).unwrap();
+        assert_eq!(times(&f).0 != atime, moves_again, "{opt:?}: second read");
+        let kept = times(&f).0;
+        if opt == Some("noatime") {
+            assert!(fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .any(|l| l.contains(m.dir.to_str().unwrap()) && l.contains("noatime")));
+        }
+        // Logged like any change: still there after a remount.
+        m.unmount();
+        m.mount(&opts);
+        assert_eq!(times(&f).0, kept, "{opt:?}: after a remount");
+        m.unmount();
+    }
+}

@@ -548,15 +548,32 @@ impl Fs {
         self.write_blocks(disk, &buf)
     }
 
+    /// Reads up to `size` bytes at `off`, and moves atime as the mount's atime mode says.
     pub fn read(&self, ino: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
+        self.read_opts(ino, off, size, true)
+    }
+
+    /// A read that leaves atime alone without `touch_atime` (a file opened with O_NOATIME).
+    pub fn read_opts(&self, ino: u64, off: u64, size: u32, touch_atime: bool) -> FsResult<Vec<u8>> {
         bump(&self.stats.operations);
+        let (out, touch) = self.read_shared(ino, off, size)?;
+        if touch && touch_atime {
+            self.touch_atime(ino);
+        }
+        Ok(out)
+    }
+
+    /// The read under the shared lock, and whether it should move atime (decided there, so
+    /// that a read that leaves atime alone never takes the lock exclusively).
+    fn read_shared(&self, ino: u64, off: u64, size: u32) -> FsResult<(Vec<u8>, bool)> {
         let st = self.state.read();
         let i = self.peek_inode(&st, ino)?;
         if i.is_dir() {
             return Err(FsError::IsDir);
         }
+        let touch = size > 0 && self.atime_needs_update(&i, self.now());
         if off >= i.size || size == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), touch));
         }
         let end = (off + u64::from(size)).min(i.size);
         let bs = u64::from(self.bs);
@@ -587,7 +604,7 @@ impl Fs {
         let start = (off - first * bs) as usize;
         let out = buf[start..start + (end - off) as usize].to_vec();
         bump_bytes(&self.stats.data_read_bytes, out.len());
-        Ok(out)
+        Ok((out, touch))
     }
 
     /// Sets the size. Shrinking frees the blocks past the new end (in bounded transactions, the

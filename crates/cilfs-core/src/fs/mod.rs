@@ -7,6 +7,7 @@
 //! lookups and reads share it. Log forces (fsync) run outside it.
 
 pub mod alloc;
+mod atime;
 pub mod btree;
 pub mod change;
 pub mod check;

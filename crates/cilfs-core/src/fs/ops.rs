@@ -924,14 +924,29 @@ impl Fs {
     }
 
     /// Directory entries from `cookie` on, "." and ".." first; each with the cookie that
-    /// resumes after it. At most `max` entries, whole hash buckets only (at least one).
+    /// resumes after it. At most `max` entries, whole hash buckets only (at least one). Moves
+    /// the directory's atime as a read moves a file's.
     pub fn readdir(&self, ino: u64, cookie: u64, max: usize) -> FsResult<Vec<(DirEntry, u64)>> {
         self.op();
+        let (out, touch) = self.readdir_shared(ino, cookie, max)?;
+        if touch {
+            self.touch_atime(ino);
+        }
+        Ok(out)
+    }
+
+    fn readdir_shared(
+        &self,
+        ino: u64,
+        cookie: u64,
+        max: usize,
+    ) -> FsResult<(Vec<(DirEntry, u64)>, bool)> {
         let st = self.state.read();
         let d = self.peek_inode(&st, ino)?;
         if !d.is_dir() {
             return Err(FsError::NotDir);
         }
+        let touch = self.atime_needs_update(&d, self.now());
         let mut out = Vec::new();
         let mut c = cookie;
         if c == 0 {
@@ -957,12 +972,12 @@ impl Fs {
             c = 2;
         }
         if c < 2 {
-            return Ok(out);
+            return Ok((out, touch));
         }
         c = c.max(3);
         let from = c - 3;
         if from > super::keys::OFFSET_MAX {
-            return Ok(out);
+            return Ok((out, touch));
         }
         let mut v = self.view(&st);
         let items = v.scan(
@@ -981,7 +996,7 @@ impl Fs {
                 out.push((e, next));
             }
         }
-        Ok(out)
+        Ok((out, touch))
     }
 
     pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {

@@ -18,6 +18,8 @@ pub struct FsCounters {
     pub orphans_reclaimed: AtomicU64,
     /// Size changes kept in memory until the inode's next log (not logged by the write).
     pub deferred_size_updates: AtomicU64,
+    /// atimes moved by reads and readdir (logged, or kept in memory with lazytime).
+    pub atime_updates: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -34,6 +36,7 @@ pub struct FsStats {
     pub fsyncs: u64,
     pub orphans_reclaimed: u64,
     pub deferred_size_updates: u64,
+    pub atime_updates: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
     pub busy_blocks: u64,
@@ -54,6 +57,7 @@ impl FsCounters {
             fsyncs: g(&self.fsyncs),
             orphans_reclaimed: g(&self.orphans_reclaimed),
             deferred_size_updates: g(&self.deferred_size_updates),
+            atime_updates: g(&self.atime_updates),
             ..FsStats::default()
         }
     }
@@ -96,6 +100,7 @@ impl super::Fs {
             ("fsyncs", f.fsyncs),
             ("orphans_reclaimed", f.orphans_reclaimed),
             ("deferred_size_updates", f.deferred_size_updates),
+            ("atime_updates", f.atime_updates),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),
             ("busy_blocks", f.busy_blocks),

@@ -5,7 +5,7 @@
 use super::mount_opts::{self, MountOpts};
 use crate::Failure;
 use anyhow::{anyhow, Context};
-use cilfs_core::fs::{Fs, FsOptions};
+use cilfs_core::fs::{AtimeMode, Fs, FsOptions};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::Geometry;
 use cilfs_device::{Device, DirectIo, FileDevice, FileDeviceOptions};
@@ -68,6 +68,11 @@ pub fn run(a: Args) -> Result<(), Failure> {
         Err(e) => return Err(Failure::usage(anyhow!("{}: {e}", a.dir.display()))),
     }
     refuse_mount_point(&a.dir)?;
+    if opts.norecovery && !opts.ro {
+        return Err(Failure::usage(anyhow!(
+            "option norecovery needs ro: a read-write mount must replay the log"
+        )));
+    }
     if a.foreground {
         serve(&a, &opts)
     } else {
@@ -140,6 +145,11 @@ fn spawn_background(a: &Args) -> Result<(), Failure> {
             .any(|l| l == "ready")
     });
     if ready == Some(true) {
+        // What the daemon said while mounting (a log recovered, or left unreplayed) is news
+        // for whoever mounted.
+        for l in std::fs::read_to_string(&log).unwrap_or_default().lines() {
+            eprintln!("{l}");
+        }
         println!(
             "mounted {} on {} (unmount with: cilfs unmount {}; messages in {})",
             a.image.display(),
@@ -185,14 +195,42 @@ pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<File>> {
     }
 }
 
+/// Takes the lock of an image or log device that a tool is about to read or write, refusing
+/// one that a mount holds (as mkfs.xfs and xfs_repair refuse a mounted device): `doing` says
+/// what the tool would do. A path that cannot be opened is left to the tool to report.
+pub fn refuse_mounted(path: &Path, doing: &str) -> Result<Option<File>, Failure> {
+    match lock_image(path, false) {
+        Ok(Some(f)) => Ok(Some(f)),
+        Ok(None) => Err(Failure::usage(anyhow!(
+            "{} is mounted: unmount it before {doing}",
+            path.display()
+        ))),
+        Err(_) => Ok(None),
+    }
+}
+
 fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
+    // First, while this is the only thread: every thread started later inherits the blocked
+    // stop signals, which the stopper's thread alone takes.
+    let stop = super::daemon::Stopper::install().map_err(Failure::usage)?;
+    // Resolved now: once mounted, resolving it would ask the session, which serves only later.
+    let mount_point = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
     let _lock = lock_image(&a.image, false)
         .map_err(Failure::usage)?
         .ok_or_else(|| {
             Failure::usage(anyhow!("{} is in use by another mount", a.image.display()))
         })?;
+    // The log device is written as much as the image: one mount (or mkfs, or check) at a time.
+    let _log_lock = match &opts.logdev {
+        Some(p) => Some(lock_image(p, false).map_err(Failure::usage)?.ok_or_else(|| {
+            Failure::usage(anyhow!("{} is in use by another mount", p.display()))
+        })?),
+        None => None,
+    };
+    // `ro` opens read-only (an image without write permission, on read-only media) and keeps
+    // whatever the journal writes (superblock, unmount record) in memory.
     let dev_opts = FileDeviceOptions {
-        read_only: false,
+        read_only: opts.ro,
         ..FileDeviceOptions::default()
     };
     let data: Arc<dyn Device> =
@@ -205,6 +243,24 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     };
     let geo = Geometry::read(&*data, logdev.as_deref())
         .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    if opts.ro && !geo.sb.clean && !opts.norecovery {
+        return Err(Failure::usage(anyhow!(
+            "{}: the log needs recovery, which writes to the image: mount it read-write once, \
+             or add norecovery to mount it read-only without replaying the log",
+            a.image.display()
+        )));
+    }
+    // Until the FUSE mount exists nothing reaches the devices: a mount that fails leaves them
+    // as they were. A read-only mount never lets anything through.
+    let gate = cilfs_device::Gate::new();
+    let hold = |d: Arc<dyn Device>| -> Arc<dyn Device> {
+        if opts.ro {
+            Arc::new(cilfs_device::OverlayDevice::new(d))
+        } else {
+            Arc::new(gate.wrap(d))
+        }
+    };
+    let (data, logdev) = (hold(data), logdev.map(hold));
     let mut log = opts.log_config();
     if opts.default_geometry() {
         log = log.fitted_to(geo.log_bytes);
@@ -215,10 +271,21 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         cache_bytes_max: opts.cache,
         ..JournalConfig::default()
     };
-    let journal = Journal::open(data, logdev, cfg)
-        .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    let journal = if opts.norecovery {
+        Journal::open_norecovery(data, logdev, cfg)
+    } else {
+        Journal::open(data, logdev, cfg)
+    }
+    .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
     let r = journal.recovery_report().clone();
-    if !r.was_clean {
+    if r.checkpoints_skipped > 0 {
+        eprintln!(
+            "cilfs: {}: norecovery: the log was not replayed ({} checkpoints): files are as \
+             written in place, possibly older than the log and inconsistent",
+            a.image.display(),
+            r.checkpoints_skipped
+        );
+    } else if !r.was_clean {
         eprintln!(
             "cilfs: {}: recovered the log: {} checkpoints replayed{}",
             a.image.display(),
@@ -245,8 +312,17 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         ),
         MountOption::Subtype("cilfs".into()),
         MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
+        // Without Dev and Suid fuser's mount sets nodev,nosuid; cilfs's defaults are mount(8)'s.
+        if opts.dev {
+            MountOption::Dev
+        } else {
+            MountOption::NoDev
+        },
+        if opts.suid {
+            MountOption::Suid
+        } else {
+            MountOption::NoSuid
+        },
         if opts.ro {
             MountOption::RO
         } else {
@@ -255,6 +331,13 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     ];
     if opts.allow_other {
         mo.push(MountOption::CUSTOM("allow_other".into()));
+    }
+    if !opts.exec {
+        mo.push(MountOption::NoExec);
+    }
+    // Only for the mount table's sake: the kernel leaves atime on FUSE inodes to us.
+    if opts.atime == AtimeMode::Never {
+        mo.push(MountOption::NoAtime);
     }
     let mut config = Config::default();
     config.mount_options = mo;
@@ -265,6 +348,12 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     };
     config.n_threads = Some(opts.threads);
     config.clone_fd = true;
+    if let Some(sig) = stop.signal() {
+        return Err(Failure::usage(anyhow!(
+            "{} came before the mount was made: nothing was written",
+            sig.as_str()
+        )));
+    }
     let session = fuser::Session::new(
         cilfs_fuse::CilfsFuse::new(Arc::clone(&fs), opts.writeback_cache),
         &a.dir,
@@ -272,6 +361,17 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     )
     .map_err(|e| Failure::usage(anyhow!("mounting on {}: {e}", a.dir.display())))?;
     invalidator.connect(session.notifier());
+    // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
+    // that fails, dropping the session unmounts.
+    gate.release().map_err(|e| {
+        Failure::usage(anyhow!("{}: writing the recovered log: {e}", a.image.display()))
+    })?;
+    stop.mounted(&mount_point);
+    let _ = super::daemon::sd_notify(&format!(
+        "READY=1\nSTATUS=serving {} on {}",
+        a.image.display(),
+        a.dir.display()
+    ));
     if std::env::var_os(NOTIFY_ENV).is_some() {
         let mut out = std::io::stdout();
         let _ = writeln!(out, "ready");

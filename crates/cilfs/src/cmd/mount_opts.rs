@@ -1,7 +1,7 @@
 //! `-o` options of `cilfs mount`, parsed and checked before anything is mounted.
 
 use crate::size::parse_size;
-use cilfs_core::fs::{DataMode, FsOptions, IversionMode};
+use cilfs_core::fs::{AtimeMode, DataMode, FsOptions, IversionMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
 use std::path::PathBuf;
 
@@ -18,10 +18,20 @@ pub struct MountOpts {
     pub writeback_cache: bool,
     pub ro: bool,
     pub allow_other: bool,
+    /// Mount without replaying the log (XFS's `norecovery`); only with `ro`.
+    pub norecovery: bool,
     /// Metadata cache size in bytes [default: the journal's].
     pub cache: Option<u64>,
     /// POSIX ACLs stored and enforced (`acl`, the default) or refused (`noacl`).
     pub acl: bool,
+    /// Set-user-ID and set-group-ID honoured on exec (`suid`, the default, as on any mount by
+    /// root), device files usable (`dev`), programs runnable (`exec`): each a kernel mount flag.
+    pub suid: bool,
+    pub dev: bool,
+    pub exec: bool,
+    /// `noatime`, `relatime` (the default) or `strictatime`.
+    pub atime: AtimeMode,
+    pub lazytime: bool,
 }
 
 impl Default for MountOpts {
@@ -38,8 +48,14 @@ impl Default for MountOpts {
             writeback_cache: false,
             ro: false,
             allow_other: false,
+            norecovery: false,
             cache: None,
             acl: true,
+            suid: true,
+            dev: true,
+            exec: true,
+            atime: AtimeMode::Relative,
+            lazytime: false,
         }
     }
 }
@@ -143,6 +159,10 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.ro = false;
             }
+            "norecovery" => {
+                no_value()?;
+                o.norecovery = true;
+            }
             "cache" => {
                 // parse_size refuses what does not fit in u64; the range bounds the rest.
                 let n = parse_size(need()?)?;
@@ -159,7 +179,40 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.acl = k == "acl";
             }
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, allow_other, acl, noacl)")),
+            "suid" | "nosuid" => {
+                no_value()?;
+                o.suid = k == "suid";
+            }
+            "dev" | "nodev" => {
+                no_value()?;
+                o.dev = k == "dev";
+            }
+            "exec" | "noexec" => {
+                no_value()?;
+                o.exec = k == "exec";
+            }
+            // The kernel checks permissions (mode and ACLs) on every cilfs mount already.
+            "default_permissions" => no_value()?,
+            // For mount(8), systemd and fstab's readers, not the filesystem (`defaults` sets no
+            // flag in mount(8) either: it leaves an earlier `nosuid` in force). `user=NAME` is
+            // how mount(8) records a user mount.
+            "defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "nouser" | "users"
+            | "owner" | "group" => no_value()?,
+            "user" | "comment" => {}
+            _ if k.starts_with("x-") || k.starts_with("X-") => {}
+            "noatime" | "relatime" | "strictatime" => {
+                no_value()?;
+                o.atime = match k {
+                    "noatime" => AtimeMode::Never,
+                    "relatime" => AtimeMode::Relative,
+                    _ => AtimeMode::Strict,
+                };
+            }
+            "lazytime" | "nolazytime" => {
+                no_value()?;
+                o.lazytime = k == "lazytime";
+            }
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime)")),
         }
     }
     Ok(o)
@@ -186,6 +239,8 @@ impl MountOpts {
             tsgran_ns: self.tsgran_ns,
             data: self.data,
             read_only: self.ro,
+            atime: self.atime,
+            lazytime: self.lazytime,
             groups_of: Some(std::sync::Arc::new(cilfs_fuse::supplementary_groups)),
             acl: self.acl,
             ..FsOptions::default()
@@ -224,6 +279,59 @@ mod tests {
             "logbufs",
         ] {
             assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn atime_options() {
+        let atime = |o: &str| parse(&[o.into()]).map(|o| (o.atime, o.lazytime));
+        assert_eq!(atime(""), Ok((AtimeMode::Relative, false)));
+        assert_eq!(atime("noatime"), Ok((AtimeMode::Never, false)));
+        assert_eq!(atime("strictatime"), Ok((AtimeMode::Strict, false)));
+        assert_eq!(atime("noatime,relatime"), Ok((AtimeMode::Relative, false)));
+        assert_eq!(atime("lazytime"), Ok((AtimeMode::Relative, true)));
+        assert_eq!(
+            atime("lazytime,nolazytime"),
+            Ok((AtimeMode::Relative, false))
+        );
+        for bad in [
+            "noatime=1",
+            "atime",
+            "nodiratime",
+            "relatime=yes",
+            "lazytime=on",
+        ] {
+            assert!(atime(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn fstab_options() {
+        let flags = |o: &str| parse(&[o.into()]).map(|o| (o.suid, o.dev, o.exec, o.ro));
+        assert_eq!(flags(""), Ok((true, true, true, false)));
+        assert_eq!(
+            flags("nosuid,nodev,noexec"),
+            Ok((false, false, false, false))
+        );
+        assert_eq!(
+            flags("nosuid,suid,nodev,dev,noexec,exec"),
+            Ok((true, true, true, false))
+        );
+        // `defaults` leaves what came before, as in mount(8).
+        assert_eq!(flags("nosuid,defaults"), Ok((false, true, true, false)));
+        assert_eq!(
+            flags("defaults,ro,default_permissions,nofail,_netdev,noauto,auto,user,user=alice,nouser,users,owner,group,comment=x,comment,x-systemd.automount,x-systemd.device-timeout=10s,X-mount.mkdir"),
+            Ok((true, true, true, true))
+        );
+        for bad in [
+            "nosuid=1",
+            "defaults=1",
+            "nofail=yes",
+            "suidx",
+            "xsystemd.automount",
+            "default_permissions=0",
+        ] {
+            assert!(flags(bad).is_err(), "{bad} accepted");
         }
     }
 
