@@ -5,7 +5,9 @@
 //! - [`FileDevice`]: an image file or a block device, flags turned into fdatasync/RWF_DSYNC;
 //! - [`SimDevice`]: in memory, with a volatile write cache and seeded crashes;
 //! - [`RecordingDevice`]: records every IO so that a crash image can be built at any point;
-//! - [`Throttle`]: per-tenant token buckets on top of any device.
+//! - [`Throttle`]: per-tenant token buckets on top of any device;
+//! - [`Gate`]: holds the writes of devices in memory until released (a mount writes nothing
+//!   before the FUSE mount exists).
 //!
 //! All IO must be aligned to [`SECTOR_SIZE`]: that is the unit a crash may tear.
 
@@ -15,6 +17,7 @@ mod counters;
 mod error;
 mod file;
 mod flags;
+mod gate;
 mod image;
 mod overlay;
 mod queue;
@@ -31,6 +34,7 @@ pub use counters::{IoCounters, IoStats, VolatileTracker};
 pub use error::{DeviceError, IoKind, Result};
 pub use file::{DirectIo, FileDevice, FileDeviceOptions, FuaMode};
 pub use flags::WriteFlags;
+pub use gate::{Gate, GatedDevice};
 pub use image::SparseImage;
 pub use overlay::OverlayDevice;
 pub use queue::{QueuedBuf, QueuedWrite, WriteQueue};

@@ -144,6 +144,8 @@ pub struct Journal {
 pub struct RecoveryReport {
     pub was_clean: bool,
     pub checkpoints_replayed: u64,
+    /// Checkpoints in the log left unreplayed (`open_norecovery`).
+    pub checkpoints_skipped: u64,
     pub replay: ReplayStats,
     pub head: Lsn,
     pub tail: Lsn,
@@ -195,6 +197,27 @@ impl Journal {
         logdev: Option<Arc<dyn Device>>,
         cfg: JournalConfig,
     ) -> Result<Arc<Self>, JournalError> {
+        Self::open_with(data, logdev, cfg, true)
+    }
+
+    /// Mounts without replaying the log (XFS's `norecovery`): the metadata is what was written
+    /// in place, possibly older than the log and inconsistent. Only for a read-only mount over
+    /// devices that keep every write in memory: a later checkpoint written after the old head
+    /// would make the skipped checkpoints unrecoverable.
+    pub fn open_norecovery(
+        data: Arc<dyn Device>,
+        logdev: Option<Arc<dyn Device>>,
+        cfg: JournalConfig,
+    ) -> Result<Arc<Self>, JournalError> {
+        Self::open_with(data, logdev, cfg, false)
+    }
+
+    fn open_with(
+        data: Arc<dyn Device>,
+        logdev: Option<Arc<dyn Device>>,
+        cfg: JournalConfig,
+        recover: bool,
+    ) -> Result<Arc<Self>, JournalError> {
         let geo = Geometry::read(&*data, logdev.as_deref())?;
         let mut cfg = cfg;
         if cfg.log == LogConfig::default() {
@@ -216,7 +239,11 @@ impl Journal {
             end_block: meta_end,
             uuid: geo.sb.uuid,
         };
-        let replayed = replay(&s.checkpoints, &target)?;
+        let replayed = if recover {
+            replay(&s.checkpoints, &target)?
+        } else {
+            ReplayStats::default()
+        };
         let mut sb = geo.sb.clone();
         if !sb.clean {
             sb.unclean_epoch += 1;
@@ -251,7 +278,16 @@ impl Journal {
         };
         let recovered = RecoveryReport {
             was_clean: geo.sb.clean,
-            checkpoints_replayed: s.checkpoints.len() as u64,
+            checkpoints_replayed: if recover {
+                s.checkpoints.len() as u64
+            } else {
+                0
+            },
+            checkpoints_skipped: if recover {
+                0
+            } else {
+                s.checkpoints.len() as u64
+            },
             replay: replayed,
             head: s.head,
             tail: s.tail,

@@ -130,6 +130,42 @@ fn clean_unmount_replays_nothing_and_keeps_data() {
     assert_eq!(j2.superblock().unclean_epoch, 0);
 }
 
+/// `norecovery`: the log is left alone and the blocks read as written in place; over an
+/// overlay nothing reaches the device, and a later normal open still replays everything.
+#[test]
+fn open_norecovery_shows_blocks_as_written_in_place_and_keeps_the_log() {
+    let dev = fresh(4);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let seq = write_block(&j, 300, 7);
+    j.force(seq).unwrap();
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: false }));
+    drop(j);
+    let before = crashed.live_image();
+    let overlay = Arc::new(cilfs_device::OverlayDevice::new(
+        crashed.clone() as Arc<dyn Device>
+    ));
+    let j = Journal::open_norecovery(
+        overlay.clone() as Arc<dyn Device>,
+        None,
+        tiny_cfg(FlushPolicy::Reduced),
+    )
+    .unwrap();
+    let r = j.recovery_report().clone();
+    assert!(!r.was_clean);
+    assert_eq!((r.checkpoints_replayed, r.checkpoints_skipped), (0, 1));
+    assert_eq!(j.buf(300).unwrap().lock().data[150], 0, "not replayed");
+    j.unmount().unwrap();
+    drop(j);
+    assert!(
+        overlay.overlay_bytes() > 0,
+        "the journal wrote, into the overlay"
+    );
+    assert!(crashed.live_image() == before, "nothing reached the device");
+    let j = open(&crashed, FlushPolicy::Reduced);
+    assert_eq!(j.recovery_report().checkpoints_replayed, 1);
+    assert_eq!(read_byte(&crashed, 300), 7);
+}
+
 #[test]
 fn relogging_writes_an_item_once_per_checkpoint() {
     let dev = fresh(2);

@@ -19,6 +19,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), Failure> {
+    // A mounted filesystem changes under the check, which would judge a stale copy. Held
+    // while checking, so that no mount starts meanwhile.
+    let _locks = [Some(&a.image), a.logdev.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|p| super::mount::refuse_mounted(p, "checking it"))
+        .collect::<Result<Vec<_>, _>>()?;
     let ro = FileDeviceOptions {
         read_only: true,
         ..Default::default()

@@ -31,6 +31,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<(), Failure> {
+    // Held while mkfs runs: a mount's daemon would write over the new filesystem (--force
+    // does not change that), and a mount starting meanwhile would read half of one.
+    let _locks = [Some(&a.image), a.logdev.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|p| super::mount::refuse_mounted(p, "making a filesystem on it"))
+        .collect::<Result<Vec<_>, _>>()?;
     let req = MkfsRequest {
         image: a.image.clone(),
         size: a.size,

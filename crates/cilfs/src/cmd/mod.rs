@@ -3,6 +3,7 @@ pub mod bench_dir;
 pub mod bench_fs;
 pub mod check;
 pub mod crashtest;
+pub mod daemon;
 pub mod info;
 pub mod logprint;
 pub mod mkfs;

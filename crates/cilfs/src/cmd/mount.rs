@@ -222,9 +222,13 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         })?;
     // The log device is written as much as the image: one mount (or mkfs, or check) at a time.
     let _log_lock = match &opts.logdev {
-        Some(p) => Some(lock_image(p, false).map_err(Failure::usage)?.ok_or_else(|| {
-            Failure::usage(anyhow!("{} is in use by another mount", p.display()))
-        })?),
+        Some(p) => Some(
+            lock_image(p, false)
+                .map_err(Failure::usage)?
+                .ok_or_else(|| {
+                    Failure::usage(anyhow!("{} is in use by another mount", p.display()))
+                })?,
+        ),
         None => None,
     };
     // `ro` opens read-only (an image without write permission, on read-only media) and keeps
@@ -364,7 +368,10 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
     // that fails, dropping the session unmounts.
     gate.release().map_err(|e| {
-        Failure::usage(anyhow!("{}: writing the recovered log: {e}", a.image.display()))
+        Failure::usage(anyhow!(
+            "{}: writing the recovered log: {e}",
+            a.image.display()
+        ))
     })?;
     stop.mounted(&mount_point);
     let _ = super::daemon::sd_notify(&format!(

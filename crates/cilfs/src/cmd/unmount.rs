@@ -17,6 +17,8 @@ pub struct Args {
 pub struct MountEntry {
     pub fstype: String,
     pub source: String,
+    /// Mounted `ro`.
+    pub read_only: bool,
 }
 
 /// The mounts whose mount point is `dir`, from /proc/self/mountinfo, the topmost last.
@@ -28,13 +30,16 @@ pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
     info.lines()
         .filter_map(|l| {
             let (left, right) = l.split_once(" - ")?;
-            let mnt = left.split(' ').nth(4)?;
+            let mut l = left.split(' ').skip(4);
+            let mnt = l.next()?;
+            let read_only = l.next()?.split(',').any(|o| o == "ro");
             let mut r = right.split(' ');
             let fstype = r.next()?;
             let source = r.next()?;
             (Path::new(&unescape(mnt)) == canon).then(|| MountEntry {
                 fstype: fstype.to_string(),
                 source: unescape(source),
+                read_only,
             })
         })
         .collect()
@@ -65,6 +70,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             a.dir.display()
         ))
     })?;
+    let read_only = mounts_on(&a.dir).last().is_some_and(|m| m.read_only);
     rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::empty())
         .map_err(|e| Failure::usage(anyhow!("unmounting {}: {e}", a.dir.display())))?;
     // The daemon holds the image's lock until it has written the unmount record.
@@ -77,6 +83,15 @@ pub fn run(a: Args) -> Result<(), Failure> {
         },
     )
     .map_err(Failure::usage)?;
+    if read_only {
+        // A read-only mount writes nothing: the image is as the mount found it.
+        println!(
+            "unmounted {}; {} was mounted read-only and is unchanged",
+            a.dir.display(),
+            image.display()
+        );
+        return Ok(());
+    }
     // The superblock alone says whether the unmount was clean (an external log is not needed).
     let mut sector = cilfs_device::AlignedBuf::zeroed(4096);
     let clean = dev.read(0, &mut sector).is_ok()
