@@ -1,6 +1,7 @@
 //! Namespace and attribute operations: lookup, create (mknod, mkdir, symlink), link, unlink,
 //! rmdir, rename, readdir, setattr, open/release and orphan reclaim.
 
+use super::acl;
 use super::change::ChangeCounter;
 use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
@@ -11,10 +12,9 @@ use super::inode::{
 use super::keys::{
     key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
-use super::acl;
 use super::stats::bump;
-use super::xattr::{self, XattrFlags};
 use super::tx::{FsTx, Trees};
+use super::xattr::{self, XattrFlags};
 use super::{log_inode, Fs, FsState, InodeMem};
 use std::collections::HashMap;
 
@@ -1023,8 +1023,9 @@ impl Fs {
         // chmod rewrites the access ACL's owner, mask and other entries.
         let acl = match sa.mode {
             Some(_) if self.opts.acl => match self.xattr_lookup(&st, ino, acl::ACCESS)? {
-                Some(v) => acl::Acl::parse(&v)
-                    .map_err(|_| FsError::corrupt(0, format!("inode {ino}: malformed access ACL")))?,
+                Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                    FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
+                })?,
                 None => None,
             },
             _ => None,
@@ -1035,7 +1036,13 @@ impl Fs {
                 m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
                 if let Some(mut a) = acl {
                     a.chmod(mode);
-                    xattr::put(t, ino, acl::ACCESS, Some(&a.encode()), XattrFlags::default())?;
+                    xattr::put(
+                        t,
+                        ino,
+                        acl::ACCESS,
+                        Some(&a.encode()),
+                        XattrFlags::default(),
+                    )?;
                 }
             }
             let m = Fs::inode_mut(t, inodes, ino)?;
