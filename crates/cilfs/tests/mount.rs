@@ -888,6 +888,28 @@ fn set_user_and_group_id_are_cleared_by_another_users_data_changes() {
         b"mm",
         "the mmap write reached the file"
     );
+    // chown: an owner outside the file's group loses set-group-ID even without group execute;
+    // root loses set-user-ID and keeps set-group-ID without group execute (as on ext4).
+    let chown = |uid: u32, gid: u32| {
+        rustix::fs::chown(
+            &f,
+            Some(rustix::process::Uid::from_raw(uid)),
+            Some(rustix::process::Gid::from_raw(gid)),
+        )
+        .unwrap()
+    };
+    chown(65534, 0);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o2644)).unwrap();
+    let out = as_user(65534, 65534, &["chown", "65534", f.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(format!("{:o}", mode(&f)), "644", "chown by its owner");
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o6644)).unwrap();
+    chown(0, 0);
+    assert_eq!(format!("{:o}", mode(&f)), "2644", "chown by root");
     m.unmount();
 }
 
