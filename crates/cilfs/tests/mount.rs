@@ -71,6 +71,17 @@ impl Mounted {
     }
 
     fn unmount(&mut self) {
+        self.unmount_without_check();
+        let out = cilfs(&["check", self.img.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "check: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    /// Unmounts, leaving the image unchecked (a read-only mount of a dirty log leaves it so).
+    fn unmount_without_check(&mut self) {
         let out = cilfs(&["unmount", self.dir.to_str().unwrap()]);
         assert!(
             out.status.success(),
@@ -79,12 +90,6 @@ impl Mounted {
             String::from_utf8_lossy(&out.stderr)
         );
         self.mounted = false;
-        let out = cilfs(&["check", self.img.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "check: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
     }
 
     fn p(&self, rel: &str) -> PathBuf {
@@ -974,4 +979,274 @@ fn reads_move_atime_as_relatime_strictatime_and_noatime_say() {
         assert_eq!(times(&f).0, kept, "{opt:?}: after a remount");
         m.unmount();
     }
+}
+
+/// Kills the background daemon serving `m` with SIGKILL (no unmount record) and takes its
+/// dead mount away: the image is left with a log that needs replay.
+fn kill_daemon(m: &mut Mounted) {
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("mount {} ", m.img.display())])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(pids.stdout).unwrap();
+    let pid = pid.lines().next().expect("daemon pid").to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let gone = (0..500).any(|_| {
+        !Path::new(&format!("/proc/{pid}")).exists() || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(gone, "the daemon died");
+    let _ = rustix::mount::unmount(&m.dir, rustix::mount::UnmountFlags::DETACH);
+    m.mounted = false;
+}
+
+fn sha1(p: &Path) -> String {
+    run(&["sha1sum", p.to_str().unwrap()])
+}
+
+/// `cilfs check`'s output: whether the log needed replay.
+fn needs_recovery(img: &Path) -> bool {
+    let out = cilfs(&["check", img.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "check: {text}");
+    text.contains("log: not clean")
+}
+
+/// Waits for a child with a generous safety deadline, killing it if it hangs.
+fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
+    for _ in 0..12_000 {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    panic!("the daemon did not exit within 120 s");
+}
+
+/// SIGTERM, SIGINT and SIGHUP (systemctl stop, ^C, a closed terminal) end the daemon with a
+/// clean unmount: files and a directory made a moment before, with no fsync, are there after
+/// a remount, and the image needed no recovery. The daemon runs in the foreground as a
+/// systemd unit runs it, telling readiness through NOTIFY_SOCKET.
+#[test]
+fn stop_signals_unmount_cleanly() {
+    use rustix::process::{kill_process, Pid, Signal};
+    let mut m = Mounted::new("128M", &[]);
+    let _cleanup = UnmountAll(m.dir.clone());
+    m.unmount();
+    let sock_path = m.img.with_file_name("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let recv = || {
+        let mut buf = [0u8; 4096];
+        let n = sock.recv(&mut buf).expect("a notification within 60 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let signals = [
+        ("SIGTERM", Signal::TERM),
+        ("SIGINT", Signal::INT),
+        ("SIGHUP", Signal::HUP),
+    ];
+    for (k, (name, sig)) in signals.iter().enumerate() {
+        let log = m.img.with_file_name(format!("daemon-{k}.log"));
+        let mut daemon = Command::new(env!("CARGO_BIN_EXE_cilfs"))
+            .args(["mount", "--foreground"])
+            .arg(&m.img)
+            .arg(&m.dir)
+            .env("NOTIFY_SOCKET", &sock_path)
+            .stdout(std::process::Stdio::null())
+            .stderr(File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let ready = recv();
+        assert!(ready.starts_with("READY=1"), "{name}: {ready}");
+        assert_eq!(mounts_on(&m.dir), 1, "{name}: ready means mounted");
+        fs::write(m.p(&format!("file{k}")), format!("written before {name}")).unwrap();
+        fs::create_dir(m.p(&format!("dir{k}"))).unwrap();
+        fs::write(m.p(&format!("dir{k}/inner")), vec![k as u8; 100_000]).unwrap();
+        let pid = Pid::from_raw(daemon.id() as i32).unwrap();
+        kill_process(pid, *sig).unwrap();
+        let status = wait_for_exit(&mut daemon);
+        let said = fs::read_to_string(&log).unwrap();
+        assert!(status.success(), "{name}: {status}: {said}");
+        assert!(said.contains(&format!("{name}: unmounting")), "{said}");
+        assert_eq!(recv(), "STOPPING=1", "{name}");
+        assert_eq!(mounts_on(&m.dir), 0, "{name}: unmounted");
+        let info = cilfs(&["info", m.img.to_str().unwrap()]);
+        let info = String::from_utf8_lossy(&info.stdout).into_owned();
+        assert!(info.contains("state          clean"), "{name}: {info}");
+        assert!(!needs_recovery(&m.img), "{name}: the log needed no replay");
+        m.mount(&[]);
+        for (j, (n, _)) in signals.iter().enumerate().take(k + 1) {
+            assert_eq!(
+                fs::read_to_string(m.p(&format!("file{j}"))).unwrap(),
+                format!("written before {n}")
+            );
+            assert_eq!(
+                fs::read(m.p(&format!("dir{j}/inner"))).unwrap(),
+                vec![j as u8; 100_000]
+            );
+        }
+        m.unmount();
+    }
+}
+
+/// mkfs (with --force too) and check refuse an image that is mounted, or a log device a
+/// mount uses, with one line and exit 2, as mkfs.xfs and xfs_repair -n refuse a mounted
+/// device; the mount goes on unharmed.
+#[test]
+fn mkfs_and_check_refuse_a_mounted_image() {
+    let mut m = Mounted::new("64M", &[]);
+    fs::write(m.p("kept"), b"still here").unwrap();
+    let img = m.img.clone();
+    let img = img.to_str().unwrap();
+    let other = m.img.with_file_name("other.img");
+    let other = other.to_str().unwrap();
+    for args in [
+        vec!["mkfs", "-q", img],
+        vec!["mkfs", "-q", "--force", img],
+        vec![
+            "mkfs", "-q", "--force", "--size", "32M", "--logdev", img, other,
+        ],
+        vec!["check", img],
+    ] {
+        let out = cilfs(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("is mounted: unmount it"), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line: {err}"
+        );
+    }
+    assert!(!Path::new(other).exists(), "nothing made");
+    assert_eq!(fs::read(m.p("kept")).unwrap(), b"still here");
+    m.unmount();
+    // Unmounted, both work again.
+    assert!(cilfs(&["check", img]).status.success());
+    assert!(cilfs(&["mkfs", "-q", "--force", img]).status.success());
+}
+
+/// A mount that fails (here: a user without access to /dev/fuse and no right to mount on the
+/// directory) after opening the image and recovering its log leaves the image byte-identical:
+/// the log still needs its replay, which the next mount does.
+#[test]
+fn a_failed_mount_leaves_the_image_byte_identical() {
+    const NOBODY: u32 = 65534;
+    let mut m = Mounted::new("64M", &[]);
+    fs::write(m.p("synced"), b"in the log").unwrap();
+    File::open(m.p("synced")).unwrap().sync_all().unwrap();
+    File::open(&m.dir).unwrap().sync_all().unwrap();
+    kill_daemon(&mut m);
+    // The user may read and write the image, not mount on the root-owned directory.
+    let tmp = m.img.parent().unwrap().to_path_buf();
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+    rustix::fs::chown(
+        &m.img,
+        Some(rustix::process::Uid::from_raw(NOBODY)),
+        Some(rustix::process::Gid::from_raw(NOBODY)),
+    )
+    .unwrap();
+    let before = sha1(&m.img);
+    for opts in ["", "allow_other"] {
+        let mut args = vec![
+            env!("CARGO_BIN_EXE_cilfs"),
+            "mount",
+            "--foreground",
+            m.img.to_str().unwrap(),
+            m.dir.to_str().unwrap(),
+        ];
+        if !opts.is_empty() {
+            args.extend(["-o", opts]);
+        }
+        let out = as_user(NOBODY, NOBODY, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{opts}: {err}");
+        assert!(
+            err.contains("mounting on"),
+            "{opts}: failed at the mount: {err}"
+        );
+        assert_eq!(mounts_on(&m.dir), 0);
+        assert_eq!(sha1(&m.img), before, "{opts}: the image was written: {err}");
+    }
+    assert!(needs_recovery(&m.img), "the replay was not written");
+    m.mount(&[]);
+    assert_eq!(fs::read(m.p("synced")).unwrap(), b"in the log");
+    m.unmount();
+}
+
+/// `ro` writes nothing: a dirty log is refused unless `norecovery` is given (which mounts
+/// without replaying and says so), and an image on read-only media (a read-only bind mount,
+/// where even root cannot open it for writing) with mode 0444 mounts read-only.
+#[test]
+fn ro_writes_nothing_refuses_a_dirty_log_and_mounts_read_only_media() {
+    let mut m = Mounted::new("64M", &[]);
+    fs::write(m.p("clean"), b"before the crash").unwrap();
+    m.unmount();
+    m.mount(&[]);
+    fs::write(m.p("synced"), b"in the log").unwrap();
+    File::open(m.p("synced")).unwrap().sync_all().unwrap();
+    File::open(&m.dir).unwrap().sync_all().unwrap();
+    kill_daemon(&mut m);
+    let (img, dir) = (m.img.clone(), m.dir.clone());
+    let (img, dir) = (img.to_str().unwrap(), dir.to_str().unwrap());
+    let dirty = sha1(&m.img);
+    let out = cilfs(&["mount", img, dir, "-o", "ro"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("norecovery"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert_eq!(mounts_on(&m.dir), 0);
+    let out = cilfs(&["mount", img, dir, "-o", "norecovery"]);
+    assert_eq!(out.status.code(), Some(2), "norecovery alone is refused");
+    let out = cilfs(&["mount", img, dir, "-o", "ro,norecovery"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    m.mounted = true;
+    assert!(err.contains("not replayed"), "says so: {err}");
+    assert_eq!(fs::read(m.p("clean")).unwrap(), b"before the crash");
+    assert_eq!(errno(fs::write(m.p("new"), b"x").unwrap_err()), Errno::ROFS);
+    m.unmount_without_check();
+    assert_eq!(sha1(&m.img), dirty, "ro,norecovery wrote to the image");
+    assert!(needs_recovery(&m.img), "the log is still there");
+    m.mount(&[]);
+    assert_eq!(fs::read(m.p("synced")).unwrap(), b"in the log");
+    m.unmount();
+    // Read-only media: the image's directory bind-mounted read-only over itself.
+    let tmp = m.img.parent().unwrap().to_path_buf();
+    fs::set_permissions(&m.img, fs::Permissions::from_mode(0o444)).unwrap();
+    rustix::mount::mount_bind(&tmp, &tmp).unwrap();
+    let _media = UnmountAll(tmp.clone());
+    let _cleanup = UnmountAll(m.dir.clone());
+    rustix::mount::mount_remount(
+        &tmp,
+        rustix::mount::MountFlags::BIND | rustix::mount::MountFlags::RDONLY,
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        OpenOptions::new()
+            .write(true)
+            .open(&m.img)
+            .unwrap_err()
+            .raw_os_error(),
+        Some(Errno::ROFS.raw_os_error())
+    );
+    let clean = sha1(&m.img);
+    let out = cilfs(&["mount", img, dir]);
+    assert_eq!(out.status.code(), Some(2), "read-write is refused");
+    assert_eq!(mounts_on(&m.dir), 0);
+    m.mount(&["ro"]);
+    assert_eq!(fs::read(m.p("synced")).unwrap(), b"in the log");
+    assert_eq!(fs::read(m.p("clean")).unwrap(), b"before the crash");
+    m.unmount();
+    assert_eq!(sha1(&m.img), clean);
 }
