@@ -6,7 +6,7 @@ mod errno;
 
 pub use errno::errno;
 
-use cilfs_core::fs::ops::{Cred, RenameFlags as CoreRename, SetAttr, SetTime};
+use cilfs_core::fs::types::{Cred, RenameFlags as CoreRename, SetAttr, SetTime};
 use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{Attr, AttrsChanged, FileType as CoreType, Fs, FsError, Timespec};
 use fuser::{

@@ -6,6 +6,7 @@
 //! Concurrency: one reader-writer lock over the filesystem state. Changes take it exclusively,
 //! lookups and reads share it. Log forces (fsync) run outside it.
 
+pub mod acl;
 pub mod alloc;
 mod atime;
 pub mod btree;
@@ -20,10 +21,13 @@ pub mod keys;
 pub mod mkfs;
 pub mod node;
 pub mod ops;
+mod orphan;
 pub mod pagecache;
+mod rename;
+mod setid;
 pub mod stats;
 pub mod tx;
-pub mod acl;
+pub mod types;
 pub mod xattr;
 
 pub use dir::DirEntry;

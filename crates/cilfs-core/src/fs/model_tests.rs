@@ -3,8 +3,8 @@
 //! consistency checker; a clean remount now and then.
 #![allow(clippy::unwrap_used, clippy::map_entry)]
 
-use super::ops::{Cred, RenameFlags, SetAttr};
 use super::tests::{assert_clean, mount, new_dev, TestClock};
+use super::types::{Cred, RenameFlags, SetAttr};
 use super::xattr::XattrFlags;
 use super::*;
 use proptest::prelude::*;

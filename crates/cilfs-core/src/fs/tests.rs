@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
-use super::ops::{Cred, RenameFlags, SetAttr};
 use super::tx::Trees;
+use super::types::{Cred, RenameFlags, SetAttr};
 use super::xattr::XattrFlags;
 use super::*;
 use crate::format::superblock::SbLog;
@@ -1562,7 +1562,7 @@ fn times(fs: &Fs, ino: u64) -> (Timespec, Timespec, Timespec) {
 
 fn set_atime(fs: &Fs, ino: u64, t: Timespec) {
     let sa = SetAttr {
-        atime: Some(super::ops::SetTime::At(t)),
+        atime: Some(super::types::SetTime::At(t)),
         ..SetAttr::default()
     };
     fs.setattr(U, ino, sa).unwrap();

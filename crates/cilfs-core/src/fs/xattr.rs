@@ -9,8 +9,8 @@ use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::keys::{key, kind_of, name_hash, KIND_XATTR};
 use super::node::{arr4, arr8, max_value_bytes};
-use super::ops::{Cred, Reserve};
 use super::tx::{FsTx, Trees};
+use super::types::{Cred, Reserve};
 use super::{log_inode, Fs, FsState};
 
 pub const CHANGE_XATTR: &[u8] = b"user.cilfs.change";

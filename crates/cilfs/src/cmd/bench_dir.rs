@@ -3,7 +3,7 @@
 //! unlinked and the filesystem checked.
 
 use crate::Failure;
-use cilfs_core::fs::ops::Cred;
+use cilfs_core::fs::types::Cred;
 use cilfs_core::fs::{check, Fs, FsOptions, ROOT_INO};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::mkfs::{plan, MkfsRequest};

@@ -3,7 +3,7 @@
 //! change attribute in a tight loop) and fsyncs, with the journal's counters.
 
 use crate::Failure;
-use cilfs_core::fs::ops::Cred;
+use cilfs_core::fs::types::Cred;
 use cilfs_core::fs::{Fs, FsOptions, IversionMode, ROOT_INO};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::mkfs::{plan, MkfsRequest};

@@ -1,0 +1,82 @@
+//! Types the operations share: who calls (`Cred`), what a setattr or rename asks for, what
+//! statfs answers, and the limits every operation keeps to.
+
+use super::inode::Timespec;
+
+/// The caller of an operation (from the FUSE request). `pid` lets the core ask for the
+/// caller's supplementary groups (`FsOptions::groups_of`) in the rare cases a rule needs them;
+/// `umask` is applied by creates in a directory without a default ACL (the kernel leaves it to
+/// us: FUSE_DONT_MASK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+    pub umask: u32,
+}
+
+impl Cred {
+    pub const ROOT: Cred = Cred::user(0, 0);
+
+    /// A caller with no process to ask for supplementary groups and no umask (tests, tools).
+    pub const fn user(uid: u32, gid: u32) -> Cred {
+        Cred {
+            uid,
+            gid,
+            pid: 0,
+            umask: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Timespec),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// Longest symlink target (PATH_MAX less the terminating NUL).
+pub const SYMLINK_MAX: usize = 4095;
+pub(crate) const SYMLINK_CHUNK: usize = 256;
+/// Link count limit.
+pub const LINK_MAX: u32 = 65_000;
+/// Blocks kept back for operations that free space (unlink, rmdir, truncate) on a full device.
+pub const RESERVE_BLOCKS: u64 = 256;
+
+/// How much of the reserve an operation may use (`Fs::space_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reserve {
+    /// Operations that take space (create, write, xattrs) leave the whole reserve.
+    Keep,
+    /// Rename may need a node for the new name: it leaves a quarter of the reserve.
+    Quarter,
+    /// Operations that give space back (unlink, rmdir, truncate, punch) may use all of it.
+    Use,
+}
