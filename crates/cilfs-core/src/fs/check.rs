@@ -7,7 +7,7 @@
 use super::btree::{NodeStore, Root};
 use super::dir::decode_bucket;
 use super::error::FsResult;
-use super::file::Extent;
+use super::extent::Extent;
 use super::header::HEADER_LSN_OFFSET;
 use super::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use super::inode::{FileType, Inode, ROOT_INO};

@@ -1,176 +1,23 @@
-//! File data: extent items (file block -> disk block run), reads and writes in place, truncate,
-//! fallocate, SEEK_DATA/SEEK_HOLE and fsync.
+//! The data path: reads and writes through the page cache and in place, truncate, fallocate and
+//! SEEK_DATA/SEEK_HOLE (the extent map is in `extent.rs`, write back and fsync in
+//! `writeback.rs`).
 //!
 //! Ordering (journal.md section 7): data for newly allocated blocks is written, and the write
 //! completed, before the transaction that maps them commits; the checkpoint's data-device flush
 //! then makes it stable before the commit record. Bytes past EOF in the last block are zeroed
 //! whenever the file grows over them, so a hole or a grown file never shows stale bytes.
 
-use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
-use super::header::TREE_FS;
-use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
-use super::node::arr8;
+use super::extent::{extents_in, holes, max_file_size, Extent};
+use super::keys::OFFSET_MAX;
 use super::pagecache::PageCache;
 use super::stats::bump;
-use super::tx::{FsTx, Trees};
 use super::types::{Cred, Reserve};
 use super::{log_inode, Fs, FsState, IversionMode};
 use cilfs_device::{AlignedBuf, WriteFlags};
 use std::sync::atomic::Ordering;
 
-/// A run of blocks: file block `file`, `len` blocks at disk block `disk`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Extent {
-    pub file: u64,
-    pub disk: u64,
-    pub len: u64,
-}
-
-pub const EXTENT_VALUE_BYTES: usize = 16;
-/// The longest extent one item describes.
-pub const EXTENT_LEN_MAX: u64 = u32::MAX as u64;
-/// Largest file size: file blocks must fit the key's 56-bit offset; capped at 8 EiB - 1.
-pub fn max_file_size(bs: u32) -> u64 {
-    (OFFSET_MAX.saturating_mul(u64::from(bs))).min(i64::MAX as u64)
-}
-
-impl Extent {
-    pub fn encode(&self) -> [u8; EXTENT_VALUE_BYTES] {
-        let mut b = [0u8; EXTENT_VALUE_BYTES];
-        b[0..8].copy_from_slice(&self.disk.to_le_bytes());
-        b[8..12].copy_from_slice(&(self.len as u32).to_le_bytes());
-        b
-    }
-
-    pub fn decode(file: u64, v: &[u8]) -> FsResult<Extent> {
-        if v.len() != EXTENT_VALUE_BYTES {
-            return Err(FsError::corrupt(
-                0,
-                format!("extent item of {} bytes", v.len()),
-            ));
-        }
-        let len = u64::from(u32::from_le_bytes([v[8], v[9], v[10], v[11]]));
-        if len == 0 {
-            return Err(FsError::corrupt(0, "empty extent"));
-        }
-        Ok(Extent {
-            file,
-            disk: u64::from_le_bytes(arr8(&v[0..8])),
-            len,
-        })
-    }
-
-    pub fn end(&self) -> u64 {
-        self.file + self.len
-    }
-}
-
-/// The extents of `ino` overlapping file blocks `[from, to)`, in order.
-pub(crate) fn extents_in(
-    t: &mut dyn TreeRead,
-    ino: u64,
-    from: u64,
-    to: u64,
-) -> FsResult<Vec<Extent>> {
-    let mut out = Vec::new();
-    if let Some((k, v)) = t.t_seek_le(TREE_FS, key(ino, KIND_EXTENT, from))? {
-        if k.a == ino && kind_of(k) == KIND_EXTENT {
-            let e = Extent::decode(offset_of(k), &v)?;
-            if e.end() > from {
-                out.push(e);
-            }
-        }
-    }
-    let mut at = key(ino, KIND_EXTENT, from);
-    if let Some(e) = out.last() {
-        at = key(ino, KIND_EXTENT, e.end().min(OFFSET_MAX));
-    }
-    while let Some((k, v)) = t.t_seek_ge(TREE_FS, at)? {
-        if k.a != ino || kind_of(k) != KIND_EXTENT || offset_of(k) >= to {
-            break;
-        }
-        let e = Extent::decode(offset_of(k), &v)?;
-        out.push(e);
-        match k.succ() {
-            Some(n) => at = n,
-            None => break,
-        }
-    }
-    Ok(out)
-}
-
-/// Gaps of `[from, to)` not covered by `exts` (sorted).
-fn holes(exts: &[Extent], from: u64, to: u64) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut at = from;
-    for e in exts {
-        if e.file > at {
-            out.push((at, e.file.min(to)));
-        }
-        at = at.max(e.end());
-        if at >= to {
-            break;
-        }
-    }
-    if at < to {
-        out.push((at, to));
-    }
-    out
-}
-
 impl Fs {
-    /// Maps holes of file blocks `[from, to)` to newly allocated blocks; returns the new extents.
-    /// The caller writes them before committing.
-    fn allocate_range(
-        &self,
-        t: &mut FsTx<'_>,
-        ino: u64,
-        from: u64,
-        to: u64,
-    ) -> FsResult<Vec<Extent>> {
-        let exts = extents_in(t, ino, from, to)?;
-        let mut fresh = Vec::new();
-        for (hs, he) in holes(&exts, from, to) {
-            let mut at = hs;
-            while at < he {
-                let want = (he - at).min(EXTENT_LEN_MAX);
-                let Some((disk, len)) = t.alloc_extent(want, 1)? else {
-                    return Err(FsError::NoSpace);
-                };
-                let e = Extent {
-                    file: at,
-                    disk,
-                    len,
-                };
-                self.insert_extent(t, ino, e)?;
-                fresh.push(e);
-                at += len;
-            }
-        }
-        Ok(fresh)
-    }
-
-    /// Inserts an extent item, merging it into the previous one when both runs continue.
-    fn insert_extent(&self, t: &mut FsTx<'_>, ino: u64, e: Extent) -> FsResult<()> {
-        if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
-            if k.a == ino && kind_of(k) == KIND_EXTENT {
-                let p = Extent::decode(offset_of(k), &v)?;
-                if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX
-                {
-                    let merged = Extent {
-                        len: p.len + e.len,
-                        ..p
-                    };
-                    t.insert(TREE_FS, k, &merged.encode())?;
-                    return Ok(());
-                }
-            }
-        }
-        t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &e.encode())?;
-        Ok(())
-    }
-
     fn read_blocks(&self, disk: u64, buf: &mut [u8]) -> FsResult<()> {
         self.journal
             .data
@@ -178,7 +25,7 @@ impl Fs {
             .map_err(FsError::from)
     }
 
-    fn write_blocks(&self, disk: u64, buf: &[u8]) -> FsResult<()> {
+    pub(crate) fn write_blocks(&self, disk: u64, buf: &[u8]) -> FsResult<()> {
         self.journal
             .data
             .write(disk * u64::from(self.bs), buf, WriteFlags::NONE)
@@ -420,96 +267,6 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes dirty pages of `ino` (or all) back in place, in disk order, adjacent blocks in one
-    /// IO.
-    pub(crate) fn writeback(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
-        self.write_pages(st, ino)?;
-        self.log_unlogged(st, ino)
-    }
-
-    /// Logs inodes whose in-memory size ran ahead of the log (after their pages were written:
-    /// a logged size never covers data that is only in memory).
-    fn log_unlogged(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
-        let mut todo: Vec<u64> = match ino {
-            Some(i) => st
-                .inodes
-                .get(&i)
-                .filter(|m| m.unlogged)
-                .map(|_| i)
-                .into_iter()
-                .collect(),
-            None => st
-                .inodes
-                .iter()
-                .filter(|(_, m)| m.unlogged)
-                .map(|(&i, _)| i)
-                .collect(),
-        };
-        todo.sort_unstable();
-        for batch in todo.chunks(16) {
-            self.with_tx(st, |t, inodes| {
-                for &i in batch {
-                    if let Some(m) = inodes.get_mut(&i) {
-                        log_inode(t, m, &self.stats)?;
-                    }
-                }
-                Ok(((), batch.to_vec()))
-            })?;
-        }
-        Ok(())
-    }
-
-    fn write_pages(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
-        let pages = st.cache.take_dirty(ino);
-        if pages.is_empty() {
-            return Ok(());
-        }
-        let mut runs: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
-        {
-            let mut v = self.view(st);
-            for (i, fb, data) in pages {
-                let e = extents_in(&mut v, i, fb, fb + 1)?;
-                match e.first() {
-                    Some(e) if e.file <= fb && fb < e.end() => {
-                        runs.push((e.disk + (fb - e.file), data))
-                    }
-                    // Unmapped meanwhile (its pages are dropped first, so this is a bug).
-                    _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
-                }
-            }
-        }
-        runs.sort_by_key(|(d, _)| *d);
-        let bsz = self.bs as usize;
-        let mut at = 0;
-        while at < runs.len() {
-            let mut end = at + 1;
-            while end < runs.len() && runs[end].0 == runs[end - 1].0 + 1 && end - at < 256 {
-                end += 1;
-            }
-            let mut buf = AlignedBuf::zeroed((end - at) * bsz);
-            for (k, (_, d)) in runs[at..end].iter().enumerate() {
-                buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
-            }
-            self.write_blocks(runs[at].0, &buf)?;
-            at = end;
-        }
-        Ok(())
-    }
-
-    /// Writes every dirty page back (the periodic flush of the daemon, and unmount).
-    pub fn writeback_all(&self) -> FsResult<()> {
-        let mut st = self.state.write();
-        self.writeback(&mut st, None)
-    }
-
-    /// Clean unmount: dirty pages written back, then the journal's unmount (log forced, items
-    /// written back, unmount record).
-    pub fn unmount(&self) -> FsResult<()> {
-        self.writeback_all()?;
-        self.journal.unmount()?;
-        Ok(())
-    }
-
     /// When a file grows from `old_size` to beyond it (a write at `new_from` or a truncate up),
     /// zero the old last block from EOF to its end, so the grown part reads as zeros.
     /// `by_write`: the growth is a write starting at `new_from`, which zeroes the block itself
@@ -640,59 +397,6 @@ impl Fs {
             self.free_range(&mut st, ino, keep, OFFSET_MAX)?;
         }
         Ok(killed)
-    }
-
-    /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction.
-    pub(crate) fn free_range(
-        &self,
-        st: &mut FsState,
-        ino: u64,
-        from: u64,
-        to: u64,
-    ) -> FsResult<()> {
-        // Pages of blocks about to change hands are never written back.
-        st.cache.drop_range(ino, from, to);
-        loop {
-            // Freeing may split an extent at the range's edge (a punched hole) first.
-            self.space_check(st, 4, Reserve::Use)?;
-            let (more, _) = self.with_tx(st, |t, inodes| {
-                let exts = extents_in(t, ino, from, to)?;
-                let mut freed = 0;
-                for e in exts.iter().take(16) {
-                    let s = e.file.max(from);
-                    let en = e.end().min(to);
-                    t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
-                    if e.file < s {
-                        t.insert(
-                            TREE_FS,
-                            key(ino, KIND_EXTENT, e.file),
-                            &Extent {
-                                len: s - e.file,
-                                ..*e
-                            }
-                            .encode(),
-                        )?;
-                    }
-                    if en < e.end() {
-                        let tail = Extent {
-                            file: en,
-                            disk: e.disk + (en - e.file),
-                            len: e.end() - en,
-                        };
-                        t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
-                    }
-                    t.free_extent(e.disk + (s - e.file), en - s)?;
-                    freed += en - s;
-                }
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                m.inode.blocks = m.inode.blocks.saturating_sub(freed);
-                log_inode(t, m, &self.stats)?;
-                Ok((exts.len() > 16, vec![ino]))
-            })?;
-            if !more {
-                return Ok(());
-            }
-        }
     }
 
     /// fallocate: mode 0 (allocate, extend size), keep_size, or punch_hole (with keep_size).
@@ -852,53 +556,8 @@ impl Fs {
             Ok(pos.min(i.size))
         }
     }
-
-    /// fsync/fdatasync: the inode's last checkpoint is made stable (its data-device flush comes
-    /// first), then the data device is flushed for overwrites done since (elided when nothing
-    /// is volatile).
-    pub fn fsync(&self, ino: u64) -> FsResult<()> {
-        bump(&self.stats.operations);
-        bump(&self.stats.fsyncs);
-        let seq = {
-            let mut st = self.state.write();
-            self.writeback(&mut st, Some(ino))?;
-            st.inodes.get(&ino).map_or(0, |m| m.last_seq)
-        };
-        if seq > self.journal.completed_seq() {
-            self.journal.force(seq)?;
-        }
-        self.journal.data.flush()?;
-        Ok(())
-    }
-
-    /// syncfs: everything committed becomes stable.
-    pub fn sync(&self) -> FsResult<()> {
-        bump(&self.stats.operations);
-        self.writeback_all()?;
-        self.journal.force_all()?;
-        self.journal.data.flush()?;
-        Ok(())
-    }
 }
 
 fn bump_bytes(a: &std::sync::atomic::AtomicU64, n: usize) {
     a.fetch_add(n as u64, Ordering::Relaxed);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn holes_between_extents() {
-        let e = |file, len| Extent {
-            file,
-            disk: 100,
-            len,
-        };
-        assert_eq!(holes(&[], 0, 4), vec![(0, 4)]);
-        assert_eq!(holes(&[e(1, 2)], 0, 4), vec![(0, 1), (3, 4)]);
-        assert_eq!(holes(&[e(0, 10)], 2, 4), vec![]);
-        assert_eq!(holes(&[e(0, 1), e(5, 1)], 0, 8), vec![(1, 5), (6, 8)]);
-    }
 }

@@ -14,6 +14,7 @@ pub mod change;
 pub mod check;
 pub mod dir;
 pub mod error;
+pub mod extent;
 pub mod file;
 pub mod header;
 pub mod inode;
@@ -29,6 +30,7 @@ pub mod stats;
 pub mod tx;
 pub mod types;
 pub mod xattr;
+mod writeback;
 
 pub use dir::DirEntry;
 pub use error::{FsError, FsResult};

@@ -44,7 +44,7 @@ impl Fs {
                         super::xattr::free_bucket(t, &v, ino)?;
                     }
                     if kind_of(k) == super::keys::KIND_EXTENT {
-                        let ext = super::file::Extent::decode(offset_of(k), &v)?;
+                        let ext = super::extent::Extent::decode(offset_of(k), &v)?;
                         t.free_extent(ext.disk, ext.len)?;
                         if let Some(m) = inodes.get_mut(&ino) {
                             m.inode.blocks = m.inode.blocks.saturating_sub(ext.len);

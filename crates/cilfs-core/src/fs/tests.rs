@@ -606,7 +606,7 @@ fn checker_finds_damage() {
     let ext = {
         let st = fs.state.read();
         let mut v = fs.view(&st);
-        file::extents_in(&mut v, f, 0, 1).unwrap()[0]
+        extent::extents_in(&mut v, f, 0, 1).unwrap()[0]
     };
     damage(&|t| {
         t.insert(header::TREE_FREE_BY_BLOCK, node::Key::new(ext.disk, 1), &[])

@@ -1,0 +1,234 @@
+//! The extent map of a file: items keyed by file block holding a run of disk blocks, and the
+//! transactional steps that map holes to new blocks and unmap ranges.
+
+use super::dir::TreeRead;
+use super::error::{FsError, FsResult};
+use super::header::TREE_FS;
+use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
+use super::node::arr8;
+use super::tx::{FsTx, Trees};
+use super::types::Reserve;
+use super::{log_inode, Fs, FsState};
+
+/// A run of blocks: file block `file`, `len` blocks at disk block `disk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub file: u64,
+    pub disk: u64,
+    pub len: u64,
+}
+
+pub const EXTENT_VALUE_BYTES: usize = 16;
+/// The longest extent one item describes.
+pub const EXTENT_LEN_MAX: u64 = u32::MAX as u64;
+/// Largest file size: file blocks must fit the key's 56-bit offset; capped at 8 EiB - 1.
+pub fn max_file_size(bs: u32) -> u64 {
+    (OFFSET_MAX.saturating_mul(u64::from(bs))).min(i64::MAX as u64)
+}
+
+impl Extent {
+    pub fn encode(&self) -> [u8; EXTENT_VALUE_BYTES] {
+        let mut b = [0u8; EXTENT_VALUE_BYTES];
+        b[0..8].copy_from_slice(&self.disk.to_le_bytes());
+        b[8..12].copy_from_slice(&(self.len as u32).to_le_bytes());
+        b
+    }
+
+    pub fn decode(file: u64, v: &[u8]) -> FsResult<Extent> {
+        if v.len() != EXTENT_VALUE_BYTES {
+            return Err(FsError::corrupt(
+                0,
+                format!("extent item of {} bytes", v.len()),
+            ));
+        }
+        let len = u64::from(u32::from_le_bytes([v[8], v[9], v[10], v[11]]));
+        if len == 0 {
+            return Err(FsError::corrupt(0, "empty extent"));
+        }
+        Ok(Extent {
+            file,
+            disk: u64::from_le_bytes(arr8(&v[0..8])),
+            len,
+        })
+    }
+
+    pub fn end(&self) -> u64 {
+        self.file + self.len
+    }
+}
+
+/// The extents of `ino` overlapping file blocks `[from, to)`, in order.
+pub(crate) fn extents_in(
+    t: &mut dyn TreeRead,
+    ino: u64,
+    from: u64,
+    to: u64,
+) -> FsResult<Vec<Extent>> {
+    let mut out = Vec::new();
+    if let Some((k, v)) = t.t_seek_le(TREE_FS, key(ino, KIND_EXTENT, from))? {
+        if k.a == ino && kind_of(k) == KIND_EXTENT {
+            let e = Extent::decode(offset_of(k), &v)?;
+            if e.end() > from {
+                out.push(e);
+            }
+        }
+    }
+    let mut at = key(ino, KIND_EXTENT, from);
+    if let Some(e) = out.last() {
+        at = key(ino, KIND_EXTENT, e.end().min(OFFSET_MAX));
+    }
+    while let Some((k, v)) = t.t_seek_ge(TREE_FS, at)? {
+        if k.a != ino || kind_of(k) != KIND_EXTENT || offset_of(k) >= to {
+            break;
+        }
+        let e = Extent::decode(offset_of(k), &v)?;
+        out.push(e);
+        match k.succ() {
+            Some(n) => at = n,
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Gaps of `[from, to)` not covered by `exts` (sorted).
+pub(crate) fn holes(exts: &[Extent], from: u64, to: u64) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = from;
+    for e in exts {
+        if e.file > at {
+            out.push((at, e.file.min(to)));
+        }
+        at = at.max(e.end());
+        if at >= to {
+            break;
+        }
+    }
+    if at < to {
+        out.push((at, to));
+    }
+    out
+}
+
+impl Fs {
+    /// Maps holes of file blocks `[from, to)` to newly allocated blocks; returns the new extents.
+    /// The caller writes them before committing.
+    pub(crate) fn allocate_range(
+        &self,
+        t: &mut FsTx<'_>,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> FsResult<Vec<Extent>> {
+        let exts = extents_in(t, ino, from, to)?;
+        let mut fresh = Vec::new();
+        for (hs, he) in holes(&exts, from, to) {
+            let mut at = hs;
+            while at < he {
+                let want = (he - at).min(EXTENT_LEN_MAX);
+                let Some((disk, len)) = t.alloc_extent(want, 1)? else {
+                    return Err(FsError::NoSpace);
+                };
+                let e = Extent {
+                    file: at,
+                    disk,
+                    len,
+                };
+                self.insert_extent(t, ino, e)?;
+                fresh.push(e);
+                at += len;
+            }
+        }
+        Ok(fresh)
+    }
+
+    /// Inserts an extent item, merging it into the previous one when both runs continue.
+    fn insert_extent(&self, t: &mut FsTx<'_>, ino: u64, e: Extent) -> FsResult<()> {
+        if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
+            if k.a == ino && kind_of(k) == KIND_EXTENT {
+                let p = Extent::decode(offset_of(k), &v)?;
+                if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX
+                {
+                    let merged = Extent {
+                        len: p.len + e.len,
+                        ..p
+                    };
+                    t.insert(TREE_FS, k, &merged.encode())?;
+                    return Ok(());
+                }
+            }
+        }
+        t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &e.encode())?;
+        Ok(())
+    }
+    /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction.
+    pub(crate) fn free_range(
+        &self,
+        st: &mut FsState,
+        ino: u64,
+        from: u64,
+        to: u64,
+    ) -> FsResult<()> {
+        // Pages of blocks about to change hands are never written back.
+        st.cache.drop_range(ino, from, to);
+        loop {
+            // Freeing may split an extent at the range's edge (a punched hole) first.
+            self.space_check(st, 4, Reserve::Use)?;
+            let (more, _) = self.with_tx(st, |t, inodes| {
+                let exts = extents_in(t, ino, from, to)?;
+                let mut freed = 0;
+                for e in exts.iter().take(16) {
+                    let s = e.file.max(from);
+                    let en = e.end().min(to);
+                    t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
+                    if e.file < s {
+                        t.insert(
+                            TREE_FS,
+                            key(ino, KIND_EXTENT, e.file),
+                            &Extent {
+                                len: s - e.file,
+                                ..*e
+                            }
+                            .encode(),
+                        )?;
+                    }
+                    if en < e.end() {
+                        let tail = Extent {
+                            file: en,
+                            disk: e.disk + (en - e.file),
+                            len: e.end() - en,
+                        };
+                        t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
+                    }
+                    t.free_extent(e.disk + (s - e.file), en - s)?;
+                    freed += en - s;
+                }
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.blocks = m.inode.blocks.saturating_sub(freed);
+                log_inode(t, m, &self.stats)?;
+                Ok((exts.len() > 16, vec![ino]))
+            })?;
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holes_between_extents() {
+        let e = |file, len| Extent {
+            file,
+            disk: 100,
+            len,
+        };
+        assert_eq!(holes(&[], 0, 4), vec![(0, 4)]);
+        assert_eq!(holes(&[e(1, 2)], 0, 4), vec![(0, 1), (3, 4)]);
+        assert_eq!(holes(&[e(0, 10)], 2, 4), vec![]);
+        assert_eq!(holes(&[e(0, 1), e(5, 1)], 0, 8), vec![(1, 5), (6, 8)]);
+    }
+}
