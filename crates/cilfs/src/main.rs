@@ -1,10 +1,25 @@
 //! The `cilfs` command. Each subcommand lives in `cmd/`; this file parses and dispatches, and owns
-//! the exit statuses: 0 success, 1 a check found a problem, 2 bad input or could not run.
+//! the exit statuses: 0 success, 1 a check found a problem, 2 bad input or could not run. Run by
+//! a helper's name (`mount.fuse.cilfs`, `fsck.cilfs`, `mkfs.cilfs`: see cmd/helpers.rs), it is
+//! that helper, with its tool's arguments and exit statuses.
+
+/// Every print of this crate goes through `out`, so that a closed stdout ends the output quietly
+/// instead of panicking (see out.rs); this shadows std's `println!` in every module below.
+macro_rules! println {
+    () => {
+        $crate::out::print(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::out::print(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
 
 mod cmd;
+mod out;
 mod size;
 
 use clap::{Parser, Subcommand};
+use std::io::Write;
 use std::process::ExitCode;
 
 // glibc's malloc spent a third of a million-entry directory run in `_int_malloc` walking
@@ -45,6 +60,9 @@ enum Command {
     /// Benchmarks that print one JSON object of figures
     #[command(subcommand)]
     Bench(cmd::bench::Kind),
+    /// Link mount.fuse.cilfs, mount.cilfs, fsck.cilfs and mkfs.cilfs to this binary (for mount(8),
+    /// fstab, fsck(8) and mkfs(8))
+    InstallHelpers(cmd::helpers::InstallArgs),
 }
 
 /// A failure with the exit status it maps to.
@@ -73,7 +91,22 @@ impl Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some((name, helper)) = args.first().and_then(|a| cmd::helpers::called_as(a)) {
+        return finish(name, cmd::helpers::run(helper, name, &args[1..]));
+    }
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A usage error is one line like every other error (clap adds the usage and a tip);
+        // help and version, asked for or shown for a bare `cilfs`, print in full.
+        Err(e)
+            if e.use_stderr()
+                && e.kind() != clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            return finish("cilfs", Err(Failure::usage(anyhow::anyhow!(clap_line(&e)))));
+        }
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Mkfs(a) => cmd::mkfs::run(a),
         Command::Info(a) => cmd::info::run(a),
@@ -84,14 +117,43 @@ fn main() -> ExitCode {
         Command::Logprint(a) => cmd::logprint::run(a),
         Command::Crashtest(k) => cmd::crashtest::run(k),
         Command::Bench(k) => cmd::bench::run(k),
+        Command::InstallHelpers(a) => cmd::helpers::install(a),
+    };
+    finish("cilfs", result)
+}
+
+/// Prints the failure, if any, as `name: error` on one line and gives its status. Output that
+/// could not be written (other than to a reader that went away) is a failure too.
+fn finish(name: &str, result: Result<(), Failure>) -> ExitCode {
+    out::flush();
+    let result = match (result, out::failure()) {
+        (Ok(()), Some(e)) => Err(Failure::usage(
+            anyhow::Error::new(e).context("writing to standard output"),
+        )),
+        (result, _) => result,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("cilfs: {}", one_line(&f.error));
+            // Not eprintln!: a closed stderr must not turn a failure into a panic.
+            let _ = writeln!(std::io::stderr(), "{name}: {}", one_line(&f.error));
             ExitCode::from(f.status)
         }
     }
+}
+
+/// A clap error's message without the usage and tips clap adds, for a one-line error.
+fn clap_line(e: &clap::Error) -> String {
+    // The first paragraph: the message and what it lists ("required arguments were not
+    // provided:" and the arguments on the lines after).
+    let text = e.to_string();
+    let words: Vec<&str> = text
+        .lines()
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    words.join(" ").trim_start_matches("error: ").to_string()
 }
 
 /// The error and its causes on one line, each said once. Many errors already end with their

@@ -124,20 +124,23 @@ fn refuses_a_log_device_with_data() {
 fn refuses_bad_block_sizes() {
     let d = Dir::new();
     let img = d.path("fs.img");
-    for bs in ["3000", "256", "128k", "0"] {
-        assert_refused(
-            &cilfs(&["mkfs", "--block-size", bs, s(&img)]),
-            "is not a power of two in",
-        );
-        assert!(!img.exists(), "block size {bs}");
-    }
-    for bs in ["512", "1024"] {
+    // One rule and one message for every bad size, the rule `--help` and the README state.
+    for bs in ["3000", "256", "512", "1024", "1.5k", "128k", "0"] {
         assert_refused(
             &cilfs(&["mkfs", "--block-size", bs, s(&img)]),
             "is not a power of two in 2048..65536",
         );
         assert!(!img.exists(), "block size {bs}");
     }
+    let help = cilfs(&["mkfs", "--help"]);
+    assert!(String::from_utf8_lossy(&help.stdout).contains("a power of two in 2048..65536"));
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .unwrap()
+        .replace("\n  ", " ");
+    assert!(
+        readme.contains("a block size that is not a power of two in 2048..65536"),
+        "README states another block size rule"
+    );
     for bs in ["2048", "64k"] {
         let out = cilfs(&[
             "mkfs",
@@ -153,6 +156,48 @@ fn refuses_bad_block_sizes() {
             "{bs}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+    }
+}
+
+#[test]
+fn sizes_take_fractions_rounded_down_to_whole_blocks() {
+    let d = Dir::new();
+    let img = d.path("fs.img");
+    let made = |size: &str, log_size: &str| {
+        let out = cilfs(&[
+            "mkfs",
+            "--force",
+            "--size",
+            size,
+            "--log-size",
+            log_size,
+            s(&img),
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{size}: {err}");
+        String::from_utf8_lossy(&cilfs(&["info", s(&img)]).stdout).into_owned()
+    };
+    // 1.5 GiB: 393216 blocks of 4 KiB; the image file is that long.
+    let info = made("1.5G", "1.5M");
+    assert!(
+        info.contains("data           393216 blocks (1.5 GiB)"),
+        "{info}"
+    );
+    assert!(info.contains("(384 blocks, 1.5 MiB)"), "{info}");
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 3 << 29);
+    // 0.1 GiB is 107374182.4 bytes: 26214 whole blocks.
+    let info = made("0.1g", "1M");
+    assert!(info.contains("data           26214 blocks"), "{info}");
+    // No fraction of a byte, no unknown suffix: one line, exit 2, nothing made.
+    std::fs::remove_file(&img).unwrap();
+    for (size, needle) in [
+        ("1.5", "a number of bytes has no fraction"),
+        ("1.5X", "unknown size suffix"),
+        ("1..5G", "is not a size"),
+        ("16384P", "is too large"),
+    ] {
+        assert_refused(&cilfs(&["mkfs", "--size", size, s(&img)]), needle);
+        assert!(!img.exists(), "{size}");
     }
 }
 

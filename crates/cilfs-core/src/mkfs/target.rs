@@ -3,6 +3,8 @@
 
 use super::layout::{human, Layout, LayoutError, DEFAULT_FS_BYTES};
 use super::write_filesystem;
+use crate::format::superblock::MAX_BLOCK_SIZE;
+use crate::fs::header::MIN_FS_BLOCK_SIZE;
 use crate::journal::{Journal, JournalConfig};
 use cilfs_device::{Device, DeviceError, FileDevice, FileDeviceOptions, IoStats};
 use std::fs::OpenOptions;
@@ -46,8 +48,10 @@ pub enum MkfsError {
     },
     #[error("{0}")]
     Device(#[from] DeviceError),
-    #[error("block size {0} is not a power of two in 2048..65536 (the filesystem needs at least 2048 bytes)")]
-    BlockSizeTooSmall(u64),
+    /// The filesystem's rule, checked before the journal's looser one (512..65536) is: a
+    /// directory entry with a 255-byte name must fit a quarter of a tree leaf.
+    #[error("block size {0} is not a power of two in {min}..{max}", min = MIN_FS_BLOCK_SIZE, max = MAX_BLOCK_SIZE)]
+    BadBlockSize(u64),
     #[error("creating the filesystem: {0}")]
     Format(String),
 }
@@ -161,8 +165,10 @@ pub fn plan(req: &MkfsRequest) -> Result<MkfsPlan, MkfsError> {
     };
     // An existing log device keeps its size; a new (or empty) one is made to fit the log.
     let bs = req.block_size;
-    if bs < u64::from(crate::fs::header::MIN_FS_BLOCK_SIZE) {
-        return Err(MkfsError::BlockSizeTooSmall(bs));
+    if !bs.is_power_of_two()
+        || !(u64::from(MIN_FS_BLOCK_SIZE)..=u64::from(MAX_BLOCK_SIZE)).contains(&bs)
+    {
+        return Err(MkfsError::BadBlockSize(bs));
     }
     let logdev_bytes = logdev.as_ref().map(|l| match (l.kind, l.len) {
         (Kind::BlockDevice, len) | (Kind::File, len @ 1..) => Some(len.saturating_sub(bs)),

@@ -4,6 +4,7 @@ pub mod bench_fs;
 pub mod check;
 pub mod crashtest;
 pub mod daemon;
+pub mod helpers;
 pub mod info;
 pub mod logprint;
 pub mod mkfs;

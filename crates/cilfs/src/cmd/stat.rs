@@ -78,7 +78,8 @@ pub fn run(a: Args) -> Result<(), Failure> {
                 println!("{k:<26} {v}{rate}");
             }
         }
-        if !a.watch {
+        // A reader that went away (`| head`) ends the watch.
+        if !a.watch || crate::out::closed() {
             return Ok(());
         }
         if !a.json {

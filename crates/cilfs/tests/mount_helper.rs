@@ -1,0 +1,485 @@
+//! cilfs as the system's tools run it: `mount -t fuse.cilfs`, an fstab line and `mount DIR`,
+//! `nosuid`, `nodev` and `noexec` as kernel mount flags, and fsck(8) and mkfs(8) with their own
+//! exit statuses. Needs root, /dev/fuse and util-linux (mount, umount, findmnt, setpriv, fsck,
+//! mkfs). Each test installs the helpers with `cilfs install-helpers` (links in /sbin to the
+//! binary under test) and puts back what was there before, as it puts back /etc/fstab.
+#![allow(clippy::unwrap_used)]
+
+use cilfs_core::journal::{Journal, JournalConfig};
+use cilfs_core::trans::Reservation;
+use cilfs_device::{Device, FileDevice, FileDeviceOptions};
+use rustix::fs::{FileType, Mode, CWD};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const CILFS: &str = env!("CARGO_BIN_EXE_cilfs");
+/// Where mount(8), fsck(8) and mkfs(8) look for helpers.
+const SBIN: &str = "/sbin";
+const HELPERS: [&str; 5] = [
+    "mount.fuse.cilfs",
+    "mount.cilfs",
+    "fsck.cilfs",
+    "fsck.fuse.cilfs",
+    "mkfs.cilfs",
+];
+
+fn run(program: &str, args: &[&str]) -> Output {
+    Command::new(program).args(args).output().unwrap()
+}
+
+fn cilfs(args: &[&str]) -> Output {
+    run(CILFS, args)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[track_caller]
+fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what}: {:?}: {}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+#[track_caller]
+fn assert_status(what: &str, out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{what}: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// The helpers in /sbin, installed for one test, and what was at their names before. The tests
+/// here share /sbin, /etc/fstab and user nobody's view of mounts: they take turns.
+struct Helpers {
+    before: Vec<(PathBuf, Option<PathBuf>)>,
+    _turn: MutexGuard<'static, ()>,
+}
+
+static TURN: Mutex<()> = Mutex::new(());
+
+impl Helpers {
+    fn install() -> Self {
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "these tests need /dev/fuse (run scripts/install-deps)"
+        );
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        let before = HELPERS
+            .iter()
+            .map(|n| {
+                let p = Path::new(SBIN).join(n);
+                let target = fs::read_link(&p).ok();
+                (p, target)
+            })
+            .collect();
+        let guard = Helpers {
+            before,
+            _turn: turn,
+        };
+        assert_ok("cilfs install-helpers", &cilfs(&["install-helpers"]));
+        let exe = fs::canonicalize(CILFS).unwrap();
+        for n in HELPERS {
+            assert_eq!(fs::read_link(Path::new(SBIN).join(n)).unwrap(), exe, "{n}");
+        }
+        guard
+    }
+}
+
+impl Drop for Helpers {
+    fn drop(&mut self) {
+        for (p, target) in &self.before {
+            let _ = fs::remove_file(p);
+            if let Some(t) = target {
+                let _ = std::os::unix::fs::symlink(t, p);
+            }
+        }
+    }
+}
+
+/// /etc/fstab with lines added for one test; the file is written back byte for byte on drop,
+/// whether the test passed or not.
+struct Fstab {
+    before: Vec<u8>,
+}
+
+const FSTAB: &str = "/etc/fstab";
+
+impl Fstab {
+    fn add(line: &str) -> Self {
+        let before = fs::read(FSTAB).unwrap_or_default();
+        let guard = Fstab {
+            before: before.clone(),
+        };
+        let mut now = before;
+        if !now.is_empty() && !now.ends_with(b"\n") {
+            now.push(b'\n');
+        }
+        now.extend_from_slice(line.as_bytes());
+        now.push(b'\n');
+        fs::write(FSTAB, now).unwrap();
+        guard
+    }
+}
+
+impl Drop for Fstab {
+    fn drop(&mut self) {
+        fs::write(FSTAB, &self.before).unwrap();
+    }
+}
+
+/// An image and a mount point in a directory every user can traverse (user nobody runs
+/// programs from the mount).
+struct Fixture {
+    tmp: tempfile::TempDir,
+    img: PathBuf,
+    dir: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let img = tmp.path().join("fs.img");
+        let dir = tmp.path().join("mnt");
+        fs::create_dir(&dir).unwrap();
+        assert_ok("mkfs", &cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]));
+        Fixture { tmp, img, dir }
+    }
+
+    /// `mount -t fuse.cilfs IMG DIR [-o OPTS]`.
+    fn mount(&self, opts: &str) -> Output {
+        let mut args = vec!["-t", "fuse.cilfs", s(&self.img), s(&self.dir)];
+        if !opts.is_empty() {
+            args.extend(["-o", opts]);
+        }
+        run("mount", &args)
+    }
+
+    fn mount_options(&self) -> Vec<String> {
+        let out = run("findmnt", &["-no", "OPTIONS", s(&self.dir)]);
+        assert_ok("findmnt", &out);
+        text(&out.stdout)
+            .trim()
+            .split(',')
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn is_mounted(&self) -> bool {
+        run("findmnt", &[s(&self.dir)]).status.success()
+    }
+
+    fn unmount(&self) {
+        assert_ok("cilfs unmount", &cilfs(&["unmount", s(&self.dir)]));
+        assert_ok("check", &cilfs(&["check", s(&self.img)]));
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        if self.is_mounted() {
+            let _ = cilfs(&["unmount", s(&self.dir)]);
+        }
+    }
+}
+
+#[test]
+fn mount_t_fuse_cilfs_puts_nosuid_nodev_noexec_in_the_kernels_mount_flags() {
+    let _h = Helpers::install();
+    let f = Fixture::new();
+    let out = f.mount("nosuid,nodev,noexec");
+    assert_ok("mount -t fuse.cilfs -o nosuid,nodev,noexec", &out);
+    // A mount helper is silent when all went well.
+    assert_eq!(text(&out.stdout), "");
+    let opts = f.mount_options();
+    for flag in ["nosuid", "nodev", "noexec", "rw", "default_permissions"] {
+        assert!(opts.iter().any(|o| o == flag), "{flag} not in {opts:?}");
+    }
+    // nodev: a device file on the mount cannot be opened, even by root.
+    let null = f.dir.join("null");
+    rustix::fs::mknodat(
+        CWD,
+        &null,
+        FileType::CharacterDevice,
+        Mode::from_raw_mode(0o666),
+        rustix::fs::makedev(1, 3),
+    )
+    .unwrap();
+    let e = fs::File::open(&null).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    f.unmount();
+
+    // `-t cilfs` (mount.cilfs) with no options: mount(8)'s defaults, suid, dev and exec.
+    assert_ok(
+        "mount -t cilfs",
+        &run("mount", &["-t", "cilfs", s(&f.img), s(&f.dir)]),
+    );
+    let opts = f.mount_options();
+    for flag in ["nosuid", "nodev", "noexec", "ro"] {
+        assert!(!opts.iter().any(|o| o == flag), "{flag} in {opts:?}");
+    }
+    fs::File::open(&null).unwrap();
+    f.unmount();
+
+    // `ro` reaches the kernel too.
+    assert_ok("mount -o ro", &f.mount("ro"));
+    assert!(f.mount_options().iter().any(|o| o == "ro"));
+    let e = fs::write(f.dir.join("x"), b"x").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ReadOnlyFilesystem, "{e}");
+    f.unmount();
+
+    // A bad option is a wrong invocation (mount(8)'s 1), on one line, and mounts nothing; an
+    // image that is not there is a failed mount (32).
+    let out = f.mount("nosiud");
+    assert_status("mount -o nosiud", &out, 1);
+    assert!(text(&out.stderr).contains("unknown mount option 'nosiud'"));
+    assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
+    assert!(!f.is_mounted());
+    let out = run(
+        "mount",
+        &[
+            "-t",
+            "fuse.cilfs",
+            s(&f.tmp.path().join("none.img")),
+            s(&f.dir),
+        ],
+    );
+    assert_status("mount of a missing image", &out, 32);
+    assert!(!f.is_mounted());
+    // -f (fake) checks the options and mounts nothing.
+    let out = run(
+        "/sbin/mount.fuse.cilfs",
+        &[s(&f.img), s(&f.dir), "-f", "-o", "rw,nosuid"],
+    );
+    assert_ok("mount.fuse.cilfs -f", &out);
+    assert!(!f.is_mounted());
+}
+
+#[test]
+fn an_fstab_line_mounts_with_mount_dir_and_umount_leaves_the_image_clean() {
+    let _h = Helpers::install();
+    let f = Fixture::new();
+    // Options fstab lines carry for mount(8) and systemd, next to the filesystem's own.
+    let line = format!(
+        "{} {} fuse.cilfs defaults,nosuid,nodev,noauto,nofail,_netdev,default_permissions,\
+         x-systemd.automount,x-systemd.device-timeout=10s,comment=cilfs-test,logbufs=4 0 0",
+        s(&f.img),
+        s(&f.dir)
+    );
+    let fstab = Fstab::add(&line);
+    assert_ok("mount DIR", &run("mount", &[s(&f.dir)]));
+    let opts = f.mount_options();
+    for flag in ["nosuid", "nodev", "rw"] {
+        assert!(opts.iter().any(|o| o == flag), "{flag} not in {opts:?}");
+    }
+    let src = run("findmnt", &["-no", "SOURCE", s(&f.dir)]);
+    assert_eq!(
+        text(&src.stdout).trim(),
+        s(&fs::canonicalize(&f.img).unwrap())
+    );
+    fs::create_dir(f.dir.join("d")).unwrap();
+    fs::write(f.dir.join("d/file"), b"written through an fstab mount").unwrap();
+    // umount(8) ends the session; the daemon then writes everything back and lets go of the
+    // image's lock, which is what this waits for.
+    assert_ok("umount DIR", &run("umount", &[s(&f.dir)]));
+    let lock = fs::File::open(&f.img).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    drop(lock);
+    assert_ok("check", &cilfs(&["check", s(&f.img)]));
+    let info = text(&cilfs(&["info", s(&f.img)]).stdout);
+    assert!(info.contains("state          clean"), "{info}");
+    // The source alone finds the line too.
+    assert_ok("mount IMG", &run("mount", &[s(&f.img)]));
+    assert_eq!(
+        fs::read(f.dir.join("d/file")).unwrap(),
+        b"written through an fstab mount"
+    );
+    f.unmount();
+    let before = fstab.before.clone();
+    drop(fstab);
+    assert_eq!(fs::read(FSTAB).unwrap_or_default(), before);
+}
+
+/// Runs `program` (on the mount) as user nobody, with no groups, and returns its output.
+fn as_nobody(program: &Path, args: &[&str]) -> Output {
+    let mut all = vec![
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        s(program),
+    ];
+    all.extend(args);
+    run("setpriv", &all)
+}
+
+#[test]
+fn a_set_user_id_root_program_runs_as_root_only_without_nosuid() {
+    let _h = Helpers::install();
+    let f = Fixture::new();
+    // allow_other: nobody must reach the mount at all.
+    assert_ok(
+        "mount -o allow_other,nosuid",
+        &f.mount("allow_other,nosuid"),
+    );
+    let id = f.dir.join("id");
+    fs::copy("/usr/bin/id", &id).unwrap();
+    fs::set_permissions(&id, fs::Permissions::from_mode(0o4755)).unwrap();
+    let out = as_nobody(&id, &["-u"]);
+    assert_ok("id as nobody", &out);
+    assert_eq!(text(&out.stdout).trim(), "65534", "nosuid: not root");
+    f.unmount();
+
+    assert_ok("mount -o allow_other", &f.mount("allow_other"));
+    assert_eq!(
+        fs::metadata(&id).unwrap().permissions().mode() & 0o7777,
+        0o4755
+    );
+    let out = as_nobody(&id, &["-u"]);
+    assert_ok("id as nobody", &out);
+    assert_eq!(text(&out.stdout).trim(), "0", "suid: the owner's uid");
+    f.unmount();
+
+    // noexec: not even root runs it.
+    assert_ok("mount -o noexec", &f.mount("allow_other,noexec"));
+    let e = Command::new(&id).output().unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
+    f.unmount();
+}
+
+/// Adds one to the inode count in the filesystem header (the first block of the metadata area),
+/// through the journal so that the block's stamp and CRC stay valid: only the checker's cross
+/// check of the count against the tree can find it.
+fn miscount_inodes(img: &Path) {
+    let dev: Arc<dyn Device> =
+        Arc::new(FileDevice::open(img, FileDeviceOptions::default()).unwrap());
+    let j = Journal::open(dev, None, JournalConfig::default()).unwrap();
+    let header = j.metadata_area().0;
+    let mut tx = j
+        .begin(Reservation::for_buffers(1, j.block_size()))
+        .unwrap();
+    let b = tx.buf(header).unwrap();
+    let count = u64::from_le_bytes(tx.data(b)[104..112].try_into().unwrap());
+    tx.write(b, 104, &(count + 1).to_le_bytes());
+    // The header keeps its LSN stamp at byte 8 (docs/on-disk-format.md).
+    tx.set_lsn_offset(b, 8);
+    let seq = tx.commit().unwrap();
+    j.force(seq).unwrap();
+    j.unmount().unwrap();
+}
+
+#[test]
+fn fsck_cilfs_and_mkfs_cilfs_keep_their_tools_exit_statuses() {
+    let _h = Helpers::install();
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    // mkfs(8) runs mkfs.cilfs; the size after the device is in blocks.
+    let out = run("mkfs", &["-t", "cilfs", "-q", s(&img), "8192"]);
+    assert_ok("mkfs -t cilfs", &out);
+    let info = text(&cilfs(&["info", s(&img)]).stdout);
+    assert!(
+        info.contains("data           8192 blocks (32.0 MiB)"),
+        "{info}"
+    );
+    // mkfs(8)'s failure status is 1: a target with a filesystem needs -f.
+    let out = run("/sbin/mkfs.cilfs", &[s(&img)]);
+    assert_status("mkfs.cilfs over a filesystem", &out, 1);
+    assert!(text(&out.stderr).contains("contains data"));
+    let out = run(
+        "/sbin/mkfs.cilfs",
+        &["-f", "-q", "-b", "size=2048", "-d", "size=48M", s(&img)],
+    );
+    assert_ok("mkfs.cilfs -f -b size=2048 -d size=48M", &out);
+    let info = text(&cilfs(&["info", s(&img)]).stdout);
+    assert!(info.contains("block size     2048 bytes"), "{info}");
+    assert!(info.contains("data           24576 blocks"), "{info}");
+    assert_status(
+        "mkfs.cilfs -Z",
+        &run("/sbin/mkfs.cilfs", &["-Z", s(&img)]),
+        1,
+    );
+
+    // fsck: 0 clean, with every flag fsck(8) passes.
+    for flags in [
+        &[][..],
+        &["-a"],
+        &["-p"],
+        &["-n"],
+        &["-y"],
+        &["-f", "-y"],
+        &["-fn"],
+    ] {
+        let mut args = flags.to_vec();
+        args.push(s(&img));
+        assert_ok(
+            &format!("fsck.cilfs {flags:?}"),
+            &run("/sbin/fsck.cilfs", &args),
+        );
+    }
+    assert_ok("fsck -t cilfs", &run("fsck", &["-t", "cilfs", s(&img)]));
+    // 4: errors left uncorrected (there is no repair), whatever was asked.
+    miscount_inodes(&img);
+    for flag in ["-n", "-y", "-p"] {
+        let out = run("/sbin/fsck.cilfs", &[flag, s(&img)]);
+        assert_status(&format!("fsck.cilfs {flag} on a damaged image"), &out, 4);
+        assert!(text(&out.stdout).contains("header counts 2 inodes, the tree holds 1"));
+        assert!(text(&out.stderr).contains("errors left uncorrected"));
+        assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
+    }
+    assert_status("fsck -t cilfs", &run("fsck", &["-t", "cilfs", s(&img)]), 4);
+    // 8: could not check; 16: usage.
+    let missing = tmp.path().join("none.img");
+    assert_status(
+        "fsck.cilfs of nothing",
+        &run("/sbin/fsck.cilfs", &[s(&missing)]),
+        8,
+    );
+    assert_status(
+        "fsck.cilfs -Z",
+        &run("/sbin/fsck.cilfs", &["-Z", s(&img)]),
+        16,
+    );
+    assert_status("fsck.cilfs", &run("/sbin/fsck.cilfs", &[]), 16);
+}
+
+#[test]
+fn install_helpers_leaves_a_file_that_is_not_a_link_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mine = tmp.path().join("mkfs.cilfs");
+    fs::write(&mine, b"#!/bin/sh\n# someone's own\n").unwrap();
+    let out = cilfs(&["install-helpers", "--dir", s(tmp.path())]);
+    assert_status("install-helpers over a file", &out, 2);
+    assert!(text(&out.stderr).contains("is not a symbolic link"));
+    // Nothing was changed, the other names included.
+    assert_eq!(fs::read(&mine).unwrap(), b"#!/bin/sh\n# someone's own\n");
+    assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 1);
+    // Links (from an earlier install) are replaced; --force replaces the file too.
+    assert_ok(
+        "install-helpers --force",
+        &cilfs(&["install-helpers", "--force", "--dir", s(tmp.path())]),
+    );
+    assert_ok(
+        "install-helpers again",
+        &cilfs(&["install-helpers", "--dir", s(tmp.path())]),
+    );
+    let exe = fs::canonicalize(CILFS).unwrap();
+    for n in HELPERS {
+        assert_eq!(fs::read_link(tmp.path().join(n)).unwrap(), exe);
+    }
+    assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), HELPERS.len());
+}
