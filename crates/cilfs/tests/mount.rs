@@ -1030,6 +1030,20 @@ fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
     panic!("the daemon did not exit within 120 s");
 }
 
+/// `cilfs mount --foreground` of `m`, as a systemd unit runs it: readiness goes to the datagram
+/// socket `notify`, messages to `log`.
+fn foreground_daemon(m: &Mounted, notify: &Path, log: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_cilfs"))
+        .args(["mount", "--foreground"])
+        .arg(&m.img)
+        .arg(&m.dir)
+        .env("NOTIFY_SOCKET", notify)
+        .stdout(std::process::Stdio::null())
+        .stderr(File::create(log).unwrap())
+        .spawn()
+        .unwrap()
+}
+
 /// SIGTERM, SIGINT and SIGHUP (systemctl stop, ^C, a closed terminal) end the daemon with a
 /// clean unmount: files and a directory made a moment before, with no fsync, are there after
 /// a remount, and the image needed no recovery. The daemon runs in the foreground as a
@@ -1056,15 +1070,7 @@ fn stop_signals_unmount_cleanly() {
     ];
     for (k, (name, sig)) in signals.iter().enumerate() {
         let log = m.img.with_file_name(format!("daemon-{k}.log"));
-        let mut daemon = Command::new(env!("CARGO_BIN_EXE_cilfs"))
-            .args(["mount", "--foreground"])
-            .arg(&m.img)
-            .arg(&m.dir)
-            .env("NOTIFY_SOCKET", &sock_path)
-            .stdout(std::process::Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+        let mut daemon = foreground_daemon(&m, &sock_path, &log);
         let ready = recv();
         assert!(ready.starts_with("READY=1"), "{name}: {ready}");
         assert_eq!(mounts_on(&m.dir), 1, "{name}: ready means mounted");
@@ -1249,4 +1255,52 @@ fn ro_writes_nothing_refuses_a_dirty_log_and_mounts_read_only_media() {
     assert_eq!(fs::read(m.p("clean")).unwrap(), b"before the crash");
     m.unmount();
     assert_eq!(sha1(&m.img), clean);
+}
+
+/// A stop signal on a busy mount (a file held open) detaches it, as libfuse's unmount does:
+/// it leaves the namespace at once, the open file keeps working, and the daemon ends with a
+/// clean unmount when that file is closed.
+#[test]
+fn a_stop_signal_on_a_busy_mount_detaches_it_and_ends_at_the_last_close() {
+    use rustix::process::{kill_process, Pid, Signal};
+    let mut m = Mounted::new("64M", &[]);
+    let _cleanup = UnmountAll(m.dir.clone());
+    m.unmount();
+    let sock_path = m.img.with_file_name("notify.sock");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let log = m.img.with_file_name("daemon.log");
+    let mut daemon = foreground_daemon(&m, &sock_path, &log);
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).expect("READY=1 within 60 s");
+    assert!(buf[..n].starts_with(b"READY=1"));
+    let mut f = File::create(m.p("busy")).unwrap();
+    f.write_all(b"before the signal, ").unwrap();
+    kill_process(Pid::from_raw(daemon.id() as i32).unwrap(), Signal::TERM).unwrap();
+    let detached = (0..6000).any(|_| {
+        mounts_on(&m.dir) == 0 || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(detached, "the busy mount left the namespace");
+    assert!(
+        daemon.try_wait().unwrap().is_none(),
+        "the daemon serves the open file"
+    );
+    f.write_all(b"after it").unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let status = wait_for_exit(&mut daemon);
+    let said = fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {said}");
+    assert!(said.contains("is busy: detached"), "{said}");
+    assert!(!needs_recovery(&m.img));
+    m.mount(&[]);
+    assert_eq!(
+        fs::read(m.p("busy")).unwrap(),
+        b"before the signal, after it"
+    );
+    m.unmount();
 }
