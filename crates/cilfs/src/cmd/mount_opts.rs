@@ -212,7 +212,7 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.lazytime = k == "lazytime";
             }
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime)")),
         }
     }
     Ok(o)
@@ -333,6 +333,16 @@ mod tests {
         ] {
             assert!(flags(bad).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn norecovery_is_a_flag() {
+        assert!(!parse(&[]).expect("valid").norecovery);
+        assert!(parse(&["ro,norecovery".into()]).expect("valid").norecovery);
+        assert!(parse(&["norecovery=1".into()]).is_err());
+        assert!(parse(&["nosuch".into()])
+            .unwrap_err()
+            .contains("norecovery"));
     }
 
     #[test]
