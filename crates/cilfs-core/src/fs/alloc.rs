@@ -6,7 +6,7 @@
 
 use super::error::{FsError, FsResult};
 use super::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
-use super::node::Key;
+use super::tree::node::Key;
 use super::tx::{FsTx, Trees};
 use std::collections::BTreeMap;
 
@@ -326,7 +326,7 @@ impl FsTx<'_> {
     }
 
     fn block_size_usize(&self) -> usize {
-        use super::btree::NodeStore;
+        use super::tree::btree::NodeStore;
         self.block_size()
     }
 

@@ -4,19 +4,19 @@
 //! link counts, directory parents, hashes and sizes, extent maps, symlinks, orphans and the
 //! header's counters.
 
-use super::btree::{NodeStore, Root};
 use super::dir::decode_bucket;
 use super::error::FsResult;
 use super::extent::Extent;
 use super::header::HEADER_LSN_OFFSET;
 use super::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use super::inode::{FileType, Inode, ROOT_INO};
-use super::keys::{
+use super::tree::btree::{NodeStore, Root};
+use super::tree::keys::{
     kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK,
     KIND_XATTR, ORPHAN_OWNER,
 };
-use super::node::NODE_LSN_OFFSET;
-use super::node::{Body, Key};
+use super::tree::node::NODE_LSN_OFFSET;
+use super::tree::node::{Body, Key};
 use super::Fs;
 use crate::log::recover::read_lsn_stamp;
 use std::collections::{BTreeSet, HashMap};

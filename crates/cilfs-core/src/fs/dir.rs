@@ -5,8 +5,8 @@
 
 use super::error::{FsError, FsResult};
 use super::inode::FileType;
-use super::keys::{key, kind_of, name_hash, KIND_DIRENT};
-use super::node::{arr8, Key};
+use super::tree::keys::{key, kind_of, name_hash, KIND_DIRENT};
+use super::tree::node::{arr8, Key};
 
 pub const NAME_MAX: usize = 255;
 

@@ -4,8 +4,8 @@
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
-use super::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
-use super::node::arr8;
+use super::tree::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
+use super::tree::node::arr8;
 use super::tx::{FsTx, Trees};
 use super::types::Reserve;
 use super::{log_inode, Fs, FsState};

@@ -9,9 +9,9 @@
 
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, holes, max_file_size, Extent};
-use super::keys::OFFSET_MAX;
 use super::pagecache::PageCache;
 use super::stats::bump;
+use super::tree::keys::OFFSET_MAX;
 use super::types::{Cred, Reserve};
 use super::{log_inode, Fs, FsState, IversionMode};
 use cilfs_device::{AlignedBuf, WriteFlags};

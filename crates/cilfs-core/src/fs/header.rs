@@ -2,9 +2,9 @@
 //! the free list that feeds the free-space trees' own node allocations
 //! (docs/on-disk-format.md "Filesystem header").
 
-use super::btree::Root;
 use super::error::{FsError, FsResult};
-use super::node::{arr4, arr8};
+use super::tree::btree::Root;
+use super::tree::node::{arr4, arr8};
 
 pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
 pub const HEADER_VERSION: u32 = 1;

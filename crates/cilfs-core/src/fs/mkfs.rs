@@ -2,13 +2,13 @@
 //! free space and the root directory, in one transaction.
 
 use super::alloc::BusyExtents;
-use super::btree::Root;
 use super::error::{FsError, FsResult};
 use super::header::{
     freelist_capacity, Header, MIN_FS_BLOCK_SIZE, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
 use super::inode::{Inode, Timespec, ROOT_INO, S_IFDIR};
-use super::keys::{key, KIND_INODE};
+use super::tree::btree::Root;
+use super::tree::keys::{key, KIND_INODE};
 use super::tx::FsTx;
 use crate::journal::Journal;
 use parking_lot::Mutex;

@@ -9,7 +9,6 @@
 pub mod acl;
 pub mod alloc;
 mod atime;
-pub mod btree;
 pub mod change;
 pub mod check;
 pub mod dir;
@@ -18,19 +17,18 @@ pub mod extent;
 pub mod file;
 pub mod header;
 pub mod inode;
-pub mod keys;
 pub mod mkfs;
-pub mod node;
 pub mod ops;
 mod orphan;
 pub mod pagecache;
 mod rename;
 mod setid;
 pub mod stats;
+pub mod tree;
 pub mod tx;
 pub mod types;
-pub mod xattr;
 mod writeback;
+pub mod xattr;
 
 pub use dir::DirEntry;
 pub use error::{FsError, FsResult};
@@ -42,7 +40,7 @@ use alloc::BusyExtents;
 use change::ChangeCounter;
 use dir::TreeRead;
 use header::{Header, TREE_FS};
-use keys::{key, KIND_INODE};
+use tree::keys::{key, KIND_INODE};
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;

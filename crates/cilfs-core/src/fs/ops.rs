@@ -7,8 +7,10 @@ use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
-use super::keys::{key, kind_of, offset_of, KIND_DIRENT, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER};
 use super::stats::bump;
+use super::tree::keys::{
+    key, kind_of, offset_of, KIND_DIRENT, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
+};
 use super::tx::{FsTx, Trees};
 use super::types::{
     Cred, Reserve, SetAttr, SetTime, StatFs, LINK_MAX, RESERVE_BLOCKS, SYMLINK_CHUNK, SYMLINK_MAX,
@@ -19,14 +21,14 @@ use std::collections::HashMap;
 
 /// One directory's entries changing inside a transaction.
 pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
-    let k = key(dir, KIND_DIRENT, super::keys::name_hash(&e.name));
+    let k = key(dir, KIND_DIRENT, super::tree::keys::name_hash(&e.name));
     let mut bucket = match t.get(TREE_FS, k)? {
         Some(v) => dir::decode_bucket(&v, dir)?,
         None => Vec::new(),
     };
     bucket.push(e.clone());
     let v = dir::encode_bucket(&bucket);
-    if v.len() > super::node::max_value_bytes(t.tx_block_size()) {
+    if v.len() > super::tree::node::max_value_bytes(t.tx_block_size()) {
         // Only when several long names share one 56-bit hash.
         return Err(FsError::NoSpace);
     }
@@ -35,7 +37,7 @@ pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> 
 }
 
 pub(crate) fn dir_remove(t: &mut FsTx<'_>, dir: u64, name: &[u8]) -> FsResult<DirEntry> {
-    let k = key(dir, KIND_DIRENT, super::keys::name_hash(name));
+    let k = key(dir, KIND_DIRENT, super::tree::keys::name_hash(name));
     let Some(v) = t.get(TREE_FS, k)? else {
         return Err(FsError::NotFound);
     };
@@ -522,14 +524,14 @@ impl Fs {
         }
         c = c.max(3);
         let from = c - 3;
-        if from > super::keys::OFFSET_MAX {
+        if from > super::tree::keys::OFFSET_MAX {
             return Ok((out, touch));
         }
         let mut v = self.view(&st);
         let items = v.scan(
             TREE_FS,
             key(ino, KIND_DIRENT, from),
-            key(ino, KIND_DIRENT, super::keys::OFFSET_MAX),
+            key(ino, KIND_DIRENT, super::tree::keys::OFFSET_MAX),
             max.max(1),
         )?;
         for (k, val) in items {

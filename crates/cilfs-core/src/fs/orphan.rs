@@ -5,8 +5,8 @@ use super::dir::TreeRead;
 use super::error::FsResult;
 use super::header::TREE_FS;
 use super::inode::Attr;
-use super::keys::{key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, ORPHAN_OWNER};
 use super::stats::bump;
+use super::tree::keys::{key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, ORPHAN_OWNER};
 use super::tx::Trees;
 use super::{Fs, FsState};
 
@@ -40,10 +40,10 @@ impl Fs {
                     if k.a != ino {
                         break;
                     }
-                    if kind_of(k) == super::keys::KIND_XATTR {
+                    if kind_of(k) == super::tree::keys::KIND_XATTR {
                         super::xattr::free_bucket(t, &v, ino)?;
                     }
-                    if kind_of(k) == super::keys::KIND_EXTENT {
+                    if kind_of(k) == super::tree::keys::KIND_EXTENT {
                         let ext = super::extent::Extent::decode(offset_of(k), &v)?;
                         t.free_extent(ext.disk, ext.len)?;
                         if let Some(m) = inodes.get_mut(&ino) {

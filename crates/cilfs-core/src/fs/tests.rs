@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+use super::tree::{keys, node};
 use super::tx::Trees;
 use super::types::{Cred, RenameFlags, SetAttr};
 use super::xattr::XattrFlags;

@@ -3,10 +3,10 @@
 //! node it writes.
 
 use super::alloc::BusyExtents;
-use super::btree::{self, NodeStore, Root};
 use super::error::{FsError, FsResult};
 use super::header::{Header, HEADER_LSN_OFFSET, TREE_FS};
-use super::node::{Key, Node, RawStep, NODE_LSN_OFFSET};
+use super::tree::btree::{self, NodeStore, Root};
+use super::tree::node::{Key, Node, RawStep, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{Reservation, Transaction};
 use parking_lot::Mutex;
@@ -204,7 +204,7 @@ impl NodeStore for FsTx<'_> {
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
         let b = self.tx.buf(blkno)?;
-        super::node::raw_step(self.tx.data(b), blkno, tree, level, key)
+        super::tree::node::raw_step(self.tx.data(b), blkno, tree, level, key)
     }
 
     fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {
@@ -267,7 +267,7 @@ impl NodeStore for ReadView<'_> {
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
         let buf = self.journal.buf(blkno)?;
         let g = buf.lock();
-        super::node::raw_step(&g.data, blkno, tree, level, key)
+        super::tree::node::raw_step(&g.data, blkno, tree, level, key)
     }
 
     fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {

@@ -5,8 +5,8 @@
 //! Deletion frees empty nodes but does not merge underfull ones: simple, and the trees here
 //! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
 
-use super::error::{FsError, FsResult};
 use super::node::{Body, Key, Node, RawStep, MAX_LEVELS};
+use crate::fs::error::{FsError, FsResult};
 
 /// Where a tree's root is, and its level (0: the root is a leaf).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -613,7 +613,7 @@ pub(crate) mod tests {
                 match o {
                     Op::Insert(k, l) => {
                         let key = Key::new(k % 7, k);
-                        let l = l.min(crate::fs::node::max_value_bytes(512));
+                        let l = l.min(crate::fs::tree::node::max_value_bytes(512));
                         let v = vec![(k % 251) as u8; l];
                         let old = insert(&mut s, &mut root, 1, key, &v).expect("insert");
                         prop_assert_eq!(old, model.insert(key, v));

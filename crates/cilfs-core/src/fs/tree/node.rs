@@ -5,7 +5,7 @@
 //! length of a value stored at the end of the block, values growing downward; interior entries are
 //! a key and a child block. The first key of an interior node is only a lower bound for its child.
 
-use super::error::{FsError, FsResult};
+use crate::fs::error::{FsError, FsResult};
 
 pub const NODE_MAGIC: u32 = 0x4342_5431; // "CBT1"
 pub const NODE_HEADER_BYTES: usize = 48;
