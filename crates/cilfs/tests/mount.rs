@@ -1088,6 +1088,7 @@ fn stop_signals_unmount_cleanly() {
         let info = cilfs(&["info", m.img.to_str().unwrap()]);
         let info = String::from_utf8_lossy(&info.stdout).into_owned();
         assert!(info.contains("state          clean"), "{name}: {info}");
+        assert!(!info.contains("mounted"), "{name}: {info}");
         assert!(!needs_recovery(&m.img), "{name}: the log needed no replay");
         m.mount(&[]);
         for (j, (n, _)) in signals.iter().enumerate().take(k + 1) {
@@ -1134,6 +1135,10 @@ fn mkfs_and_check_refuse_a_mounted_image() {
         );
     }
     assert!(!Path::new(other).exists(), "nothing made");
+    // info still reads it, and says it is mounted.
+    let info = cilfs(&["info", img]);
+    assert!(info.status.success());
+    assert!(String::from_utf8_lossy(&info.stdout).contains("mounted        yes"));
     assert_eq!(fs::read(m.p("kept")).unwrap(), b"still here");
     m.unmount();
     // Unmounted, both work again.
