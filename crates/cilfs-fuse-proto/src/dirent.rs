@@ -27,14 +27,20 @@ fn check_name(name: &[u8]) -> Result<(), ProtoError> {
     Ok(())
 }
 
-/// Appends one padded entry if it fits in `limit`.
-fn push(buf: &mut Vec<u8>, limit: usize, head: &[u8], name: &[u8]) -> bool {
-    let size = align8(head.len() + name.len());
-    if buf.len() + size > limit {
+/// Appends one entry (its fixed part written by `head`, then the name, then zeros to the
+/// 8-byte boundary) if it fits in `limit`; nothing is written if it does not.
+fn push(
+    buf: &mut Vec<u8>,
+    limit: usize,
+    head_size: usize,
+    head: impl FnOnce(&mut Vec<u8>),
+    name: &[u8],
+) -> bool {
+    let end = buf.len() + align8(head_size + name.len());
+    if end > limit {
         return false;
     }
-    let end = buf.len() + size;
-    buf.extend_from_slice(head);
+    head(buf);
     buf.extend_from_slice(name);
     buf.resize(end, 0);
     true
@@ -70,9 +76,8 @@ impl Dirents {
     /// next READDIR starts at the last entry's `off`). `typ` is [`crate::dirent_type`] of the mode.
     pub fn push(&mut self, ino: u64, off: u64, typ: u32, name: &[u8]) -> Result<bool, ProtoError> {
         check_name(name)?;
-        let mut head = Vec::with_capacity(Dirent::SIZE);
-        dirent(ino, off, typ, name).encode(&mut head);
-        Ok(push(&mut self.buf, self.limit, &head, name))
+        let head = |buf: &mut Vec<u8>| dirent(ino, off, typ, name).encode(buf);
+        Ok(push(&mut self.buf, self.limit, Dirent::SIZE, head, name))
     }
 
     pub fn len(&self) -> usize {
@@ -116,10 +121,12 @@ impl DirentsPlus {
         name: &[u8],
     ) -> Result<bool, ProtoError> {
         check_name(name)?;
-        let mut head = Vec::with_capacity(EntryOut::SIZE + Dirent::SIZE);
-        entry.encode(&mut head);
-        dirent(ino, off, typ, name).encode(&mut head);
-        Ok(push(&mut self.buf, self.limit, &head, name))
+        let head = |buf: &mut Vec<u8>| {
+            entry.encode(buf);
+            dirent(ino, off, typ, name).encode(buf);
+        };
+        let head_size = EntryOut::SIZE + Dirent::SIZE;
+        Ok(push(&mut self.buf, self.limit, head_size, head, name))
     }
 
     pub fn len(&self) -> usize {

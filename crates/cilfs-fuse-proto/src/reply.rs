@@ -73,12 +73,17 @@ impl Reply {
 
     /// A payload of at most a few hundred bytes: its length always fits the header.
     fn small(unique: u64, error: i32, encode: impl FnOnce(&mut Vec<u8>)) -> Reply {
-        let mut payload = Vec::with_capacity(StatxOut::SIZE);
-        encode(&mut payload);
-        let len = (OutHeader::SIZE + payload.len()) as u32;
-        let mut bytes = Vec::with_capacity(len as usize);
-        OutHeader { len, error, unique }.encode(&mut bytes);
-        bytes.extend_from_slice(&payload);
+        let mut bytes = Vec::with_capacity(OutHeader::SIZE + StatxOut::SIZE);
+        bytes.resize(OutHeader::SIZE, 0);
+        encode(&mut bytes);
+        let header = OutHeader {
+            len: bytes.len() as u32,
+            error,
+            unique,
+        };
+        let mut head = Vec::with_capacity(OutHeader::SIZE);
+        header.encode(&mut head);
+        bytes[..OutHeader::SIZE].copy_from_slice(&head);
         Reply { bytes }
     }
 
