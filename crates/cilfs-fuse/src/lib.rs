@@ -36,9 +36,23 @@ fn stats_text(fs: &Fs) -> Vec<u8> {
     out.into_bytes()
 }
 
-/// How long the kernel may cache attributes and names: every change goes through us, so only
-/// other mounts of the same image could make them stale, and a mount holds the image locked.
-const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep attributes and names without asking again (entry and
+/// attribute lifetimes). Safe because nothing changes behind the kernel's back: a mount holds
+/// its image locked, so every change comes through this mount's kernel, which updates or
+/// marks stale its own copy with each request: a reply carrying attributes replaces them
+/// (lookup, create, mkdir, mknod, symlink, link, setattr); a write or fallocate marks size,
+/// blocks, mtime and ctime stale, a read or readdir atime, an unlink, rename, link or xattr
+/// change the ctime (and nlink, dropped in place, for the name removed), a change in a
+/// directory the directory's attributes, an ACL change or a reverse invalidation everything.
+/// Names change only through unlink, rmdir and rename, which the kernel applies to its
+/// dentries itself, and inode numbers are never reused. What the core changes beyond what the
+/// reply shows (set-user-ID and set-group-ID cleared by a write or fallocate) it reports
+/// through `FsOptions::attrs_changed`, which drops the kernel's copy ([`AttrInvalidator`]).
+/// Mount tests read each field from the kernel's copy right after such changes
+/// (`attributes_stay_right_with_long_lifetimes`,
+/// `set_user_and_group_id_cleared_behind_a_reply_reach_the_kernels_mode`). Every GETATTR and
+/// revalidating LOOKUP this saves is a round trip through the daemon.
+const TTL: Duration = Duration::from_secs(3600);
 
 #[derive(Debug)]
 pub struct CilfsFuse {

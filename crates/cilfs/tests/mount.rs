@@ -1309,3 +1309,175 @@ fn a_stop_signal_on_a_busy_mount_detaches_it_and_ends_at_the_last_close() {
     );
     m.unmount();
 }
+
+/// The kernel keeps names and attributes for an hour (the adapter's TTL), so each change must
+/// reach its copy at once: through the reply, the kernel's own bookkeeping, or an
+/// invalidation from the daemon. Each check is a statx right after the change asking for the
+/// one field it checks, which the kernel answers from its copy unless that field is marked
+/// stale (a full stat refetches everything once any field is stale, and would hide a field
+/// left behind).
+#[test]
+fn attributes_stay_right_with_long_lifetimes() {
+    use rustix::fs::{statx, AtFlags, Statx, StatxFlags};
+    use std::os::unix::fs::symlink;
+    let mut m = Mounted::new("128M", &[]);
+    let sx = |p: &Path, mask: StatxFlags| -> Statx {
+        statx(CWD, p, AtFlags::SYMLINK_NOFOLLOW, mask).unwrap()
+    };
+    let nlink = |p: &Path| sx(p, StatxFlags::NLINK).stx_nlink;
+    let size = |p: &Path| sx(p, StatxFlags::SIZE).stx_size;
+    let blocks = |p: &Path| sx(p, StatxFlags::BLOCKS).stx_blocks;
+    let ctime = |p: &Path| {
+        let t = sx(p, StatxFlags::CTIME).stx_ctime;
+        (t.tv_sec, t.tv_nsec)
+    };
+    let mtime = |p: &Path| {
+        let t = sx(p, StatxFlags::MTIME).stx_mtime;
+        (t.tv_sec, t.tv_nsec)
+    };
+    // Past the mount's 1 ms timestamp granularity.
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(3));
+    // Hard links: the count seen through one name follows link, unlink and rename over the
+    // other, and so does the ctime.
+    let (a, b, c) = (m.p("a"), m.p("b"), m.p("c"));
+    fs::write(&a, b"a").unwrap();
+    assert_eq!(nlink(&a), 1);
+    let before = ctime(&a);
+    tick();
+    fs::hard_link(&a, &b).unwrap();
+    assert_eq!(nlink(&a), 2, "after a link");
+    assert_ne!(ctime(&a), before, "a link changes the ctime");
+    let before = ctime(&a);
+    tick();
+    fs::remove_file(&b).unwrap();
+    assert_eq!(nlink(&a), 1, "after unlinking the other name");
+    assert_ne!(ctime(&a), before, "an unlink changes the ctime");
+    fs::hard_link(&a, &b).unwrap();
+    fs::write(&c, b"c").unwrap();
+    assert_eq!(nlink(&a), 2);
+    let before = ctime(&a);
+    tick();
+    fs::rename(&c, &b).unwrap();
+    assert_eq!(nlink(&a), 1, "after a rename over the other name");
+    assert_ne!(
+        ctime(&a),
+        before,
+        "losing a name to a rename changes the ctime"
+    );
+    assert_eq!(fs::read(&b).unwrap(), b"c");
+    assert_eq!(errno(fs::metadata(&c).unwrap_err()), Errno::NOENT);
+    // A chmod or chown through one name shows through the other.
+    fs::hard_link(&a, &c).unwrap();
+    fs::set_permissions(&c, fs::Permissions::from_mode(0o600)).unwrap();
+    rustix::fs::chown(&c, Some(rustix::process::Uid::from_raw(1000)), None).unwrap();
+    let s = sx(&a, StatxFlags::MODE | StatxFlags::UID);
+    assert_eq!((u32::from(s.stx_mode) & 0o7777, s.stx_uid), (0o600, 1000));
+    // An xattr changes the ctime.
+    let before = ctime(&a);
+    tick();
+    rustix::fs::setxattr(&a, "user.k", b"v", XattrFlags::empty()).unwrap();
+    assert_ne!(ctime(&a), before, "setxattr changes the ctime");
+    // Directories: link count, size (its entries) and mtime follow what is made, moved and
+    // removed in them.
+    let (d, e) = (m.p("d"), m.p("e"));
+    fs::create_dir(&d).unwrap();
+    fs::create_dir(&e).unwrap();
+    let empty = size(&d);
+    let before = mtime(&d);
+    tick();
+    fs::create_dir(d.join("sub")).unwrap();
+    assert_eq!((nlink(&d), size(&d)), (3, empty + 1));
+    assert_ne!(mtime(&d), before, "a mkdir changes its parent's mtime");
+    fs::write(d.join("f"), b"").unwrap();
+    assert_eq!(size(&d), empty + 2);
+    fs::rename(d.join("sub"), e.join("sub")).unwrap();
+    assert_eq!((nlink(&d), nlink(&e)), (2, 3));
+    assert_eq!((size(&d), size(&e)), (empty + 1, empty + 1));
+    fs::remove_dir(e.join("sub")).unwrap();
+    assert_eq!((nlink(&e), size(&e)), (2, empty));
+    fs::remove_file(d.join("f")).unwrap();
+    assert_eq!(size(&d), empty);
+    // Size, blocks and mtime after writes, fallocate and truncate.
+    let f = m.p("f");
+    fs::write(&f, vec![1u8; 100]).unwrap();
+    let before = mtime(&f);
+    tick();
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(&[2u8; 100_000])
+        .unwrap();
+    assert_eq!(size(&f), 100_100);
+    assert!(blocks(&f) >= 100_100 / 512, "{}", blocks(&f));
+    assert_ne!(mtime(&f), before, "a write changes the mtime");
+    let had = blocks(&f);
+    let h = OpenOptions::new().write(true).open(&f).unwrap();
+    rustix::fs::fallocate(&h, FallocateFlags::KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
+    assert_eq!(size(&f), 100_100, "KEEP_SIZE keeps the size");
+    assert!(
+        blocks(&f) >= had + (1 << 20) / 512,
+        "fallocate's blocks show"
+    );
+    h.set_len(10).unwrap();
+    drop(h);
+    assert_eq!(size(&f), 10);
+    assert!(blocks(&f) <= 8, "{}", blocks(&f));
+    // An unlinked file still open has no link left.
+    let h = File::open(&f).unwrap();
+    fs::remove_file(&f).unwrap();
+    assert_eq!(h.metadata().unwrap().nlink(), 0);
+    drop(h);
+    // Symlink targets are cached: a symlink made again under the same name is a new one.
+    let s = m.p("s");
+    symlink("a", &s).unwrap();
+    assert_eq!(fs::read(&s).unwrap(), b"a");
+    fs::remove_file(&s).unwrap();
+    symlink("b", &s).unwrap();
+    assert_eq!(fs::read_link(&s).unwrap(), Path::new("b"));
+    assert_eq!(fs::read(&s).unwrap(), b"c");
+    m.unmount();
+}
+
+/// Set-user-ID and set-group-ID that another user's write, fallocate or page-cache write
+/// cleared show at once in the mode the kernel keeps, which exec and permission checks use:
+/// a statx asking for the mode alone gets the kernel's copy, and only the daemon's
+/// invalidation makes it stale (a stat also asks for mtime and ctime, which a write marks
+/// stale, and so it fetches the mode too).
+#[test]
+fn set_user_and_group_id_cleared_behind_a_reply_reach_the_kernels_mode() {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let mut m = Mounted::new("64M", &["allow_other"]);
+    let w = m.p("w");
+    fs::create_dir(&w).unwrap();
+    fs::set_permissions(&w, fs::Permissions::from_mode(0o1777)).unwrap();
+    let f = w.join("f");
+    let p = f.display();
+    let kernels_mode = |f: &Path| {
+        let s = rustix::fs::statx(CWD, f, AtFlags::empty(), StatxFlags::MODE).unwrap();
+        u32::from(s.stx_mode) & 0o7777
+    };
+    let mmap = format!(
+        "{} -c \"import mmap, os; fd = os.open('{p}', os.O_RDWR); m = mmap.mmap(fd, 4096); \
+         m[0:2] = b'mm'; m.flush(); m.close(); os.close(fd)\"",
+        python3()
+    );
+    for (what, script) in [
+        ("write", format!("printf x 1<> {p}")),
+        ("fallocate", format!("fallocate -l 65536 {p}")),
+        ("punch", format!("fallocate -p -o 0 -l 4096 {p}")),
+        ("mmap write", mmap),
+    ] {
+        fs::write(&f, vec![1u8; 8192]).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o6666)).unwrap();
+        assert_eq!(format!("{:o}", kernels_mode(&f)), "6666");
+        let out = as_user(65534, 65534, &["sh", "-c", &script]);
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(format!("{:o}", kernels_mode(&f)), "666", "{what} by nobody");
+    }
+    m.unmount();
+}
