@@ -152,6 +152,33 @@ pub fn supplementary_groups(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
+/// Linux's capability number of CAP_FSETID (`<linux/capability.h>`).
+const CAP_FSETID: u32 = 4;
+
+/// Whether process `pid`, running as filesystem uid `uid`, holds CAP_FSETID as the kernel's
+/// `capable(CAP_FSETID)` would judge it (from /proc/PID/status); `None` if the process is gone
+/// or the pid now names a process of another user. What `FsOptions::holds_fsetid` is set to on
+/// a mount: with FUSE_HANDLE_KILLPRIV_V2 the kernel tells whether a truncate's caller may keep
+/// set-user-ID only in a flag fuser 0.18 does not pass on (FATTR_KILL_SUIDGID), and a root
+/// without CAP_FSETID must lose it.
+pub fn holds_fsetid(pid: u32, uid: u32) -> Option<bool> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
+    // Real, effective, saved and filesystem uid: the request carries the last.
+    let fsuid: u32 = field("Uid:")?.split_whitespace().nth(3)?.parse().ok()?;
+    if fsuid != uid {
+        return None;
+    }
+    let effective = u64::from_str_radix(field("CapEff:")?.trim(), 16).ok()?;
+    // capable() asks the initial user namespace: a process in another one holds nothing there
+    // whatever its own namespace grants it.
+    static OURS: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    let ours = OURS.get_or_init(|| std::fs::read_link("/proc/self/ns/user").ok());
+    let same_ns =
+        ours.is_some() && std::fs::read_link(format!("/proc/{pid}/ns/user")).ok() == *ours;
+    Some(same_ns && effective & (1 << CAP_FSETID) != 0)
+}
+
 fn system_time(t: Timespec) -> SystemTime {
     if t.sec >= 0 {
         UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
@@ -231,6 +258,14 @@ impl Filesystem for CilfsFuse {
         let _ = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // The kernel then stops asking for security.capability before every write (it sets
+        // SB_NOSEC and remembers, per inode, that a check found nothing to clear) and stops
+        // refreshing attributes and sending a mode of its own before a truncate or chown: the
+        // core clears set-user-ID and set-group-ID by Linux's rules on every write, truncate,
+        // fallocate and chown (judging CAP_FSETID from the caller's process, since fuser
+        // 0.18 passes on no FATTR_KILL_SUIDGID), and drops security.capability on each of
+        // them. What it clears behind a reply reaches the kernel through attrs_changed.
+        let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
         if self.writeback_cache {
             let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }

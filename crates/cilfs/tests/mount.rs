@@ -1439,6 +1439,84 @@ fn attributes_stay_right_with_long_lifetimes() {
     m.unmount();
 }
 
+/// With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves set-user-ID and set-group-ID to the daemon
+/// and tells whether a truncate's caller holds CAP_FSETID only in a flag fuser 0.18 does not
+/// pass on: root without CAP_FSETID loses them on a write, truncate or fallocate, as Linux
+/// says (root with it keeps them: `set_user_and_group_id_are_cleared_by_another_users_data_changes`).
+#[test]
+fn root_without_cap_fsetid_loses_set_user_and_group_id() {
+    let mut m = Mounted::new("64M", &[]);
+    let f = m.p("f");
+    let p = f.display();
+    for (what, script) in [
+        ("write", format!("printf x 1<> {p}")),
+        ("truncate", format!("truncate -s 100 {p}")),
+        ("fallocate", format!("fallocate -l 65536 {p}")),
+    ] {
+        fs::write(&f, vec![1u8; 8192]).unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o6775)).unwrap();
+        let out = Command::new("setpriv")
+            .args(["--inh-caps=-fsetid", "--bounding-set=-fsetid", "--"])
+            .args(["sh", "-c", &script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            format!("{:o}", fs::metadata(&f).unwrap().mode() & 0o7777),
+            "775",
+            "{what} by root without CAP_FSETID"
+        );
+    }
+    m.unmount();
+}
+
+/// File capabilities (security.capability) go with any change of the file's data or owner,
+/// root's included, as on Linux, and stay through a read or a chmod.
+#[test]
+fn file_capabilities_go_with_writes_truncates_fallocates_and_chowns() {
+    // A version 2 capability set: effective, CAP_NET_RAW permitted.
+    const CAPS: [u8; 20] = [
+        1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    const NAME: &str = "security.capability";
+    let mut m = Mounted::new("64M", &[]);
+    let f = m.p("f");
+    let p = f.display();
+    let has_caps = || {
+        let mut buf = [0u8; 64];
+        match rustix::fs::getxattr(&f, NAME, &mut buf) {
+            Ok(n) => {
+                assert_eq!(&buf[..n], CAPS);
+                true
+            }
+            Err(e) => {
+                assert_eq!(e, Errno::NODATA);
+                false
+            }
+        }
+    };
+    fs::write(&f, vec![1u8; 8192]).unwrap();
+    for (what, script) in [
+        ("write", format!("printf x 1<> {p}")),
+        ("truncate", format!("truncate -s 100 {p}")),
+        ("fallocate", format!("fallocate -l 65536 {p}")),
+        ("chown", format!("chown 1000 {p}")),
+        ("read", format!("cat {p} > /dev/null")),
+        ("chmod", format!("chmod 755 {p}")),
+    ] {
+        rustix::fs::setxattr(&f, NAME, &CAPS, XattrFlags::empty()).unwrap();
+        assert!(has_caps());
+        run(&["sh", "-c", &script]);
+        let kept = matches!(what, "read" | "chmod");
+        assert_eq!(has_caps(), kept, "{what} by root");
+    }
+    m.unmount();
+}
+
 /// Set-user-ID and set-group-ID that another user's write, fallocate or page-cache write
 /// cleared show at once in the mode the kernel keeps, which exec and permission checks use:
 /// a statx asking for the mode alone gets the kernel's copy, and only the daemon's

@@ -10,6 +10,7 @@
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, holes, max_file_size, Extent};
 use super::pagecache::PageCache;
+use super::setid::drop_caps;
 use super::stats::bump;
 use super::tree::keys::OFFSET_MAX;
 use super::types::{Cred, Reserve};
@@ -63,6 +64,7 @@ impl Fs {
         if hole_blocks > 0 {
             self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
         }
+        let caps = self.has_caps(&st, ino)?;
         // Speculative preallocation (as XFS does): a write that extends the file also maps a
         // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
         // blocks the file owns (the page cache) instead of allocating and writing each block
@@ -137,7 +139,8 @@ impl Fs {
         let must_log = self.opts.iversion == IversionMode::Eager
             || (ts_changed && !self.opts.lazytime)
             || hole_blocks > 0
-            || kill != 0;
+            || kill != 0
+            || caps;
         let log = if must_log {
             m.change.maybe_increment(true);
             bump(&self.stats.change_bumps);
@@ -171,6 +174,11 @@ impl Fs {
             Some(t) => t,
             None => self.begin(&st)?,
         };
+        if caps {
+            if let Err(e) = drop_caps(&mut t, ino) {
+                return Err(t.abort(e));
+            }
+        }
         let m = match st.inodes.get_mut(&ino) {
             Some(m) => m,
             None => return Err(FsError::NotFound),
@@ -382,6 +390,7 @@ impl Fs {
         }
         let now = self.now();
         let (killed, _) = self.with_tx(&mut st, |t, inodes| {
+            drop_caps(t, ino)?;
             let m = Fs::inode_mut(t, inodes, ino)?;
             m.inode.size = size;
             m.inode.mtime = now;
@@ -486,6 +495,7 @@ impl Fs {
                     at += n;
                 }
             }
+            drop_caps(t, ino)?;
             let m = Fs::inode_mut(t, inodes, ino)?;
             m.inode.blocks += hole_blocks;
             let kill = self.privileges_to_kill(cred, &m.inode);
@@ -505,24 +515,28 @@ impl Fs {
         Ok(())
     }
 
-    /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, in a
-    /// transaction of its own when there are any.
+    /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, and
+    /// drops file capabilities, in a transaction of its own when there are any.
     fn kill_privileges(&self, cred: Cred, ino: u64) -> FsResult<()> {
         let mut st = self.state.write();
         let m = self.load(&mut st, ino)?;
-        if self.privileges_to_kill(cred, &m.inode) == 0 {
+        let kill = self.privileges_to_kill(cred, &m.inode);
+        if kill == 0 && !self.has_caps(&st, ino)? {
             return Ok(());
         }
         let now = self.now();
         self.with_tx(&mut st, |t, inodes| {
+            drop_caps(t, ino)?;
             let m = Fs::inode_mut(t, inodes, ino)?;
-            m.inode.mode &= !self.privileges_to_kill(cred, &m.inode);
+            m.inode.mode &= !kill;
             self.touch_ctime(m, now);
             log_inode(t, m, &self.stats)?;
             Ok(((), vec![ino]))
         })?;
         drop(st);
-        self.attrs_changed(ino);
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
         Ok(())
     }
 

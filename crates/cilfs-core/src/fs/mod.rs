@@ -82,6 +82,9 @@ pub type Clock = Arc<dyn Fn() -> Timespec + Send + Sync>;
 pub type AttrsChanged = Arc<dyn Fn(u64) + Send + Sync>;
 /// The supplementary groups of a process, by pid (the FUSE adapter reads them from /proc).
 pub type GroupsOf = Arc<dyn Fn(u32) -> Vec<u32> + Send + Sync>;
+/// Whether process `pid`, running as filesystem uid `uid`, holds CAP_FSETID (the FUSE adapter
+/// reads it from /proc); `None` when that cannot be told (the process is gone).
+pub type HoldsFsetid = Arc<dyn Fn(u32, u32) -> Option<bool> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct FsOptions {
@@ -109,6 +112,9 @@ pub struct FsOptions {
     pub attrs_changed: Option<AttrsChanged>,
     /// Supplementary groups of a caller, for the set-group-ID rules [default: none known].
     pub groups_of: Option<GroupsOf>,
+    /// Whether a caller holds CAP_FSETID, which keeps set-user-ID and set-group-ID through
+    /// changes of the data [default: root does, nobody else].
+    pub holds_fsetid: Option<HoldsFsetid>,
     /// POSIX ACLs stored and inherited; without, their xattrs are refused [default on].
     pub acl: bool,
 }
@@ -153,6 +159,7 @@ impl Default for FsOptions {
             lazytime: false,
             attrs_changed: None,
             groups_of: None,
+            holds_fsetid: None,
             acl: true,
         }
     }

@@ -7,6 +7,7 @@ use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
+use super::setid::drop_caps;
 use super::stats::bump;
 use super::tree::keys::{
     key, kind_of, offset_of, KIND_DIRENT, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
@@ -593,11 +594,15 @@ impl Fs {
                     )?;
                 }
             }
+            let chown = sa.uid.is_some() || sa.gid.is_some();
+            if chown && !Fs::inode_mut(t, inodes, ino)?.inode.is_dir() {
+                drop_caps(t, ino)?;
+            }
             let m = Fs::inode_mut(t, inodes, ino)?;
-            // Any chown, to the same owner too, as on Linux. The kernel sends the mode it
-            // computed with a chown, by an older rule (no set-group-ID without group execute):
-            // the bits are cleared on top of it.
-            let kill = match sa.uid.is_some() || sa.gid.is_some() {
+            // Any chown, to the same owner too, as on Linux. A kernel without
+            // FUSE_HANDLE_KILLPRIV_V2 sends the mode it computed with a chown, by an older rule
+            // (no set-group-ID without group execute): the bits are cleared on top of it.
+            let kill = match chown {
                 true => self.chown_kills(cred, &m.inode),
                 false => 0,
             };

@@ -303,6 +303,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     let invalidator = cilfs_fuse::AttrInvalidator::default();
     let fs_opts = FsOptions {
         attrs_changed: Some(invalidator.hook()),
+        holds_fsetid: Some(Arc::new(cilfs_fuse::holds_fsetid)),
         ..opts.fs_options()
     };
     let fs = Fs::open(Arc::clone(&journal), fs_opts)
