@@ -30,3 +30,24 @@ pub fn errno(e: &FsError) -> Errno {
     };
     Errno::from_i32(code)
 }
+
+/// Told of every error a request ends with, before it becomes an errno: the mount daemon logs
+/// corruption and IO errors and marks the superblock as needing a check.
+pub type ErrorObserver = Box<dyn Fn(&FsError) + Send + Sync>;
+
+/// One per process: the daemon serves one mount, and the callbacks that reply with an error
+/// (`err` in lib.rs) have no session state at hand to find a per-mount observer in.
+static OBSERVER: std::sync::OnceLock<ErrorObserver> = std::sync::OnceLock::new();
+
+/// Sets the observer of every error replied (at most once; false if one was set already).
+pub fn observe_errors(f: ErrorObserver) -> bool {
+    OBSERVER.set(f).is_ok()
+}
+
+/// The errno a request's error is replied with, after the observer has seen it.
+pub(crate) fn replied(e: &FsError) -> Errno {
+    if let Some(o) = OBSERVER.get() {
+        o(e);
+    }
+    errno(e)
+}

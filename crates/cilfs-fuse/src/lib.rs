@@ -266,6 +266,10 @@ impl Filesystem for CilfsFuse {
         // 0.18 passes on no FATTR_KILL_SUIDGID), and drops security.capability on each of
         // them. What it clears behind a reply reaches the kernel through attrs_changed.
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2);
+        // A symlink's target never changes and inode numbers are never reused, so the kernel
+        // may keep targets in its page cache instead of asking at every path walk through
+        // one (cilfs moves no atime on readlink).
+        let _ = config.add_capabilities(InitFlags::FUSE_CACHE_SYMLINKS);
         if self.writeback_cache {
             let _ = config.add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE);
         }

@@ -38,6 +38,11 @@ pub struct Superblock {
     /// Raised by every mount before it writes the log; stamped into every log record so that
     /// records of an earlier mount can never be chained after newer ones.
     pub log_generation: u32,
+    /// A mount met a corrupt metadata block: `cilfs check` is owed (ext4's error state). Set at
+    /// once by the mount that saw it, kept by every later mount, cleared only by a check that
+    /// found the filesystem consistent and may write. In what was a reserved (zero) word, so
+    /// a binary older than it still reads the image.
+    pub needs_check: bool,
 }
 
 pub fn is_valid_block_size(bs: u32) -> bool {
@@ -73,8 +78,9 @@ impl Superblock {
             .bytes(&log_uuid)
             .u32(u32::from(self.clean))
             .u32(self.log_generation)
-            .u64(self.unclean_epoch);
-        debug_assert_eq!(e.position(), 96);
+            .u64(self.unclean_epoch)
+            .u32(u32::from(self.needs_check));
+        debug_assert_eq!(e.position(), 100);
         seal_header(&mut s);
         debug_assert_eq!(Self::decode(&s).as_ref(), Ok(self));
         s
@@ -115,6 +121,8 @@ impl Superblock {
         };
         let log_generation = d.u32()?;
         let unclean_epoch = d.u64()?;
+        // Any non-zero value asks for a check: a later format may give the other bits meaning.
+        let needs_check = d.u32()? != 0;
         let bs = u64::from(block_size);
         if data_blocks.checked_mul(bs).is_none() || log_blocks.checked_mul(bs).is_none() {
             return Err(d.invalid("size", "byte size overflows 64 bits"));
@@ -145,6 +153,7 @@ impl Superblock {
             clean,
             unclean_epoch,
             log_generation,
+            needs_check,
         })
     }
 }
@@ -165,6 +174,7 @@ mod tests {
             clean: true,
             unclean_epoch: 3,
             log_generation: 5,
+            needs_check: false,
         }
     }
 
@@ -177,6 +187,22 @@ mod tests {
             ..sample()
         };
         assert_eq!(Superblock::decode(&ext.encode()).unwrap(), ext);
+    }
+
+    #[test]
+    fn needs_check_round_trips_and_an_image_without_it_reads_as_not_needing_one() {
+        let sb = Superblock {
+            needs_check: true,
+            ..sample()
+        };
+        let raw = sb.encode();
+        assert_eq!(raw[96..100], [1, 0, 0, 0]);
+        assert_eq!(Superblock::decode(&raw).unwrap(), sb);
+        // What a binary before the field wrote: the word was reserved, zero.
+        let mut old = raw;
+        old[96..100].fill(0);
+        super::super::codec::seal_header(&mut old);
+        assert!(!Superblock::decode(&old).unwrap().needs_check);
     }
 
     #[test]

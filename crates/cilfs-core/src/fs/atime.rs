@@ -49,7 +49,7 @@ impl Fs {
             m.unlogged = true;
             return;
         }
-        let _ = self.with_tx(&mut st, |t, inodes| {
+        let _ = self.with_tx_sync(&mut st, false, |t, inodes| {
             let m = Fs::inode_mut(t, inodes, ino)?;
             m.inode.atime = now;
             log_inode(t, m, &self.stats)?;

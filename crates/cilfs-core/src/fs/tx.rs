@@ -104,7 +104,16 @@ impl<'a> FsTx<'a> {
         let why = match e {
             FsError::Journal(j) => j,
             other => {
-                tracing_note(&other);
+                tracing::error!("shutting down the journal after: {other}");
+                // The change that met it is lost with the shutdown, and its caller sees only
+                // EIO: the superblock must say a check is owed.
+                if matches!(other, FsError::Corrupt { .. }) {
+                    if let Err(e) = self.tx.journal.mark_needs_check() {
+                        tracing::error!(
+                            "cannot record in the superblock that a check is needed: {e}"
+                        );
+                    }
+                }
                 JournalError::Shutdown
             }
         };
@@ -140,11 +149,6 @@ impl<'a> FsTx<'a> {
         self.write_node(blkno, &Node::leaf(tree))?;
         Ok(Root { blkno, level: 0 })
     }
-}
-
-/// Without a tracing dependency in the core: errors that shut the journal down go to stderr once.
-fn tracing_note(e: &FsError) {
-    eprintln!("cilfs: shutting down the journal after: {e}");
 }
 
 /// Logs the bytes of `block` that differ from the buffer (or all of it when `whole`).

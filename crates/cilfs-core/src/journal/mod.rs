@@ -409,11 +409,36 @@ impl Journal {
     /// Marks the journal dead after an IO error: nothing more is written, so nothing written
     /// after the error can contradict what recovery will find.
     pub(crate) fn shut_down<T>(&self, e: impl Into<JournalError>) -> Result<T, JournalError> {
-        self.shut_down.store(true, Ordering::Release);
+        let e = e.into();
+        // Once: every later operation fails with `Shutdown`, which says nothing of the cause.
+        // A bare `Shutdown` comes from a caller that logged its cause itself.
+        if !self.shut_down.swap(true, Ordering::AcqRel) {
+            match &e {
+                JournalError::Shutdown => {
+                    tracing::error!("journal shut down: nothing more is written")
+                }
+                e => tracing::error!("journal shut down, nothing more is written: {e}"),
+            }
+        }
         self.grant.shut_down();
         self.cil_switched.notify_all();
         self.checkpoint_done.notify_all();
-        Err(e.into())
+        Err(e)
+    }
+
+    /// Records in the superblock that a corrupt metadata block was met, so that unmount, `info`
+    /// and later mounts say a check is owed (ext4's error state; cleared only by a check that
+    /// found the filesystem consistent). Written at once, FUA: a crash after it keeps it.
+    /// Written even after a shutdown, since it changes nothing recovery reads. Returns whether
+    /// this call set it.
+    pub fn mark_needs_check(&self) -> Result<bool, JournalError> {
+        let mut sb = self.sb.lock();
+        if sb.needs_check {
+            return Ok(false);
+        }
+        sb.needs_check = true;
+        write_superblock(&*self.data, &sb, WriteFlags::FUA)?;
+        Ok(true)
     }
 
     /// Clean unmount: force the log, write every item back, write the unmount record, and mark the

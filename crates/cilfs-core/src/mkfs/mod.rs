@@ -77,6 +77,7 @@ impl Layout {
             clean: true,
             unclean_epoch: 0,
             log_generation: 0,
+            needs_check: false,
         }
     }
 }

@@ -59,17 +59,17 @@ impl Stopper {
                 let Ok(sig) = set.wait() else { continue };
                 let mut s = st.lock();
                 if s.signal.is_some() {
-                    eprintln!("cilfs: {}: already unmounting", sig.as_str());
+                    tracing::info!("{}: already unmounting", sig.as_str());
                     continue;
                 }
                 s.signal = Some(sig);
                 let _ = sd_notify("STOPPING=1");
                 match &s.mounted {
                     Some(dir) => {
-                        eprintln!("cilfs: {}: unmounting {}", sig.as_str(), dir.display());
+                        tracing::info!("{}: unmounting {}", sig.as_str(), dir.display());
                         unmount(dir);
                     }
-                    None => eprintln!("cilfs: {}: stopping before the mount is made", sig.as_str()),
+                    None => tracing::info!("{}: stopping before the mount is made", sig.as_str()),
                 }
             })
             .map_err(StopError::Thread)?;
@@ -87,7 +87,7 @@ impl Stopper {
         let mut s = self.0.lock();
         s.mounted = Some(dir.to_path_buf());
         if let Some(sig) = s.signal {
-            eprintln!("cilfs: {}: unmounting {}", sig.as_str(), dir.display());
+            tracing::info!("{}: unmounting {}", sig.as_str(), dir.display());
             unmount(dir);
         }
     }
@@ -102,8 +102,8 @@ fn unmount(dir: &Path) {
     use rustix::mount::{unmount, UnmountFlags};
     let r = match unmount(dir, UnmountFlags::empty()) {
         Err(Errno::BUSY) => {
-            eprintln!(
-                "cilfs: {} is busy: detached; the daemon finishes when its last open file is closed",
+            tracing::info!(
+                "{} is busy: detached; the daemon finishes when its last open file is closed",
                 dir.display()
             );
             unmount(dir, UnmountFlags::DETACH)
@@ -123,7 +123,7 @@ fn unmount(dir: &Path) {
         r => r,
     };
     if let Err(e) = r {
-        eprintln!("cilfs: cannot unmount {}: {e}", dir.display());
+        tracing::error!("cannot unmount {}: {e}", dir.display());
     }
 }
 

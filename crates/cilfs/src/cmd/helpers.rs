@@ -206,8 +206,9 @@ const FSCK_UNCORRECTED: u8 = 4;
 const FSCK_OPERATIONAL: u8 = 8;
 const FSCK_USAGE: u8 = 16;
 
-/// `fsck.cilfs [-a|-p|-n|-y] [-f] [-v] [--logdev PATH] IMAGE`: `cilfs check`, which writes
-/// nothing whatever it is asked (there is no repair yet), so problems are left uncorrected.
+/// `fsck.cilfs [-a|-p|-n|-y] [-f] [-v] [--logdev PATH] IMAGE`: `cilfs check`, which repairs
+/// nothing (there is no repair yet), so problems are left uncorrected; with -a, -p or -y it
+/// clears the needs-check mark of a filesystem it finds consistent.
 fn fsck_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
     let usage = |msg: String| {
         fail(
@@ -217,13 +218,18 @@ fn fsck_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
     };
     let mut positional = Vec::new();
     let mut logdev: Option<OsString> = None;
+    let mut may_write = false;
     let mut words = Words::new(args);
     while let Some(w) = words.next() {
         match w {
             Word::Positional(p) => positional.push(p),
-            // Repair automatically (-a, -p), answer no (-n) or yes (-y), check even if clean
-            // (-f), verbose (-v): the check is the same read-only one for each, and always full.
-            Word::Short('a' | 'p' | 'n' | 'y' | 'f' | 'v') => {}
+            // Repair automatically (-a, -p) or answer yes (-y): the only change a check makes
+            // is to clear the needs-check mark of a filesystem it finds consistent.
+            Word::Short('a' | 'p' | 'y') => may_write = true,
+            // Answer no (-n), check even if clean (-f), verbose (-v): the check is the same
+            // one for each, and always full.
+            Word::Short('n') => may_write = false,
+            Word::Short('f' | 'v') => {}
             Word::Short('V') => {
                 println!("{name} (cilfs {})", env!("CARGO_PKG_VERSION"));
                 return Ok(());
@@ -241,18 +247,8 @@ fn fsck_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
     }
     let [image] = <[OsString; 1]>::try_from(positional)
         .map_err(|p| usage(format!("needs one image, got {} names", p.len())))?;
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: check::Args,
-    }
-    let mut argv: Vec<OsString> = vec![name.into()];
-    if let Some(l) = logdev {
-        argv.extend(["--logdev".into(), l]);
-    }
-    argv.extend(["--".into(), image]);
-    let cli = Cli::try_parse_from(argv).map_err(|e| usage(crate::clap_line(&e)))?;
-    check::run(cli.args).map_err(|f| match f.status {
+    let args = check::Args::new(image.into(), logdev.map(Into::into), may_write);
+    check::run(args).map_err(|f| match f.status {
         1 => fail(
             FSCK_UNCORRECTED,
             anyhow!(

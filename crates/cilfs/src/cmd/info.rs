@@ -86,4 +86,10 @@ pub fn print_geometry(image: &Path, logdev: Option<&Path>, g: &Geometry) {
         if sb.clean { "clean" } else { "needs recovery" },
         sb.unclean_epoch
     );
+    if sb.needs_check {
+        println!(
+            "needs check    yes: a mount met a corrupt metadata block; run cilfs check {}",
+            image.display()
+        );
+    }
 }

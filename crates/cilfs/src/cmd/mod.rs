@@ -4,6 +4,7 @@ pub mod bench_fs;
 pub mod check;
 pub mod crashtest;
 pub mod daemon;
+pub mod daemon_log;
 pub mod helpers;
 pub mod info;
 pub mod logprint;

@@ -1,7 +1,7 @@
 //! `-o` options of `cilfs mount`, parsed and checked before anything is mounted.
 
 use crate::size::parse_size;
-use cilfs_core::fs::{AtimeMode, DataMode, FsOptions, IversionMode};
+use cilfs_core::fs::{AtimeMode, DataMode, FsOptions, IversionMode, SyncMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
 use std::path::PathBuf;
 
@@ -32,6 +32,12 @@ pub struct MountOpts {
     /// `noatime`, `relatime` (the default) or `strictatime`.
     pub atime: AtimeMode,
     pub lazytime: bool,
+    /// `diratime` (the default) or `nodiratime`: whether readdir moves a directory's atime.
+    pub diratime: bool,
+    /// `sync`: every change forced before the reply, `async` (the default) undoes it;
+    /// `dirsync`: every change of a directory.
+    pub sync: bool,
+    pub dirsync: bool,
 }
 
 impl Default for MountOpts {
@@ -56,6 +62,9 @@ impl Default for MountOpts {
             exec: true,
             atime: AtimeMode::Relative,
             lazytime: false,
+            diratime: true,
+            sync: false,
+            dirsync: false,
         }
     }
 }
@@ -212,7 +221,19 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.lazytime = k == "lazytime";
             }
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime)")),
+            "diratime" | "nodiratime" => {
+                no_value()?;
+                o.diratime = k == "diratime";
+            }
+            "sync" | "async" => {
+                no_value()?;
+                o.sync = k == "sync";
+            }
+            "dirsync" => {
+                no_value()?;
+                o.dirsync = true;
+            }
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync)")),
         }
     }
     Ok(o)
@@ -225,6 +246,17 @@ impl MountOpts {
             logbufs: self.logbufs.unwrap_or(d.logbufs),
             logbsize: self.logbsize.unwrap_or(d.logbsize),
             policy: self.flush,
+        }
+    }
+
+    /// What the core forces before replying: `sync` covers `dirsync`.
+    pub fn sync_mode(&self) -> SyncMode {
+        if self.sync {
+            SyncMode::All
+        } else if self.dirsync {
+            SyncMode::Dirs
+        } else {
+            SyncMode::None
         }
     }
 
@@ -241,6 +273,8 @@ impl MountOpts {
             read_only: self.ro,
             atime: self.atime,
             lazytime: self.lazytime,
+            diratime: self.diratime,
+            sync: self.sync_mode(),
             groups_of: Some(std::sync::Arc::new(cilfs_fuse::supplementary_groups)),
             acl: self.acl,
             ..FsOptions::default()
@@ -297,11 +331,33 @@ mod tests {
         for bad in [
             "noatime=1",
             "atime",
-            "nodiratime",
+            "nodiratime=1",
+            "diratime=yes",
             "relatime=yes",
             "lazytime=on",
         ] {
             assert!(atime(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn diratime_and_sync_options() {
+        let parsed = |o: &str| parse(&[o.into()]).map(|o| (o.diratime, o.sync_mode()));
+        assert_eq!(parsed(""), Ok((true, SyncMode::None)));
+        assert_eq!(parsed("nodiratime"), Ok((false, SyncMode::None)));
+        assert_eq!(parsed("nodiratime,diratime"), Ok((true, SyncMode::None)));
+        assert_eq!(parsed("dirsync"), Ok((true, SyncMode::Dirs)));
+        assert_eq!(parsed("sync"), Ok((true, SyncMode::All)));
+        assert_eq!(parsed("dirsync,sync"), Ok((true, SyncMode::All)));
+        // As in mount(8), async undoes sync and leaves dirsync.
+        assert_eq!(parsed("sync,async"), Ok((true, SyncMode::None)));
+        assert_eq!(parsed("sync,dirsync,async"), Ok((true, SyncMode::Dirs)));
+        let fs = parse(&["nodiratime,sync".into()])
+            .expect("valid")
+            .fs_options();
+        assert_eq!((fs.diratime, fs.sync), (false, SyncMode::All));
+        for bad in ["sync=1", "dirsync=yes", "async=0"] {
+            assert!(parse(&[bad.into()]).is_err(), "{bad} accepted");
         }
     }
 

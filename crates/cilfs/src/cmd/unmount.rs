@@ -71,8 +71,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
         ))
     })?;
     let read_only = mounts_on(&a.dir).last().is_some_and(|m| m.read_only);
-    rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::empty())
-        .map_err(|e| Failure::usage(anyhow!("unmounting {}: {e}", a.dir.display())))?;
+    unmount(&a.dir)?;
     // The daemon holds the image's lock until it has written the unmount record.
     let _lock = super::mount::lock_image(&image, true).map_err(Failure::usage)?;
     let dev = FileDevice::open(
@@ -94,19 +93,74 @@ pub fn run(a: Args) -> Result<(), Failure> {
     }
     // The superblock alone says whether the unmount was clean (an external log is not needed).
     let mut sector = cilfs_device::AlignedBuf::zeroed(4096);
-    let clean = dev.read(0, &mut sector).is_ok()
-        && cilfs_core::format::Superblock::decode(&sector[..512]).is_ok_and(|sb| sb.clean);
-    if !clean {
-        return Err(Failure::found(anyhow!(
-            "{}: the daemon exited without a clean unmount; the next mount will replay the log (see {})",
-            image.display(),
-            super::mount::log_path(&a.dir).display()
-        )));
+    let sb = dev
+        .read(0, &mut sector)
+        .ok()
+        .and_then(|()| cilfs_core::format::Superblock::decode(&sector[..512]).ok());
+    let log = super::daemon_log::destination(&a.dir)
+        .map_or_else(|_| "the daemon's log".to_string(), |d| d.to_string());
+    match sb {
+        Some(sb) if sb.clean && sb.needs_check => {
+            println!(
+                "unmounted {}; {} needs a check: a corrupt metadata block was met while it was \
+                 mounted (see {log}); run cilfs check {}",
+                a.dir.display(),
+                image.display(),
+                image.display()
+            );
+            Ok(())
+        }
+        Some(sb) if sb.clean => {
+            println!(
+                "unmounted {}; {} is clean",
+                a.dir.display(),
+                image.display()
+            );
+            Ok(())
+        }
+        _ => Err(Failure::found(anyhow!(
+            "{}: the daemon exited without a clean unmount; the next mount will replay the log (see {log})",
+            image.display()
+        ))),
     }
-    println!(
-        "unmounted {}; {} is clean",
-        a.dir.display(),
-        image.display()
-    );
-    Ok(())
+}
+
+/// Unmounts `dir`: umount2 for root; fusermount3 for a user's own mount (made through it),
+/// which is the only way a user may unmount, as fusermount3 checks that the mount is theirs.
+fn unmount(dir: &Path) -> Result<(), Failure> {
+    let is_root = rustix::process::geteuid().is_root();
+    let direct = if is_root {
+        rustix::mount::unmount(dir, rustix::mount::UnmountFlags::empty())
+    } else {
+        Err(rustix::io::Errno::PERM)
+    };
+    match direct {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::PERM) => {
+            let out = std::process::Command::new("fusermount3")
+                .args(["-u", "--"])
+                .arg(dir)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .map_err(|e| {
+                    Failure::usage(anyhow!(
+                        "unmounting {}: only root or fusermount3 (package fuse3) can unmount, \
+                         and running fusermount3 failed: {e}",
+                        dir.display()
+                    ))
+                })?;
+            if out.status.success() {
+                return Ok(());
+            }
+            let said = String::from_utf8_lossy(&out.stderr);
+            Err(Failure::usage(anyhow!(
+                "unmounting {}: {}",
+                dir.display(),
+                said.trim()
+                    .trim_start_matches("fusermount3: ")
+                    .replace('\n', " ")
+            )))
+        }
+        Err(e) => Err(Failure::usage(anyhow!("unmounting {}: {e}", dir.display()))),
+    }
 }
