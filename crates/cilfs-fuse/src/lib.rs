@@ -4,7 +4,7 @@
 
 mod errno;
 
-pub use errno::errno;
+pub use errno::{errno, observe_errors, ErrorObserver};
 
 use cilfs_core::fs::types::{Cred, RenameFlags as CoreRename, SetAttr, SetTime};
 use cilfs_core::fs::xattr::XattrFlags;
@@ -244,7 +244,7 @@ fn name(n: &OsStr) -> &[u8] {
 }
 
 fn err(e: FsError) -> Errno {
-    errno(&e)
+    errno::replied(&e)
 }
 
 impl Filesystem for CilfsFuse {
@@ -253,7 +253,7 @@ impl Filesystem for CilfsFuse {
         let _ = config.add_capabilities(InitFlags::FUSE_DONT_MASK);
         // The kernel enforces ACLs (and turns default_permissions on) once we store them.
         if self.fs.options().acl && config.add_capabilities(InitFlags::FUSE_POSIX_ACL).is_err() {
-            eprintln!("cilfs: the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced");
+            tracing::warn!("the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced");
         }
         let _ = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);

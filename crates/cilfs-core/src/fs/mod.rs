@@ -77,6 +77,20 @@ pub enum AtimeMode {
     Strict,
 }
 
+/// Which changes are forced to the log before the operation returns (the `sync` and
+/// `dirsync` mount options); the rest become stable with the next checkpoint, fsync or sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    #[default]
+    None,
+    /// Every transaction that changes a directory (creates, links, unlinks, renames, and any
+    /// change of a directory's own attributes).
+    Dirs,
+    /// Every transaction. File data written into the page cache is not a transaction: the
+    /// kernel sends an fsync after each write on a `sync` mount (MS_SYNCHRONOUS).
+    All,
+}
+
 pub type Clock = Arc<dyn Fn() -> Timespec + Send + Sync>;
 /// Told of an inode whose attributes changed beyond what the reply to the operation shows.
 pub type AttrsChanged = Arc<dyn Fn(u64) + Send + Sync>;
@@ -117,6 +131,11 @@ pub struct FsOptions {
     pub holds_fsetid: Option<HoldsFsetid>,
     /// POSIX ACLs stored and inherited; without, their xattrs are refused [default on].
     pub acl: bool,
+    /// Whether a readdir moves the directory's atime as `atime` says (`diratime`), or never
+    /// (`nodiratime`) [default on].
+    pub diratime: bool,
+    /// Changes forced before the operation returns [default none].
+    pub sync: SyncMode,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -129,6 +148,8 @@ impl std::fmt::Debug for FsOptions {
             .field("atime", &self.atime)
             .field("lazytime", &self.lazytime)
             .field("acl", &self.acl)
+            .field("diratime", &self.diratime)
+            .field("sync", &self.sync)
             .finish()
     }
 }
@@ -161,6 +182,8 @@ impl Default for FsOptions {
             groups_of: None,
             holds_fsetid: None,
             acl: true,
+            diratime: true,
+            sync: SyncMode::None,
         }
     }
 }
@@ -289,16 +312,40 @@ impl Fs {
         st: &mut FsState,
         f: impl FnOnce(&mut FsTx<'_>, &mut HashMap<u64, InodeMem>) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
+        self.with_tx_sync(st, true, f)
+    }
+
+    /// `with_tx`; `may_force` false exempts it from `sync` and `dirsync` (an atime update is
+    /// no change: Linux's sync mounts leave it asynchronous too).
+    pub(crate) fn with_tx_sync<R>(
+        &self,
+        st: &mut FsState,
+        may_force: bool,
+        f: impl FnOnce(&mut FsTx<'_>, &mut HashMap<u64, InodeMem>) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<(R, u64)> {
         self.check_writable()?;
         self.trim_cache(st);
         let mut t = self.begin(st)?;
         match f(&mut t, &mut st.inodes) {
             Ok((r, touched)) => {
                 let seq = self.commit(st, t)?;
+                let force = may_force
+                    && match self.opts.sync {
+                        SyncMode::None => false,
+                        SyncMode::All => true,
+                        SyncMode::Dirs => touched
+                            .iter()
+                            .any(|i| st.inodes.get(i).is_some_and(|m| m.inode.is_dir())),
+                    };
                 for ino in touched {
                     if let Some(m) = st.inodes.get_mut(&ino) {
                         m.last_seq = m.last_seq.max(seq);
                     }
+                }
+                // Under the state lock, as the sync mount asks: the operation is not over
+                // until its change is on disk.
+                if force && seq > self.journal.completed_seq() {
+                    self.journal.force(seq)?;
                 }
                 Ok((r, seq))
             }

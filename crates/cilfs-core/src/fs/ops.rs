@@ -474,11 +474,11 @@ impl Fs {
 
     /// Directory entries from `cookie` on, "." and ".." first; each with the cookie that
     /// resumes after it. At most `max` entries, whole hash buckets only (at least one). Moves
-    /// the directory's atime as a read moves a file's.
+    /// the directory's atime as a read moves a file's, unless `nodiratime`.
     pub fn readdir(&self, ino: u64, cookie: u64, max: usize) -> FsResult<Vec<(DirEntry, u64)>> {
         self.op();
         let (out, touch) = self.readdir_shared(ino, cookie, max)?;
-        if touch {
+        if touch && self.opts.diratime {
             self.touch_atime(ino);
         }
         Ok(out)

@@ -2,9 +2,10 @@
 //! the background (a re-executed copy of this command in its own process group) once the mount
 //! is usable; `--foreground` stays attached. `cilfs unmount DIR` ends it cleanly.
 
+use super::daemon_log::{self, DaemonLog, Echo, QUIET};
 use super::mount_opts::{self, MountOpts};
 use crate::Failure;
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use cilfs_core::fs::{AtimeMode, Fs, FsOptions};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::Geometry;
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Image file or block device holding the filesystem
     image: PathBuf,
@@ -24,7 +25,8 @@ pub struct Args {
     dir: PathBuf,
     /// Mount options, comma separated: logbufs=2..8, logbsize=16k..256k, logdev=PATH,
     /// flush=reduced|legacy, iversion=lazy|eager, tsgran=1ms, data=ordered|writeback,
-    /// threads=N, cache=SIZE, writeback_cache, ro, allow_other
+    /// threads=N, cache=SIZE, writeback_cache, ro, allow_other, noatime|relatime|strictatime,
+    /// nodiratime, lazytime, sync, dirsync, and mount(8)'s standard ones (see the README)
     #[arg(short = 'o')]
     options: Vec<String>,
     /// Stay attached to the terminal instead of serving in the background
@@ -102,25 +104,9 @@ fn refuse_mount_point(dir: &Path) -> Result<(), Failure> {
     )))
 }
 
-/// Where the background daemon writes its messages.
-pub fn log_path(dir: &Path) -> PathBuf {
-    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let name: String = canon
-        .display()
-        .to_string()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    std::env::temp_dir().join(format!("cilfs-mount{name}.log"))
-}
-
 fn spawn_background(a: &Args) -> Result<(), Failure> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(Failure::usage)?;
-    let log = log_path(&a.dir);
-    let log_file = File::create(&log)
-        .with_context(|| format!("creating {}", log.display()))
-        .map_err(Failure::usage)?;
     let mut cmd = Command::new(exe);
     cmd.arg("mount")
         .arg(&a.image)
@@ -129,45 +115,53 @@ fn spawn_background(a: &Args) -> Result<(), Failure> {
     for o in &a.options {
         cmd.arg("-o").arg(o);
     }
+    // The daemon tells this process what it says while mounting, where it logs and when it is
+    // ready on stdout (see `Notify`); its stderr would outlive this reader, so it has none:
+    // everything it says later goes to its log.
     let mut child = cmd
         .env(NOTIFY_ENV, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(log_file)
+        .stderr(Stdio::null())
         // Its own process group: a ^C at the terminal that ran mount does not reach it.
         .process_group(0)
         .spawn()
         .map_err(Failure::usage)?;
-    let ready = child.stdout.take().map(|out| {
-        BufReader::new(out)
-            .lines()
-            .map_while(Result::ok)
-            .any(|l| l == "ready")
-    });
-    if ready == Some(true) {
-        // What the daemon said while mounting (a log recovered, or left unreplayed) is news
-        // for whoever mounted.
-        for l in std::fs::read_to_string(&log).unwrap_or_default().lines() {
-            eprintln!("{l}");
+    let mut said = Vec::new();
+    let mut log = None;
+    let mut ready = false;
+    if let Some(out) = child.stdout.take() {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(m) = l.strip_prefix("say ") {
+                said.push(m.to_string());
+            } else if let Some(w) = l.strip_prefix("log ") {
+                log = Some(w.to_string());
+            } else if l == "ready" {
+                ready = true;
+                break;
+            }
+        }
+    }
+    if ready {
+        // What the daemon said while mounting (a log recovered, or left unreplayed, a check
+        // owed) is news for whoever mounted.
+        for m in &said {
+            eprintln!("cilfs: {m}");
         }
         println!(
             "mounted {} on {} (unmount with: cilfs unmount {}; messages in {})",
             a.image.display(),
             a.dir.display(),
             a.dir.display(),
-            log.display()
+            log.as_deref().unwrap_or("the daemon's log")
         );
         return Ok(());
     }
     let status = child.wait().map_err(Failure::usage)?;
-    let msg = std::fs::read_to_string(&log).unwrap_or_default();
-    let last = msg
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("the mount daemon exited")
-        .trim_start_matches("cilfs: ")
-        .to_string();
+    let last = said
+        .last()
+        .cloned()
+        .unwrap_or_else(|| format!("the mount daemon exited ({status})"));
     Err(Failure {
         status: status.code().map_or(2, |c| c.clamp(1, 255) as u8),
         error: anyhow!(last),
@@ -209,12 +203,67 @@ pub fn refuse_mounted(path: &Path, doing: &str) -> Result<Option<File>, Failure>
     }
 }
 
+/// Writes one line of the protocol the background daemon speaks to the `cilfs mount` that
+/// started it (`say MESSAGE`, `log WHERE`, `ready`). Errors are ignored: that process may be
+/// gone, and it is only told.
+fn notify(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     // First, while this is the only thread: every thread started later inherits the blocked
     // stop signals, which the stopper's thread alone takes.
     let stop = super::daemon::Stopper::install().map_err(Failure::usage)?;
     // Resolved now: once mounted, resolving it would ask the session, which serves only later.
     let mount_point = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
+    let background = std::env::var_os(NOTIFY_ENV).is_some();
+    let echo = if background {
+        Echo::Notify
+    } else {
+        Echo::Stderr
+    };
+    let log = match daemon_log::install(&mount_point, echo) {
+        Ok(l) => l,
+        Err(e) => {
+            if background {
+                notify(&format!("say {e}"));
+            }
+            return Err(Failure::usage(e));
+        }
+    };
+    // Named absolutely in what the log says, wherever the daemon was started from.
+    let a = &Args {
+        image: std::fs::canonicalize(&a.image).unwrap_or_else(|_| a.image.clone()),
+        ..a.clone()
+    };
+    tracing::info!(
+        target: QUIET,
+        "mounting {} on {} (options: {})",
+        a.image.display(),
+        mount_point.display(),
+        if a.options.is_empty() { "none".to_string() } else { a.options.join(",") }
+    );
+    let r = serve_logged(a, opts, &stop, &mount_point, &log);
+    if let Err(f) = &r {
+        // Logged once: on a terminal main prints it, so the echo stops first; the background
+        // mount's starter hears it through the echo.
+        if log.echoes_to_stderr() {
+            log.stop_echo();
+        }
+        tracing::error!("{}", crate::one_line(&f.error));
+    }
+    r
+}
+
+fn serve_logged(
+    a: &Args,
+    opts: &MountOpts,
+    stop: &super::daemon::Stopper,
+    mount_point: &Path,
+    dlog: &DaemonLog,
+) -> Result<(), Failure> {
     let _lock = lock_image(&a.image, false)
         .map_err(Failure::usage)?
         .ok_or_else(|| {
@@ -281,25 +330,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         Journal::open(data, logdev, cfg)
     }
     .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
-    let r = journal.recovery_report().clone();
-    if r.checkpoints_skipped > 0 {
-        eprintln!(
-            "cilfs: {}: norecovery: the log was not replayed ({} checkpoints): files are as \
-             written in place, possibly older than the log and inconsistent",
-            a.image.display(),
-            r.checkpoints_skipped
-        );
-    } else if !r.was_clean {
-        eprintln!(
-            "cilfs: {}: recovered the log: {} checkpoints replayed{}",
-            a.image.display(),
-            r.checkpoints_replayed,
-            r.torn
-                .as_deref()
-                .map(|t| format!(", {t}"))
-                .unwrap_or_default()
-        );
-    }
+    log_recovery(&a.image, &journal);
     let invalidator = cilfs_fuse::AttrInvalidator::default();
     let fs_opts = FsOptions {
         attrs_changed: Some(invalidator.hook()),
@@ -308,6 +339,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     };
     let fs = Fs::open(Arc::clone(&journal), fs_opts)
         .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    observe_errors(&a.image, &journal, opts.ro);
     let mut mo = vec![
         MountOption::FSName(
             std::fs::canonicalize(&a.image)
@@ -315,7 +347,10 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
                 .display()
                 .to_string(),
         ),
-        MountOption::Subtype("cilfs".into()),
+        // As a kernel option, not MountOption::Subtype: fuser's own mount(2) leaves that out
+        // and the mount table would say "fuse" (the kernel's fuse takes `subtype=` since
+        // 5.x's fs_context, and fusermount3 takes it as its own option).
+        MountOption::CUSTOM("subtype=cilfs".into()),
         MountOption::DefaultPermissions,
         // Without Dev and Suid fuser's mount sets nodev,nosuid; cilfs's defaults are mount(8)'s.
         if opts.dev {
@@ -344,6 +379,14 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     if opts.atime == AtimeMode::Never {
         mo.push(MountOption::NoAtime);
     }
+    // `sync` also makes the kernel send an fsync after every write; directory changes are
+    // forced by the core for both.
+    if opts.sync {
+        mo.push(MountOption::Sync);
+    }
+    if opts.dirsync {
+        mo.push(MountOption::DirSync);
+    }
     let mut config = Config::default();
     config.mount_options = mo;
     config.acl = if opts.allow_other {
@@ -364,7 +407,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         &a.dir,
         &config,
     )
-    .map_err(|e| Failure::usage(anyhow!("mounting on {}: {e}", a.dir.display())))?;
+    .map_err(|e| Failure::usage(mount_error(&a.dir, e)))?;
     invalidator.connect(session.notifier());
     // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
     // that fails, dropping the session unmounts.
@@ -374,23 +417,26 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
             a.image.display()
         ))
     })?;
-    stop.mounted(&mount_point);
+    stop.mounted(mount_point);
     let _ = super::daemon::sd_notify(&format!(
         "READY=1\nSTATUS=serving {} on {}",
         a.image.display(),
         a.dir.display()
     ));
+    let serving = format!(
+        "serving {} on {} (unmount with: cilfs unmount {})",
+        a.image.display(),
+        mount_point.display(),
+        a.dir.display()
+    );
     if std::env::var_os(NOTIFY_ENV).is_some() {
-        let mut out = std::io::stdout();
-        let _ = writeln!(out, "ready");
-        let _ = out.flush();
+        // The starter prints its own line, then leaves: nobody reads the pipe after "ready".
+        dlog.stop_echo();
+        tracing::info!("{serving}");
+        notify(&format!("log {}", dlog.destination));
+        notify("ready");
     } else {
-        eprintln!(
-            "cilfs: serving {} on {} (unmount with: cilfs unmount {})",
-            a.image.display(),
-            a.dir.display(),
-            a.dir.display()
-        );
+        tracing::info!("{serving}");
     }
     // File data waits in the page cache like in a kernel's: written back every 30 s (and at
     // fsync, sync and unmount, and under memory pressure).
@@ -402,7 +448,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
                 std::thread::sleep(std::time::Duration::from_secs(30));
                 let Some(fs) = fs.upgrade() else { return };
                 if let Err(e) = fs.writeback_all() {
-                    eprintln!("cilfs: periodic write back failed: {e}");
+                    tracing::error!("periodic write back failed: {e}");
                 }
             })
     };
@@ -410,6 +456,7 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
     drop(flusher);
     // Unmounted (or the connection was aborted): make everything stable and leave a clean log.
     let unmounted = fs.unmount();
+    let needs_check = journal.superblock().needs_check;
     drop(fs);
     drop(journal);
     if let Err(e) = served {
@@ -418,5 +465,126 @@ fn serve(a: &Args, opts: &MountOpts) -> Result<(), Failure> {
         )));
     }
     unmounted.map_err(|e| Failure::usage(anyhow!("clean unmount failed: {e}")))?;
+    if needs_check && !opts.ro {
+        tracing::warn!(
+            "{} unmounted from {}: clean, but it needs a check (a corrupt metadata block was \
+             met): run cilfs check {}",
+            a.image.display(),
+            mount_point.display(),
+            a.image.display()
+        );
+    } else {
+        tracing::info!(
+            "{} unmounted from {}: clean",
+            a.image.display(),
+            mount_point.display()
+        );
+    }
     Ok(())
+}
+
+/// What recovery found and did, for the log (and, when it replayed or skipped anything, for
+/// the person mounting).
+fn log_recovery(image: &Path, journal: &Journal) {
+    let r = journal.recovery_report();
+    let image = image.display();
+    if r.checkpoints_skipped > 0 {
+        tracing::warn!(
+            "{image}: norecovery: the log was not replayed ({} checkpoints): files are as \
+             written in place, possibly older than the log and inconsistent",
+            r.checkpoints_skipped
+        );
+    } else if !r.was_clean {
+        tracing::info!(
+            "{image}: recovered the log: {} checkpoints replayed ({} block images written, {} \
+             cancelled, {} older than the disk's; log tail {}, head {}){}",
+            r.checkpoints_replayed,
+            r.replay.items_replayed,
+            r.replay.items_cancelled,
+            r.replay.items_newer_on_disk,
+            r.tail,
+            r.head,
+            r.torn
+                .as_deref()
+                .map(|t| format!(", torn end at {t}"))
+                .unwrap_or_default()
+        );
+    } else {
+        tracing::info!(target: QUIET, "{image}: the log was clean: nothing to replay");
+    }
+    if journal.superblock().needs_check {
+        tracing::warn!(
+            "{image}: an earlier mount met a corrupt metadata block: the filesystem needs a \
+             check (unmount it, then cilfs check {image})"
+        );
+    }
+}
+
+/// Logs every corruption (with its block) and every IO error a request met, and marks the
+/// superblock as needing a check at the first corruption (a read-only mount keeps the mark
+/// in memory only: it writes nothing). Each corrupt block is logged once per mount.
+fn observe_errors(image: &Path, journal: &Arc<Journal>, read_only: bool) {
+    use cilfs_core::fs::FsError;
+    use cilfs_core::journal::JournalError;
+    let image = image.display().to_string();
+    let journal = Arc::downgrade(journal);
+    let seen = parking_lot::Mutex::new(std::collections::HashSet::new());
+    cilfs_fuse::observe_errors(Box::new(move |e| {
+        let blkno = match e {
+            FsError::Corrupt { blkno, .. }
+            | FsError::Journal(JournalError::BlockOutOfRange { blkno, .. }) => *blkno,
+            FsError::Device(_) | FsError::Journal(JournalError::Device(_)) => {
+                tracing::error!("{image}: I/O error: {e}");
+                return;
+            }
+            _ => return,
+        };
+        if !seen.lock().insert(blkno) {
+            return;
+        }
+        tracing::error!(block = blkno, "{image}: corruption: {e}");
+        let Some(j) = journal.upgrade() else { return };
+        match j.mark_needs_check() {
+            Ok(true) if read_only => tracing::warn!(
+                "{image} needs a check (cilfs check {image}); a read-only mount does not record it"
+            ),
+            Ok(true) => tracing::warn!(
+                "{image} is marked as needing a check: run cilfs check {image} once unmounted"
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!("{image}: cannot mark the superblock as needing a check: {e}")
+            }
+        }
+    }));
+}
+
+/// Why the FUSE mount could not be made, with what to do when it is the usual obstacle: no
+/// /dev/fuse, or one a user may not open (fuser opens it before trying mount(2) and then
+/// fusermount3, so only root gets past a /dev/fuse without read-write access for others).
+fn mount_error(dir: &Path, e: std::io::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let text = text.trim();
+    let fuse = Path::new("/dev/fuse");
+    let is_root = rustix::process::geteuid().is_root();
+    if !fuse.exists() {
+        return anyhow!(
+            "mounting on {}: {text}: /dev/fuse does not exist: load the fuse module (modprobe \
+             fuse), or give the container the device",
+            dir.display()
+        );
+    }
+    let opens = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(fuse);
+    if let (false, Err(o)) = (is_root, opens) {
+        return anyhow!(
+            "mounting on {}: cannot open /dev/fuse ({o}): a mount by a user needs /dev/fuse \
+             readable and writable by that user (mode 0666, as the fuse3 package's udev rule \
+             sets it); ask an administrator to chmod 0666 /dev/fuse, or mount as root",
+            dir.display()
+        );
+    }
+    anyhow!("mounting on {}: {}", dir.display(), text.replace('\n', " "))
 }
