@@ -3,6 +3,7 @@
 //! [`errno::errno`] only. No filesystem logic lives here.
 
 mod errno;
+pub mod native;
 
 pub use errno::{errno, observe_errors, ErrorObserver};
 

@@ -12,4 +12,5 @@ pub mod mkfs;
 pub mod mount;
 pub mod mount_opts;
 pub mod stat;
+pub mod transport;
 pub mod unmount;

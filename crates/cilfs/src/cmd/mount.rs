@@ -331,9 +331,9 @@ fn serve_logged(
     }
     .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
     log_recovery(&a.image, &journal);
-    let invalidator = cilfs_fuse::AttrInvalidator::default();
+    let invalidator = super::transport::Invalidator::default();
     let fs_opts = FsOptions {
-        attrs_changed: Some(invalidator.hook()),
+        attrs_changed: Some(invalidator.hook(opts.transport)),
         holds_fsetid: Some(Arc::new(cilfs_fuse::holds_fsetid)),
         ..opts.fs_options()
     };
@@ -402,13 +402,22 @@ fn serve_logged(
             sig.as_str()
         )));
     }
-    let session = fuser::Session::new(
-        cilfs_fuse::CilfsFuse::new(Arc::clone(&fs), opts.writeback_cache),
-        &a.dir,
-        &config,
-    )
-    .map_err(|e| Failure::usage(mount_error(&a.dir, e)))?;
-    invalidator.connect(session.notifier());
+    use super::transport::{Session, Transport};
+    let session = match opts.transport {
+        Transport::Fuser => {
+            let session = fuser::Session::new(
+                cilfs_fuse::CilfsFuse::new(Arc::clone(&fs), opts.writeback_cache),
+                &a.dir,
+                &config,
+            )
+            .map_err(|e| Failure::usage(mount_error(&a.dir, e)))?;
+            invalidator.fuser.connect(session.notifier());
+            Session::Fuser(session)
+        }
+        Transport::Native => {
+            super::transport::mount_native(&a.image, &a.dir, opts, &fs, &invalidator)?
+        }
+    };
     // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
     // that fails, dropping the session unmounts.
     gate.release().map_err(|e| {
@@ -452,7 +461,7 @@ fn serve_logged(
                 }
             })
     };
-    let served = session.run();
+    let served = session.run(&fs, opts);
     drop(flusher);
     // Unmounted (or the connection was aborted): make everything stable and leave a clean log.
     let unmounted = fs.unmount();

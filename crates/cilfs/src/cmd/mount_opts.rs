@@ -38,6 +38,8 @@ pub struct MountOpts {
     /// `dirsync`: every change of a directory.
     pub sync: bool,
     pub dirsync: bool,
+    /// `transport=fuser` (the default) or `transport=native`: which FUSE implementation serves.
+    pub transport: super::transport::Transport,
 }
 
 impl Default for MountOpts {
@@ -65,6 +67,7 @@ impl Default for MountOpts {
             diratime: true,
             sync: false,
             dirsync: false,
+            transport: super::transport::Transport::Fuser,
         }
     }
 }
@@ -233,7 +236,8 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.dirsync = true;
             }
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync)")),
+            "transport" => o.transport = super::transport::Transport::parse(need()?)?,
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, transport)")),
         }
     }
     Ok(o)

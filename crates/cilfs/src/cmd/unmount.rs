@@ -49,8 +49,10 @@ pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
 pub fn mounted_image(dir: &Path) -> Option<PathBuf> {
     mounts_on(dir).into_iter().rev().find_map(|m| {
         // The pure-Rust mount reports the type as "fuse"; the source is the image path.
-        let ours =
-            m.fstype == "fuse.cilfs" || (m.fstype == "fuse" && Path::new(&m.source).exists());
+        // fuseblk.cilfs: the native transport's mount of an image on a block device.
+        let ours = m.fstype == "fuse.cilfs"
+            || m.fstype == "fuseblk.cilfs"
+            || (m.fstype == "fuse" && Path::new(&m.source).exists());
         ours.then(|| PathBuf::from(m.source))
     })
 }

@@ -1,0 +1,674 @@
+//! One decoded request in, one encoded answer out: each opcode translated to the `Fs` call the
+//! fuser adapter (`lib.rs`) makes for it, with the same arguments, lifetimes and errno rules,
+//! so that both transports serve the same filesystem. Errors become errno values in
+//! `errno.rs` only.
+
+use super::super::{errno, stats_text, STATS_XATTR, TTL};
+use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
+use cilfs_core::fs::xattr::XattrFlags;
+use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
+use cilfs_fuse_proto::flags::{fattr, write as write_flags};
+use cilfs_fuse_proto::{
+    dirent_type, AttrOut, Dirents, DirentsPlus, EntryOut, Errno, InHeader, Kstatfs, Op, OpenOut,
+    Reply, Request, ROOT_ID,
+};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What a request gets back.
+#[derive(Debug)]
+pub enum Answer {
+    /// FORGET, BATCH_FORGET, INTERRUPT, NOTIFY_REPLY: the kernel waits for nothing.
+    Nothing,
+    Reply(Reply),
+    /// READ, READLINK and xattr values: the header and the bytes go out in one writev, without
+    /// copying a megabyte of READ data behind a header.
+    Data {
+        unique: u64,
+        data: Vec<u8>,
+    },
+}
+
+/// The state the answers need beyond the filesystem: who opened each file handle.
+#[derive(Debug)]
+pub struct Dispatcher {
+    fs: Arc<Fs>,
+    /// Who opened each file handle: a write the kernel sends from its page cache (a shared
+    /// writable mmap, or any write with writeback_cache) carries the flusher's credentials,
+    /// not the writer's, and the set-user-ID rules must judge the writer (as in lib.rs).
+    openers: Mutex<HashMap<u64, Cred>>,
+    next_fh: AtomicU64,
+}
+
+fn cred(h: &InHeader) -> Cred {
+    Cred {
+        uid: h.uid,
+        gid: h.gid,
+        pid: h.pid,
+        umask: 0,
+    }
+}
+
+/// The caller of a create, with the umask the kernel passed along (FUSE_DONT_MASK: ours to
+/// apply, since a directory's default ACL replaces it).
+fn creator(h: &InHeader, umask: u32) -> Cred {
+    Cred { umask, ..cred(h) }
+}
+
+fn kind_bits(k: FileType) -> u32 {
+    match k {
+        FileType::Regular => libc::S_IFREG,
+        FileType::Directory => libc::S_IFDIR,
+        FileType::Symlink => libc::S_IFLNK,
+        FileType::Fifo => libc::S_IFIFO,
+        FileType::Socket => libc::S_IFSOCK,
+        FileType::CharDevice => libc::S_IFCHR,
+        FileType::BlockDevice => libc::S_IFBLK,
+    }
+}
+
+/// Seconds as the kernel reads them: a signed count stored in a u64 (two's complement for
+/// times before 1970).
+fn secs(t: Timespec) -> u64 {
+    t.sec as u64
+}
+
+fn wire_attr(a: &Attr) -> cilfs_fuse_proto::Attr {
+    cilfs_fuse_proto::Attr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.blocks_512,
+        atime: secs(a.atime),
+        mtime: secs(a.mtime),
+        ctime: secs(a.ctime),
+        atimensec: a.atime.nsec,
+        mtimensec: a.mtime.nsec,
+        ctimensec: a.ctime.nsec,
+        mode: kind_bits(a.kind) | u32::from(a.perm),
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        // The kernel's fuse_attr carries 32 bits of device number, as fuser sends it.
+        rdev: a.rdev as u32,
+        blksize: a.blksize,
+        flags: 0,
+    }
+}
+
+/// Entry and attribute lifetimes: lib.rs's, so that both transports cache alike.
+fn entry_out(a: &Attr) -> EntryOut {
+    EntryOut {
+        nodeid: a.ino,
+        generation: 0,
+        entry_valid: TTL.as_secs(),
+        attr_valid: TTL.as_secs(),
+        entry_valid_nsec: TTL.subsec_nanos(),
+        attr_valid_nsec: TTL.subsec_nanos(),
+        attr: wire_attr(a),
+    }
+}
+
+fn attr_out(a: &Attr) -> AttrOut {
+    AttrOut {
+        attr_valid: TTL.as_secs(),
+        attr_valid_nsec: TTL.subsec_nanos(),
+        dummy: 0,
+        attr: wire_attr(a),
+    }
+}
+
+/// A time the kernel sent (seconds as a signed count in a u64, nanoseconds below 1e9 from any
+/// honest kernel; carried over if not, as SystemTime arithmetic would).
+fn time_in(sec: u64, nsec: u32) -> Timespec {
+    let carry = i64::from(nsec / 1_000_000_000);
+    Timespec {
+        sec: (sec as i64).saturating_add(carry),
+        nsec: nsec % 1_000_000_000,
+    }
+}
+
+/// An errno for the reply; `errno()` maps only to values the kernel accepts, so the fallback
+/// is never taken in practice.
+fn code(e: i32) -> Errno {
+    Errno::new(e).unwrap_or(Errno::EIO)
+}
+
+fn fs_error(unique: u64, e: FsError) -> Answer {
+    Answer::Reply(Reply::error(unique, code(errno::replied(&e).code())))
+}
+
+fn fail(unique: u64, e: i32) -> Answer {
+    Answer::Reply(Reply::error(unique, code(e)))
+}
+
+fn empty(unique: u64, r: Result<(), FsError>) -> Answer {
+    match r {
+        Ok(()) => Answer::Reply(Reply::empty(unique)),
+        Err(e) => fs_error(unique, e),
+    }
+}
+
+fn entry(unique: u64, r: Result<Attr, FsError>) -> Answer {
+    match r {
+        Ok(a) => Answer::Reply(Reply::entry(unique, &entry_out(&a))),
+        Err(e) => fs_error(unique, e),
+    }
+}
+
+/// GETXATTR and LISTXATTR's size rules: size 0 asks for the length, a value longer than the
+/// caller's buffer is ERANGE.
+fn sized(unique: u64, size: u32, v: Vec<u8>) -> Answer {
+    if size == 0 {
+        match u32::try_from(v.len()) {
+            Ok(n) => Answer::Reply(Reply::xattr_size(unique, n)),
+            Err(_) => fail(unique, libc::E2BIG),
+        }
+    } else if v.len() > size as usize {
+        fail(unique, libc::ERANGE)
+    } else {
+        Answer::Data { unique, data: v }
+    }
+}
+
+impl Dispatcher {
+    pub fn new(fs: Arc<Fs>) -> Dispatcher {
+        Dispatcher {
+            fs,
+            openers: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+        }
+    }
+
+    /// A new file handle, remembering who opened it until its release.
+    fn file_handle(&self, opener: Cred) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.openers.lock().insert(fh, opener);
+        fh
+    }
+
+    fn opened(&self, fh: u64) -> OpenOut {
+        OpenOut {
+            fh,
+            open_flags: 0,
+            backing_id: 0,
+        }
+    }
+
+    /// The caller a write is judged as: the opener of its handle for a write from the page
+    /// cache, the caller otherwise (Linux judges the writing task, not the opener).
+    fn writer(&self, h: &InHeader, fh: u64, flags: u32) -> Cred {
+        if flags & write_flags::CACHE != 0 {
+            if let Some(c) = self.openers.lock().get(&fh) {
+                return *c;
+            }
+        }
+        cred(h)
+    }
+
+    /// Answers one request (INIT excepted: the session negotiates it before serving).
+    pub fn answer(&self, req: &Request<'_>) -> Answer {
+        let h = &req.header;
+        let u = h.unique;
+        let ino = h.nodeid;
+        let fs = &*self.fs;
+        match &req.op {
+            Op::Forget(_) | Op::BatchForget(_) | Op::NotifyReply { .. } => Answer::Nothing,
+            // Nothing here blocks on the caller, so an interrupted request simply finishes;
+            // the kernel needs no answer to the INTERRUPT itself.
+            Op::Interrupt(_) => Answer::Nothing,
+            Op::Lookup { name } => entry(u, fs.lookup(ino, name.as_bytes())),
+            Op::Getattr(_) => match fs.getattr(ino) {
+                Ok(a) => Answer::Reply(Reply::attr(u, &attr_out(&a))),
+                Err(e) => fs_error(u, e),
+            },
+            Op::Setattr(s) => {
+                let has = |bit: u32| s.valid & bit != 0;
+                let time = |set: u32, now: u32, sec: u64, nsec: u32| {
+                    has(set).then(|| {
+                        if has(now) {
+                            SetTime::Now
+                        } else {
+                            SetTime::At(time_in(sec, nsec))
+                        }
+                    })
+                };
+                let sa = SetAttr {
+                    mode: has(fattr::MODE).then_some(s.mode),
+                    uid: has(fattr::UID).then_some(s.uid),
+                    gid: has(fattr::GID).then_some(s.gid),
+                    size: has(fattr::SIZE).then_some(s.size),
+                    atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
+                    mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
+                };
+                match fs.setattr(cred(h), ino, sa) {
+                    Ok(a) => Answer::Reply(Reply::attr(u, &attr_out(&a))),
+                    Err(e) => fs_error(u, e),
+                }
+            }
+            Op::Readlink => match fs.readlink(ino) {
+                Ok(t) => Answer::Data { unique: u, data: t },
+                Err(e) => fs_error(u, e),
+            },
+            // The first name is the new entry's, the second the link's target.
+            Op::Symlink { name, target } => entry(
+                u,
+                fs.symlink(cred(h), ino, name.as_bytes(), target.as_bytes()),
+            ),
+            Op::Mknod { arg, name } => entry(
+                u,
+                fs.mknod(
+                    creator(h, arg.umask),
+                    ino,
+                    name.as_bytes(),
+                    arg.mode,
+                    u64::from(arg.rdev),
+                ),
+            ),
+            Op::Mkdir { arg, name } => entry(
+                u,
+                fs.mkdir(creator(h, arg.umask), ino, name.as_bytes(), arg.mode),
+            ),
+            Op::Unlink { name } => empty(u, fs.unlink(ino, name.as_bytes())),
+            Op::Rmdir { name } => empty(u, fs.rmdir(ino, name.as_bytes())),
+            Op::Rename { arg, name, newname } => self.rename(u, ino, name, arg.newdir, newname, 0),
+            Op::Rename2 { arg, name, newname } => {
+                self.rename(u, ino, name, arg.newdir, newname, arg.flags)
+            }
+            Op::Link { arg, newname } => entry(u, fs.link(arg.oldnodeid, ino, newname.as_bytes())),
+            Op::Open(_) => match fs.open_inode(ino) {
+                Ok(_) => {
+                    let fh = self.file_handle(cred(h));
+                    Answer::Reply(Reply::open(u, &self.opened(fh)))
+                }
+                Err(e) => fs_error(u, e),
+            },
+            Op::Read(r) => {
+                // The open file's flags: O_NOATIME (the kernel let only the owner or root set it).
+                let touch_atime = r.flags as i32 & libc::O_NOATIME == 0;
+                match fs.read_opts(ino, r.offset, r.size, touch_atime) {
+                    Ok(data) => Answer::Data { unique: u, data },
+                    Err(e) => fs_error(u, e),
+                }
+            }
+            Op::Write { arg, data } => {
+                let who = self.writer(h, arg.fh, arg.write_flags);
+                match fs.write(who, ino, arg.offset, data) {
+                    // At most max_write bytes came, so the count fits.
+                    Ok(n) => Answer::Reply(Reply::write(u, n as u32)),
+                    Err(e) => fs_error(u, e),
+                }
+            }
+            Op::Statfs => {
+                let s = fs.statfs();
+                Answer::Reply(Reply::statfs(
+                    u,
+                    &Kstatfs {
+                        blocks: s.blocks,
+                        bfree: s.bfree,
+                        bavail: s.bavail,
+                        files: s.files,
+                        ffree: s.ffree,
+                        bsize: s.bsize,
+                        namelen: s.namelen,
+                        frsize: s.bsize,
+                        ..Kstatfs::default()
+                    },
+                ))
+            }
+            Op::Release(r) => {
+                self.openers.lock().remove(&r.fh);
+                empty(u, fs.release_inode(ino))
+            }
+            Op::Releasedir(_) => empty(u, fs.release_inode(ino)),
+            Op::Fsync(_) | Op::Fsyncdir(_) => empty(u, fs.fsync(ino)),
+            // ENOSYS, as lib.rs answers: the kernel then sends no FLUSH again on this mount,
+            // and nothing is owed at close (see lib.rs's flush).
+            Op::Flush(_) => fail(u, libc::ENOSYS),
+            Op::Setxattr { arg, name, value } => {
+                let flags = arg.flags as i32;
+                let f = XattrFlags {
+                    create: flags & libc::XATTR_CREATE != 0,
+                    replace: flags & libc::XATTR_REPLACE != 0,
+                };
+                empty(
+                    u,
+                    fs.set_xattr_as(cred(h), ino, name.as_bytes(), Some(value), f),
+                )
+            }
+            Op::Getxattr { arg, name } => {
+                let r = if ino == ROOT_ID && name.as_bytes() == STATS_XATTR {
+                    Ok(stats_text(fs))
+                } else {
+                    fs.getxattr(ino, name.as_bytes())
+                };
+                match r {
+                    Ok(v) => sized(u, arg.size, v),
+                    Err(e) => fs_error(u, e),
+                }
+            }
+            Op::Listxattr(arg) => match fs.listxattr(ino) {
+                Ok(names) => {
+                    let mut buf = Vec::new();
+                    for n in names {
+                        buf.extend_from_slice(&n);
+                        buf.push(0);
+                    }
+                    sized(u, arg.size, buf)
+                }
+                Err(e) => fs_error(u, e),
+            },
+            Op::Removexattr { name } => empty(
+                u,
+                fs.set_xattr_as(cred(h), ino, name.as_bytes(), None, XattrFlags::default()),
+            ),
+            Op::Opendir(_) => match fs.open_inode(ino) {
+                Ok(a) if a.kind == FileType::Directory => {
+                    Answer::Reply(Reply::open(u, &self.opened(0)))
+                }
+                Ok(_) => {
+                    let _ = fs.release_inode(ino);
+                    fail(u, libc::ENOTDIR)
+                }
+                Err(e) => fs_error(u, e),
+            },
+            Op::Readdir(r) => match fs.readdir(ino, r.offset, 128) {
+                Ok(entries) => {
+                    let mut out = Dirents::new(r.size);
+                    for (e, next) in entries {
+                        let typ = dirent_type(kind_bits(e.kind));
+                        match out.push(e.ino, next, typ, &e.name) {
+                            Ok(true) => {}
+                            Ok(false) => break,
+                            // A name the kernel would refuse the whole listing for (the core
+                            // stores none): left out, the listing goes on.
+                            Err(_) => continue,
+                        }
+                    }
+                    match Reply::dirents(u, &out) {
+                        Ok(r) => Answer::Reply(r),
+                        Err(_) => fail(u, libc::EIO),
+                    }
+                }
+                Err(e) => fs_error(u, e),
+            },
+            Op::Readdirplus(r) => match fs.readdir(ino, r.offset, 64) {
+                Ok(entries) => {
+                    let mut out = DirentsPlus::new(r.size);
+                    for (e, next) in entries {
+                        let Ok(a) = fs.getattr(e.ino) else {
+                            continue;
+                        };
+                        let typ = dirent_type(kind_bits(e.kind));
+                        match out.push(&entry_out(&a), e.ino, next, typ, &e.name) {
+                            Ok(true) => {}
+                            Ok(false) => break,
+                            Err(_) => continue,
+                        }
+                    }
+                    match Reply::dirents_plus(u, &out) {
+                        Ok(r) => Answer::Reply(r),
+                        Err(_) => fail(u, libc::EIO),
+                    }
+                }
+                Err(e) => fs_error(u, e),
+            },
+            // Permission bits are checked by the kernel (default_permissions); this answers
+            // existence.
+            Op::Access(_) => empty(u, fs.getattr(ino).map(|_| ())),
+            Op::Create { arg, name } => {
+                let r = fs
+                    .mknod(creator(h, arg.umask), ino, name.as_bytes(), arg.mode, 0)
+                    .and_then(|a| fs.open_inode(a.ino));
+                match r {
+                    Ok(a) => {
+                        let fh = self.file_handle(cred(h));
+                        Answer::Reply(Reply::create(u, &entry_out(&a), &self.opened(fh)))
+                    }
+                    Err(e) => fs_error(u, e),
+                }
+            }
+            Op::Fallocate(f) => {
+                let mode = f.mode as i32;
+                let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+                if mode & !known != 0 {
+                    return fail(u, libc::EOPNOTSUPP);
+                }
+                let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+                let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+                empty(
+                    u,
+                    fs.fallocate(cred(h), ino, f.offset, f.length, keep, punch),
+                )
+            }
+            Op::Lseek(l) => {
+                let data = match l.whence as i32 {
+                    libc::SEEK_DATA => true,
+                    libc::SEEK_HOLE => false,
+                    _ => return fail(u, libc::EINVAL),
+                };
+                // A negative offset lies outside the file, as past its end: ENXIO, as Linux
+                // filesystems answer (iomap_seek_data/hole).
+                if (l.offset as i64) < 0 {
+                    return fail(u, libc::ENXIO);
+                }
+                match fs.seek(ino, l.offset, data) {
+                    Ok(o) => Answer::Reply(Reply::lseek(u, o)),
+                    Err(e) => fs_error(u, e),
+                }
+            }
+            // syncfs(2) and sync(2), where the kernel passes them on: every dirty page written
+            // back and the journal forced, so that what was synced survives a crash.
+            Op::Syncfs(_) => empty(u, fs.sync()),
+            // Unmounting: everything is made stable when the session ends.
+            Op::Destroy => Answer::Reply(Reply::empty(u)),
+            // A second INIT after the handshake is the kernel's mistake, answered as fuser does.
+            Op::Init(_) => fail(u, libc::EIO),
+            // What fuser answers for the callbacks lib.rs leaves at their default: the kernel
+            // then handles locks locally, falls back from STATX to GETATTR and from
+            // COPY_FILE_RANGE to reads and writes.
+            Op::Getlk(_)
+            | Op::Setlk(_)
+            | Op::Setlkw(_)
+            | Op::Bmap(_)
+            | Op::Ioctl { .. }
+            | Op::Poll(_)
+            | Op::CopyFileRange(_)
+            | Op::CopyFileRange64(_)
+            | Op::Tmpfile { .. }
+            | Op::Statx(_)
+            | Op::Unsupported { .. }
+            | Op::Unknown { .. } => fail(u, libc::ENOSYS),
+        }
+    }
+
+    fn rename(
+        &self,
+        u: u64,
+        parent: u64,
+        name: &std::ffi::OsStr,
+        newparent: u64,
+        newname: &std::ffi::OsStr,
+        flags: u32,
+    ) -> Answer {
+        let (noreplace, exchange) = (libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE);
+        if flags & !(noreplace | exchange) != 0 {
+            return fail(u, libc::EINVAL);
+        }
+        let f = RenameFlags {
+            noreplace: flags & noreplace != 0,
+            exchange: flags & exchange != 0,
+        };
+        empty(
+            u,
+            self.fs
+                .rename(parent, name.as_bytes(), newparent, newname.as_bytes(), f),
+        )
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_before_1970_travel_as_twos_complement() {
+        let t = Timespec { sec: -2, nsec: 500 };
+        assert_eq!(secs(t), u64::MAX - 1);
+        assert_eq!(time_in(secs(t), 500), t);
+        // An out-of-range nanosecond count carries into the seconds.
+        assert_eq!(time_in(5, 2_000_000_001), Timespec { sec: 7, nsec: 1 });
+    }
+
+    #[test]
+    fn xattr_size_rules() {
+        let v = b"value".to_vec();
+        assert!(matches!(sized(9, 0, v.clone()),
+            Answer::Reply(r) if r == Reply::xattr_size(9, 5)));
+        assert!(matches!(sized(9, 4, v.clone()),
+            Answer::Reply(r) if r == Reply::error(9, Errno::ERANGE)));
+        assert!(matches!(sized(9, 5, v.clone()),
+            Answer::Data { unique: 9, data } if data == v));
+    }
+
+    #[test]
+    fn modes_carry_the_file_type() {
+        for (k, bits) in [
+            (FileType::Regular, 0o100000),
+            (FileType::Directory, 0o040000),
+            (FileType::Symlink, 0o120000),
+            (FileType::Fifo, 0o010000),
+            (FileType::Socket, 0o140000),
+            (FileType::CharDevice, 0o020000),
+            (FileType::BlockDevice, 0o060000),
+        ] {
+            assert_eq!(kind_bits(k), bits);
+        }
+        assert_eq!(
+            dirent_type(kind_bits(FileType::Directory)),
+            libc::DT_DIR as u32
+        );
+    }
+
+    /// An Fs over a simulated disk whose volatile cache a crash can drop.
+    mod sim {
+        use cilfs_core::format::superblock::SbLog;
+        use cilfs_core::fs::{mkfs, Fs, FsOptions};
+        use cilfs_core::journal::{Journal, JournalConfig, PushMode};
+        use cilfs_core::log::{FlushPolicy, LogConfig};
+        use cilfs_core::mkfs::{write_filesystem, Layout};
+        use cilfs_device::{Device, SimDevice};
+        use std::sync::Arc;
+
+        fn jcfg() -> JournalConfig {
+            JournalConfig {
+                log: LogConfig {
+                    logbufs: 2,
+                    logbsize: 32 * 1024,
+                    policy: FlushPolicy::Reduced,
+                },
+                cil_limit: Some(64 * 1024),
+                // Nothing written behind the test's back: what is stable is what a force made so.
+                push_mode: PushMode::Inline,
+                cache_bytes_max: Some(1 << 20),
+                log_force_interval: None,
+            }
+        }
+
+        pub fn new_dev() -> Arc<SimDevice> {
+            let layout = Layout {
+                uuid: [0x33; 16],
+                block_size: 2048,
+                data_blocks: 8192,
+                log: SbLog::Internal { start: 1 },
+                log_blocks: 512,
+            };
+            let dev = Arc::new(SimDevice::new(8192 * 2048, 7));
+            write_filesystem(&*dev, None, &layout, &mut |_, _| {}).unwrap();
+            let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg()).unwrap();
+            mkfs::format(&j, 0, 0).unwrap();
+            j.unmount().unwrap();
+            dev
+        }
+
+        pub fn mount(dev: Arc<SimDevice>) -> Arc<Fs> {
+            let j = Journal::open(dev as Arc<dyn Device>, None, jcfg()).unwrap();
+            Fs::open(j, FsOptions::default()).unwrap()
+        }
+    }
+
+    fn header(opcode: cilfs_fuse_proto::Opcode, unique: u64, nodeid: u64) -> InHeader {
+        InHeader {
+            len: 0,
+            opcode: opcode as u32,
+            unique,
+            nodeid,
+            uid: 0,
+            gid: 0,
+            pid: 0,
+            total_extlen: 0,
+            padding: 0,
+        }
+    }
+
+    fn request<'a>(h: InHeader, op: Op<'a>) -> Request<'a> {
+        Request {
+            header: h,
+            op,
+            extensions: Default::default(),
+        }
+    }
+
+    /// SYNCFS makes what was written stable: a crash that keeps only what reached the disk
+    /// has the file after it, and has nothing without it.
+    #[test]
+    fn syncfs_makes_created_and_written_files_survive_a_crash() {
+        use cilfs_device::CrashOptions;
+        use cilfs_fuse_proto::{CreateIn, Opcode, SyncfsIn, WriteIn};
+        use std::ffi::OsStr;
+        let dev = sim::new_dev();
+        let d = Dispatcher::new(sim::mount(Arc::clone(&dev)));
+        let name = OsStr::new("synced");
+        let create = CreateIn {
+            flags: libc::O_WRONLY as u32,
+            mode: libc::S_IFREG | 0o644,
+            umask: 0o022,
+            open_flags: 0,
+        };
+        let ino = match d.answer(&request(
+            header(Opcode::Create, 1, ROOT_ID),
+            Op::Create { arg: create, name },
+        )) {
+            Answer::Reply(r) => {
+                let b = r.as_bytes();
+                assert_eq!(&b[4..8], &0i32.to_le_bytes(), "create failed");
+                u64::from_le_bytes(b[16..24].try_into().unwrap())
+            }
+            other => panic!("create: {other:?}"),
+        };
+        let data = b"made durable by syncfs";
+        let write = WriteIn {
+            size: data.len() as u32,
+            ..WriteIn::default()
+        };
+        assert!(matches!(
+            d.answer(&request(header(Opcode::Write, 2, ino), Op::Write { arg: write, data })),
+            Answer::Reply(r) if r == Reply::write(2, data.len() as u32)
+        ));
+        let lost = sim::mount(Arc::new(dev.crash(CrashOptions::default())));
+        assert!(
+            lost.lookup(ROOT_ID, b"synced").is_err(),
+            "stable before the sync"
+        );
+        assert!(matches!(
+            d.answer(&request(header(Opcode::Syncfs, 3, ROOT_ID), Op::Syncfs(SyncfsIn::default()))),
+            Answer::Reply(r) if r == Reply::empty(3)
+        ));
+        let kept = sim::mount(Arc::new(dev.crash(CrashOptions::default())));
+        let a = kept.lookup(ROOT_ID, b"synced").unwrap();
+        assert_eq!(kept.read_opts(a.ino, 0, 100, false).unwrap(), data);
+    }
+}

@@ -1,0 +1,18 @@
+//! cilfs's own FUSE transport (issue 18): /dev/fuse read and written directly, requests
+//! decoded and replies encoded by `cilfs-fuse-proto`, each opcode answered by the same `Fs`
+//! call as the fuser adapter makes (`dispatch.rs` mirrors lib.rs). Chosen with the mount
+//! option `transport=native`; fuser stays the default until the two are shown equal.
+//!
+//! - `mount.rs`: mount(2) with type `fuse.cilfs` (`fuseblk.cilfs` on a block device) and the
+//!   image as source as root; fusermount3, which passes /dev/fuse back, for anyone else.
+//! - `session.rs`: INIT, then worker threads sharing one /dev/fuse descriptor.
+//! - `dispatch.rs`: one request to one answer.
+//! - `dev.rs`: the reads and writes, and what their errors mean.
+
+mod dev;
+mod dispatch;
+mod mount;
+mod session;
+
+pub use mount::{MountError, MountOptions};
+pub use session::{init_config, AttrInvalidator, Notifier, ServeConfig, Session, SessionError};

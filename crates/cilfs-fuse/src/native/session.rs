@@ -1,0 +1,330 @@
+//! The /dev/fuse session: INIT answered on one thread, then worker threads that each read a
+//! request, answer it and write the reply, until the kernel says the mount is gone.
+
+use super::dev::{FuseDev, Received};
+use super::dispatch::{Answer, Dispatcher};
+use super::mount::{mount, MountError, MountOptions};
+use cilfs_core::fs::{AttrsChanged, Fs};
+use cilfs_fuse_proto::flags::init as f;
+use cilfs_fuse_proto::{
+    negotiate, reply_header, Errno, InHeader, InitConfig, InitReply, Negotiated, Notification, Op,
+    Opcode, OutHeader, ProtoError, Reply, Request,
+};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// The largest WRITE the kernel may send: what lib.rs's init() sets for fuser.
+const MAX_WRITE: u32 = 1 << 20;
+
+/// A request buffer: the kernel refuses a read smaller than the largest WRITE it may send
+/// (its header and arguments fit in the page beside the data).
+const BUF_SIZE: usize = MAX_WRITE as usize + 4096;
+
+/// How the session serves, from the mount options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Worker threads reading /dev/fuse (`threads=N`).
+    pub threads: usize,
+    /// The kernel keeps dirty pages and writes them back (`writeback_cache`).
+    pub writeback_cache: bool,
+}
+
+/// A mounted FUSE connection, not yet served. Dropped without having run to the end, it
+/// detaches its mount (a mount whose daemon failed before serving must not stay behind).
+#[derive(Debug)]
+pub struct Session {
+    dev: Arc<FuseDev>,
+    dir: PathBuf,
+    ended: bool,
+}
+
+/// Writes notifications to the session's /dev/fuse.
+#[derive(Debug, Clone)]
+pub struct Notifier(Arc<FuseDev>);
+
+impl Notifier {
+    /// Drops the kernel's cached attributes of `ino` and its cached data in [off, off+len)
+    /// (off negative: the attributes only). False if the kernel does not cache the inode.
+    pub fn inval_inode(&self, ino: u64, off: i64, len: i64) -> std::io::Result<bool> {
+        self.0
+            .send(&[Notification::inval_inode(ino, off, len).as_bytes()])
+    }
+}
+
+/// The native transport's counterpart of lib.rs's `AttrInvalidator`: drops the kernel's
+/// copy of attributes the core changed behind a reply (set-user-ID and set-group-ID cleared
+/// by a write), once the session exists.
+#[derive(Debug, Clone, Default)]
+pub struct AttrInvalidator(Arc<OnceLock<Notifier>>);
+
+impl AttrInvalidator {
+    pub fn connect(&self, n: Notifier) {
+        let _ = self.0.set(n);
+    }
+
+    pub fn hook(&self) -> AttrsChanged {
+        let slot = Arc::clone(&self.0);
+        Arc::new(move |ino| {
+            if let Some(n) = slot.get() {
+                // A negative offset drops the attributes and leaves the pages alone: no page
+                // lock to wait for while the request that asked may hold one. An inode the
+                // kernel no longer caches is not an error worth a word.
+                let _ = n.inval_inode(ino, -1, 0);
+            }
+        })
+    }
+}
+
+/// What INIT asks of the kernel: the flags the fuser adapter negotiates (fuser's own
+/// ASYNC_READ, BIG_WRITES and MAX_PAGES, and lib.rs's init()), the same sizes and the
+/// timestamp granularity of the filesystem.
+pub fn init_config(fs: &Fs, writeback_cache: bool) -> InitConfig {
+    let mut flags = f::ASYNC_READ
+        | f::BIG_WRITES
+        | f::MAX_PAGES
+        // The umask is ours to apply: a directory's default ACL replaces it.
+        | f::DONT_MASK
+        | f::DO_READDIRPLUS
+        | f::READDIRPLUS_AUTO
+        | f::PARALLEL_DIROPS
+        // The core clears set-user-ID/set-group-ID and security.capability itself on write,
+        // truncate, fallocate and chown (see lib.rs's init()).
+        | f::HANDLE_KILLPRIV_V2
+        // Symlink targets never change and inode numbers are never reused.
+        | f::CACHE_SYMLINKS;
+    if fs.options().acl {
+        flags |= f::POSIX_ACL;
+    }
+    if writeback_cache {
+        flags |= f::WRITEBACK_CACHE;
+    }
+    InitConfig {
+        flags,
+        // The kernel's own bound applies: negotiate keeps the smaller.
+        max_readahead: u32::MAX,
+        max_write: MAX_WRITE,
+        // Enough 4 KiB pages for one max_write; the kernel caps it at its own limit.
+        max_pages: (MAX_WRITE / 4096) as u16,
+        // fuser's defaults: 16 background requests, congestion at three quarters.
+        max_background: 16,
+        congestion_threshold: 12,
+        time_gran: fs.options().tsgran_ns,
+        request_timeout: 0,
+    }
+}
+
+/// Why a session ended other than by an unmount.
+#[derive(Debug)]
+pub enum SessionError {
+    Io(std::io::Error),
+    /// The kernel speaks a protocol older than cilfs-fuse-proto accepts.
+    Init(ProtoError),
+    Thread(std::io::Error),
+}
+
+impl std::error::Error for SessionError {}
+
+impl std::fmt::Display for SessionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionError::Io(e) => write!(f, "/dev/fuse: {e}"),
+            SessionError::Init(e) => write!(f, "FUSE_INIT: {e}"),
+            SessionError::Thread(e) => write!(f, "cannot start a FUSE worker thread: {e}"),
+        }
+    }
+}
+
+impl Session {
+    /// Mounts `dir` (see [`mount`]); serving starts with [`Session::run`].
+    pub fn mount(dir: &Path, opts: &MountOptions) -> Result<Session, MountError> {
+        let dev = mount(dir, opts)?;
+        Ok(Session {
+            dev: Arc::new(dev),
+            dir: dir.to_path_buf(),
+            ended: false,
+        })
+    }
+
+    pub fn notifier(&self) -> Notifier {
+        Notifier(Arc::clone(&self.dev))
+    }
+
+    /// Serves until the mount is gone (unmounted, or the connection aborted).
+    pub fn run(mut self, fs: Arc<Fs>, cfg: ServeConfig) -> Result<(), SessionError> {
+        let r = self.serve(fs, cfg);
+        self.ended = r.is_ok();
+        r
+    }
+
+    fn serve(&self, fs: Arc<Fs>, cfg: ServeConfig) -> Result<(), SessionError> {
+        let mut buf = vec![0u8; BUF_SIZE];
+        let Some(session) = self.handshake(&fs, cfg, &mut buf)? else {
+            return Ok(());
+        };
+        drop(buf);
+        let dispatcher = Dispatcher::new(fs);
+        let threads = cfg.threads.max(1);
+        std::thread::scope(|s| {
+            let mut workers = Vec::with_capacity(threads);
+            for i in 0..threads {
+                let w = std::thread::Builder::new()
+                    .name(format!("cilfs-fuse-{i}"))
+                    .spawn_scoped(s, || worker(&self.dev, &dispatcher, &session))
+                    .map_err(SessionError::Thread)?;
+                workers.push(w);
+            }
+            let mut first_error = None;
+            for w in workers {
+                let r = w.join().unwrap_or_else(|_| {
+                    Err(SessionError::Io(std::io::Error::other(
+                        "a FUSE worker panicked",
+                    )))
+                });
+                if let (Err(e), None) = (r, &first_error) {
+                    first_error = Some(e);
+                }
+            }
+            first_error.map_or(Ok(()), Err)
+        })
+    }
+
+    /// Answers INIT. Before it the kernel sends nothing else; `None` if the mount went away
+    /// before it came.
+    fn handshake(
+        &self,
+        fs: &Fs,
+        cfg: ServeConfig,
+        buf: &mut [u8],
+    ) -> Result<Option<Negotiated>, SessionError> {
+        let config = init_config(fs, cfg.writeback_cache);
+        loop {
+            let n = match self.dev.receive(buf).map_err(SessionError::Io)? {
+                Received::Request(n) => n,
+                Received::Ended => return Ok(None),
+            };
+            let msg = &buf[..n];
+            let req = match Request::parse(msg) {
+                Ok(r) => r,
+                Err(e) => {
+                    answer_garbage(&self.dev, msg, &e);
+                    continue;
+                }
+            };
+            let unique = req.header.unique;
+            let Op::Init(init) = req.op else {
+                tracing::warn!(
+                    "FUSE request {:?} before INIT: answered EIO",
+                    req.op.opcode()
+                );
+                send(&self.dev, Reply::error(unique, Errno::EIO).as_bytes(), &[]);
+                continue;
+            };
+            match negotiate(&init, &config) {
+                Ok(InitReply::Accept { out, session }) => {
+                    if fs.options().acl && init.flags() & f::POSIX_ACL == 0 {
+                        tracing::warn!(
+                            "the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced"
+                        );
+                    }
+                    send(&self.dev, Reply::init(unique, &out).as_bytes(), &[]);
+                    return Ok(Some(session));
+                }
+                // The kernel will ask again with our major version.
+                Ok(InitReply::OfferMajor(out)) => {
+                    send(&self.dev, Reply::init(unique, &out).as_bytes(), &[]);
+                }
+                Err(e) => {
+                    send(
+                        &self.dev,
+                        Reply::error(unique, Errno::EPROTO).as_bytes(),
+                        &[],
+                    );
+                    return Err(SessionError::Init(e));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.ended {
+            // Detached: whoever has a file open there keeps it until closing, and the
+            // connection ends with the last /dev/fuse descriptor.
+            let detached = rustix::mount::unmount(&self.dir, rustix::mount::UnmountFlags::DETACH);
+            // A user's mount is fusermount3's to take down.
+            if detached == Err(rustix::io::Errno::PERM) {
+                let _ = std::process::Command::new("fusermount3")
+                    .args(["-u", "-z", "--"])
+                    .arg(&self.dir)
+                    .status();
+            }
+        }
+    }
+}
+
+/// Writes a reply; a failure other than the kernel no longer waiting is logged, and the
+/// worker goes on (the next read tells whether the connection is still there).
+fn send(dev: &FuseDev, head: &[u8], data: &[u8]) {
+    let r = if data.is_empty() {
+        dev.send(&[head])
+    } else {
+        dev.send(&[head, data])
+    };
+    if let Err(e) = r {
+        tracing::error!("writing a FUSE reply: {e}");
+    }
+}
+
+/// A message that does not decode: EINVAL if its header names a request to answer, never
+/// a panic; without a whole header there is nothing to answer.
+fn answer_garbage(dev: &FuseDev, msg: &[u8], e: &ProtoError) {
+    tracing::warn!("undecodable FUSE request ({} bytes): {e}", msg.len());
+    let Ok(h) = InHeader::decode(msg) else { return };
+    let no_reply = [
+        Opcode::Forget as u32,
+        Opcode::BatchForget as u32,
+        Opcode::Interrupt as u32,
+    ];
+    if !no_reply.contains(&h.opcode) {
+        send(dev, Reply::error(h.unique, Errno::EINVAL).as_bytes(), &[]);
+    }
+}
+
+fn worker(dev: &FuseDev, d: &Dispatcher, session: &Negotiated) -> Result<(), SessionError> {
+    let mut buf = vec![0u8; BUF_SIZE];
+    loop {
+        let n = match dev.receive(&mut buf).map_err(SessionError::Io)? {
+            Received::Request(n) => n,
+            Received::Ended => return Ok(()),
+        };
+        let msg = &buf[..n];
+        let req = match Request::parse_with(msg, session) {
+            Ok(r) => r,
+            Err(e) => {
+                answer_garbage(dev, msg, &e);
+                continue;
+            }
+        };
+        let unique = req.header.unique;
+        // A bug met while answering must not leave the caller waiting forever nor take the
+        // worker with it: the request gets EIO.
+        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.answer(&req)))
+            .unwrap_or_else(|_| {
+                tracing::error!("answering {:?} panicked: EIO", req.op.opcode());
+                Answer::Reply(Reply::error(unique, Errno::EIO))
+            });
+        match answer {
+            Answer::Nothing => {}
+            Answer::Reply(r) => send(dev, r.as_bytes(), &[]),
+            Answer::Data { unique, data } => match reply_header(unique, data.len()) {
+                Ok(h) => {
+                    let mut head = Vec::with_capacity(OutHeader::SIZE);
+                    h.encode(&mut head);
+                    send(dev, &head, &data);
+                }
+                Err(_) => send(dev, Reply::error(unique, Errno::EIO).as_bytes(), &[]),
+            },
+        }
+    }
+}
