@@ -11,11 +11,15 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Runs the cilfs command. With CILFS_TEST_TRANSPORT=native (or fuser) in the environment every
+/// mount gets `-o transport=...`, so that the whole suite runs over either FUSE transport.
 fn cilfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
-        .output()
-        .unwrap()
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cilfs"));
+    cmd.args(args);
+    if let (Some(&"mount"), Ok(t)) = (args.first(), std::env::var("CILFS_TEST_TRANSPORT")) {
+        cmd.arg("-o").arg(format!("transport={t}"));
+    }
+    cmd.output().unwrap()
 }
 
 struct Mounted {

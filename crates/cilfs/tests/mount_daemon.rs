@@ -12,10 +12,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn cilfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
-        .output()
-        .unwrap()
+    cilfs_env(args, &[])
+}
+
+/// The cilfs command; with CILFS_TEST_TRANSPORT=native (or fuser) every mount gets
+/// `-o transport=...`, so that these tests run over either FUSE transport.
+fn transported(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cilfs"));
+    cmd.args(args);
+    if let (Some(&"mount"), Ok(t)) = (args.first(), std::env::var("CILFS_TEST_TRANSPORT")) {
+        cmd.arg("-o").arg(format!("transport={t}"));
+    }
+    cmd
 }
 
 fn run(args: &[&str]) -> String {
@@ -173,8 +181,7 @@ fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
 
 /// `cilfs` with extra environment variables.
 fn cilfs_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
+    transported(args)
         .envs(env.iter().copied())
         .output()
         .unwrap()

@@ -1,0 +1,234 @@
+//! Mount tests of cilfs's own FUSE transport (`-o transport=native`) that the shared suites do
+//! not cover: what the mount table shows, and sync(2) reaching cilfs. The shared suites
+//! (mount.rs, mount_daemon.rs) run over it too with CILFS_TEST_TRANSPORT=native (scripts/test
+//! does). Needs root, /dev/fuse, and for the sync test a loop device.
+#![allow(clippy::unwrap_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn cilfs(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cilfs"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output, what: &str) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn findmnt(dir: &Path, columns: &str) -> String {
+    ok(
+        Command::new("findmnt")
+            .args(["-no", columns, s(dir)])
+            .output()
+            .unwrap(),
+        "findmnt",
+    )
+    .trim()
+    .to_string()
+}
+
+/// SIGKILLs the daemon serving `source` (no unmount record, nothing written back) and takes
+/// its dead mount away.
+fn kill_daemon(source: &Path, dir: &Path) {
+    let pids = Command::new("pgrep")
+        .args(["-f", &format!("mount {} ", source.display())])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8(pids.stdout).unwrap();
+    let pid = pid.lines().next().expect("daemon pid").to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let gone = (0..500).any(|_| {
+        !Path::new(&format!("/proc/{pid}")).exists() || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(gone, "the daemon died");
+    let _ = rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH);
+}
+
+#[test]
+fn the_mount_table_shows_fuse_cilfs_the_image_and_the_flags_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
+    let opts = "transport=native,nosuid,nodev,noexec,noatime";
+    ok(cilfs(&["mount", s(&img), s(&dir), "-o", opts]), "mount");
+    let img = fs::canonicalize(&img).unwrap();
+    assert_eq!(
+        findmnt(&dir, "FSTYPE,SOURCE"),
+        format!("fuse.cilfs {}", img.display())
+    );
+    let o = findmnt(&dir, "OPTIONS");
+    for want in [
+        "rw",
+        "nosuid",
+        "nodev",
+        "noexec",
+        "noatime",
+        "default_permissions",
+    ] {
+        assert!(o.split(',').any(|x| x == want), "{want} missing: {o}");
+    }
+    fs::write(dir.join("f"), b"through /dev/fuse").unwrap();
+    assert_eq!(fs::read(dir.join("f")).unwrap(), b"through /dev/fuse");
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
+    ok(cilfs(&["check", s(&img)]), "check");
+    // Read-only, and without the flags: the defaults are mount(8)'s.
+    ok(
+        cilfs(&["mount", s(&img), s(&dir), "-o", "transport=native,ro"]),
+        "mount ro",
+    );
+    let o = findmnt(&dir, "OPTIONS");
+    assert!(o.starts_with("ro,"), "{o}");
+    assert!(!o.contains("nosuid") && !o.contains("noexec"), "{o}");
+    assert_eq!(fs::read(dir.join("f")).unwrap(), b"through /dev/fuse");
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
+}
+
+/// A loop device over an image file, detached when dropped.
+struct Loop(PathBuf);
+
+impl Loop {
+    fn attach(file: &Path) -> Loop {
+        let out = ok(
+            Command::new("losetup")
+                .args(["-f", "--show", s(file)])
+                .output()
+                .unwrap(),
+            "losetup (the sync test needs a loop device)",
+        );
+        Loop(PathBuf::from(out.trim()))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", s(&self.0)]).status();
+    }
+}
+
+/// sync(2), not fsync, makes files durable: written, synced, the daemon killed with SIGKILL
+/// (nothing written back, no log forced), and after the remount's recovery they are there
+/// with their data. Linux passes sync(2) on to a /dev/fuse server (FUSE_SYNCFS) only on a
+/// fuseblk mount (6.18; virtiofs too), so the image is a block device here, which the native
+/// transport mounts as fuseblk.cilfs; on an image file the kernel sends nothing to answer.
+#[test]
+fn sync_reaches_cilfs_on_a_block_device_and_survives_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (file, dir) = (tmp.path().join("disk"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    fs::File::create(&file).unwrap().set_len(128 << 20).unwrap();
+    let dev = Loop::attach(&file);
+    ok(cilfs(&["mkfs", "-q", s(&dev.0)]), "mkfs");
+    ok(
+        cilfs(&["mount", s(&dev.0), s(&dir), "-o", "transport=native"]),
+        "mount",
+    );
+    assert_eq!(
+        findmnt(&dir, "FSTYPE,SOURCE"),
+        format!("fuseblk.cilfs {}", dev.0.display())
+    );
+    fs::create_dir(dir.join("d")).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| {
+            (
+                format!("d/f{i}"),
+                format!("synced file {i}\n").repeat(i + 1).into_bytes(),
+            )
+        })
+        .collect();
+    for (name, data) in &files {
+        fs::write(dir.join(name), data).unwrap();
+    }
+    rustix::fs::sync();
+    kill_daemon(&dev.0, &dir);
+    ok(
+        cilfs(&["mount", s(&dev.0), s(&dir), "-o", "transport=native"]),
+        "remount",
+    );
+    for (name, data) in &files {
+        assert_eq!(&fs::read(dir.join(name)).unwrap(), data, "{name}");
+    }
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
+    ok(cilfs(&["check", s(&dev.0)]), "check");
+}
+
+/// A user's own mount over the native transport: fusermount3 mounts and passes /dev/fuse
+/// back, the user writes and unmounts. In a private mount namespace with a 0666 /dev/fuse node
+/// bound over the real one, since some containers keep /dev/fuse closed to users.
+#[test]
+fn a_users_native_mount_goes_through_fusermount3() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path();
+    fs::set_permissions(base, fs::Permissions::from_mode(0o755)).unwrap();
+    let (img, dir) = (base.join("fs.img"), base.join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    let nobody = 65534;
+    for p in [base, &dir] {
+        rustix::fs::chown(p, Some(rustix::fs::Uid::from_raw(nobody)), None).unwrap();
+    }
+    let bin = env!("CARGO_BIN_EXE_cilfs");
+    let as_nobody = format!(
+        "setpriv --reuid={nobody} --regid={nobody} --clear-groups env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin"
+    );
+    let script = format!(
+        "set -e\n\
+         mknod {node} c 10 229 && chmod 666 {node} && mount --bind {node} /dev/fuse\n\
+         {as_nobody} {bin} mkfs -q --size 64M {img}\n\
+         {as_nobody} {bin} mount {img} {dir} -o transport=native\n\
+         findmnt -no FSTYPE,SOURCE,OPTIONS {dir}\n\
+         {as_nobody} sh -c 'echo by-nobody > {dir}/f && cat {dir}/f && stat -c %u {dir}/f'\n\
+         {as_nobody} {bin} unmount {dir}\n\
+         findmnt {dir} >/dev/null && echo still-mounted || true\n",
+        node = base.join("fuse").display(),
+        img = img.display(),
+        dir = dir.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{o}{e}");
+    assert!(
+        o.contains(&format!("fuse.cilfs {}", img.display())) && o.contains("user_id=65534"),
+        "{o}"
+    );
+    // fusermount3 adds nosuid and nodev to a user's mount whatever was asked.
+    assert!(o.contains("nosuid") && o.contains("nodev"), "{o}");
+    assert!(o.contains("by-nobody\n65534\n"), "{o}");
+    assert!(
+        o.contains(&format!(
+            "unmounted {}; {} is clean",
+            dir.display(),
+            img.display()
+        )),
+        "{o}"
+    );
+    assert!(!o.contains("still-mounted"), "{o}");
+    ok(cilfs(&["check", s(&img)]), "check");
+}
