@@ -8,6 +8,7 @@ pub mod format;
 pub mod fs;
 pub mod geometry;
 pub mod journal;
+pub mod lockstat;
 pub mod log;
 pub mod memory;
 pub mod mkfs;

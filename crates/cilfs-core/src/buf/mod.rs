@@ -46,6 +46,10 @@ impl Buf {
         self.state.lock_arc()
     }
 
+    pub fn try_lock(&self) -> Option<BufGuard> {
+        self.state.try_lock_arc()
+    }
+
     /// The item payload a checkpoint logs for this block now.
     pub fn format(&self, g: &BufData) -> Vec<u8> {
         encode_buf_item(

@@ -35,7 +35,7 @@ impl Fs {
     /// the reader's: the data was read (Linux's touch_atime reports none either).
     pub(crate) fn touch_atime(&self, ino: u64) {
         let now = self.now();
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let Ok(m) = self.load(&mut st, ino) else {
             return;
         };

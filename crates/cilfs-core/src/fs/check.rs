@@ -154,7 +154,7 @@ fn walk_bounded(
 
 /// Checks the mounted (or read-only opened) filesystem.
 pub fn check(fs: &Fs) -> FsResult<CheckReport> {
-    let st = fs.state.read();
+    let st = fs.read_state();
     let hdr: Header = st.hdr.clone();
     let mut c = Checker {
         report: CheckReport::default(),

@@ -45,7 +45,7 @@ impl Fs {
         if end > max_file_size(self.bs) {
             return Err(FsError::TooBig);
         }
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
         if m.inode.is_dir() {
             return Err(FsError::IsDir);
@@ -331,7 +331,7 @@ impl Fs {
     /// The read under the shared lock, and whether it should move atime (decided there, so
     /// that a read that leaves atime alone never takes the lock exclusively).
     fn read_shared(&self, ino: u64, off: u64, size: u32) -> FsResult<(Vec<u8>, bool)> {
-        let st = self.state.read();
+        let st = self.read_state();
         let i = self.peek_inode(&st, ino)?;
         if i.is_dir() {
             return Err(FsError::IsDir);
@@ -379,7 +379,7 @@ impl Fs {
         if size > max_file_size(self.bs) {
             return Err(FsError::TooBig);
         }
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
         if m.inode.is_dir() {
             return Err(FsError::IsDir);
@@ -453,7 +453,7 @@ impl Fs {
                 } else {
                     zero(off, first_full * bs)?;
                     zero(end_full * bs, end)?;
-                    let mut st = self.state.write();
+                    let mut st = self.write_state();
                     self.free_range(&mut st, ino, first_full, end_full)?;
                 }
             }
@@ -461,7 +461,7 @@ impl Fs {
             // one past the end, still counts as a change of the data.
             return self.kill_privileges(cred, ino);
         }
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
         if m.inode.is_dir() {
             return Err(FsError::IsDir);
@@ -518,7 +518,7 @@ impl Fs {
     /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, and
     /// drops file capabilities, in a transaction of its own when there are any.
     fn kill_privileges(&self, cred: Cred, ino: u64) -> FsResult<()> {
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
         let kill = self.privileges_to_kill(cred, &m.inode);
         if kill == 0 && !self.has_caps(&st, ino)? {
@@ -543,7 +543,7 @@ impl Fs {
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off`.
     pub fn seek(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
         bump(&self.stats.operations);
-        let st = self.state.read();
+        let st = self.read_state();
         let i = self.peek_inode(&st, ino)?;
         if off >= i.size {
             return Err(FsError::NoData);

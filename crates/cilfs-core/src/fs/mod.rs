@@ -42,7 +42,8 @@ use dir::TreeRead;
 use header::{Header, TREE_FS};
 use tree::keys::{key, KIND_INODE};
 
-use parking_lot::{Mutex, RwLock};
+use crate::lockstat::{LockWaitStats, LockWaits};
+use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::Arc;
 use tx::{FsTx, ReadView};
@@ -215,6 +216,10 @@ pub struct Fs {
     pub(crate) hdr_blk: u64,
     pub(crate) state: RwLock<FsState>,
     pub(crate) busy: Mutex<BusyExtents>,
+    /// Contention on `state` (shared and exclusive) and `busy` (the lock table).
+    pub(crate) state_read_waits: LockWaits,
+    pub(crate) state_write_waits: LockWaits,
+    pub(crate) busy_waits: LockWaits,
     pub(crate) opts: FsOptions,
     pub(crate) bs: u32,
     /// Raised by every recovery; folded into the change attribute users see.
@@ -249,6 +254,9 @@ impl Fs {
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),
+            state_read_waits: LockWaits::new("fs state (shared)"),
+            state_write_waits: LockWaits::new("fs state (exclusive)"),
+            busy_waits: LockWaits::new("busy extents"),
             opts,
             bs,
             epoch,
@@ -258,6 +266,35 @@ impl Fs {
             fs.reclaim_orphans()?;
         }
         Ok(fs)
+    }
+
+    /// The filesystem state, shared; counted in the lock table.
+    pub(crate) fn read_state(&self) -> RwLockReadGuard<'_, FsState> {
+        self.state_read_waits
+            .acquire(|| self.state.try_read(), || self.state.read())
+    }
+
+    /// The filesystem state, exclusive; counted in the lock table.
+    pub(crate) fn write_state(&self) -> RwLockWriteGuard<'_, FsState> {
+        self.state_write_waits
+            .acquire(|| self.state.try_write(), || self.state.write())
+    }
+
+    /// The busy extents; counted in the lock table.
+    pub(crate) fn lock_busy(&self) -> MutexGuard<'_, BusyExtents> {
+        self.busy_waits
+            .acquire(|| self.busy.try_lock(), || self.busy.lock())
+    }
+
+    /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).
+    pub fn lock_waits(&self) -> Vec<LockWaitStats> {
+        vec![
+            self.state_read_waits.snapshot(),
+            self.state_write_waits.snapshot(),
+            self.busy_waits.snapshot(),
+            self.journal.buf_waits.snapshot(),
+            self.journal.cil_waits.snapshot(),
+        ]
     }
 
     pub fn journal(&self) -> &Arc<Journal> {
@@ -271,7 +308,7 @@ impl Fs {
     /// Levels of the filesystem tree (directory entries and inodes): the nodes a point lookup
     /// visits.
     pub fn tree_levels(&self) -> u8 {
-        self.state.read().hdr.root(TREE_FS).level + 1
+        self.read_state().hdr.root(TREE_FS).level + 1
     }
 
     pub fn options(&self) -> &FsOptions {

@@ -77,7 +77,7 @@ impl Fs {
 
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         self.op();
-        let st = self.state.read();
+        let st = self.read_state();
         Ok(self.peek_inode(&st, ino)?.attr(self.bs))
     }
 
@@ -86,7 +86,7 @@ impl Fs {
         if name.len() > dir::NAME_MAX {
             return Err(FsError::NameTooLong);
         }
-        let st = self.state.read();
+        let st = self.read_state();
         let p = self.peek_inode(&st, parent)?;
         if !p.is_dir() {
             return Err(FsError::NotDir);
@@ -112,7 +112,7 @@ impl Fs {
     /// down.
     pub(crate) fn space_check(&self, st: &FsState, blocks: u64, reserve: Reserve) -> FsResult<()> {
         let busy = {
-            let mut b = self.busy.lock();
+            let mut b = self.lock_busy();
             b.prune(self.journal.completed_seq());
             b.blocks()
         };
@@ -129,7 +129,7 @@ impl Fs {
             // Space freed by checkpoints not yet stable: make it usable and look again.
             self.journal.force_all()?;
             let busy = {
-                let mut b = self.busy.lock();
+                let mut b = self.lock_busy();
                 b.prune(self.journal.completed_seq());
                 b.blocks()
             };
@@ -183,7 +183,7 @@ impl Fs {
         self.op();
         check_name(name)?;
         self.check_writable()?;
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let p = self.load(&mut st, parent)?.inode.clone();
         if !p.is_dir() {
             return Err(FsError::NotDir);
@@ -305,7 +305,7 @@ impl Fs {
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
         self.op();
-        let st = self.state.read();
+        let st = self.read_state();
         let i = self.peek_inode(&st, ino)?;
         if i.mode & S_IFMT != S_IFLNK {
             return Err(FsError::Invalid("not a symlink"));
@@ -336,7 +336,7 @@ impl Fs {
         self.op();
         check_name(newname)?;
         self.check_writable()?;
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let target = self.load(&mut st, ino)?.inode.clone();
         if target.is_dir() {
             return Err(FsError::NotPermitted);
@@ -407,7 +407,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         self.check_writable()?;
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let p = self.load(&mut st, parent)?.inode.clone();
         if !p.is_dir() {
             return Err(FsError::NotDir);
@@ -490,7 +490,7 @@ impl Fs {
         cookie: u64,
         max: usize,
     ) -> FsResult<(Vec<(DirEntry, u64)>, bool)> {
-        let st = self.state.read();
+        let st = self.read_state();
         let d = self.peek_inode(&st, ino)?;
         if !d.is_dir() {
             return Err(FsError::NotDir);
@@ -557,7 +557,7 @@ impl Fs {
             Some(size) => self.truncate(cred, ino, size)?,
             None => 0,
         };
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let now = self.now();
         let m = self.load(&mut st, ino)?;
         if sa.mode.is_none()
@@ -639,7 +639,7 @@ impl Fs {
     /// own nodes, and the reserve for operations that give space back, so neither is available.
     pub fn statfs(&self) -> StatFs {
         self.op();
-        let st = self.state.read();
+        let st = self.read_state();
         let h = &st.hdr;
         let free = h.free_blocks + h.freelist.len() as u64;
         let avail = h.free_blocks.saturating_sub(RESERVE_BLOCKS);
@@ -662,12 +662,12 @@ impl Fs {
         // The counter is atomic: a cached inode is queried under the shared lock, so a querier
         // never waits for writers (nor they for it).
         {
-            let st = self.state.read();
+            let st = self.read_state();
             if let Some(m) = st.inodes.get(&ino) {
                 return Ok(super::visible_change(self.epoch, m.change.query()));
             }
         }
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
         Ok(super::visible_change(self.epoch, m.change.query()))
     }

@@ -73,7 +73,7 @@ impl Fs {
 
     /// Frees every orphan an earlier mount left (files unlinked while open, then a crash).
     pub(crate) fn reclaim_orphans(&self) -> FsResult<()> {
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         loop {
             let next = {
                 let mut v = self.view(&st);
@@ -99,7 +99,7 @@ impl Fs {
 
     pub fn open_inode(&self, ino: u64) -> FsResult<Attr> {
         self.op();
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
         m.open += 1;
         Ok(m.inode.attr(self.bs))
@@ -108,7 +108,7 @@ impl Fs {
     /// The last release of an unlinked inode frees it.
     pub fn release_inode(&self, ino: u64) -> FsResult<()> {
         self.op();
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let Some(m) = st.inodes.get_mut(&ino) else {
             return Ok(());
         };

@@ -28,7 +28,7 @@ impl Fs {
             return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
         }
         self.check_writable()?;
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         for p in [parent, newparent] {
             if !self.load(&mut st, p)?.inode.is_dir() {
                 return Err(FsError::NotDir);

@@ -70,13 +70,13 @@ pub(crate) fn bump(a: &AtomicU64) {
 impl super::Fs {
     pub fn stats(&self) -> FsStats {
         let mut s = self.stats.snapshot();
-        let st = self.state.read();
+        let st = self.read_state();
         s.inodes_cached = st.inodes.len() as u64;
         s.free_blocks = st.hdr.free_blocks + st.hdr.freelist.len() as u64;
         // Pruned here too: otherwise extents whose checkpoint is long stable still showed as
         // busy until the next transaction began.
         s.busy_blocks = {
-            let mut b = self.busy.lock();
+            let mut b = self.lock_busy();
             b.prune(self.journal.completed_seq());
             b.blocks()
         };
@@ -130,6 +130,20 @@ impl super::Fs {
             for (k, x) in l.fields() {
                 v.push((format!("log_{k}"), x));
             }
+        }
+        for l in self.lock_waits() {
+            let name: String = l
+                .name
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect::<String>()
+                .split('_')
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join("_");
+            v.push((format!("lock_{name}_acquired"), l.acquired));
+            v.push((format!("lock_{name}_contended"), l.contended));
+            v.push((format!("lock_{name}_wait_us"), l.wait_ns / 1000));
         }
         v
     }

@@ -86,7 +86,7 @@ impl Fs {
 
     /// Writes every dirty page back (the periodic flush of the daemon, and unmount).
     pub fn writeback_all(&self) -> FsResult<()> {
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         self.writeback(&mut st, None)
     }
 
@@ -104,7 +104,7 @@ impl Fs {
         bump(&self.stats.operations);
         bump(&self.stats.fsyncs);
         let seq = {
-            let mut st = self.state.write();
+            let mut st = self.write_state();
             self.writeback(&mut st, Some(ino))?;
             st.inodes.get(&ino).map_or(0, |m| m.last_seq)
         };

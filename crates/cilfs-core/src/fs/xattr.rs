@@ -290,14 +290,14 @@ impl Fs {
         if acl::kind_of(name).is_some() && !self.opts.acl {
             return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
         }
-        let st = self.state.read();
+        let st = self.read_state();
         self.peek_inode(&st, ino)?;
         self.xattr_lookup(&st, ino, name)?.ok_or(FsError::NoAttr)
     }
 
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
         super::stats::bump(&self.stats.operations);
-        let st = self.state.read();
+        let st = self.read_state();
         self.peek_inode(&st, ino)?;
         let mut v = self.view(&st);
         let mut out = Vec::new();
@@ -365,7 +365,7 @@ impl Fs {
         let blocks = value
             .as_deref()
             .map_or(0, |v| value_blocks(self.bs as usize, name, v.len()).1);
-        let mut st = self.state.write();
+        let mut st = self.write_state();
         let inode = self.load(&mut st, ino)?.inode.clone();
         if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
             return Err(FsError::Access);
@@ -400,7 +400,7 @@ impl Fs {
                 // A value in blocks needs them contiguous, which the count above does not
                 // promise: if only busy extents would fit, make them usable and try once more
                 // (nothing was logged: the allocation comes before any change).
-                Err(FsError::NoSpace) if blocks > 0 && !forced && !self.busy.lock().is_empty() => {
+                Err(FsError::NoSpace) if blocks > 0 && !forced && !self.lock_busy().is_empty() => {
                     self.journal.force_all()?;
                     forced = true;
                 }

@@ -15,6 +15,7 @@ use crate::cil::{CilCtx, CilLimits};
 use crate::format::superblock::SbLog;
 use crate::format::{FormatError, Superblock};
 use crate::geometry::{Geometry, GeometryError, LogLocation};
+use crate::lockstat::LockWaits;
 use crate::log::recover::{
     replay, scan_log, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
 };
@@ -111,6 +112,9 @@ pub struct Journal {
     pub(crate) cache: BufCache,
     pub(crate) cil: Mutex<CilCtx>,
     pub(crate) cil_switched: Condvar,
+    /// Contention on the metadata buffer locks and on the CIL lock (the lock table).
+    pub(crate) buf_waits: LockWaits,
+    pub(crate) cil_waits: LockWaits,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
     /// With `space`: a checkpoint completed, or a holder let go of the writer
@@ -316,6 +320,8 @@ impl Journal {
             space_math,
             cil: Mutex::new(CilCtx::new(1)),
             cil_switched: Condvar::new(),
+            buf_waits: LockWaits::new("buffer"),
+            cil_waits: LockWaits::new("cil"),
             writer: Mutex::new(writer),
             space: Mutex::new(SpaceState {
                 cil_charged: 0,

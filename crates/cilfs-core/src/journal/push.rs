@@ -24,7 +24,9 @@ impl Journal {
             self.release_reservation(unit);
             return Err(e);
         }
-        let mut cil = self.cil.lock();
+        let mut cil = self
+            .cil_waits
+            .acquire(|| self.cil.try_lock(), || self.cil.lock());
         if self.cfg.push_mode == PushMode::Background {
             // Committers block at 2S (before adding, so the context never passes it) until the
             // push has switched contexts; a transaction larger than 2S goes into an empty one.

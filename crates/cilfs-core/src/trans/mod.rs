@@ -72,7 +72,10 @@ impl<'j> Transaction<'j> {
             return Ok(BufRef(i));
         }
         let buf = self.journal.buf(blkno)?;
-        let guard = buf.lock();
+        let guard = self
+            .journal
+            .buf_waits
+            .acquire(|| buf.try_lock(), || buf.lock());
         self.held.push(Held {
             buf,
             guard,
