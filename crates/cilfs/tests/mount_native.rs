@@ -45,7 +45,10 @@ fn findmnt(dir: &Path, columns: &str) -> String {
 /// its dead mount away.
 fn kill_daemon(source: &Path, dir: &Path) {
     let pids = Command::new("pgrep")
-        .args(["-f", &format!("mount {} ", source.display())])
+        .args([
+            "-f",
+            &format!("mount {} {} ", source.display(), dir.display()),
+        ])
         .output()
         .unwrap();
     let pid = String::from_utf8(pids.stdout).unwrap();
@@ -65,6 +68,16 @@ fn kill_daemon(source: &Path, dir: &Path) {
     let _ = rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH);
 }
 
+/// Unmounts `dir` when dropped, so that a failed assertion leaves no mount and no daemon
+/// behind (nothing to do, and nothing said, if it is unmounted already).
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = cilfs(&["unmount", s(&self.0)]);
+    }
+}
+
 #[test]
 fn the_mount_table_shows_fuse_cilfs_the_image_and_the_flags_asked() {
     let tmp = tempfile::tempdir().unwrap();
@@ -73,6 +86,7 @@ fn the_mount_table_shows_fuse_cilfs_the_image_and_the_flags_asked() {
     ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
     let opts = "transport=native,nosuid,nodev,noexec,noatime";
     ok(cilfs(&["mount", s(&img), s(&dir), "-o", opts]), "mount");
+    let _unmount = Unmount(dir.clone());
     let img = fs::canonicalize(&img).unwrap();
     assert_eq!(
         findmnt(&dir, "FSTYPE,SOURCE"),
@@ -144,6 +158,8 @@ fn sync_reaches_cilfs_on_a_block_device_and_survives_sigkill() {
         cilfs(&["mount", s(&dev.0), s(&dir), "-o", "transport=native"]),
         "mount",
     );
+    // Dropped before the loop device: the mount goes first.
+    let _unmount = Unmount(dir.clone());
     assert_eq!(
         findmnt(&dir, "FSTYPE,SOURCE"),
         format!("fuseblk.cilfs {}", dev.0.display())
@@ -196,6 +212,7 @@ fn a_users_native_mount_goes_through_fusermount3() {
         "set -e\n\
          mknod {node} c 10 229 && chmod 666 {node} && mount --bind {node} /dev/fuse\n\
          {as_nobody} {bin} mkfs -q --size 64M {img}\n\
+         trap '{as_nobody} {bin} unmount {dir} >/dev/null 2>&1 || true' EXIT\n\
          {as_nobody} {bin} mount {img} {dir} -o transport=native\n\
          findmnt -no FSTYPE,SOURCE,OPTIONS {dir}\n\
          {as_nobody} sh -c 'echo by-nobody > {dir}/f && cat {dir}/f && stat -c %u {dir}/f'\n\
