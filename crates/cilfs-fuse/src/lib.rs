@@ -592,9 +592,16 @@ impl Filesystem for CilfsFuse {
     ) {
         match self.fs.readdir(ino.0, offset, 64) {
             Ok(entries) => {
-                for (e, next) in entries {
-                    let Ok(a) = self.fs.getattr(e.ino) else {
-                        continue;
+                for (i, (e, next)) in entries.into_iter().enumerate() {
+                    let a = match self.fs.getattr(e.ino) {
+                        Ok(a) => a,
+                        // Unlinked since the listing was read: its name is gone too.
+                        Err(FsError::NotFound) => continue,
+                        // A corrupt or unreadable inode fails the listing (EUCLEAN, EIO) rather
+                        // than dropping a name silently; entries already added go out first and
+                        // the next call starts at the failing one.
+                        Err(e) if i == 0 => return reply.error(err(e)),
+                        Err(_) => break,
                     };
                     if reply.add(
                         INodeNo(e.ino),

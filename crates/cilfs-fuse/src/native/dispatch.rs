@@ -397,9 +397,15 @@ impl Dispatcher {
             Op::Readdirplus(r) => match fs.readdir(ino, r.offset, 64) {
                 Ok(entries) => {
                     let mut out = DirentsPlus::new(r.size);
-                    for (e, next) in entries {
-                        let Ok(a) = fs.getattr(e.ino) else {
-                            continue;
+                    for (i, (e, next)) in entries.into_iter().enumerate() {
+                        let a = match fs.getattr(e.ino) {
+                            Ok(a) => a,
+                            // Unlinked since the listing was read: its name is gone too.
+                            Err(FsError::NotFound) => continue,
+                            // A corrupt or unreadable inode fails the listing rather than
+                            // dropping a name silently (as the fuser adapter does).
+                            Err(e) if i == 0 => return fs_error(u, e),
+                            Err(_) => break,
                         };
                         let typ = dirent_type(kind_bits(e.kind));
                         match out.push(&entry_out(&a), e.ino, next, typ, &e.name) {
