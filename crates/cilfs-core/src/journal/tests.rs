@@ -315,7 +315,11 @@ fn background_crashes_mid_run_keep_pairs_whole_and_forces() {
 /// The same through write queues whose writes land only when completed, late and newest first
 /// (body iclogs and AIL write back are then in flight, and lost by a crash, for longer), over a
 /// working set six times the log, and with the AIL thread's ahead passes paused, so that
-/// reservations must wait for the AIL thread to free space.
+/// reservations must wait for the AIL thread to free space. Each round first drives one
+/// checkpoint written while the commit iclog of the one before is held in the device
+/// ([`overlap_step_by_step`]), crashing it at each step: on the simulated device a commit write
+/// takes microseconds, so whether the random phase overlaps any checkpoint at all is up to the
+/// scheduler (some rounds on a loaded machine overlapped none).
 #[test]
 fn background_crashes_through_late_write_queues() {
     for seed in [27, 28, 29, 30] {
@@ -325,22 +329,34 @@ fn background_crashes_through_late_write_queues() {
 
 /// `pairs_per_thread` pairs of blocks per thread; with `queued`, through [`crate::test_queue::Queued`].
 fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
-    use std::sync::atomic::AtomicU32;
+    use std::sync::atomic::{AtomicU32, AtomicUsize};
     const THREADS: u64 = 2;
     let dev = fresh(seed);
     let mut cfg = tiny_cfg(FlushPolicy::Reduced);
     cfg.push_mode = PushMode::Background;
     cfg.log.logbufs = 4;
     cfg.cil_limit = Some(16 * 1024);
-    let data: Arc<dyn Device> = if queued {
-        Arc::new(crate::test_queue::Queued::new(Arc::clone(&dev), false))
-    } else {
-        dev.clone()
+    let q = queued.then(|| Arc::new(crate::test_queue::Queued::new(Arc::clone(&dev), false)));
+    let data: Arc<dyn Device> = match &q {
+        Some(q) => q.clone() as Arc<dyn Device>,
+        None => dev.clone(),
     };
+    if queued {
+        // The worker's periodic force would push (or cover) on its own while the overlap is
+        // driven step by step; a round takes seconds, so this changes nothing after it.
+        cfg.log_force_interval = Some(std::time::Duration::from_secs(3600));
+    }
     let j = Journal::open(data, None, cfg).unwrap();
+    // A failed assertion must not leave the journal's threads held in the device (dropping
+    // the journal joins them): declared after `j`, so dropped before it.
+    let _open_holds = HoldsOpenOnDrop(q.as_deref());
     // Through the queues, only reservation relief frees log space, so that path must run
     // however the threads are scheduled.
     j.ahead_paused.store(queued, Ordering::Relaxed);
+    let driven = match &q {
+        Some(q) => overlap_step_by_step(&j, q, &dev, seed),
+        None => Vec::new(),
+    };
     let forced: Vec<AtomicU32> = (0..THREADS * pairs_per_thread)
         .map(|_| AtomicU32::new(0))
         .collect();
@@ -350,13 +366,22 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
         d.read(blk * u64::from(BS), &mut b).unwrap();
         u32::from_le_bytes(b[500..504].try_into().unwrap())
     };
+    let taken = AtomicUsize::new(0);
     let mut snapshots = Vec::new();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS)
             .map(|t| {
-                let (j, forced) = (&j, &forced);
+                let (j, forced, taken) = (&j, &forced, &taken);
                 s.spawn(move || {
                     for v in 1..=2000u32 {
+                        // Thread 0 waits for a snapshot three times, so that at least three
+                        // are taken mid-run however few turns the snapshot loop gets.
+                        if t == 0 && v % 500 == 0 {
+                            let n = taken.load(Ordering::SeqCst);
+                            while taken.load(Ordering::SeqCst) == n {
+                                std::thread::sleep(std::time::Duration::from_millis(1));
+                            }
+                        }
                         let pair = t * pairs_per_thread + u64::from(v) % pairs_per_thread;
                         let (a, b) = blocks(pair);
                         let mut tx = j.begin(Reservation::for_buffers(2, BS)).unwrap();
@@ -378,6 +403,7 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
             // What was forced before the snapshot must be in it.
             let floor: Vec<u32> = forced.iter().map(|f| f.load(Ordering::SeqCst)).collect();
             snapshots.push((floor, dev.crash(CrashOptions { torn_writes: true })));
+            taken.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
     });
@@ -389,10 +415,6 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
     assert!(
         !queued || st.log.reservation_waits > 0,
         "the run must wait for log space (the AIL thread's relief): {st:?}"
-    );
-    assert!(
-        !queued || st.overlapped_checkpoints > 0,
-        "the run must write checkpoints while an earlier commit iclog is in flight: {st:?}"
     );
     assert!(snapshots.len() >= 3, "only {} snapshots", snapshots.len());
     for (i, (floor, crashed)) in snapshots.into_iter().enumerate() {
@@ -412,7 +434,174 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
                 floor[pair as usize]
             );
         }
+        // Forced before the random phase, never written again: the tail must never pass
+        // them before they are written back.
+        for &(blk, byte) in &driven {
+            assert_eq!(
+                read_byte(&crashed, blk),
+                byte,
+                "seed {seed} snapshot {i}: block {blk} of the driven overlap lost"
+            );
+        }
     }
+}
+
+/// Opens the holds of a [`crate::test_queue::Queued`] when dropped.
+struct HoldsOpenOnDrop<'a>(Option<&'a crate::test_queue::Queued>);
+
+impl Drop for HoldsOpenOnDrop<'_> {
+    fn drop(&mut self) {
+        if let Some(q) = self.0 {
+            q.open_holds();
+        }
+    }
+}
+
+/// Drives, through the holds of `q`, one checkpoint written while the commit iclog of the one
+/// before is still being written, and crashes each step. Checkpoint 1's start flush is held
+/// while the test fills the next context to S; then its commit iclog is held in the device, so
+/// when the pusher looks, the commit is pending and the next context is due: it must write
+/// checkpoint 2 (the start flush, held again, shows it did) without completing checkpoint 1,
+/// even once checkpoint 2's body has landed (the pusher held after its wait for the body),
+/// stamp no tail past checkpoint 1's start (its items are not in the AIL yet) and complete
+/// both in order. Each step is reached through the one before with no other wait, so every run
+/// takes the same path. Returns the blocks written and their bytes, all forced and, with the
+/// AIL's ahead passes paused, not written back.
+fn overlap_step_by_step(
+    j: &Arc<Journal>,
+    q: &crate::test_queue::Queued,
+    dev: &SimDevice,
+    seed: u64,
+) -> Vec<(u64, u8)> {
+    // Out of the random phase's pairs (blocks 300..3500).
+    const FIRST: (u64, u8) = (3600, 0xa1);
+    const SECOND: (u64, u8) = (3700, 0xb2);
+    let s = j.limits.space_limit;
+    let commit_block = |blk: u64, byte: u8| {
+        let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
+        let h = tx.buf(blk).unwrap();
+        tx.write(h, 0, &[byte; BS as usize]);
+        tx.commit().unwrap()
+    };
+    let recovered = |crashed: SimDevice| {
+        let crashed = Arc::new(crashed);
+        drop(open(&crashed, FlushPolicy::Reduced));
+        crashed
+    };
+    // Whether blocks `first..first + n` all read `byte` (0: never written).
+    let all_read = |crashed: &SimDevice, first: u64, n: u64, byte: u8| {
+        (first..first + n).all(|b| read_byte(crashed, b) == byte)
+    };
+
+    // Checkpoint 1: filled to S, so a push is requested; the pusher switches contexts and
+    // stops in the flush that starts the checkpoint. (cil_bytes_max, not the context's size:
+    // the pusher may switch contexts as soon as S is passed.)
+    q.flush_hold.arm();
+    let mut n1 = 0;
+    while j.extra.cil_bytes_max.load(Ordering::Relaxed) < s {
+        assert_eq!(commit_block(FIRST.0 + n1, FIRST.1), 1);
+        n1 += 1;
+    }
+    assert!(q.flush_hold.wait_caught(1), "checkpoint 1 was never pushed");
+    assert_eq!(j.current_seq(), 2);
+    let forcer = {
+        let j = Arc::clone(j);
+        std::thread::spawn(move || j.force(1))
+    };
+    // Checkpoint 2, filled to S while the pusher holds the writer, so nothing switches it.
+    let mut n2 = 0;
+    while j.cil.lock().stream_bytes < s {
+        assert_eq!(commit_block(SECOND.0 + n2, SECOND.1), 2);
+        n2 += 1;
+    }
+
+    // Checkpoint 1 goes out; its commit iclog is held, the next start flush too.
+    q.flagged_hold.arm();
+    q.flush_hold.arm();
+    q.flush_hold.release();
+    assert!(
+        q.flush_hold.wait_caught(2),
+        "the pusher did not start checkpoint 2 while checkpoint 1's commit was in flight: {:?}",
+        j.stats()
+    );
+    assert!(
+        q.flagged_hold.wait_caught(1),
+        "checkpoint 1's commit never issued"
+    );
+    assert_eq!(j.stats().overlapped_checkpoints, 1);
+    assert_eq!(
+        j.completed_seq(),
+        0,
+        "checkpoint 1 completed while its commit iclog was being written"
+    );
+    assert!(!forcer.is_finished(), "force(1) returned before its commit");
+    // No commit record is on disk: whatever survives, nothing is replayed.
+    let crashed = recovered(dev.crash(CrashOptions { torn_writes: true }));
+    assert!(
+        all_read(&crashed, FIRST.0, n1, 0) && all_read(&crashed, SECOND.0, n2, 0),
+        "seed {seed}: a checkpoint recovered without its commit record"
+    );
+
+    // Checkpoint 2's body goes out and lands; the pusher stops before its commit iclog, which
+    // must wait for checkpoint 1's commit, still held.
+    q.waited_hold.arm();
+    q.flush_hold.release();
+    assert!(
+        q.waited_hold.wait_caught(1),
+        "checkpoint 2's body never went out"
+    );
+    assert_eq!(
+        j.completed_seq(),
+        0,
+        "checkpoint 1 completed during checkpoint 2's body while its commit iclog was being written"
+    );
+    assert!(!forcer.is_finished(), "force(1) returned before its commit");
+    let crashed = recovered(dev.crash(CrashOptions { torn_writes: true }));
+    assert!(
+        all_read(&crashed, FIRST.0, n1, 0) && all_read(&crashed, SECOND.0, n2, 0),
+        "seed {seed}: a checkpoint recovered without its commit record (two bodies on disk)"
+    );
+
+    // Checkpoint 1's commit completes, then checkpoint 1; checkpoint 2's commit is held.
+    q.flagged_hold.arm();
+    q.flagged_hold.release();
+    q.waited_hold.release();
+    assert!(
+        q.flagged_hold.wait_caught(2),
+        "checkpoint 2's commit never issued"
+    );
+    forcer.join().unwrap().unwrap();
+    assert_eq!(j.completed_seq(), 1);
+    // Checkpoint 2's body records, on disk and kept, are the last records: recovery starts at
+    // the tail they carry, which must not be past checkpoint 1 (not written back).
+    let crashed = recovered(dev.crash_with(&mut |_, _| Survival::Kept));
+    assert!(
+        all_read(&crashed, FIRST.0, n1, FIRST.1),
+        "seed {seed}: forced checkpoint 1 lost behind the tail checkpoint 2's body carries"
+    );
+    assert!(
+        all_read(&crashed, SECOND.0, n2, 0),
+        "seed {seed}: checkpoint 2 recovered without its commit record"
+    );
+    let crashed = recovered(dev.crash(CrashOptions { torn_writes: true }));
+    assert!(
+        all_read(&crashed, FIRST.0, n1, FIRST.1),
+        "seed {seed}: forced checkpoint 1 lost"
+    );
+
+    // Both complete; a crash that loses every volatile write keeps both, recovering from the
+    // tail checkpoint 2's commit record carries.
+    q.flagged_hold.release();
+    j.force(2).unwrap();
+    let crashed = recovered(dev.crash_with(&mut |_, _| Survival::Lost));
+    assert!(
+        all_read(&crashed, FIRST.0, n1, FIRST.1) && all_read(&crashed, SECOND.0, n2, SECOND.1),
+        "seed {seed}: forced checkpoints 1 and 2 not both recovered"
+    );
+    (FIRST.0..FIRST.0 + n1)
+        .map(|b| (b, FIRST.1))
+        .chain((SECOND.0..SECOND.0 + n2).map(|b| (b, SECOND.1)))
+        .collect()
 }
 
 /// An IO error while writing the log shuts the journal down with an error, never a panic, and
