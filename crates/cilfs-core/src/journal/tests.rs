@@ -950,11 +950,15 @@ fn a_waiter_behind_a_locked_item_does_not_spin() {
 #[test]
 fn a_waiter_kept_short_in_background_mode_does_not_ping_pong_with_relief() {
     let j = open_background(&fresh(46), |_| {});
+    let started = std::time::Instant::now();
     let during = count_while_kept_short(&j, || j.stats().relief_passes);
-    // A sleeping waiter asks again on its 50 ms safety net at most: about six times here.
+    // A sleeping waiter asks again on its 50 ms safety net at most: about six times in the
+    // nominal 300 ms. The bound follows the time the window really took (a loaded machine can
+    // stretch it), at twice that rate plus ten; a ping-pong runs to thousands.
+    let bound = 10 + 2 * started.elapsed().as_millis() as u64 / 50;
     assert!(
-        during <= 20,
-        "{during} relief passes in 300 ms while the waiter could not fit"
+        during <= bound,
+        "{during} relief passes (at most {bound}) while the waiter could not fit"
     );
     j.force_all().unwrap();
 }
