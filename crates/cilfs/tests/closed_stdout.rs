@@ -4,27 +4,15 @@
 //! comes. `stat --watch` needs a mount: root and /dev/fuse.
 #![allow(clippy::unwrap_used)]
 
-use cilfs_core::journal::{Journal, JournalConfig};
-use cilfs_core::trans::Reservation;
-use cilfs_device::{Device, FileDevice, FileDeviceOptions};
 use rustix::fs::{FileType, Mode, CWD};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
 
-fn cilfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{cilfs, miscount_inodes, mkfs, s, CILFS};
 
 /// The write end of a pipe nobody reads any more: a FIFO opened for reading (without waiting),
 /// then for writing, then its reader closed.
@@ -45,7 +33,7 @@ fn broken_pipe(dir: &Path) -> File {
 /// Runs cilfs with its stdout on a broken pipe; asserts it ended quietly and returns its output.
 #[track_caller]
 fn run_into_broken_pipe(dir: &Path, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_cilfs"))
+    let out = Command::new(CILFS)
         .args(args)
         .stdin(Stdio::null())
         .stdout(broken_pipe(dir))
@@ -61,12 +49,7 @@ fn run_into_broken_pipe(dir: &Path, args: &[&str]) -> Output {
 
 fn image(dir: &Path) -> PathBuf {
     let img = dir.join("fs.img");
-    let out = cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mkfs(&img, "64M");
     img
 }
 
@@ -103,25 +86,6 @@ fn info_logprint_check_and_mkfs_end_quietly_on_a_closed_stdout() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("superblock"));
 }
 
-/// Adds one to the inode count in the filesystem header, through the journal so that the
-/// block's stamp (at byte 8) and CRC stay valid: the checker's count of the tree disagrees.
-fn miscount_inodes(img: &Path) {
-    let dev: Arc<dyn Device> =
-        Arc::new(FileDevice::open(img, FileDeviceOptions::default()).unwrap());
-    let j = Journal::open(dev, None, JournalConfig::default()).unwrap();
-    let header = j.metadata_area().0;
-    let mut tx = j
-        .begin(Reservation::for_buffers(1, j.block_size()))
-        .unwrap();
-    let b = tx.buf(header).unwrap();
-    let count = u64::from_le_bytes(tx.data(b)[104..112].try_into().unwrap());
-    tx.write(b, 104, &(count + 1).to_le_bytes());
-    tx.set_lsn_offset(b, 8);
-    let seq = tx.commit().unwrap();
-    j.force(seq).unwrap();
-    j.unmount().unwrap();
-}
-
 #[test]
 fn stat_watch_ends_when_its_reader_goes_away() {
     assert!(
@@ -154,7 +118,7 @@ fn stat_watch_ends_when_its_reader_goes_away() {
         assert!(out.status.success(), "{args:?}: {:?}", out.status);
     }
     // `| head -1`: one line read, then the reader goes; the next second's line ends it.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cilfs"))
+    let mut child = Command::new(CILFS)
         .args(["stat", "--watch", "--json", s(&dir)])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -10,25 +10,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::{cilfs, mkfs, s, CILFS};
+
 /// Far longer than any refusal takes; only there so that a regression fails instead of hanging.
 const SAFETY_DEADLINE: Duration = Duration::from_secs(60);
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn cilfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 /// Runs cilfs with a deadline. Past it, the command is killed, and `fifo` is opened for reading
 /// and writing (which never blocks on Linux) so that whatever still waits in open() on it, a
 /// mount daemon in its own process group for one, gets its open and goes on; then the test fails.
 fn cilfs_with_deadline(args: &[&str], fifo: &Path) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cilfs"))
+    let mut child = Command::new(CILFS)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -83,12 +75,7 @@ fn setup() -> Setup {
     let fifo = tmp.path().join("a-fifo");
     let dir = tmp.path().join("mnt");
     std::fs::create_dir(&dir).unwrap();
-    let out = cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    mkfs(&img, "64M");
     rustix::fs::mknodat(CWD, &fifo, FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
     Setup {
         _tmp: tmp,

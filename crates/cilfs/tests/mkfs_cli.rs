@@ -3,19 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
+use std::process::Output;
 
-fn cilfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{cilfs, s};
 
 /// Asserts a refusal: exit status 2 and a one-line message containing `needle`.
 fn assert_refused(out: &Output, needle: &str) {

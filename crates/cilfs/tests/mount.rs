@@ -8,114 +8,16 @@ use rustix::io::Errno;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-/// Runs the cilfs command. With CILFS_TEST_TRANSPORT=native (or fuser) in the environment every
-/// mount gets `-o transport=...`, so that the whole suite runs over either FUSE transport.
-fn cilfs(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cilfs"));
-    cmd.args(args);
-    if let (Some(&"mount"), Ok(t)) = (args.first(), std::env::var("CILFS_TEST_TRANSPORT")) {
-        cmd.arg("-o").arg(format!("transport={t}"));
-    }
-    cmd.output().unwrap()
-}
-
-struct Mounted {
-    _tmp: tempfile::TempDir,
-    img: PathBuf,
-    dir: PathBuf,
-    mounted: bool,
-}
-
-impl Mounted {
-    fn new(size: &str, opts: &[&str]) -> Self {
-        assert!(
-            Path::new("/dev/fuse").exists(),
-            "mount tests need /dev/fuse (run scripts/install-deps)"
-        );
-        let tmp = tempfile::tempdir().unwrap();
-        let img = tmp.path().join("fs.img");
-        let dir = tmp.path().join("mnt");
-        fs::create_dir(&dir).unwrap();
-        let out = cilfs(&["mkfs", "-q", "--size", size, img.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut m = Mounted {
-            _tmp: tmp,
-            img,
-            dir,
-            mounted: false,
-        };
-        m.mount(opts);
-        m
-    }
-
-    fn mount(&mut self, opts: &[&str]) {
-        let mut args = vec![
-            "mount",
-            self.img.to_str().unwrap(),
-            self.dir.to_str().unwrap(),
-        ];
-        for o in opts {
-            args.push("-o");
-            args.push(o);
-        }
-        let out = cilfs(&args);
-        assert!(
-            out.status.success(),
-            "mount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.mounted = true;
-    }
-
-    fn unmount(&mut self) {
-        self.unmount_without_check();
-        let out = cilfs(&["check", self.img.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "check: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-
-    /// Unmounts, leaving the image unchecked (a read-only mount of a dirty log leaves it so).
-    fn unmount_without_check(&mut self) {
-        let out = cilfs(&["unmount", self.dir.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "unmount: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.mounted = false;
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = cilfs(&["unmount", self.dir.to_str().unwrap()]);
-        }
-    }
-}
-
-fn errno(e: std::io::Error) -> Errno {
-    Errno::from_io_error(&e).unwrap()
-}
+mod common;
+use common::cilfs_transported as cilfs;
+use common::{as_user, errno, mounts_on, run, sha1, wait_for_exit, Mounted, UnmountAll};
 
 #[test]
 fn files_directories_links_and_errors() {
-    let mut m = Mounted::new("256M", &[]);
+    let m = Mounted::new("256M", &[]);
     fs::write(m.p("a"), b"hello").unwrap();
     assert_eq!(fs::read(m.p("a")).unwrap(), b"hello");
     // O_APPEND.
@@ -222,7 +124,7 @@ fn files_directories_links_and_errors() {
 
 #[test]
 fn special_files_xattrs_fallocate_seek_statfs() {
-    let mut m = Mounted::new("256M", &[]);
+    let m = Mounted::new("256M", &[]);
     rustix::fs::mknodat(
         CWD,
         m.p("fifo"),
@@ -376,7 +278,7 @@ fn special_files_xattrs_fallocate_seek_statfs() {
 
 #[test]
 fn unlinked_open_files_live_until_closed() {
-    let mut m = Mounted::new("128M", &[]);
+    let m = Mounted::new("128M", &[]);
     let free0 = rustix::fs::statfs(&m.dir).unwrap().f_bfree;
     let mut f = OpenOptions::new()
         .read(true)
@@ -411,22 +313,9 @@ fn unlinked_open_files_live_until_closed() {
     m.unmount();
 }
 
-fn as_user(uid: u32, gid: u32, args: &[&str]) -> Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={uid}"),
-            &format!("--regid={gid}"),
-            "--clear-groups",
-            "--",
-        ])
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn posix_permissions_sticky_setgid_and_suid() {
-    let mut m = Mounted::new("128M", &["allow_other"]);
+    let m = Mounted::new("128M", &["allow_other"]);
     let t = m.p("tmp");
     fs::create_dir(&t).unwrap();
     fs::set_permissions(&t, fs::Permissions::from_mode(0o1777)).unwrap();
@@ -513,7 +402,7 @@ fn posix_permissions_sticky_setgid_and_suid() {
 
 #[test]
 fn full_filesystem_enospc_then_unlink_works() {
-    let mut m = Mounted::new("32M", &[]);
+    let m = Mounted::new("32M", &[]);
     let mut f = File::create(m.p("big")).unwrap();
     let chunk = vec![3u8; 1 << 20];
     let err = loop {
@@ -579,38 +468,9 @@ fn bad_mount_options_mount_nothing() {
     assert!(cilfs(&["unmount", dir.to_str().unwrap()]).status.success());
 }
 
-/// How many mounts /proc/self/mountinfo lists on `dir`.
-fn mounts_on(dir: &Path) -> usize {
-    let dir = format!(" {} ", dir.display());
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(&dir))
-        .count()
-}
-
-/// Takes down whatever is still mounted on a directory when a test ends, passed or failed.
-struct UnmountAll(PathBuf);
-
-impl Drop for UnmountAll {
-    fn drop(&mut self) {
-        for _ in 0..4 {
-            if mounts_on(&self.0) == 0 {
-                return;
-            }
-            let _ = cilfs(&["unmount", self.0.to_str().unwrap()]);
-        }
-        while mounts_on(&self.0) > 0 {
-            if rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH).is_err() {
-                return;
-            }
-        }
-    }
-}
-
 #[test]
 fn a_directory_that_is_already_a_mount_point_is_refused() {
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     let _cleanup = UnmountAll(m.dir.clone());
     fs::write(m.p("first"), b"on the first image").unwrap();
     let img2 = m.img.with_file_name("second.img");
@@ -652,7 +512,7 @@ fn a_directory_that_is_already_a_mount_point_is_refused() {
 
 #[test]
 fn killed_daemon_leaves_a_log_the_next_mount_replays() {
-    let mut m = Mounted::new("128M", &[]);
+    let m = Mounted::new("128M", &[]);
     fs::write(m.p("kept"), b"synced").unwrap();
     File::open(m.p("kept")).unwrap().sync_all().unwrap();
     fs::create_dir(m.p("dir")).unwrap();
@@ -660,26 +520,7 @@ fn killed_daemon_leaves_a_log_the_next_mount_replays() {
     // sync(2) does not reach the filesystem).
     File::open(&m.dir).unwrap().sync_all().unwrap();
     // Kill the daemon: no unmount record.
-    let pids = Command::new("pgrep")
-        .args(["-f", &format!("mount {} ", m.img.display())])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid.lines().next().expect("daemon pid");
-    assert!(Command::new("kill")
-        .args(["-9", pid])
-        .status()
-        .unwrap()
-        .success());
-    let gone = (0..500).any(|_| {
-        !Path::new(&format!("/proc/{pid}")).exists() || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            false
-        }
-    });
-    assert!(gone, "the daemon died");
-    let _ = rustix::mount::unmount(&m.dir, rustix::mount::UnmountFlags::DETACH);
-    m.mounted = false;
+    m.kill_daemon();
     let out = cilfs(&["check", m.img.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -703,7 +544,7 @@ fn killed_daemon_leaves_a_log_the_next_mount_replays() {
 /// stable, as free: they came back 200 MiB short before.
 #[test]
 fn df_comes_back_after_writing_and_deleting_200_mib() {
-    let mut m = Mounted::new("512M", &[]);
+    let m = Mounted::new("512M", &[]);
     let before = rustix::fs::statfs(&m.dir).unwrap();
     let mut f = File::create(m.p("big")).unwrap();
     let chunk = vec![0x5au8; 1 << 20];
@@ -736,23 +577,13 @@ fn df_comes_back_after_writing_and_deleting_200_mib() {
     m.unmount();
 }
 
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// POSIX ACLs are enforced for another user, kept in step with the mode, inherited from
 /// default ACLs (with a set-group-ID directory), validated, and kept across a remount;
 /// `noacl` refuses them.
 #[test]
 fn acls_are_enforced_inherited_and_kept() {
     const NOBODY: u32 = 65534;
-    let mut m = Mounted::new("128M", &["allow_other"]);
+    let m = Mounted::new("128M", &["allow_other"]);
     fs::set_permissions(&m.dir, fs::Permissions::from_mode(0o1777)).unwrap();
     let (f, g) = (m.p("f"), m.p("g"));
     fs::write(&f, b"open\n").unwrap();
@@ -846,7 +677,7 @@ fn python3() -> &'static str {
 
 #[test]
 fn set_user_and_group_id_are_cleared_by_another_users_data_changes() {
-    let mut m = Mounted::new("128M", &["allow_other"]);
+    let m = Mounted::new("128M", &["allow_other"]);
     let w = m.p("w");
     fs::create_dir(&w).unwrap();
     fs::set_permissions(&w, fs::Permissions::from_mode(0o1777)).unwrap();
@@ -940,7 +771,7 @@ fn reads_move_atime_as_relatime_strictatime_and_noatime_say() {
         (Some("noatime"), false, false),
     ] {
         let opts: Vec<&str> = opt.into_iter().collect();
-        let mut m = Mounted::new("64M", &opts);
+        let m = Mounted::new("64M", &opts);
         let (f, d) = (m.p("f"), m.p("d"));
         fs::write(&f, b"data").unwrap();
         fs::create_dir(&d).unwrap();
@@ -985,53 +816,12 @@ fn reads_move_atime_as_relatime_strictatime_and_noatime_say() {
     }
 }
 
-/// Kills the background daemon serving `m` with SIGKILL (no unmount record) and takes its
-/// dead mount away: the image is left with a log that needs replay.
-fn kill_daemon(m: &mut Mounted) {
-    let pids = Command::new("pgrep")
-        .args(["-f", &format!("mount {} ", m.img.display())])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid.lines().next().expect("daemon pid").to_string();
-    assert!(Command::new("kill")
-        .args(["-9", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let gone = (0..500).any(|_| {
-        !Path::new(&format!("/proc/{pid}")).exists() || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            false
-        }
-    });
-    assert!(gone, "the daemon died");
-    let _ = rustix::mount::unmount(&m.dir, rustix::mount::UnmountFlags::DETACH);
-    m.mounted = false;
-}
-
-fn sha1(p: &Path) -> String {
-    run(&["sha1sum", p.to_str().unwrap()])
-}
-
 /// `cilfs check`'s output: whether the log needed replay.
 fn needs_recovery(img: &Path) -> bool {
     let out = cilfs(&["check", img.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "check: {text}");
     text.contains("log: not clean")
-}
-
-/// Waits for a child with a generous safety deadline, killing it if it hangs.
-fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
-    for _ in 0..12_000 {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    panic!("the daemon did not exit within 120 s");
 }
 
 /// `cilfs mount --foreground` of `m`, as a systemd unit runs it: readiness goes to the datagram
@@ -1055,7 +845,7 @@ fn foreground_daemon(m: &Mounted, notify: &Path, log: &Path) -> std::process::Ch
 #[test]
 fn stop_signals_unmount_cleanly() {
     use rustix::process::{kill_process, Pid, Signal};
-    let mut m = Mounted::new("128M", &[]);
+    let m = Mounted::new("128M", &[]);
     let _cleanup = UnmountAll(m.dir.clone());
     m.unmount();
     let sock_path = m.img.with_file_name("notify.sock");
@@ -1114,7 +904,7 @@ fn stop_signals_unmount_cleanly() {
 /// device; the mount goes on unharmed.
 #[test]
 fn mkfs_and_check_refuse_a_mounted_image() {
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     fs::write(m.p("kept"), b"still here").unwrap();
     let img = m.img.clone();
     let img = img.to_str().unwrap();
@@ -1156,11 +946,11 @@ fn mkfs_and_check_refuse_a_mounted_image() {
 #[test]
 fn a_failed_mount_leaves_the_image_byte_identical() {
     const NOBODY: u32 = 65534;
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     fs::write(m.p("synced"), b"in the log").unwrap();
     File::open(m.p("synced")).unwrap().sync_all().unwrap();
     File::open(&m.dir).unwrap().sync_all().unwrap();
-    kill_daemon(&mut m);
+    m.kill_daemon();
     // The user may read and write the image, not mount on the root-owned directory.
     let tmp = m.img.parent().unwrap().to_path_buf();
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
@@ -1203,14 +993,14 @@ fn a_failed_mount_leaves_the_image_byte_identical() {
 /// where even root cannot open it for writing) with mode 0444 mounts read-only.
 #[test]
 fn ro_writes_nothing_refuses_a_dirty_log_and_mounts_read_only_media() {
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     fs::write(m.p("clean"), b"before the crash").unwrap();
     m.unmount();
     m.mount(&[]);
     fs::write(m.p("synced"), b"in the log").unwrap();
     File::open(m.p("synced")).unwrap().sync_all().unwrap();
     File::open(&m.dir).unwrap().sync_all().unwrap();
-    kill_daemon(&mut m);
+    m.kill_daemon();
     let (img, dir) = (m.img.clone(), m.dir.clone());
     let (img, dir) = (img.to_str().unwrap(), dir.to_str().unwrap());
     let dirty = sha1(&m.img);
@@ -1225,7 +1015,6 @@ fn ro_writes_nothing_refuses_a_dirty_log_and_mounts_read_only_media() {
     let out = cilfs(&["mount", img, dir, "-o", "ro,norecovery"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    m.mounted = true;
     assert!(err.contains("not replayed"), "says so: {err}");
     assert_eq!(fs::read(m.p("clean")).unwrap(), b"before the crash");
     assert_eq!(errno(fs::write(m.p("new"), b"x").unwrap_err()), Errno::ROFS);
@@ -1272,7 +1061,7 @@ fn ro_writes_nothing_refuses_a_dirty_log_and_mounts_read_only_media() {
 #[test]
 fn a_stop_signal_on_a_busy_mount_detaches_it_and_ends_at_the_last_close() {
     use rustix::process::{kill_process, Pid, Signal};
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     let _cleanup = UnmountAll(m.dir.clone());
     m.unmount();
     let sock_path = m.img.with_file_name("notify.sock");
@@ -1324,7 +1113,7 @@ fn a_stop_signal_on_a_busy_mount_detaches_it_and_ends_at_the_last_close() {
 fn attributes_stay_right_with_long_lifetimes() {
     use rustix::fs::{statx, AtFlags, Statx, StatxFlags};
     use std::os::unix::fs::symlink;
-    let mut m = Mounted::new("128M", &[]);
+    let m = Mounted::new("128M", &[]);
     let sx = |p: &Path, mask: StatxFlags| -> Statx {
         statx(CWD, p, AtFlags::SYMLINK_NOFOLLOW, mask).unwrap()
     };
@@ -1449,7 +1238,7 @@ fn attributes_stay_right_with_long_lifetimes() {
 /// says (root with it keeps them: `set_user_and_group_id_are_cleared_by_another_users_data_changes`).
 #[test]
 fn root_without_cap_fsetid_loses_set_user_and_group_id() {
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     let f = m.p("f");
     let p = f.display();
     for (what, script) in [
@@ -1487,7 +1276,7 @@ fn file_capabilities_go_with_writes_truncates_fallocates_and_chowns() {
         1, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
     ];
     const NAME: &str = "security.capability";
-    let mut m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &[]);
     let f = m.p("f");
     let p = f.display();
     let has_caps = || {
@@ -1529,7 +1318,7 @@ fn file_capabilities_go_with_writes_truncates_fallocates_and_chowns() {
 #[test]
 fn set_user_and_group_id_cleared_behind_a_reply_reach_the_kernels_mode() {
     use rustix::fs::{AtFlags, StatxFlags};
-    let mut m = Mounted::new("64M", &["allow_other"]);
+    let m = Mounted::new("64M", &["allow_other"]);
     let w = m.p("w");
     fs::create_dir(&w).unwrap();
     fs::set_permissions(&w, fs::Permissions::from_mode(0o1777)).unwrap();

@@ -11,172 +11,11 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::{errno, mounts_on, nobodys_base, run, sha1, transported, wait_for_exit, Mounted};
+
 fn cilfs(args: &[&str]) -> Output {
     cilfs_env(args, &[])
-}
-
-/// The cilfs command; with CILFS_TEST_TRANSPORT=native (or fuser) every mount gets
-/// `-o transport=...`, so that these tests run over either FUSE transport.
-fn transported(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cilfs"));
-    cmd.args(args);
-    if let (Some(&"mount"), Ok(t)) = (args.first(), std::env::var("CILFS_TEST_TRANSPORT")) {
-        cmd.arg("-o").arg(format!("transport={t}"));
-    }
-    cmd
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn errno(e: std::io::Error) -> Errno {
-    Errno::from_io_error(&e).unwrap()
-}
-
-/// A fresh image mounted on a directory of a temporary directory.
-struct Mounted {
-    _tmp: tempfile::TempDir,
-    img: PathBuf,
-    dir: PathBuf,
-}
-
-impl Mounted {
-    fn new(size: &str, opts: &[&str]) -> Self {
-        assert!(
-            Path::new("/dev/fuse").exists(),
-            "mount tests need /dev/fuse (run scripts/install-deps)"
-        );
-        let tmp = tempfile::tempdir().unwrap();
-        let img = tmp.path().join("fs.img");
-        let dir = tmp.path().join("mnt");
-        fs::create_dir(&dir).unwrap();
-        let out = cilfs(&["mkfs", "-q", "--size", size, img.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let m = Mounted {
-            _tmp: tmp,
-            img,
-            dir,
-        };
-        m.mount(opts);
-        m
-    }
-
-    fn mount(&self, opts: &[&str]) {
-        let mut args = vec![
-            "mount",
-            self.img.to_str().unwrap(),
-            self.dir.to_str().unwrap(),
-        ];
-        for o in opts {
-            args.push("-o");
-            args.push(o);
-        }
-        let out = cilfs(&args);
-        assert!(
-            out.status.success(),
-            "mount: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Unmounts and checks the image.
-    fn unmount(&self) {
-        let out = cilfs(&["unmount", self.dir.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "unmount: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = cilfs(&["check", self.img.to_str().unwrap()]);
-        assert!(
-            out.status.success(),
-            "check: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-
-    fn p(&self, rel: &str) -> PathBuf {
-        self.dir.join(rel)
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        // Whatever is still mounted when a test ends, passed or failed.
-        for _ in 0..4 {
-            if mounts_on(&self.dir) == 0 {
-                return;
-            }
-            let _ = cilfs(&["unmount", self.dir.to_str().unwrap()]);
-        }
-        while mounts_on(&self.dir) > 0 {
-            if rustix::mount::unmount(&self.dir, rustix::mount::UnmountFlags::DETACH).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// How many mounts /proc/self/mountinfo lists on `dir`.
-fn mounts_on(dir: &Path) -> usize {
-    let dir = format!(" {} ", dir.display());
-    fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(&dir))
-        .count()
-}
-
-fn sha1(p: &Path) -> String {
-    run(&["sha1sum", p.to_str().unwrap()])
-}
-
-/// Kills the background daemon serving `m` with SIGKILL (no unmount record) and takes its
-/// dead mount away: the image is left with a log that needs replay.
-fn kill_daemon(m: &Mounted) {
-    let pids = Command::new("pgrep")
-        .args(["-f", &format!("mount {} ", m.img.display())])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid.lines().next().expect("daemon pid").to_string();
-    assert!(Command::new("kill")
-        .args(["-9", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let gone = (0..500).any(|_| {
-        !Path::new(&format!("/proc/{pid}")).exists() || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            false
-        }
-    });
-    assert!(gone, "the daemon died");
-    let _ = rustix::mount::unmount(&m.dir, rustix::mount::UnmountFlags::DETACH);
-}
-
-/// Waits for a child with a generous safety deadline, killing it if it hangs.
-fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatus {
-    for _ in 0..12_000 {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    panic!("the daemon did not exit within 120 s");
 }
 
 /// `cilfs` with extra environment variables.
@@ -480,7 +319,7 @@ fn sync_and_dirsync_make_changes_durable_before_the_reply() {
         fs::create_dir(m.p("d")).unwrap();
         fs::write(m.p("d/f"), b"written").unwrap();
         fs::rename(m.p("d/f"), m.p("d/g")).unwrap();
-        kill_daemon(&m);
+        m.kill_daemon();
         m.mount(&[]);
         let names: Vec<_> = fs::read_dir(m.p("d"))
             .unwrap()
@@ -535,17 +374,8 @@ fn nodiratime_leaves_directory_atime_alone() {
 fn a_users_own_mount_unmounts_and_a_closed_dev_fuse_is_explained() {
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path();
-    fs::set_permissions(base, fs::Permissions::from_mode(0o755)).unwrap();
-    let (img, dir) = (base.join("fs.img"), base.join("mnt"));
-    fs::create_dir(&dir).unwrap();
-    let nobody = 65534;
-    for p in [base, &dir] {
-        rustix::fs::chown(p, Some(rustix::fs::Uid::from_raw(nobody)), None).unwrap();
-    }
+    let (img, dir, as_nobody) = nobodys_base(base);
     let bin = env!("CARGO_BIN_EXE_cilfs");
-    let as_nobody = format!(
-        "setpriv --reuid={nobody} --regid={nobody} --clear-groups env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin"
-    );
     let sh = |script: &str| Command::new("sh").args(["-c", script]).output().unwrap();
     let out = sh(&format!(
         "{as_nobody} {bin} mkfs -q --size 64M {}",

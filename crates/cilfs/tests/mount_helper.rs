@@ -5,17 +5,16 @@
 //! binary under test) and puts back what was there before, as it puts back /etc/fstab.
 #![allow(clippy::unwrap_used)]
 
-use cilfs_core::journal::{Journal, JournalConfig};
-use cilfs_core::trans::Reservation;
-use cilfs_device::{Device, FileDevice, FileDeviceOptions};
 use rustix::fs::{FileType, Mode, CWD};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
-const CILFS: &str = env!("CARGO_BIN_EXE_cilfs");
+mod common;
+use common::{as_user, cilfs, miscount_inodes, s, CILFS};
+
 /// Where mount(8), fsck(8) and mkfs(8) look for helpers.
 const SBIN: &str = "/sbin";
 const HELPERS: [&str; 5] = [
@@ -28,14 +27,6 @@ const HELPERS: [&str; 5] = [
 
 fn run(program: &str, args: &[&str]) -> Output {
     Command::new(program).args(args).output().unwrap()
-}
-
-fn cilfs(args: &[&str]) -> Output {
-    run(CILFS, args)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn text(b: &[u8]) -> String {
@@ -318,14 +309,9 @@ fn an_fstab_line_mounts_with_mount_dir_and_umount_leaves_the_image_clean() {
 
 /// Runs `program` (on the mount) as user nobody, with no groups, and returns its output.
 fn as_nobody(program: &Path, args: &[&str]) -> Output {
-    let mut all = vec![
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        s(program),
-    ];
+    let mut all = vec![s(program)];
     all.extend(args);
-    run("setpriv", &all)
+    as_user(65534, 65534, &all)
 }
 
 #[test]
@@ -360,27 +346,6 @@ fn a_set_user_id_root_program_runs_as_root_only_without_nosuid() {
     let e = Command::new(&id).output().unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied, "{e}");
     f.unmount();
-}
-
-/// Adds one to the inode count in the filesystem header (the first block of the metadata area),
-/// through the journal so that the block's stamp and CRC stay valid: only the checker's cross
-/// check of the count against the tree can find it.
-fn miscount_inodes(img: &Path) {
-    let dev: Arc<dyn Device> =
-        Arc::new(FileDevice::open(img, FileDeviceOptions::default()).unwrap());
-    let j = Journal::open(dev, None, JournalConfig::default()).unwrap();
-    let header = j.metadata_area().0;
-    let mut tx = j
-        .begin(Reservation::for_buffers(1, j.block_size()))
-        .unwrap();
-    let b = tx.buf(header).unwrap();
-    let count = u64::from_le_bytes(tx.data(b)[104..112].try_into().unwrap());
-    tx.write(b, 104, &(count + 1).to_le_bytes());
-    // The header keeps its LSN stamp at byte 8 (docs/on-disk-format.md).
-    tx.set_lsn_offset(b, 8);
-    let seq = tx.commit().unwrap();
-    j.force(seq).unwrap();
-    j.unmount().unwrap();
 }
 
 #[test]

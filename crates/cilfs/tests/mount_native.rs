@@ -8,12 +8,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn cilfs(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
+use common::{cilfs, kill_daemon_matching, nobodys_base, s};
 
 fn ok(out: Output, what: &str) -> String {
     assert!(
@@ -23,10 +19,6 @@ fn ok(out: Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn findmnt(dir: &Path, columns: &str) -> String {
@@ -44,28 +36,10 @@ fn findmnt(dir: &Path, columns: &str) -> String {
 /// SIGKILLs the daemon serving `source` (no unmount record, nothing written back) and takes
 /// its dead mount away.
 fn kill_daemon(source: &Path, dir: &Path) {
-    let pids = Command::new("pgrep")
-        .args([
-            "-f",
-            &format!("mount {} {} ", source.display(), dir.display()),
-        ])
-        .output()
-        .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid.lines().next().expect("daemon pid").to_string();
-    assert!(Command::new("kill")
-        .args(["-9", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let gone = (0..500).any(|_| {
-        !Path::new(&format!("/proc/{pid}")).exists() || {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            false
-        }
-    });
-    assert!(gone, "the daemon died");
-    let _ = rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH);
+    kill_daemon_matching(
+        &format!("mount {} {} ", source.display(), dir.display()),
+        dir,
+    );
 }
 
 /// Unmounts `dir` when dropped, so that a failed assertion leaves no mount and no daemon
@@ -194,20 +168,10 @@ fn sync_reaches_cilfs_on_a_block_device_and_survives_sigkill() {
 /// bound over the real one, since some containers keep /dev/fuse closed to users.
 #[test]
 fn a_users_native_mount_goes_through_fusermount3() {
-    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path();
-    fs::set_permissions(base, fs::Permissions::from_mode(0o755)).unwrap();
-    let (img, dir) = (base.join("fs.img"), base.join("mnt"));
-    fs::create_dir(&dir).unwrap();
-    let nobody = 65534;
-    for p in [base, &dir] {
-        rustix::fs::chown(p, Some(rustix::fs::Uid::from_raw(nobody)), None).unwrap();
-    }
+    let (img, dir, as_nobody) = nobodys_base(base);
     let bin = env!("CARGO_BIN_EXE_cilfs");
-    let as_nobody = format!(
-        "setpriv --reuid={nobody} --regid={nobody} --clear-groups env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin"
-    );
     let script = format!(
         "set -e\n\
          mknod {node} c 10 229 && chmod 666 {node} && mount --bind {node} /dev/fuse\n\
