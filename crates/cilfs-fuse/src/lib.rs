@@ -4,6 +4,7 @@
 
 mod errno;
 pub mod native;
+mod openers;
 
 pub use errno::{errno, observe_errors, ErrorObserver};
 
@@ -16,12 +17,10 @@ use fuser::{
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use parking_lot::Mutex;
-use std::collections::HashMap;
+use openers::{caller, Openers};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -59,11 +58,8 @@ const TTL: Duration = Duration::from_secs(3600);
 pub struct CilfsFuse {
     fs: Arc<Fs>,
     writeback_cache: bool,
-    /// Who opened each file handle: a write the kernel sends from its page cache (a shared
-    /// writable mmap, or any write with writeback_cache) carries root's credentials, not the
-    /// writer's, and the set-user-ID rules must judge the writer.
-    openers: Mutex<HashMap<u64, Cred>>,
-    next_fh: AtomicU64,
+    /// Who opened each file handle ([`openers::Openers`]).
+    openers: Openers,
 }
 
 impl CilfsFuse {
@@ -71,30 +67,19 @@ impl CilfsFuse {
         CilfsFuse {
             fs,
             writeback_cache,
-            openers: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            openers: Openers::new(),
         }
     }
 
     /// A new file handle, remembering who opened it until its release.
     fn file_handle(&self, opener: Cred) -> FileHandle {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.openers.lock().insert(fh, opener);
-        FileHandle(fh)
+        FileHandle(self.openers.open(opener))
     }
 
-    /// The caller a write is judged as: the opener of its handle for a write from the page
-    /// cache (its header names the kernel's flusher; the fh is one of the inode's writable
-    /// handles), the caller otherwise (Linux judges the writing task, not the opener). An
-    /// opener that exited meanwhile has no supplementary groups to read, which can only
-    /// clear set-group-ID, never keep it.
+    /// The caller a write is judged as ([`Openers::writer`]).
     fn writer(&self, req: &Request, fh: FileHandle, flags: WriteFlags) -> Cred {
-        if flags.contains(WriteFlags::FUSE_WRITE_CACHE) {
-            if let Some(c) = self.openers.lock().get(&fh.0) {
-                return *c;
-            }
-        }
-        cred(req)
+        let from_page_cache = flags.contains(WriteFlags::FUSE_WRITE_CACHE);
+        self.openers.writer(fh.0, from_page_cache, cred(req))
     }
 }
 
@@ -124,12 +109,7 @@ impl AttrInvalidator {
 }
 
 fn cred(req: &Request) -> Cred {
-    Cred {
-        uid: req.uid(),
-        gid: req.gid(),
-        pid: req.pid(),
-        umask: 0,
-    }
+    caller(req.uid(), req.gid(), req.pid())
 }
 
 /// The caller of a create, with the umask the kernel passed along.
@@ -522,7 +502,7 @@ impl Filesystem for CilfsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.openers.lock().remove(&fh.0);
+        self.openers.release(fh.0);
         match self.fs.release_inode(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),

@@ -3,6 +3,7 @@
 //! so that both transports serve the same filesystem. Errors become errno values in
 //! `errno.rs` only.
 
+use super::super::openers::{caller, Openers};
 use super::super::{errno, stats_text, STATS_XATTR, TTL};
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
 use cilfs_core::fs::xattr::XattrFlags;
@@ -12,10 +13,7 @@ use cilfs_fuse_proto::{
     dirent_type, AttrOut, Dirents, DirentsPlus, EntryOut, Errno, InHeader, Kstatfs, Op, OpenOut,
     Reply, Request, ROOT_ID,
 };
-use parking_lot::Mutex;
-use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What a request gets back.
@@ -36,20 +34,12 @@ pub enum Answer {
 #[derive(Debug)]
 pub struct Dispatcher {
     fs: Arc<Fs>,
-    /// Who opened each file handle: a write the kernel sends from its page cache (a shared
-    /// writable mmap, or any write with writeback_cache) carries the flusher's credentials,
-    /// not the writer's, and the set-user-ID rules must judge the writer (as in lib.rs).
-    openers: Mutex<HashMap<u64, Cred>>,
-    next_fh: AtomicU64,
+    /// Who opened each file handle, as in lib.rs ([`Openers`]).
+    openers: Openers,
 }
 
 fn cred(h: &InHeader) -> Cred {
-    Cred {
-        uid: h.uid,
-        gid: h.gid,
-        pid: h.pid,
-        umask: 0,
-    }
+    caller(h.uid, h.gid, h.pid)
 }
 
 /// The caller of a create, with the umask the kernel passed along (FUSE_DONT_MASK: ours to
@@ -177,16 +167,13 @@ impl Dispatcher {
     pub fn new(fs: Arc<Fs>) -> Dispatcher {
         Dispatcher {
             fs,
-            openers: Mutex::new(HashMap::new()),
-            next_fh: AtomicU64::new(1),
+            openers: Openers::new(),
         }
     }
 
     /// A new file handle, remembering who opened it until its release.
     fn file_handle(&self, opener: Cred) -> u64 {
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.openers.lock().insert(fh, opener);
-        fh
+        self.openers.open(opener)
     }
 
     fn opened(&self, fh: u64) -> OpenOut {
@@ -197,15 +184,10 @@ impl Dispatcher {
         }
     }
 
-    /// The caller a write is judged as: the opener of its handle for a write from the page
-    /// cache, the caller otherwise (Linux judges the writing task, not the opener).
+    /// The caller a write is judged as ([`Openers::writer`]).
     fn writer(&self, h: &InHeader, fh: u64, flags: u32) -> Cred {
-        if flags & write_flags::CACHE != 0 {
-            if let Some(c) = self.openers.lock().get(&fh) {
-                return *c;
-            }
-        }
-        cred(h)
+        self.openers
+            .writer(fh, flags & write_flags::CACHE != 0, cred(h))
     }
 
     /// Answers one request (INIT excepted: the session negotiates it before serving).
@@ -319,7 +301,7 @@ impl Dispatcher {
                 ))
             }
             Op::Release(r) => {
-                self.openers.lock().remove(&r.fh);
+                self.openers.release(r.fh);
                 empty(u, fs.release_inode(ino))
             }
             Op::Releasedir(_) => empty(u, fs.release_inode(ino)),
