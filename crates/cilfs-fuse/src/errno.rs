@@ -24,6 +24,8 @@ pub fn errno(e: &FsError) -> Errno {
         FsError::NoData => libc::ENXIO,
         FsError::NotSupported(_) => libc::EOPNOTSUPP,
         FsError::Corrupt { .. } => libc::EUCLEAN,
+        // Consumed inside the core (an operation run again); EIO if one ever got out.
+        FsError::Retry(_) => libc::EIO,
         FsError::NotFormatted(_) => libc::EINVAL,
         FsError::Journal(JournalError::Shutdown) => libc::EIO,
         FsError::Journal(_) | FsError::Device(_) => libc::EIO,

@@ -40,6 +40,10 @@ pub enum FsError {
     NoData,
     #[error("not supported: {0}")]
     NotSupported(&'static str),
+    /// Internal: the operation gave up before its first commit and is run again outside the
+    /// filesystem lock (`fs/retry.rs`); never returned by a public operation.
+    #[error("operation to be run again ({0:?})")]
+    Retry(super::retry::Retry),
     #[error("metadata block {blkno} is corrupt: {what}")]
     Corrupt { blkno: u64, what: String },
     #[error("not a cilfs filesystem: {0}")]

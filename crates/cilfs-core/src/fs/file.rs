@@ -35,166 +35,169 @@ impl Fs {
 
     /// Writes `data` at `off`. Returns the bytes written (all of them, or an error).
     pub fn write(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
-        bump(&self.stats.operations);
-        self.check_writable()?;
-        if data.is_empty() {
-            return Ok(0);
-        }
-        let bs = u64::from(self.bs);
-        let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
-        if end > max_file_size(self.bs) {
-            return Err(FsError::TooBig);
-        }
-        let mut st = self.write_state();
-        let m = self.load(&mut st, ino)?;
-        if m.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
-        let old_size = m.inode.size;
-        let first = off / bs;
-        let last = (end - 1) / bs;
-        let exts = {
-            let mut v = self.view(&st);
-            extents_in(&mut v, ino, first, last + 1)?
-        };
-        let hole_blocks: u64 = holes(&exts, first, last + 1)
-            .iter()
-            .map(|(a, b)| b - a)
-            .sum();
-        if hole_blocks > 0 {
-            self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
-        }
-        let caps = self.has_caps(&st, ino)?;
-        // Speculative preallocation (as XFS does): a write that extends the file also maps a
-        // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
-        // blocks the file owns (the page cache) instead of allocating and writing each block
-        // synchronously. Only for files already 16 blocks long (small files stay exact); as
-        // many blocks as the file has, up to 256.
-        let prealloc = if hole_blocks > 0 && end > old_size && old_size >= 16 * bs {
-            let want = (old_size / bs).min(256);
-            let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
-                && self
-                    .space_check(&st, hole_blocks + want + 8, Reserve::Keep)
-                    .is_ok();
-            if fits {
-                want
+        self.retrying(|| {
+            bump(&self.stats.operations);
+            self.check_writable()?;
+            if data.is_empty() {
+                return Ok(0);
+            }
+            let bs = u64::from(self.bs);
+            let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+            if end > max_file_size(self.bs) {
+                return Err(FsError::TooBig);
+            }
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            if m.inode.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            let old_size = m.inode.size;
+            let first = off / bs;
+            let last = (end - 1) / bs;
+            let exts = {
+                let mut v = self.view(&st);
+                extents_in(&mut v, ino, first, last + 1)?
+            };
+            let hole_blocks: u64 = holes(&exts, first, last + 1)
+                .iter()
+                .map(|(a, b)| b - a)
+                .sum();
+            if hole_blocks > 0 {
+                self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
+            }
+            let caps = self.has_caps(&st, ino)?;
+            // Speculative preallocation (as XFS does): a write that extends the file also maps a
+            // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
+            // blocks the file owns (the page cache) instead of allocating and writing each block
+            // synchronously. Only for files already 16 blocks long (small files stay exact); as
+            // many blocks as the file has, up to 256.
+            let prealloc = if hole_blocks > 0 && end > old_size && old_size >= 16 * bs {
+                let want = (old_size / bs).min(256);
+                let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
+                    && self
+                        .space_check(&st, hole_blocks + want + 8, Reserve::Keep)
+                        .is_ok();
+                if fits {
+                    want
+                } else {
+                    0
+                }
             } else {
                 0
+            };
+            // Memory pressure: write every dirty page back (before any transaction is open, whose
+            // locked blocks the extent lookups of the write back would need).
+            if st.cache.dirty_pages() > st.cache.dirty_limit {
+                self.writeback(&mut st, None)?;
             }
-        } else {
-            0
-        };
-        // Memory pressure: write every dirty page back (before any transaction is open, whose
-        // locked blocks the extent lookups of the write back would need).
-        if st.cache.dirty_pages() > st.cache.dirty_limit {
-            self.writeback(&mut st, None)?;
-        }
-        // Zero the tail of the old last block when the file grows past it.
-        self.zero_eof_tail(&mut st, ino, old_size, off, true)?;
-        let mut t = if hole_blocks > 0 {
-            Some(self.begin(&st)?)
-        } else {
-            None
-        };
-        let result = (|| -> FsResult<u64> {
-            let mut fresh = Vec::new();
-            if let Some(t) = t.as_mut() {
-                fresh = self.allocate_range(t, ino, first, last + 1 + prealloc)?;
+            // Zero the tail of the old last block when the file grows past it.
+            self.zero_eof_tail(&mut st, ino, old_size, off, true)?;
+            let mut t = if hole_blocks > 0 {
+                Some(self.begin(&st)?)
+            } else {
+                None
+            };
+            let result = (|| -> FsResult<u64> {
+                let mut fresh = Vec::new();
+                if let Some(t) = t.as_mut() {
+                    fresh = self.allocate_range(t, ino, first, last + 1 + prealloc)?;
+                }
+                let mut all: Vec<Extent> =
+                    exts.iter().copied().chain(fresh.iter().copied()).collect();
+                all.sort_by_key(|e| e.file);
+                self.write_data(&mut st.cache, ino, &all, &fresh, old_size, off, data)?;
+                // Preallocated blocks past the write hold other files' old data: zero them before
+                // the transaction that maps them commits.
+                for e in &fresh {
+                    if e.end() > last + 1 {
+                        let from = e.file.max(last + 1);
+                        self.write_zeros(e.disk + (from - e.file), e.end() - from)?;
+                    }
+                }
+                Ok(fresh.iter().map(|e| e.len).sum())
+            })();
+            let now = self.now();
+            let m = match st.inodes.get_mut(&ino) {
+                Some(m) => m,
+                None => return Err(FsError::NotFound),
+            };
+            let allocated = match result {
+                Ok(n) => n,
+                Err(e) => {
+                    return match t {
+                        Some(t) if t.tx.logged_buffers() > 0 => Err(t.abort(e)),
+                        _ => Err(e),
+                    };
+                }
+            };
+            bump_bytes(&self.stats.data_write_bytes, data.len());
+            let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
+            let size_changed = end > old_size;
+            let kill = self.privileges_to_kill(cred, &m.inode);
+            // A size change alone is not logged now: like a kernel's i_size it is logged with the
+            // next transaction of the inode, at fsync, at write back or at unmount (the data it
+            // covers is in the page cache anyway). It still counts as a change for the counter.
+            // With lazytime new timestamps wait the same way.
+            let must_log = self.opts.iversion == IversionMode::Eager
+                || (ts_changed && !self.opts.lazytime)
+                || hole_blocks > 0
+                || kill != 0
+                || caps;
+            let log = if must_log {
+                m.change.maybe_increment(true);
+                bump(&self.stats.change_bumps);
+                true
+            } else if m.change.maybe_increment(false) {
+                bump(&self.stats.change_bumps);
+                true
+            } else {
+                bump(&self.stats.change_bumps_skipped);
+                false
+            };
+            if !log {
+                if size_changed {
+                    m.inode.size = end;
+                    m.unlogged = true;
+                    bump(&self.stats.deferred_size_updates);
+                }
+                if ts_changed {
+                    m.inode.mtime = now;
+                    m.inode.ctime = now;
+                    m.unlogged = true;
+                }
+                return Ok(data.len());
             }
-            let mut all: Vec<Extent> = exts.iter().copied().chain(fresh.iter().copied()).collect();
-            all.sort_by_key(|e| e.file);
-            self.write_data(&mut st.cache, ino, &all, &fresh, old_size, off, data)?;
-            // Preallocated blocks past the write hold other files' old data: zero them before
-            // the transaction that maps them commits.
-            for e in &fresh {
-                if e.end() > last + 1 {
-                    let from = e.file.max(last + 1);
-                    self.write_zeros(e.disk + (from - e.file), e.end() - from)?;
+            m.inode.mtime = now;
+            m.inode.ctime = now;
+            m.inode.size = m.inode.size.max(end);
+            m.inode.blocks += allocated;
+            m.inode.mode &= !kill;
+            let mut t = match t {
+                Some(t) => t,
+                None => self.begin(&st)?,
+            };
+            if caps {
+                if let Err(e) = drop_caps(&mut t, ino) {
+                    return Err(t.abort(e));
                 }
             }
-            Ok(fresh.iter().map(|e| e.len).sum())
-        })();
-        let now = self.now();
-        let m = match st.inodes.get_mut(&ino) {
-            Some(m) => m,
-            None => return Err(FsError::NotFound),
-        };
-        let allocated = match result {
-            Ok(n) => n,
-            Err(e) => {
-                return match t {
-                    Some(t) if t.tx.logged_buffers() > 0 => Err(t.abort(e)),
-                    _ => Err(e),
-                };
-            }
-        };
-        bump_bytes(&self.stats.data_write_bytes, data.len());
-        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
-        let size_changed = end > old_size;
-        let kill = self.privileges_to_kill(cred, &m.inode);
-        // A size change alone is not logged now: like a kernel's i_size it is logged with the
-        // next transaction of the inode, at fsync, at write back or at unmount (the data it
-        // covers is in the page cache anyway). It still counts as a change for the counter.
-        // With lazytime new timestamps wait the same way.
-        let must_log = self.opts.iversion == IversionMode::Eager
-            || (ts_changed && !self.opts.lazytime)
-            || hole_blocks > 0
-            || kill != 0
-            || caps;
-        let log = if must_log {
-            m.change.maybe_increment(true);
-            bump(&self.stats.change_bumps);
-            true
-        } else if m.change.maybe_increment(false) {
-            bump(&self.stats.change_bumps);
-            true
-        } else {
-            bump(&self.stats.change_bumps_skipped);
-            false
-        };
-        if !log {
-            if size_changed {
-                m.inode.size = end;
-                m.unlogged = true;
-                bump(&self.stats.deferred_size_updates);
-            }
-            if ts_changed {
-                m.inode.mtime = now;
-                m.inode.ctime = now;
-                m.unlogged = true;
-            }
-            return Ok(data.len());
-        }
-        m.inode.mtime = now;
-        m.inode.ctime = now;
-        m.inode.size = m.inode.size.max(end);
-        m.inode.blocks += allocated;
-        m.inode.mode &= !kill;
-        let mut t = match t {
-            Some(t) => t,
-            None => self.begin(&st)?,
-        };
-        if caps {
-            if let Err(e) = drop_caps(&mut t, ino) {
+            let m = match st.inodes.get_mut(&ino) {
+                Some(m) => m,
+                None => return Err(FsError::NotFound),
+            };
+            if let Err(e) = log_inode(&mut t, m, &self.stats) {
                 return Err(t.abort(e));
             }
-        }
-        let m = match st.inodes.get_mut(&ino) {
-            Some(m) => m,
-            None => return Err(FsError::NotFound),
-        };
-        if let Err(e) = log_inode(&mut t, m, &self.stats) {
-            return Err(t.abort(e));
-        }
-        let seq = self.commit(&mut st, t)?;
-        if let Some(m) = st.inodes.get_mut(&ino) {
-            m.last_seq = m.last_seq.max(seq);
-        }
-        drop(st);
-        if kill != 0 {
-            self.attrs_changed(ino);
-        }
-        Ok(data.len())
+            let seq = self.commit(&mut st, t)?;
+            if let Some(m) = st.inodes.get_mut(&ino) {
+                m.last_seq = m.last_seq.max(seq);
+            }
+            drop(st);
+            if kill != 0 {
+                self.attrs_changed(ino);
+            }
+            Ok(data.len())
+        })
     }
 
     /// Writes `data` at byte `off` through the block map `exts` (which covers the range).
@@ -420,99 +423,101 @@ impl Fs {
         keep_size: bool,
         punch_hole: bool,
     ) -> FsResult<()> {
-        bump(&self.stats.operations);
-        self.check_writable()?;
-        if len == 0 {
-            return Err(FsError::Invalid("fallocate of length 0"));
-        }
-        if punch_hole && !keep_size {
-            return Err(FsError::NotSupported("PUNCH_HOLE without KEEP_SIZE"));
-        }
-        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
-        if end > max_file_size(self.bs) {
-            return Err(FsError::TooBig);
-        }
-        let bs = u64::from(self.bs);
-        if punch_hole {
-            let size = self.getattr(ino)?.size;
-            let end = end.min(size);
-            if off < end {
-                // Zero the partial blocks at the edges in place, unmap the whole ones.
-                let first_full = off.div_ceil(bs);
-                let end_full = end / bs;
-                let zero = |a: u64, b: u64| -> FsResult<()> {
-                    if a < b {
-                        self.write(cred, ino, a, &vec![0u8; (b - a) as usize])
-                            .map(|_| ())
+        self.retrying(|| {
+            bump(&self.stats.operations);
+            self.check_writable()?;
+            if len == 0 {
+                return Err(FsError::Invalid("fallocate of length 0"));
+            }
+            if punch_hole && !keep_size {
+                return Err(FsError::NotSupported("PUNCH_HOLE without KEEP_SIZE"));
+            }
+            let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+            if end > max_file_size(self.bs) {
+                return Err(FsError::TooBig);
+            }
+            let bs = u64::from(self.bs);
+            if punch_hole {
+                let size = self.getattr(ino)?.size;
+                let end = end.min(size);
+                if off < end {
+                    // Zero the partial blocks at the edges in place, unmap the whole ones.
+                    let first_full = off.div_ceil(bs);
+                    let end_full = end / bs;
+                    let zero = |a: u64, b: u64| -> FsResult<()> {
+                        if a < b {
+                            self.write(cred, ino, a, &vec![0u8; (b - a) as usize])
+                                .map(|_| ())
+                        } else {
+                            Ok(())
+                        }
+                    };
+                    if first_full >= end_full {
+                        zero(off, end)?;
                     } else {
-                        Ok(())
+                        zero(off, first_full * bs)?;
+                        zero(end_full * bs, end)?;
+                        let mut st = self.write_state();
+                        self.free_range(&mut st, ino, first_full, end_full)?;
                     }
-                };
-                if first_full >= end_full {
-                    zero(off, end)?;
-                } else {
-                    zero(off, first_full * bs)?;
-                    zero(end_full * bs, end)?;
-                    let mut st = self.write_state();
-                    self.free_range(&mut st, ino, first_full, end_full)?;
                 }
+                // The edge writes cleared the privileges if there were any; an aligned hole, or
+                // one past the end, still counts as a change of the data.
+                return self.kill_privileges(cred, ino);
             }
-            // The edge writes cleared the privileges if there were any; an aligned hole, or
-            // one past the end, still counts as a change of the data.
-            return self.kill_privileges(cred, ino);
-        }
-        let mut st = self.write_state();
-        let m = self.load(&mut st, ino)?;
-        if m.inode.is_dir() {
-            return Err(FsError::IsDir);
-        }
-        let old_size = m.inode.size;
-        let first = off / bs;
-        let last = (end - 1) / bs;
-        let exts = {
-            let mut v = self.view(&st);
-            extents_in(&mut v, ino, first, last + 1)?
-        };
-        let hole_blocks: u64 = holes(&exts, first, last + 1)
-            .iter()
-            .map(|(a, b)| b - a)
-            .sum();
-        self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
-        if !keep_size && end > old_size {
-            self.zero_eof_tail(&mut st, ino, old_size, end, false)?;
-        }
-        let now = self.now();
-        let (kill, _) = self.with_tx(&mut st, |t, inodes| {
-            let fresh = self.allocate_range(t, ino, first, last + 1)?;
-            for e in &fresh {
-                // Bounded zeroing writes of at most 1 MiB.
-                let chunk = (1 << 20) / bs;
-                let zeros = AlignedBuf::zeroed((chunk * bs) as usize);
-                let mut at = 0;
-                while at < e.len {
-                    let n = (e.len - at).min(chunk);
-                    self.write_blocks(e.disk + at, &zeros[..(n * bs) as usize])?;
-                    at += n;
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            if m.inode.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            let old_size = m.inode.size;
+            let first = off / bs;
+            let last = (end - 1) / bs;
+            let exts = {
+                let mut v = self.view(&st);
+                extents_in(&mut v, ino, first, last + 1)?
+            };
+            let hole_blocks: u64 = holes(&exts, first, last + 1)
+                .iter()
+                .map(|(a, b)| b - a)
+                .sum();
+            self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
+            if !keep_size && end > old_size {
+                self.zero_eof_tail(&mut st, ino, old_size, end, false)?;
+            }
+            let now = self.now();
+            let (kill, _) = self.with_tx(&mut st, |t, inodes| {
+                let fresh = self.allocate_range(t, ino, first, last + 1)?;
+                for e in &fresh {
+                    // Bounded zeroing writes of at most 1 MiB.
+                    let chunk = (1 << 20) / bs;
+                    let zeros = AlignedBuf::zeroed((chunk * bs) as usize);
+                    let mut at = 0;
+                    while at < e.len {
+                        let n = (e.len - at).min(chunk);
+                        self.write_blocks(e.disk + at, &zeros[..(n * bs) as usize])?;
+                        at += n;
+                    }
                 }
+                drop_caps(t, ino)?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.blocks += hole_blocks;
+                let kill = self.privileges_to_kill(cred, &m.inode);
+                m.inode.mode &= !kill;
+                if !keep_size && end > m.inode.size {
+                    m.inode.size = end;
+                    m.inode.mtime = now;
+                }
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok((kill, vec![ino]))
+            })?;
+            drop(st);
+            if kill != 0 {
+                self.attrs_changed(ino);
             }
-            drop_caps(t, ino)?;
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            m.inode.blocks += hole_blocks;
-            let kill = self.privileges_to_kill(cred, &m.inode);
-            m.inode.mode &= !kill;
-            if !keep_size && end > m.inode.size {
-                m.inode.size = end;
-                m.inode.mtime = now;
-            }
-            self.touch_ctime(m, now);
-            log_inode(t, m, &self.stats)?;
-            Ok((kill, vec![ino]))
-        })?;
-        drop(st);
-        if kill != 0 {
-            self.attrs_changed(ino);
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, and

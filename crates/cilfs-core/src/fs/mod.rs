@@ -22,6 +22,7 @@ pub mod ops;
 mod orphan;
 pub mod pagecache;
 mod rename;
+mod retry;
 mod setid;
 pub mod stats;
 pub mod tree;
@@ -334,6 +335,7 @@ impl Fs {
     /// Commits and adopts the transaction's header.
     pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
         let (seq, hdr) = t.commit()?;
+        retry::committed();
         st.hdr = hdr;
         self.stats
             .transactions

@@ -126,7 +126,11 @@ impl Fs {
             return Ok(());
         }
         if busy > 0 {
-            // Space freed by checkpoints not yet stable: make it usable and look again.
+            // Space freed by checkpoints not yet stable: make it usable and look again, with
+            // the force outside the filesystem lock when the operation can still start over.
+            if super::retry::may_retry() {
+                return Err(FsError::Retry(super::retry::Retry::ForceLog));
+            }
             self.journal.force_all()?;
             let busy = {
                 let mut b = self.lock_busy();
@@ -180,127 +184,129 @@ impl Fs {
         rdev: u64,
         target: Option<&[u8]>,
     ) -> FsResult<Attr> {
-        self.op();
-        check_name(name)?;
-        self.check_writable()?;
-        let mut st = self.write_state();
-        let p = self.load(&mut st, parent)?.inode.clone();
-        if !p.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        if p.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        let is_dir = mode & S_IFMT == S_IFDIR;
-        if is_dir && p.nlink >= LINK_MAX {
-            return Err(FsError::TooManyLinks);
-        }
-        {
-            let mut v = self.view(&st);
-            if dir::lookup(&mut v, TREE_FS, parent, name)?.is_some() {
-                return Err(FsError::Exists);
+        self.retrying(|| {
+            self.op();
+            check_name(name)?;
+            self.check_writable()?;
+            let mut st = self.write_state();
+            let p = self.load(&mut st, parent)?.inode.clone();
+            if !p.is_dir() {
+                return Err(FsError::NotDir);
             }
-        }
-        // A parent's default ACL becomes the new node's access ACL (and a directory's default),
-        // masked by the mode asked for; without one the umask applies. Symlinks have neither.
-        let inherited = match self.opts.acl && target.is_none() {
-            true => match self.xattr_lookup(&st, parent, acl::DEFAULT)? {
-                Some(v) => acl::Acl::parse(&v).map_err(|_| {
-                    FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
-                })?,
-                None => None,
-            },
-            false => None,
-        };
-        let (mode, acls) = match inherited {
-            Some(default) => {
-                let mut access = default.clone();
-                let mode = access.create_mask(mode);
-                let access = (!access.is_minimal()).then(|| access.encode());
-                (mode, [access, is_dir.then(|| default.encode())])
+            if p.nlink == 0 {
+                return Err(FsError::NotFound);
             }
-            None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
-            None => (mode, [None, None]),
-        };
-        let acl_blocks: u64 = acls
-            .iter()
-            .flatten()
-            .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
-            .sum();
-        self.space_check(&st, 4 + acl_blocks, Reserve::Keep)?;
-        let now = self.now();
-        let bs = self.bs;
-        let (attr, _) = self.with_tx(&mut st, |t, inodes| {
-            let ino = t.hdr.next_ino;
-            t.hdr.next_ino += 1;
-            t.hdr.inode_count += 1;
-            for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
-                if let Some(v) = v {
-                    xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
+            let is_dir = mode & S_IFMT == S_IFDIR;
+            if is_dir && p.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+            {
+                let mut v = self.view(&st);
+                if dir::lookup(&mut v, TREE_FS, parent, name)?.is_some() {
+                    return Err(FsError::Exists);
                 }
             }
-            let mut mode = mode;
-            let gid = if p.mode & S_ISGID != 0 {
-                if is_dir {
-                    mode |= S_ISGID;
-                }
-                p.gid
-            } else {
-                cred.gid
-            };
-            let inode = Inode {
-                ino,
-                mode,
-                uid: cred.uid,
-                gid,
-                nlink: if is_dir { 2 } else { 1 },
-                size: target.map_or(0, |t| t.len() as u64),
-                blocks: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                rdev,
-                change: 0,
-                flags: 0,
-                parent: if is_dir { parent } else { 0 },
-            };
-            let mut m = InodeMem {
-                inode,
-                change: ChangeCounter::created(0),
-                open: 0,
-                last_seq: 0,
-                unlogged: false,
-            };
-            log_inode(t, &mut m, &self.stats)?;
-            if let Some(target) = target {
-                for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
-                    t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
-                }
-            }
-            let kind = m.inode.kind().unwrap_or(FileType::Regular);
-            dir_add(
-                t,
-                parent,
-                &DirEntry {
-                    ino,
-                    kind,
-                    name: name.to_vec(),
+            // A parent's default ACL becomes the new node's access ACL (and a directory's default),
+            // masked by the mode asked for; without one the umask applies. Symlinks have neither.
+            let inherited = match self.opts.acl && target.is_none() {
+                true => match self.xattr_lookup(&st, parent, acl::DEFAULT)? {
+                    Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                        FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
+                    })?,
+                    None => None,
                 },
-            )?;
-            let attr = m.inode.attr(bs);
-            inodes.insert(ino, m);
-            let pm = Fs::inode_mut(t, inodes, parent)?;
-            pm.inode.mtime = now;
-            pm.inode.size += 1;
-            if is_dir {
-                pm.inode.nlink += 1;
-            }
-            self.touch_ctime(pm, now);
-            log_inode(t, pm, &self.stats)?;
-            Ok((attr, vec![ino, parent]))
-        })?;
-        Ok(attr)
+                false => None,
+            };
+            let (mode, acls) = match inherited {
+                Some(default) => {
+                    let mut access = default.clone();
+                    let mode = access.create_mask(mode);
+                    let access = (!access.is_minimal()).then(|| access.encode());
+                    (mode, [access, is_dir.then(|| default.encode())])
+                }
+                None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
+                None => (mode, [None, None]),
+            };
+            let acl_blocks: u64 = acls
+                .iter()
+                .flatten()
+                .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
+                .sum();
+            self.space_check(&st, 4 + acl_blocks, Reserve::Keep)?;
+            let now = self.now();
+            let bs = self.bs;
+            let (attr, _) = self.with_tx(&mut st, |t, inodes| {
+                let ino = t.hdr.next_ino;
+                t.hdr.next_ino += 1;
+                t.hdr.inode_count += 1;
+                for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
+                    if let Some(v) = v {
+                        xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
+                    }
+                }
+                let mut mode = mode;
+                let gid = if p.mode & S_ISGID != 0 {
+                    if is_dir {
+                        mode |= S_ISGID;
+                    }
+                    p.gid
+                } else {
+                    cred.gid
+                };
+                let inode = Inode {
+                    ino,
+                    mode,
+                    uid: cred.uid,
+                    gid,
+                    nlink: if is_dir { 2 } else { 1 },
+                    size: target.map_or(0, |t| t.len() as u64),
+                    blocks: 0,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    crtime: now,
+                    rdev,
+                    change: 0,
+                    flags: 0,
+                    parent: if is_dir { parent } else { 0 },
+                };
+                let mut m = InodeMem {
+                    inode,
+                    change: ChangeCounter::created(0),
+                    open: 0,
+                    last_seq: 0,
+                    unlogged: false,
+                };
+                log_inode(t, &mut m, &self.stats)?;
+                if let Some(target) = target {
+                    for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
+                        t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
+                    }
+                }
+                let kind = m.inode.kind().unwrap_or(FileType::Regular);
+                dir_add(
+                    t,
+                    parent,
+                    &DirEntry {
+                        ino,
+                        kind,
+                        name: name.to_vec(),
+                    },
+                )?;
+                let attr = m.inode.attr(bs);
+                inodes.insert(ino, m);
+                let pm = Fs::inode_mut(t, inodes, parent)?;
+                pm.inode.mtime = now;
+                pm.inode.size += 1;
+                if is_dir {
+                    pm.inode.nlink += 1;
+                }
+                self.touch_ctime(pm, now);
+                log_inode(t, pm, &self.stats)?;
+                Ok((attr, vec![ino, parent]))
+            })?;
+            Ok(attr)
+        })
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
@@ -333,58 +339,60 @@ impl Fs {
     }
 
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
-        self.op();
-        check_name(newname)?;
-        self.check_writable()?;
-        let mut st = self.write_state();
-        let target = self.load(&mut st, ino)?.inode.clone();
-        if target.is_dir() {
-            return Err(FsError::NotPermitted);
-        }
-        if target.nlink >= LINK_MAX {
-            return Err(FsError::TooManyLinks);
-        }
-        if target.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        let p = self.load(&mut st, newparent)?.inode.clone();
-        if !p.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        if p.nlink == 0 {
-            return Err(FsError::NotFound);
-        }
-        {
-            let mut v = self.view(&st);
-            if dir::lookup(&mut v, TREE_FS, newparent, newname)?.is_some() {
-                return Err(FsError::Exists);
+        self.retrying(|| {
+            self.op();
+            check_name(newname)?;
+            self.check_writable()?;
+            let mut st = self.write_state();
+            let target = self.load(&mut st, ino)?.inode.clone();
+            if target.is_dir() {
+                return Err(FsError::NotPermitted);
             }
-        }
-        self.space_check(&st, 2, Reserve::Keep)?;
-        let now = self.now();
-        let bs = self.bs;
-        let (attr, _) = self.with_tx(&mut st, |t, inodes| {
-            dir_add(
-                t,
-                newparent,
-                &DirEntry {
-                    ino,
-                    kind: target.kind().unwrap_or(FileType::Regular),
-                    name: newname.to_vec(),
-                },
-            )?;
-            let pm = Fs::inode_mut(t, inodes, newparent)?;
-            pm.inode.mtime = now;
-            pm.inode.size += 1;
-            self.touch_ctime(pm, now);
-            log_inode(t, pm, &self.stats)?;
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            m.inode.nlink += 1;
-            self.touch_ctime(m, now);
-            log_inode(t, m, &self.stats)?;
-            Ok((m.inode.attr(bs), vec![ino, newparent]))
-        })?;
-        Ok(attr)
+            if target.nlink >= LINK_MAX {
+                return Err(FsError::TooManyLinks);
+            }
+            if target.nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            let p = self.load(&mut st, newparent)?.inode.clone();
+            if !p.is_dir() {
+                return Err(FsError::NotDir);
+            }
+            if p.nlink == 0 {
+                return Err(FsError::NotFound);
+            }
+            {
+                let mut v = self.view(&st);
+                if dir::lookup(&mut v, TREE_FS, newparent, newname)?.is_some() {
+                    return Err(FsError::Exists);
+                }
+            }
+            self.space_check(&st, 2, Reserve::Keep)?;
+            let now = self.now();
+            let bs = self.bs;
+            let (attr, _) = self.with_tx(&mut st, |t, inodes| {
+                dir_add(
+                    t,
+                    newparent,
+                    &DirEntry {
+                        ino,
+                        kind: target.kind().unwrap_or(FileType::Regular),
+                        name: newname.to_vec(),
+                    },
+                )?;
+                let pm = Fs::inode_mut(t, inodes, newparent)?;
+                pm.inode.mtime = now;
+                pm.inode.size += 1;
+                self.touch_ctime(pm, now);
+                log_inode(t, pm, &self.stats)?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.nlink += 1;
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok((m.inode.attr(bs), vec![ino, newparent]))
+            })?;
+            Ok(attr)
+        })
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
@@ -396,57 +404,59 @@ impl Fs {
     }
 
     fn remove_entry(&self, parent: u64, name: &[u8], want_dir: bool) -> FsResult<()> {
-        self.op();
-        if name.len() > dir::NAME_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        if want_dir && name == b"." {
-            return Err(FsError::Invalid("rmdir of ."));
-        }
-        if want_dir && name == b".." {
-            return Err(FsError::NotEmpty);
-        }
-        self.check_writable()?;
-        let mut st = self.write_state();
-        let p = self.load(&mut st, parent)?.inode.clone();
-        if !p.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        let e = {
-            let mut v = self.view(&st);
-            dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?
-        };
-        let is_dir = e.kind == FileType::Directory;
-        if want_dir && !is_dir {
-            return Err(FsError::NotDir);
-        }
-        if !want_dir && is_dir {
-            return Err(FsError::IsDir);
-        }
-        if is_dir {
-            let mut v = self.view(&st);
-            if !dir::is_empty(&mut v, TREE_FS, e.ino)? {
+        self.retrying(|| {
+            self.op();
+            if name.len() > dir::NAME_MAX {
+                return Err(FsError::NameTooLong);
+            }
+            if want_dir && name == b"." {
+                return Err(FsError::Invalid("rmdir of ."));
+            }
+            if want_dir && name == b".." {
                 return Err(FsError::NotEmpty);
             }
-        }
-        // Unlinking gives space back, but may split a node for the orphan entry first.
-        self.space_check(&st, 4, Reserve::Use)?;
-        let now = self.now();
-        let ((), _) = self.with_tx(&mut st, |t, inodes| {
-            dir_remove(t, parent, name)?;
-            let pm = Fs::inode_mut(t, inodes, parent)?;
-            pm.inode.mtime = now;
-            pm.inode.size = pm.inode.size.saturating_sub(1);
-            if is_dir {
-                pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+            self.check_writable()?;
+            let mut st = self.write_state();
+            let p = self.load(&mut st, parent)?.inode.clone();
+            if !p.is_dir() {
+                return Err(FsError::NotDir);
             }
-            self.touch_ctime(pm, now);
-            log_inode(t, pm, &self.stats)?;
-            self.drop_link(t, inodes, e.ino, now)?;
-            Ok(((), vec![parent, e.ino]))
-        })?;
-        self.reclaim_if_unused(&mut st, e.ino)?;
-        Ok(())
+            let e = {
+                let mut v = self.view(&st);
+                dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?
+            };
+            let is_dir = e.kind == FileType::Directory;
+            if want_dir && !is_dir {
+                return Err(FsError::NotDir);
+            }
+            if !want_dir && is_dir {
+                return Err(FsError::IsDir);
+            }
+            if is_dir {
+                let mut v = self.view(&st);
+                if !dir::is_empty(&mut v, TREE_FS, e.ino)? {
+                    return Err(FsError::NotEmpty);
+                }
+            }
+            // Unlinking gives space back, but may split a node for the orphan entry first.
+            self.space_check(&st, 4, Reserve::Use)?;
+            let now = self.now();
+            let ((), _) = self.with_tx(&mut st, |t, inodes| {
+                dir_remove(t, parent, name)?;
+                let pm = Fs::inode_mut(t, inodes, parent)?;
+                pm.inode.mtime = now;
+                pm.inode.size = pm.inode.size.saturating_sub(1);
+                if is_dir {
+                    pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+                }
+                self.touch_ctime(pm, now);
+                log_inode(t, pm, &self.stats)?;
+                self.drop_link(t, inodes, e.ino, now)?;
+                Ok(((), vec![parent, e.ino]))
+            })?;
+            self.reclaim_if_unused(&mut st, e.ino)?;
+            Ok(())
+        })
     }
 
     /// One name of `ino` went away: lower its link count; at zero it becomes an orphan, freed
@@ -549,85 +559,87 @@ impl Fs {
     }
 
     pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {
-        self.op();
-        self.check_writable()?;
-        // A mode that comes with a size is the kernel's own clearing of set-user-ID, by an
-        // older rule and from the mode before the truncate: what the truncate cleared stays so.
-        let truncate_killed = match sa.size {
-            Some(size) => self.truncate(cred, ino, size)?,
-            None => 0,
-        };
-        let mut st = self.write_state();
-        let now = self.now();
-        let m = self.load(&mut st, ino)?;
-        if sa.mode.is_none()
-            && sa.uid.is_none()
-            && sa.gid.is_none()
-            && sa.atime.is_none()
-            && sa.mtime.is_none()
-        {
-            return Ok(m.inode.attr(self.bs));
-        }
-        let bs = self.bs;
-        // chmod rewrites the access ACL's owner, mask and other entries.
-        let acl = match sa.mode {
-            Some(_) if self.opts.acl => match self.xattr_lookup(&st, ino, acl::ACCESS)? {
-                Some(v) => acl::Acl::parse(&v).map_err(|_| {
-                    FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
-                })?,
-                None => None,
-            },
-            _ => None,
-        };
-        let (attr, _) = self.with_tx(&mut st, |t, inodes| {
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            if let Some(mode) = sa.mode {
-                m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
-                if let Some(mut a) = acl {
-                    a.chmod(mode);
-                    xattr::put(
-                        t,
-                        ino,
-                        acl::ACCESS,
-                        Some(&a.encode()),
-                        XattrFlags::default(),
-                    )?;
+        self.retrying(|| {
+            self.op();
+            self.check_writable()?;
+            // A mode that comes with a size is the kernel's own clearing of set-user-ID, by an
+            // older rule and from the mode before the truncate: what the truncate cleared stays so.
+            let truncate_killed = match sa.size {
+                Some(size) => self.truncate(cred, ino, size)?,
+                None => 0,
+            };
+            let mut st = self.write_state();
+            let now = self.now();
+            let m = self.load(&mut st, ino)?;
+            if sa.mode.is_none()
+                && sa.uid.is_none()
+                && sa.gid.is_none()
+                && sa.atime.is_none()
+                && sa.mtime.is_none()
+            {
+                return Ok(m.inode.attr(self.bs));
+            }
+            let bs = self.bs;
+            // chmod rewrites the access ACL's owner, mask and other entries.
+            let acl = match sa.mode {
+                Some(_) if self.opts.acl => match self.xattr_lookup(&st, ino, acl::ACCESS)? {
+                    Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                        FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
+                    })?,
+                    None => None,
+                },
+                _ => None,
+            };
+            let (attr, _) = self.with_tx(&mut st, |t, inodes| {
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                if let Some(mode) = sa.mode {
+                    m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
+                    if let Some(mut a) = acl {
+                        a.chmod(mode);
+                        xattr::put(
+                            t,
+                            ino,
+                            acl::ACCESS,
+                            Some(&a.encode()),
+                            XattrFlags::default(),
+                        )?;
+                    }
                 }
-            }
-            let chown = sa.uid.is_some() || sa.gid.is_some();
-            if chown && !Fs::inode_mut(t, inodes, ino)?.inode.is_dir() {
-                drop_caps(t, ino)?;
-            }
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            // Any chown, to the same owner too, as on Linux. A kernel without
-            // FUSE_HANDLE_KILLPRIV_V2 sends the mode it computed with a chown, by an older rule
-            // (no set-group-ID without group execute): the bits are cleared on top of it.
-            let kill = match chown {
-                true => self.chown_kills(cred, &m.inode),
-                false => 0,
-            };
-            if let Some(uid) = sa.uid {
-                m.inode.uid = uid;
-            }
-            if let Some(gid) = sa.gid {
-                m.inode.gid = gid;
-            }
-            m.inode.mode &= !kill;
-            let resolve = |s: SetTime| match s {
-                SetTime::Now => now,
-                SetTime::At(t) => t,
-            };
-            if let Some(a) = sa.atime {
-                m.inode.atime = resolve(a);
-            }
-            if let Some(mt) = sa.mtime {
-                m.inode.mtime = resolve(mt);
-            }
-            self.touch_ctime(m, now);
-            log_inode(t, m, &self.stats)?;
-            Ok((m.inode.attr(bs), vec![ino]))
-        })?;
-        Ok(attr)
+                let chown = sa.uid.is_some() || sa.gid.is_some();
+                if chown && !Fs::inode_mut(t, inodes, ino)?.inode.is_dir() {
+                    drop_caps(t, ino)?;
+                }
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                // Any chown, to the same owner too, as on Linux. A kernel without
+                // FUSE_HANDLE_KILLPRIV_V2 sends the mode it computed with a chown, by an older rule
+                // (no set-group-ID without group execute): the bits are cleared on top of it.
+                let kill = match chown {
+                    true => self.chown_kills(cred, &m.inode),
+                    false => 0,
+                };
+                if let Some(uid) = sa.uid {
+                    m.inode.uid = uid;
+                }
+                if let Some(gid) = sa.gid {
+                    m.inode.gid = gid;
+                }
+                m.inode.mode &= !kill;
+                let resolve = |s: SetTime| match s {
+                    SetTime::Now => now,
+                    SetTime::At(t) => t,
+                };
+                if let Some(a) = sa.atime {
+                    m.inode.atime = resolve(a);
+                }
+                if let Some(mt) = sa.mtime {
+                    m.inode.mtime = resolve(mt);
+                }
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok((m.inode.attr(bs), vec![ino]))
+            })?;
+            Ok(attr)
+        })
     }
 
     /// Busy extents count as free and available, as XFS counts them: they belong to no file,

@@ -18,135 +18,137 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.op();
-        if name.len() > dir::NAME_MAX || newname.len() > dir::NAME_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        check_name(name)?;
-        check_name(newname)?;
-        if flags.noreplace && flags.exchange {
-            return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
-        }
-        self.check_writable()?;
-        let mut st = self.write_state();
-        for p in [parent, newparent] {
-            if !self.load(&mut st, p)?.inode.is_dir() {
-                return Err(FsError::NotDir);
+        self.retrying(|| {
+            self.op();
+            if name.len() > dir::NAME_MAX || newname.len() > dir::NAME_MAX {
+                return Err(FsError::NameTooLong);
             }
-        }
-        let (src, dst) = {
-            let mut v = self.view(&st);
-            (
-                dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?,
-                dir::lookup(&mut v, TREE_FS, newparent, newname)?,
-            )
-        };
-        let src_dir = src.kind == FileType::Directory;
-        if flags.exchange {
-            let Some(dst) = dst else {
-                return Err(FsError::NotFound);
-            };
-            return self.exchange(&mut st, parent, &src, newparent, &dst);
-        }
-        if let Some(d) = &dst {
-            if flags.noreplace {
-                return Err(FsError::Exists);
+            check_name(name)?;
+            check_name(newname)?;
+            if flags.noreplace && flags.exchange {
+                return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
             }
-            if d.ino == src.ino {
-                return Ok(()); // Two names of one inode: POSIX says do nothing.
+            self.check_writable()?;
+            let mut st = self.write_state();
+            for p in [parent, newparent] {
+                if !self.load(&mut st, p)?.inode.is_dir() {
+                    return Err(FsError::NotDir);
+                }
             }
-            let dst_dir = d.kind == FileType::Directory;
-            if src_dir && !dst_dir {
-                return Err(FsError::NotDir);
-            }
-            if !src_dir && dst_dir {
-                return Err(FsError::IsDir);
-            }
-            if dst_dir {
+            let (src, dst) = {
                 let mut v = self.view(&st);
-                if !dir::is_empty(&mut v, TREE_FS, d.ino)? {
-                    return Err(FsError::NotEmpty);
-                }
+                (
+                    dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?,
+                    dir::lookup(&mut v, TREE_FS, newparent, newname)?,
+                )
+            };
+            let src_dir = src.kind == FileType::Directory;
+            if flags.exchange {
+                let Some(dst) = dst else {
+                    return Err(FsError::NotFound);
+                };
+                return self.exchange(&mut st, parent, &src, newparent, &dst);
             }
-        }
-        if src_dir && parent != newparent {
-            // A directory cannot move below itself.
-            let mut at = newparent;
-            loop {
-                if at == src.ino {
-                    return Err(FsError::Invalid("rename of a directory into itself"));
-                }
-                let i = self.load(&mut st, at)?.inode.clone();
-                if i.parent == at || i.parent == 0 {
-                    break;
-                }
-                at = i.parent;
-            }
-            if self.load(&mut st, newparent)?.inode.nlink >= LINK_MAX {
-                return Err(FsError::TooManyLinks);
-            }
-        }
-        // The new name may split a directory leaf, a replaced inode adds an orphan entry.
-        self.space_check(&st, 4, Reserve::Quarter)?;
-        let now = self.now();
-        let replaced = dst.as_ref().map(|d| d.ino);
-        self.with_tx(&mut st, |t, inodes| {
-            dir_remove(t, parent, name)?;
-            if dst.is_some() {
-                dir_remove(t, newparent, newname)?;
-            }
-            dir_add(
-                t,
-                newparent,
-                &DirEntry {
-                    ino: src.ino,
-                    kind: src.kind,
-                    name: newname.to_vec(),
-                },
-            )?;
-            let mut touched = vec![parent, newparent, src.ino];
             if let Some(d) = &dst {
-                self.drop_link(t, inodes, d.ino, now)?;
-                touched.push(d.ino);
-            }
-            {
-                let pm = Fs::inode_mut(t, inodes, parent)?;
-                pm.inode.mtime = now;
-                pm.inode.size = pm.inode.size.saturating_sub(1);
-                if src_dir {
-                    pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+                if flags.noreplace {
+                    return Err(FsError::Exists);
                 }
-                self.touch_ctime(pm, now);
-                log_inode(t, pm, &self.stats)?;
-            }
-            {
-                let np = Fs::inode_mut(t, inodes, newparent)?;
-                np.inode.mtime = now;
-                if dst.is_none() {
-                    np.inode.size += 1;
+                if d.ino == src.ino {
+                    return Ok(()); // Two names of one inode: POSIX says do nothing.
                 }
-                // A directory moved in adds a link (its ".."); one replaced takes its own away.
-                if src_dir {
-                    np.inode.nlink += 1;
-                    if dst.is_some() {
-                        np.inode.nlink = np.inode.nlink.saturating_sub(1);
+                let dst_dir = d.kind == FileType::Directory;
+                if src_dir && !dst_dir {
+                    return Err(FsError::NotDir);
+                }
+                if !src_dir && dst_dir {
+                    return Err(FsError::IsDir);
+                }
+                if dst_dir {
+                    let mut v = self.view(&st);
+                    if !dir::is_empty(&mut v, TREE_FS, d.ino)? {
+                        return Err(FsError::NotEmpty);
                     }
                 }
-                self.touch_ctime(np, now);
-                log_inode(t, np, &self.stats)?;
             }
-            let sm = Fs::inode_mut(t, inodes, src.ino)?;
-            if src_dir {
-                sm.inode.parent = newparent;
+            if src_dir && parent != newparent {
+                // A directory cannot move below itself.
+                let mut at = newparent;
+                loop {
+                    if at == src.ino {
+                        return Err(FsError::Invalid("rename of a directory into itself"));
+                    }
+                    let i = self.load(&mut st, at)?.inode.clone();
+                    if i.parent == at || i.parent == 0 {
+                        break;
+                    }
+                    at = i.parent;
+                }
+                if self.load(&mut st, newparent)?.inode.nlink >= LINK_MAX {
+                    return Err(FsError::TooManyLinks);
+                }
             }
-            self.touch_ctime(sm, now);
-            log_inode(t, sm, &self.stats)?;
-            Ok(((), touched))
-        })?;
-        if let Some(ino) = replaced {
-            self.reclaim_if_unused(&mut st, ino)?;
-        }
-        Ok(())
+            // The new name may split a directory leaf, a replaced inode adds an orphan entry.
+            self.space_check(&st, 4, Reserve::Quarter)?;
+            let now = self.now();
+            let replaced = dst.as_ref().map(|d| d.ino);
+            self.with_tx(&mut st, |t, inodes| {
+                dir_remove(t, parent, name)?;
+                if dst.is_some() {
+                    dir_remove(t, newparent, newname)?;
+                }
+                dir_add(
+                    t,
+                    newparent,
+                    &DirEntry {
+                        ino: src.ino,
+                        kind: src.kind,
+                        name: newname.to_vec(),
+                    },
+                )?;
+                let mut touched = vec![parent, newparent, src.ino];
+                if let Some(d) = &dst {
+                    self.drop_link(t, inodes, d.ino, now)?;
+                    touched.push(d.ino);
+                }
+                {
+                    let pm = Fs::inode_mut(t, inodes, parent)?;
+                    pm.inode.mtime = now;
+                    pm.inode.size = pm.inode.size.saturating_sub(1);
+                    if src_dir {
+                        pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+                    }
+                    self.touch_ctime(pm, now);
+                    log_inode(t, pm, &self.stats)?;
+                }
+                {
+                    let np = Fs::inode_mut(t, inodes, newparent)?;
+                    np.inode.mtime = now;
+                    if dst.is_none() {
+                        np.inode.size += 1;
+                    }
+                    // A directory moved in adds a link (its ".."); one replaced takes its own away.
+                    if src_dir {
+                        np.inode.nlink += 1;
+                        if dst.is_some() {
+                            np.inode.nlink = np.inode.nlink.saturating_sub(1);
+                        }
+                    }
+                    self.touch_ctime(np, now);
+                    log_inode(t, np, &self.stats)?;
+                }
+                let sm = Fs::inode_mut(t, inodes, src.ino)?;
+                if src_dir {
+                    sm.inode.parent = newparent;
+                }
+                self.touch_ctime(sm, now);
+                log_inode(t, sm, &self.stats)?;
+                Ok(((), touched))
+            })?;
+            if let Some(ino) = replaced {
+                self.reclaim_if_unused(&mut st, ino)?;
+            }
+            Ok(())
+        })
     }
 
     fn exchange(

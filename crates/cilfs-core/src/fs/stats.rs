@@ -20,6 +20,10 @@ pub struct FsCounters {
     pub deferred_size_updates: AtomicU64,
     /// atimes moved by reads and readdir (logged, or kept in memory with lazytime).
     pub atime_updates: AtomicU64,
+    /// Operations run again after waiting for log space, or after a log force, outside the
+    /// filesystem lock (fs/retry.rs).
+    pub retries_log_space: AtomicU64,
+    pub retries_force: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -37,6 +41,8 @@ pub struct FsStats {
     pub orphans_reclaimed: u64,
     pub deferred_size_updates: u64,
     pub atime_updates: u64,
+    pub retries_log_space: u64,
+    pub retries_force: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
     pub busy_blocks: u64,
@@ -58,6 +64,8 @@ impl FsCounters {
             orphans_reclaimed: g(&self.orphans_reclaimed),
             deferred_size_updates: g(&self.deferred_size_updates),
             atime_updates: g(&self.atime_updates),
+            retries_log_space: g(&self.retries_log_space),
+            retries_force: g(&self.retries_force),
             ..FsStats::default()
         }
     }
@@ -101,6 +109,8 @@ impl super::Fs {
             ("orphans_reclaimed", f.orphans_reclaimed),
             ("deferred_size_updates", f.deferred_size_updates),
             ("atime_updates", f.atime_updates),
+            ("retries_log_space", f.retries_log_space),
+            ("retries_force", f.retries_force),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),
             ("busy_blocks", f.busy_blocks),

@@ -1755,3 +1755,69 @@ fn a_read_only_mount_moves_no_atime() {
     assert_eq!(times(&fs, f).0, before);
     assert_eq!(fs.stats.snapshot().atime_updates, 0);
 }
+
+/// An operation that finds no log space waits for it outside the filesystem lock (issue 17):
+/// while a create waits (the test holds every byte of log space), a getattr and a lookup of
+/// another inode complete; once the space is given back the create completes, once. Before,
+/// the create waited inside the lock and both stayed blocked. The 30 s limits only turn such a
+/// hang into a failure.
+#[test]
+fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
+    use crate::trans::Reservation;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+    let clock = TestClock::new();
+    let dev = new_dev(93);
+    let fs = mount(&dev, opts(&clock));
+    let other = fs
+        .mknod(U, ROOT_INO, b"other", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.sync().unwrap();
+    let j = Arc::clone(fs.journal());
+    let mut held = Vec::new();
+    for unit in [j.max_reservation_bytes(), 64 * 1024, 4096, 512, 1] {
+        while let Some(t) = j.try_begin(Reservation { unit_bytes: unit }).unwrap() {
+            held.push(t);
+        }
+    }
+    assert!(!held.is_empty());
+    std::thread::scope(|s| {
+        let creator = s.spawn(|| fs.mknod(U, ROOT_INO, b"new", inode::S_IFREG | 0o644, 0));
+        let started = Instant::now();
+        // The counter itself: `Fs::stats` takes the filesystem lock, which the old code held.
+        // On a failure the held space goes back first, so the blocked threads end and the
+        // scope can report the panic instead of hanging.
+        while fs.stats.retries_log_space.load(Ordering::Relaxed) == 0 {
+            if started.elapsed() > Duration::from_secs(30) {
+                held.clear();
+                panic!("the create never gave up the filesystem lock to wait for log space");
+            }
+            assert!(!creator.is_finished(), "the create found log space");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let (tx, rx) = mpsc::channel();
+        let fs2 = &fs;
+        s.spawn(move || {
+            let r = (
+                fs2.getattr(other).map(|a| a.ino),
+                fs2.lookup(ROOT_INO, b"other").map(|a| a.ino),
+            );
+            let _ = tx.send(r);
+        });
+        let got = rx.recv_timeout(Duration::from_secs(30));
+        if got.is_err() {
+            held.clear();
+        }
+        assert!(
+            matches!(got, Ok((Ok(a), Ok(b))) if a == other && b == other),
+            "getattr and lookup of another inode did not complete while the create waited: {got:?}"
+        );
+        assert!(!creator.is_finished(), "the create did not wait");
+        drop(std::mem::take(&mut held));
+        let made = creator.join().unwrap().unwrap();
+        assert_eq!(fs.lookup(ROOT_INO, b"new").unwrap().ino, made.ino);
+    });
+    assert_eq!(names(&fs, ROOT_INO), [".", "..", "new", "other"]);
+    assert_clean(&fs);
+}

@@ -49,7 +49,18 @@ impl<'a> FsTx<'a> {
         while n > 1 && Reservation::for_buffers(n, bs).unit_bytes > max {
             n -= 1;
         }
-        let tx = journal.begin(Reservation::for_buffers(n, bs))?;
+        let res = Reservation::for_buffers(n, bs);
+        // Never wait for log space under the filesystem lock when the operation can still
+        // give up and wait outside it (fs/retry.rs).
+        let tx = match journal.try_begin(res)? {
+            Some(tx) => tx,
+            None if super::retry::may_retry() => {
+                return Err(FsError::Retry(super::retry::Retry::LogSpace(
+                    res.unit_bytes,
+                )))
+            }
+            None => journal.begin(res)?,
+        };
         let completed_seq = journal.completed_seq();
         busy.lock().prune(completed_seq);
         Ok(FsTx {

@@ -335,77 +335,84 @@ impl Fs {
         value: Option<&[u8]>,
         flags: XattrFlags,
     ) -> FsResult<()> {
-        super::stats::bump(&self.stats.operations);
-        check_name(name)?;
-        self.check_writable()?;
-        if name == CHANGE_XATTR {
-            return Err(FsError::NotPermitted);
-        }
-        let acl_kind = acl::kind_of(name);
-        if acl_kind.is_some() && !self.opts.acl {
-            return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
-        }
-        if value.is_some_and(|v| v.len() > XATTR_VALUE_MAX) {
-            return Err(FsError::AttrTooBig);
-        }
-        // An ACL is validated, and one the mode says all of is not stored.
-        let mut value = value.map(<[u8]>::to_vec);
-        let mut acl_mode = None;
-        if let (Some(kind), Some(v)) = (acl_kind, value.as_deref()) {
-            match acl::Acl::parse(v)? {
-                None => value = None,
-                Some(a) => {
-                    if kind == acl::Kind::Access {
-                        acl_mode = Some(a.mode_bits());
-                    }
-                    value = (kind == acl::Kind::Default || !a.is_minimal()).then(|| a.encode());
-                }
+        self.retrying(|| {
+            super::stats::bump(&self.stats.operations);
+            check_name(name)?;
+            self.check_writable()?;
+            if name == CHANGE_XATTR {
+                return Err(FsError::NotPermitted);
             }
-        }
-        let blocks = value
-            .as_deref()
-            .map_or(0, |v| value_blocks(self.bs as usize, name, v.len()).1);
-        let mut st = self.write_state();
-        let inode = self.load(&mut st, ino)?.inode.clone();
-        if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
-            return Err(FsError::Access);
-        }
-        // Removing an ACL that is not there is no error for the ACL names (setfacl -b on a file
-        // with none; an ACL equal to the mode replaces whatever was there).
-        let exists = acl_kind.is_some() && self.xattr_lookup(&st, ino, name)?.is_some();
-        if acl_kind.is_some() && value.is_none() && !exists && acl_mode.is_none() {
-            return Ok(());
-        }
-        self.space_check(&st, 2 + blocks, Reserve::Keep)?;
-        let mut forced = false;
-        loop {
-            let now = self.now();
-            let r = self.with_tx(&mut st, |t, inodes| {
-                match (&value, acl_kind) {
-                    (None, Some(_)) if !exists => {}
-                    _ => put(t, ino, name, value.as_deref(), flags)?,
-                }
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                if let Some(bits) = acl_mode {
-                    m.inode.mode = (m.inode.mode & !0o777) | bits;
-                    if !self.in_group_or_root(cred, m.inode.gid) {
-                        m.inode.mode &= !super::inode::S_ISGID;
+            let acl_kind = acl::kind_of(name);
+            if acl_kind.is_some() && !self.opts.acl {
+                return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
+            }
+            if value.is_some_and(|v| v.len() > XATTR_VALUE_MAX) {
+                return Err(FsError::AttrTooBig);
+            }
+            // An ACL is validated, and one the mode says all of is not stored.
+            let mut value = value.map(<[u8]>::to_vec);
+            let mut acl_mode = None;
+            if let (Some(kind), Some(v)) = (acl_kind, value.as_deref()) {
+                match acl::Acl::parse(v)? {
+                    None => value = None,
+                    Some(a) => {
+                        if kind == acl::Kind::Access {
+                            acl_mode = Some(a.mode_bits());
+                        }
+                        value = (kind == acl::Kind::Default || !a.is_minimal()).then(|| a.encode());
                     }
                 }
-                self.touch_ctime(m, now);
-                log_inode(t, m, &self.stats)?;
-                Ok(((), vec![ino]))
-            });
-            match r {
-                // A value in blocks needs them contiguous, which the count above does not
-                // promise: if only busy extents would fit, make them usable and try once more
-                // (nothing was logged: the allocation comes before any change).
-                Err(FsError::NoSpace) if blocks > 0 && !forced && !self.lock_busy().is_empty() => {
-                    self.journal.force_all()?;
-                    forced = true;
-                }
-                r => return r.map(drop),
             }
-        }
+            let blocks = value
+                .as_deref()
+                .map_or(0, |v| value_blocks(self.bs as usize, name, v.len()).1);
+            let mut st = self.write_state();
+            let inode = self.load(&mut st, ino)?.inode.clone();
+            if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
+                return Err(FsError::Access);
+            }
+            // Removing an ACL that is not there is no error for the ACL names (setfacl -b on a file
+            // with none; an ACL equal to the mode replaces whatever was there).
+            let exists = acl_kind.is_some() && self.xattr_lookup(&st, ino, name)?.is_some();
+            if acl_kind.is_some() && value.is_none() && !exists && acl_mode.is_none() {
+                return Ok(());
+            }
+            self.space_check(&st, 2 + blocks, Reserve::Keep)?;
+            let mut forced = false;
+            loop {
+                let now = self.now();
+                let r = self.with_tx(&mut st, |t, inodes| {
+                    match (&value, acl_kind) {
+                        (None, Some(_)) if !exists => {}
+                        _ => put(t, ino, name, value.as_deref(), flags)?,
+                    }
+                    let m = Fs::inode_mut(t, inodes, ino)?;
+                    if let Some(bits) = acl_mode {
+                        m.inode.mode = (m.inode.mode & !0o777) | bits;
+                        if !self.in_group_or_root(cred, m.inode.gid) {
+                            m.inode.mode &= !super::inode::S_ISGID;
+                        }
+                    }
+                    self.touch_ctime(m, now);
+                    log_inode(t, m, &self.stats)?;
+                    Ok(((), vec![ino]))
+                });
+                match r {
+                    // A value in blocks needs them contiguous, which the count above does not
+                    // promise: if only busy extents would fit, make them usable and try once more
+                    // (nothing was logged: the allocation comes before any change).
+                    Err(FsError::NoSpace)
+                        if blocks > 0 && !forced && !self.lock_busy().is_empty() =>
+                    {
+                        if super::retry::may_retry() {
+                            return Err(FsError::Retry(super::retry::Retry::ForceLog));
+                        }
+                        self.journal.force_all()?;
+                        forced = true;
+                    }
+                    r => return r.map(drop),
+                }
+            }
+        })
     }
 }

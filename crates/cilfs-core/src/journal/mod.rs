@@ -392,6 +392,23 @@ impl Journal {
         Ok(Transaction::new(self, r.unit_bytes))
     }
 
+    /// Starts a transaction if its log space is there now, without waiting for any.
+    pub fn try_begin(&self, r: Reservation) -> Result<Option<Transaction<'_>>, JournalError> {
+        self.check_alive()?;
+        Ok(self
+            .try_reserve(r.unit_bytes)?
+            .then(|| Transaction::new(self, r.unit_bytes)))
+    }
+
+    /// Waits until a reservation of `r` has been granted (making space as `begin` does), then
+    /// gives it back: for a caller that must not wait while holding its locks, before it tries
+    /// again with `try_begin`.
+    pub fn wait_for_space(&self, r: Reservation) -> Result<(), JournalError> {
+        self.reserve(r.unit_bytes)?;
+        self.release_reservation(r.unit_bytes);
+        Ok(())
+    }
+
     /// The newest in-memory version of a metadata block.
     pub fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
         if blkno < self.meta_first || blkno >= self.meta_end {

@@ -61,6 +61,19 @@ impl Journal {
         }
     }
 
+    /// `reserve` without waiting: `Ok(false)` when it does not fit now.
+    pub(crate) fn try_reserve(&self, unit: u64) -> Result<bool, JournalError> {
+        self.check_alive()?;
+        match self.grant.try_reserve(unit) {
+            Ok(got) => Ok(got),
+            Err(ReserveError::TooLarge { need, max }) => {
+                Err(JournalError::ReservationTooLarge { need, max })
+            }
+            Err(ReserveError::ShutDown) => Err(JournalError::Shutdown),
+            Err(ReserveError::MakeSpace(never)) => match never {},
+        }
+    }
+
     pub(crate) fn release_reservation(&self, unit: u64) {
         self.grant.release(unit);
     }

@@ -112,6 +112,26 @@ impl GrantHead {
         }
     }
 
+    /// Reserves `unit` only if it fits now and nobody waits ahead of it (the queue stays FIFO):
+    /// never sleeps and never makes space. `Ok(false)`: the caller must wait (`reserve`)
+    /// somewhere it holds no lock another operation needs, then try again.
+    pub fn try_reserve(&self, unit: u64) -> Result<bool, ReserveError<std::convert::Infallible>> {
+        let mut g = lock(&self.state);
+        let max = g.capacity / 4;
+        if unit > max {
+            return Err(ReserveError::TooLarge { need: unit, max });
+        }
+        if g.shut_down {
+            return Err(ReserveError::ShutDown);
+        }
+        if !g.waiters.is_empty() || g.available() < unit {
+            return Ok(false);
+        }
+        g.reserved += unit;
+        g.version += 1;
+        Ok(true)
+    }
+
     /// Changes the state (reservations returned, space freed or taken) and wakes the waiters.
     pub fn update<R>(&self, f: impl FnOnce(&mut GrantState) -> R) -> R {
         let r = {
@@ -163,6 +183,35 @@ mod tests {
             g.reserve::<()>(1, || Ok(false)),
             Err(ReserveError::ShutDown)
         );
+    }
+
+    #[test]
+    fn try_reserve_takes_only_what_fits_now_and_never_passes_a_waiter() {
+        let g = Arc::new(GrantHead::new(100));
+        assert!(matches!(
+            g.try_reserve(26),
+            Err(ReserveError::TooLarge { need: 26, max: 25 })
+        ));
+        assert_eq!(g.try_reserve(25), Ok(true));
+        g.update(|s| s.in_use = 70);
+        assert_eq!(g.try_reserve(10), Ok(false), "5 left");
+        assert_eq!(g.try_reserve(5), Ok(true));
+        g.release(30);
+        // A waiter queued for 25 with 20 free: a try that would fit still must not pass it.
+        g.update(|s| s.in_use = 80);
+        let w = {
+            let g = Arc::clone(&g);
+            std::thread::spawn(move || g.reserve::<()>(25, || Ok(false)).map(|_| ()))
+        };
+        while g.read(|s| s.waiters.is_empty()) {
+            std::thread::yield_now();
+        }
+        assert_eq!(g.try_reserve(10), Ok(false), "the waiter comes first");
+        g.update(|s| s.in_use = 0);
+        w.join().unwrap().unwrap();
+        assert_eq!(g.try_reserve(10), Ok(true));
+        g.shut_down();
+        assert_eq!(g.try_reserve(1), Err(ReserveError::ShutDown));
     }
 
     #[test]
