@@ -13,7 +13,9 @@ use std::process::Command;
 
 mod common;
 use common::cilfs_transported as cilfs;
-use common::{as_user, errno, mounts_on, run, sha1, wait_for_exit, Mounted, UnmountAll};
+use common::{
+    as_user, errno, mounts_on, run, set_atime_2001, sha1, wait_for_exit, Mounted, UnmountAll, Y2001,
+};
 
 #[test]
 fn files_directories_links_and_errors() {
@@ -755,7 +757,6 @@ fn set_user_and_group_id_are_cleared_by_another_users_data_changes() {
 
 #[test]
 fn reads_move_atime_as_relatime_strictatime_and_noatime_say() {
-    const Y2001: i64 = 978_307_200;
     let times = |p: &Path| {
         let m = fs::metadata(p).unwrap();
         (
@@ -776,12 +777,7 @@ fn reads_move_atime_as_relatime_strictatime_and_noatime_say() {
         fs::write(&f, b"data").unwrap();
         fs::create_dir(&d).unwrap();
         for p in [&f, &d] {
-            let out = Command::new("touch")
-                .args(["-a", "-d", "2001-01-01 00:00:00 UTC"])
-                .arg(p)
-                .output()
-                .unwrap();
-            assert!(out.status.success());
+            set_atime_2001(p);
             assert_eq!(times(p).0, (Y2001, 0), "{opt:?}");
         }
         let (_, mtime, ctime) = times(&f);

@@ -12,7 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 mod common;
-use common::{errno, mounts_on, nobodys_base, run, sha1, transported, wait_for_exit, Mounted};
+use common::{
+    errno, in_open_fuse_namespace, mounts_on, nobodys_base, run, set_atime_2001, sha1, transported,
+    wait_for_exit, Mounted, Y2001,
+};
 
 fn cilfs(args: &[&str]) -> Output {
     cilfs_env(args, &[])
@@ -337,7 +340,6 @@ fn sync_and_dirsync_make_changes_durable_before_the_reply() {
 /// (strictatime); `diratime` (the default) moves it.
 #[test]
 fn nodiratime_leaves_directory_atime_alone() {
-    const Y2001: i64 = 978_307_200;
     for (opts, dir_moves) in [
         ("strictatime,nodiratime", false),
         ("strictatime,diratime", true),
@@ -347,12 +349,7 @@ fn nodiratime_leaves_directory_atime_alone() {
         fs::write(&f, b"data").unwrap();
         fs::create_dir(&d).unwrap();
         for p in [&f, &d] {
-            let out = Command::new("touch")
-                .args(["-a", "-d", "2001-01-01 00:00:00 UTC"])
-                .arg(p)
-                .output()
-                .unwrap();
-            assert!(out.status.success());
+            set_atime_2001(p);
         }
         assert_eq!(fs::read(&f).unwrap(), b"data");
         assert_eq!(fs::read_dir(&d).unwrap().count(), 0);
@@ -406,28 +403,17 @@ fn a_users_own_mount_unmounts_and_a_closed_dev_fuse_is_explained() {
         assert_eq!(mounts_on(&dir), 0);
     }
     // The user's mount and unmount, in a namespace of their own where /dev/fuse is open.
-    let node = base.join("fuse");
     let script = format!(
-        "set -e\n\
-         mknod {node} c 10 229 && chmod 666 {node} && mount --bind {node} /dev/fuse\n\
-         {as_nobody} {bin} mount {img} {dir}\n\
+        "{as_nobody} {bin} mount {img} {dir}\n\
          findmnt -no FSTYPE,OPTIONS {dir}\n\
          {as_nobody} sh -c 'echo by-nobody > {dir}/f'\n\
          {as_nobody} {bin} unmount {dir}\n\
          findmnt {dir} >/dev/null && echo still-mounted || true\n",
-        node = node.display(),
         img = img.display(),
         dir = dir.display()
     );
-    let out = Command::new("unshare")
-        .args(["-m", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .unwrap();
-    let (o, e) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{o}{e}");
+    let (ran, o, e) = in_open_fuse_namespace(&base.join("fuse"), &script);
+    assert!(ran, "{o}{e}");
     assert!(
         o.contains("fuse.cilfs") && o.contains("user_id=65534"),
         "{o}"

@@ -271,3 +271,40 @@ impl Drop for Mounted {
         drop(UnmountAll(self.dir.clone()));
     }
 }
+
+/// 2001-01-01 00:00:00 UTC, the atime the atime tests start from.
+pub const Y2001: i64 = 978_307_200;
+
+/// Sets `p`'s atime to `Y2001` with touch(1), through the mount.
+pub fn set_atime_2001(p: &Path) {
+    let out = Command::new("touch")
+        .args(["-a", "-d", "2001-01-01 00:00:00 UTC"])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `script` with sh in a private mount namespace where `node`, a /dev/fuse of mode 0666
+/// made for the purpose, stands over /dev/fuse, so an unprivileged user can mount there (this
+/// machine's own /dev/fuse is 0600). Returns whether it succeeded, its stdout and its stderr.
+pub fn in_open_fuse_namespace(node: &Path, script: &str) -> (bool, String, String) {
+    let script = format!(
+        "set -e\n\
+         mknod {node} c 10 229 && chmod 666 {node} && mount --bind {node} /dev/fuse\n{script}",
+        node = node.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
