@@ -33,6 +33,22 @@ impl Fs {
             .map_err(FsError::from)
     }
 
+    /// The extents over file blocks `[first, last]`, and how many of those blocks are holes.
+    fn mapping(
+        &self,
+        st: &FsState,
+        ino: u64,
+        first: u64,
+        last: u64,
+    ) -> FsResult<(Vec<Extent>, u64)> {
+        let exts = extents_in(&mut self.view(st), ino, first, last + 1)?;
+        let hole_blocks = holes(&exts, first, last + 1)
+            .iter()
+            .map(|(a, b)| b - a)
+            .sum();
+        Ok((exts, hole_blocks))
+    }
+
     /// Writes `data` at `off`. Returns the bytes written (all of them, or an error).
     pub fn write(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
         self.retrying(|| {
@@ -54,14 +70,7 @@ impl Fs {
             let old_size = m.inode.size;
             let first = off / bs;
             let last = (end - 1) / bs;
-            let exts = {
-                let mut v = self.view(&st);
-                extents_in(&mut v, ino, first, last + 1)?
-            };
-            let hole_blocks: u64 = holes(&exts, first, last + 1)
-                .iter()
-                .map(|(a, b)| b - a)
-                .sum();
+            let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
             if hole_blocks > 0 {
                 self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
             }
@@ -473,14 +482,7 @@ impl Fs {
             let old_size = m.inode.size;
             let first = off / bs;
             let last = (end - 1) / bs;
-            let exts = {
-                let mut v = self.view(&st);
-                extents_in(&mut v, ino, first, last + 1)?
-            };
-            let hole_blocks: u64 = holes(&exts, first, last + 1)
-                .iter()
-                .map(|(a, b)| b - a)
-                .sum();
+            let (_, hole_blocks) = self.mapping(&st, ino, first, last)?;
             self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
             if !keep_size && end > old_size {
                 self.zero_eof_tail(&mut st, ino, old_size, end, false)?;
