@@ -19,6 +19,11 @@ pub struct BusyExtents {
     map: BTreeMap<u64, (u64, u64)>,
     by_seq: BTreeMap<u64, Vec<u64>>,
     blocks: u64,
+    /// Extents a write chose for its data and writes outside the filesystem lock before the
+    /// transaction that maps them (start -> len): free on disk until then, but never given to
+    /// anyone else (`Fs::reserve_blocks`).
+    reserved: BTreeMap<u64, u64>,
+    reserved_blocks: u64,
 }
 
 impl BusyExtents {
@@ -59,9 +64,42 @@ impl BusyExtents {
         self.map.is_empty()
     }
 
-    /// Busy ranges overlapping `[start, end)`.
+    /// Keeps `[start, start+len)` from every allocation until `unreserve`.
+    pub fn reserve(&mut self, start: u64, len: u64) {
+        let mut clash = Vec::new();
+        self.overlapping(start, start + len, &mut clash);
+        assert!(
+            clash.is_empty(),
+            "reserving {start}+{len}, which overlaps busy or reserved {clash:?}"
+        );
+        self.reserved.insert(start, len);
+        self.reserved_blocks += len;
+    }
+
+    pub fn unreserve(&mut self, start: u64, len: u64) {
+        let old = self.reserved.remove(&start);
+        assert_eq!(
+            old,
+            Some(len),
+            "unreserving {start}+{len}, which was not reserved"
+        );
+        self.reserved_blocks -= len;
+    }
+
+    /// Blocks reserved by writes in flight.
+    pub fn reserved_blocks(&self) -> u64 {
+        self.reserved_blocks
+    }
+
+    /// Busy and reserved ranges overlapping `[start, end)`.
     fn overlapping(&self, start: u64, end: u64, out: &mut Vec<(u64, u64)>) {
         for (&s, &(l, _)) in self.map.range(..end).rev() {
+            if s + l <= start {
+                break;
+            }
+            out.push((s, s + l));
+        }
+        for (&s, &l) in self.reserved.range(..end).rev() {
             if s + l <= start {
                 break;
             }
@@ -118,125 +156,179 @@ const SEARCH_LIMIT: usize = 64;
 /// Free extents read at once by the last, exhaustive search.
 const EXHAUSTIVE_BATCH: usize = 1024;
 
-impl FsTx<'_> {
-    /// Allocates up to `want` contiguous blocks (at least `min`), skipping busy extents.
-    /// None when no such free extent exists.
-    pub fn alloc_extent(&mut self, want: u64, min: u64) -> FsResult<Option<(u64, u64)>> {
-        assert!(want >= min && min >= 1);
-        let mut best: Option<(u64, u64, u64, u64)> = None; // (free start, free len, take start, take len)
-                                                           // Extents at least `want` long, smallest first.
-        let mut at = Key::new(want, 0);
+/// A free extent an allocation chose: the free extent `[free, free+free_len)` of the trees
+/// and the part of it `[start, start+len)` to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Choice {
+    pub free: u64,
+    pub free_len: u64,
+    pub start: u64,
+    pub len: u64,
+}
+
+/// The part of a free extent an allocation may use (outside busy and reserved extents), as
+/// `usable_part` answers.
+type Usable<'u> = dyn FnMut(u64, u64, u64, u64) -> Option<(u64, u64)> + 'u;
+
+/// Chooses up to `want` contiguous free blocks (at least `min`) in the free-space trees of
+/// `t`, using only what `usable` allows: a read of the trees that changes nothing, so a
+/// transaction and a read view under the filesystem lock choose the same way.
+pub(crate) fn choose_extent<T: Trees>(
+    t: &mut T,
+    want: u64,
+    min: u64,
+    usable: &mut Usable<'_>,
+) -> FsResult<Option<Choice>> {
+    assert!(want >= min && min >= 1);
+    let choice = |free, free_len, (start, len)| Choice {
+        free,
+        free_len,
+        start,
+        len,
+    };
+    let mut best: Option<Choice> = None;
+    // Extents at least `want` long, smallest first.
+    let mut at = Key::new(want, 0);
+    for _ in 0..SEARCH_LIMIT {
+        let Some((k, _)) = t.seek_ge(TREE_FREE_BY_SIZE, at)? else {
+            break;
+        };
+        let (len, start) = (k.a, k.b);
+        if let Some(part) = usable(start, len, want, min) {
+            if part.1 == want {
+                return Ok(Some(choice(start, len, part)));
+            }
+            if best.is_none_or(|b| b.len < part.1) {
+                best = Some(choice(start, len, part));
+            }
+        }
+        match k.succ() {
+            Some(n) => at = n,
+            None => break,
+        }
+    }
+    // Then the largest shorter ones.
+    if best.is_none() && want > 1 {
+        let mut at = Key::new(want - 1, u64::MAX);
         for _ in 0..SEARCH_LIMIT {
-            let Some((k, _)) = self.seek_ge(TREE_FREE_BY_SIZE, at)? else {
+            let Some((k, _)) = t.seek_le(TREE_FREE_BY_SIZE, at)? else {
                 break;
             };
             let (len, start) = (k.a, k.b);
-            if let Some((s, l)) = self.usable(start, len, want, min) {
-                if l == want {
-                    return self.take(start, len, s, l).map(Some);
+            if len < min {
+                break;
+            }
+            if let Some(part) = usable(start, len, want, min) {
+                if best.is_none_or(|b| b.len < part.1) {
+                    best = Some(choice(start, len, part));
                 }
-                if best.is_none_or(|b| b.3 < l) {
-                    best = Some((start, len, s, l));
+                if part.1 == len {
+                    break;
                 }
             }
-            match k.succ() {
-                Some(n) => at = n,
+            match k.pred() {
+                Some(p) => at = p,
                 None => break,
             }
         }
-        // Then the largest shorter ones.
-        if best.is_none() && want > 1 {
-            let mut at = Key::new(want - 1, u64::MAX);
-            for _ in 0..SEARCH_LIMIT {
-                let Some((k, _)) = self.seek_le(TREE_FREE_BY_SIZE, at)? else {
-                    break;
-                };
-                let (len, start) = (k.a, k.b);
-                if len < min {
-                    break;
+    }
+    // Last, before giving up: the largest extent, then every extent. Both searches above
+    // look at a bounded number of candidates, and after many small frees (unlinking many
+    // one-block files) those can all be busy while a large extent beyond them is free: the
+    // device then reported ENOSPC with most of it free, until a checkpoint came. The largest
+    // extent is the least likely to be covered by busy ones, so this usually ends there; if
+    // not, the whole tree is read in batches, one pass over its leaves.
+    let mut consider = |k: Key, best: &mut Option<Choice>| -> Option<Choice> {
+        let (len, start) = (k.a, k.b);
+        if len < min {
+            return None;
+        }
+        match usable(start, len, want, min) {
+            Some(part) if part.1 == want => Some(choice(start, len, part)),
+            Some(part) => {
+                if best.is_none_or(|b| b.len < part.1) {
+                    *best = Some(choice(start, len, part));
                 }
-                if let Some((s, l)) = self.usable(start, len, want, min) {
-                    if best.is_none_or(|b| b.3 < l) {
-                        best = Some((start, len, s, l));
-                    }
-                    if l == len {
-                        break;
-                    }
-                }
-                match k.pred() {
-                    Some(p) => at = p,
-                    None => break,
-                }
+                None
+            }
+            None => None,
+        }
+    };
+    if best.is_none() {
+        if let Some((k, _)) = t.seek_le(TREE_FREE_BY_SIZE, Key::MAX)? {
+            if let Some(found) = consider(k, &mut best) {
+                return Ok(Some(found));
             }
         }
-        // Last, before giving up: the largest extent, then every extent. Both searches above
-        // look at a bounded number of candidates, and after many small frees (unlinking many
-        // one-block files) those can all be busy while a large extent beyond them is free: the
-        // device then reported ENOSPC with most of it free, until a checkpoint came. The largest
-        // extent is the least likely to be covered by busy ones, so this usually ends there; if
-        // not, the whole tree is read in batches, one pass over its leaves.
-        if best.is_none() {
-            if let Some((k, _)) = self.seek_le(TREE_FREE_BY_SIZE, Key::MAX)? {
-                if let Some(found) = self.consider(k, want, min, &mut best)? {
+    }
+    if best.is_none() {
+        let mut from = Key::new(min, 0);
+        loop {
+            let batch = t.scan(TREE_FREE_BY_SIZE, from, Key::MAX, EXHAUSTIVE_BATCH)?;
+            for &(k, _) in &batch {
+                if let Some(found) = consider(k, &mut best) {
                     return Ok(Some(found));
                 }
             }
-        }
-        if best.is_none() {
-            let mut from = Key::new(min, 0);
-            loop {
-                let batch = self.scan(TREE_FREE_BY_SIZE, from, Key::MAX, EXHAUSTIVE_BATCH)?;
-                for &(k, _) in &batch {
-                    if let Some(found) = self.consider(k, want, min, &mut best)? {
-                        return Ok(Some(found));
-                    }
-                }
-                match batch.last().and_then(|(k, _)| k.succ()) {
-                    Some(next) if batch.len() == EXHAUSTIVE_BATCH => from = next,
-                    _ => break,
-                }
+            match batch.last().and_then(|(k, _)| k.succ()) {
+                Some(next) if batch.len() == EXHAUSTIVE_BATCH => from = next,
+                _ => break,
             }
         }
-        match best {
-            Some((fs, fl, s, l)) => self.take(fs, fl, s, l).map(Some),
+    }
+    Ok(best)
+}
+
+/// What of `[start, start+len)` an allocation may use, given the busy and reserved extents
+/// and `also` (extents the transaction itself freed).
+pub(crate) fn usable_given(
+    busy: &BusyExtents,
+    also: &[(u64, u64)],
+    start: u64,
+    len: u64,
+    want: u64,
+    min: u64,
+) -> Option<(u64, u64)> {
+    let mut avoid = Vec::new();
+    busy.overlapping(start, start + len, &mut avoid);
+    for &(s, l) in also {
+        if s < start + len && s + l > start {
+            avoid.push((s, s + l));
+        }
+    }
+    usable_part(start, len, &mut avoid, want, min)
+}
+
+impl FsTx<'_> {
+    /// Allocates up to `want` contiguous blocks (at least `min`), skipping busy and reserved
+    /// extents. None when no such free extent exists.
+    pub fn alloc_extent(&mut self, want: u64, min: u64) -> FsResult<Option<(u64, u64)>> {
+        let busy = self.busy;
+        let freed = self.freed.clone();
+        let mut usable = |s, l, w, m| usable_given(&busy.lock(), &freed, s, l, w, m);
+        match choose_extent(self, want, min, &mut usable)? {
+            Some(c) => self.take(c.free, c.free_len, c.start, c.len).map(Some),
             None => Ok(None),
         }
     }
 
-    /// Looks at the free extent of by-size key `k` for the last search: takes `want` blocks of
-    /// it if it has that many usable, or else remembers its usable part in `best` if longer.
-    fn consider(
-        &mut self,
-        k: Key,
-        want: u64,
-        min: u64,
-        best: &mut Option<(u64, u64, u64, u64)>,
-    ) -> FsResult<Option<(u64, u64)>> {
-        let (len, start) = (k.a, k.b);
-        if len < min {
-            return Ok(None);
+    /// Allocates exactly `[s, s+l)`, which a write reserved while it was free
+    /// (`BusyExtents::reserve`) and has since written.
+    pub(crate) fn alloc_reserved(&mut self, s: u64, l: u64) -> FsResult<()> {
+        let Some((k, _)) = self.seek_le(TREE_FREE_BY_BLOCK, Key::new(s, u64::MAX))? else {
+            return Err(FsError::corrupt(
+                self.hdr.bno_root.blkno,
+                format!("reserved extent {s}+{l} is not free"),
+            ));
+        };
+        let (fs, fl) = (k.a, k.b);
+        if !(fs <= s && s + l <= fs + fl) {
+            return Err(FsError::corrupt(
+                self.hdr.bno_root.blkno,
+                format!("reserved extent {s}+{l} is not free (nearest free extent {fs}+{fl})"),
+            ));
         }
-        match self.usable(start, len, want, min) {
-            Some((s, l)) if l == want => self.take(start, len, s, l).map(Some),
-            Some((s, l)) => {
-                if best.is_none_or(|b| b.3 < l) {
-                    *best = Some((start, len, s, l));
-                }
-                Ok(None)
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn usable(&self, start: u64, len: u64, want: u64, min: u64) -> Option<(u64, u64)> {
-        let mut busy = Vec::new();
-        self.busy.lock().overlapping(start, start + len, &mut busy);
-        for &(s, l) in &self.freed {
-            if s < start + len && s + l > start {
-                busy.push((s, s + l));
-            }
-        }
-        usable_part(start, len, &mut busy, want, min)
+        self.take(fs, fl, s, l).map(|_| ())
     }
 
     /// Takes `[s, s+l)` out of the free extent `[fs, fs+fl)`.

@@ -1,6 +1,7 @@
 //! The extent map of a file: items keyed by file block holding a run of disk blocks, and the
 //! transactional steps that map holes to new blocks and unmap ranges.
 
+use super::alloc::{choose_extent, usable_given};
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
@@ -111,35 +112,78 @@ pub(crate) fn holes(exts: &[Extent], from: u64, to: u64) -> Vec<(u64, u64)> {
 }
 
 impl Fs {
-    /// Maps holes of file blocks `[from, to)` to newly allocated blocks; returns the new extents.
-    /// The caller writes them before committing.
-    pub(crate) fn allocate_range(
+    /// Reserves free blocks for the holes of file blocks `[from, to)` (given the extents `exts`
+    /// the file has there), for data written outside the filesystem lock before
+    /// `map_reserved` maps them. What it returns must be given back with `unreserve`.
+    pub(crate) fn reserve_holes(
         &self,
-        t: &mut FsTx<'_>,
-        ino: u64,
+        st: &FsState,
+        exts: &[Extent],
         from: u64,
         to: u64,
     ) -> FsResult<Vec<Extent>> {
-        let exts = extents_in(t, ino, from, to)?;
-        let mut fresh = Vec::new();
-        for (hs, he) in holes(&exts, from, to) {
+        let mut out = Vec::new();
+        let r = self.reserve_holes_into(st, exts, from, to, &mut out);
+        if r.is_err() {
+            self.unreserve(&out);
+            out.clear();
+        }
+        r.map(|()| out)
+    }
+
+    fn reserve_holes_into(
+        &self,
+        st: &FsState,
+        exts: &[Extent],
+        from: u64,
+        to: u64,
+        out: &mut Vec<Extent>,
+    ) -> FsResult<()> {
+        self.lock_busy().prune(self.journal.completed_seq());
+        let mut v = self.view(st);
+        for (hs, he) in holes(exts, from, to) {
             let mut at = hs;
             while at < he {
                 let want = (he - at).min(EXTENT_LEN_MAX);
-                let Some((disk, len)) = t.alloc_extent(want, 1)? else {
+                let mut usable = |s, l, w, m| usable_given(&self.lock_busy(), &[], s, l, w, m);
+                let Some(c) = choose_extent(&mut v, want, 1, &mut usable)? else {
                     return Err(FsError::NoSpace);
                 };
-                let e = Extent {
+                self.lock_busy().reserve(c.start, c.len);
+                out.push(Extent {
                     file: at,
-                    disk,
-                    len,
-                };
-                self.insert_extent(t, ino, e)?;
-                fresh.push(e);
-                at += len;
+                    disk: c.start,
+                    len: c.len,
+                });
+                at += c.len;
             }
         }
-        Ok(fresh)
+        Ok(())
+    }
+
+    /// Maps extents reserved by `reserve_holes` (their data written) into `ino`.
+    pub(crate) fn map_reserved(
+        &self,
+        t: &mut FsTx<'_>,
+        ino: u64,
+        fresh: &[Extent],
+    ) -> FsResult<u64> {
+        for e in fresh {
+            t.alloc_reserved(e.disk, e.len)?;
+            self.insert_extent(t, ino, *e)?;
+        }
+        Ok(fresh.iter().map(|e| e.len).sum())
+    }
+
+    /// Gives reserved extents back (mapped since, or given up).
+    pub(crate) fn unreserve(&self, fresh: &[Extent]) {
+        if fresh.is_empty() {
+            return;
+        }
+        let mut b = self.lock_busy();
+        for e in fresh {
+            b.unreserve(e.disk, e.len);
+        }
     }
 
     /// Inserts an extent item, merging it into the previous one when both runs continue.

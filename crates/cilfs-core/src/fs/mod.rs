@@ -3,8 +3,11 @@
 //! place. Every metadata change is one journal transaction ([`tx::FsTx`]). POSIX-shaped
 //! operations return typed errors; the FUSE adapter only translates.
 //!
-//! Concurrency: one reader-writer lock over the filesystem state. Changes take it exclusively,
-//! lookups and reads share it. Log forces (fsync) run outside it.
+//! Concurrency: one reader-writer lock over the filesystem state (the header, the inode cache,
+//! the page cache). Changes take it exclusively, lookups share it; no data IO happens under it:
+//! data IO runs under the inode's own IO lock (`iolock.rs`) only, with the blocks it writes
+//! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
+//! lock table.
 
 pub mod acl;
 pub mod alloc;
@@ -17,6 +20,7 @@ pub mod extent;
 pub mod file;
 pub mod header;
 pub mod inode;
+mod iolock;
 pub mod mkfs;
 pub mod ops;
 mod orphan;
@@ -28,6 +32,7 @@ pub mod stats;
 pub mod tree;
 pub mod tx;
 pub mod types;
+mod write;
 mod writeback;
 pub mod xattr;
 
@@ -217,6 +222,8 @@ pub struct Fs {
     pub(crate) hdr_blk: u64,
     pub(crate) state: RwLock<FsState>,
     pub(crate) busy: Mutex<BusyExtents>,
+    /// Per-inode IO locks, held across data IO (before `state` in the lock order).
+    pub(crate) io: iolock::IoLocks,
     /// Contention on `state` (shared and exclusive) and `busy` (the lock table).
     pub(crate) state_read_waits: LockWaits,
     pub(crate) state_write_waits: LockWaits,
@@ -255,6 +262,7 @@ impl Fs {
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),
+            io: iolock::IoLocks::new(),
             state_read_waits: LockWaits::new("fs state (shared)"),
             state_write_waits: LockWaits::new("fs state (exclusive)"),
             busy_waits: LockWaits::new("busy extents"),
@@ -290,6 +298,7 @@ impl Fs {
     /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).
     pub fn lock_waits(&self) -> Vec<LockWaitStats> {
         vec![
+            self.io.waits.snapshot(),
             self.state_read_waits.snapshot(),
             self.state_write_waits.snapshot(),
             self.busy_waits.snapshot(),
@@ -496,3 +505,6 @@ mod tests;
 
 #[cfg(test)]
 mod model_tests;
+
+#[cfg(test)]
+mod held_io_tests;

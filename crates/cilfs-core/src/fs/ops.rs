@@ -111,12 +111,14 @@ impl Fs {
     /// ENOSPC: an allocation that fails after the transaction logged changes shuts the journal
     /// down.
     pub(crate) fn space_check(&self, st: &FsState, blocks: u64, reserve: Reserve) -> FsResult<()> {
-        let busy = {
+        // Blocks reserved by writes in flight are as good as taken; busy ones come back with a
+        // force.
+        let (busy, reserved) = {
             let mut b = self.lock_busy();
             b.prune(self.journal.completed_seq());
-            b.blocks()
+            (b.blocks(), b.reserved_blocks())
         };
-        let avail = st.hdr.free_blocks.saturating_sub(busy);
+        let avail = st.hdr.free_blocks.saturating_sub(busy + reserved);
         let keep = match reserve {
             Reserve::Keep => RESERVE_BLOCKS,
             Reserve::Quarter => RESERVE_BLOCKS / 4,
@@ -135,7 +137,7 @@ impl Fs {
             let busy = {
                 let mut b = self.lock_busy();
                 b.prune(self.journal.completed_seq());
-                b.blocks()
+                b.blocks() + b.reserved_blocks()
             };
             if st.hdr.free_blocks.saturating_sub(busy) >= blocks + keep {
                 return Ok(());
@@ -404,7 +406,7 @@ impl Fs {
     }
 
     fn remove_entry(&self, parent: u64, name: &[u8], want_dir: bool) -> FsResult<()> {
-        self.retrying(|| {
+        let victim = self.retrying(|| {
             self.op();
             if name.len() > dir::NAME_MAX {
                 return Err(FsError::NameTooLong);
@@ -454,9 +456,9 @@ impl Fs {
                 self.drop_link(t, inodes, e.ino, now)?;
                 Ok(((), vec![parent, e.ino]))
             })?;
-            self.reclaim_if_unused(&mut st, e.ino)?;
-            Ok(())
-        })
+            Ok(e.ino)
+        })?;
+        self.reclaim_unused(victim)
     }
 
     /// One name of `ino` went away: lower its link count; at zero it becomes an orphan, freed

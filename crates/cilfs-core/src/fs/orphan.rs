@@ -5,12 +5,32 @@ use super::dir::TreeRead;
 use super::error::FsResult;
 use super::header::TREE_FS;
 use super::inode::Attr;
+use super::iolock::IoMode;
 use super::stats::bump;
 use super::tree::keys::{key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, ORPHAN_OWNER};
 use super::tx::Trees;
 use super::{Fs, FsState};
 
 impl Fs {
+    /// Frees `ino` if no name and no handle is left, under its IO lock (exclusive: a read or
+    /// write back still in flight finishes before its blocks are freed) and outside any
+    /// filesystem lock the caller held.
+    pub(crate) fn reclaim_unused(&self, ino: u64) -> FsResult<()> {
+        let unused = |st: &FsState| {
+            st.inodes
+                .get(&ino)
+                .is_some_and(|m| m.inode.nlink == 0 && m.open == 0)
+        };
+        if self.opts.read_only || !unused(&self.read_state()) {
+            return Ok(());
+        }
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        self.retrying(|| {
+            let mut st = self.write_state();
+            self.reclaim_if_unused(&mut st, ino)
+        })
+    }
+
     pub(crate) fn reclaim_if_unused(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
         let gone = st
             .inodes
@@ -113,9 +133,7 @@ impl Fs {
             return Ok(());
         };
         m.open = m.open.saturating_sub(1);
-        if self.opts.read_only {
-            return Ok(());
-        }
-        self.reclaim_if_unused(&mut st, ino)
+        drop(st);
+        self.reclaim_unused(ino)
     }
 }

@@ -105,6 +105,17 @@ impl PageCache {
         out
     }
 
+    /// Inodes with dirty pages, in order.
+    pub fn dirty_inodes(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = Vec::new();
+        for (&(i, _), p) in &self.pages {
+            if p.dirty && out.last() != Some(&i) {
+                out.push(i);
+            }
+        }
+        out
+    }
+
     /// Forgets the pages of `ino` for file blocks `[from, to)`, dirty or not.
     pub fn drop_range(&mut self, ino: u64, from: u64, to: u64) {
         if from >= to {

@@ -18,7 +18,7 @@ impl Fs {
         newname: &[u8],
         flags: RenameFlags,
     ) -> FsResult<()> {
-        self.retrying(|| {
+        let replaced = self.retrying(|| {
             self.op();
             if name.len() > dir::NAME_MAX || newname.len() > dir::NAME_MAX {
                 return Err(FsError::NameTooLong);
@@ -47,14 +47,16 @@ impl Fs {
                 let Some(dst) = dst else {
                     return Err(FsError::NotFound);
                 };
-                return self.exchange(&mut st, parent, &src, newparent, &dst);
+                return self
+                    .exchange(&mut st, parent, &src, newparent, &dst)
+                    .map(|()| None);
             }
             if let Some(d) = &dst {
                 if flags.noreplace {
                     return Err(FsError::Exists);
                 }
                 if d.ino == src.ino {
-                    return Ok(()); // Two names of one inode: POSIX says do nothing.
+                    return Ok(None); // Two names of one inode: POSIX says do nothing.
                 }
                 let dst_dir = d.kind == FileType::Directory;
                 if src_dir && !dst_dir {
@@ -144,11 +146,12 @@ impl Fs {
                 log_inode(t, sm, &self.stats)?;
                 Ok(((), touched))
             })?;
-            if let Some(ino) = replaced {
-                self.reclaim_if_unused(&mut st, ino)?;
-            }
-            Ok(())
-        })
+            Ok(replaced)
+        })?;
+        match replaced {
+            Some(ino) => self.reclaim_unused(ino),
+            None => Ok(()),
+        }
     }
 
     fn exchange(

@@ -75,6 +75,11 @@ pub(crate) fn bump(a: &AtomicU64) {
     a.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Adds a byte count to a counter.
+pub(crate) fn bump_bytes(a: &AtomicU64, n: usize) {
+    a.fetch_add(n as u64, Ordering::Relaxed);
+}
+
 impl super::Fs {
     pub fn stats(&self) -> FsStats {
         let mut s = self.stats.snapshot();

@@ -110,6 +110,16 @@ impl<'a> FsTx<'a> {
         Ok((seq, hdr))
     }
 
+    /// After an error: the transaction is dropped if it logged nothing yet, else `abort`.
+    pub(crate) fn fail(self, e: FsError) -> FsError {
+        if self.tx.logged_buffers() == 0 {
+            drop(self);
+            e
+        } else {
+            self.abort(e)
+        }
+    }
+
     /// After an error part way through: shut the journal down so nothing half-done is written.
     pub(crate) fn abort(self, e: FsError) -> FsError {
         let why = match e {

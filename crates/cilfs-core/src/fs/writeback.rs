@@ -1,72 +1,110 @@
 //! Write back: dirty pages of the daemon's page cache to their blocks, sizes grown in memory to
-//! the log, fsync, sync and the clean unmount.
+//! the log, fsync, sync and the clean unmount. Each inode is written back under its own IO lock
+//! (exclusive), with the data IO outside the filesystem lock.
 
 use super::error::FsResult;
 use super::extent::extents_in;
+use super::iolock::IoMode;
 use super::stats::bump;
 use super::{log_inode, Fs, FsState};
 use cilfs_device::AlignedBuf;
 
 impl Fs {
-    /// Writes dirty pages of `ino` (or all) back in place, in disk order, adjacent blocks in one
-    /// IO.
-    pub(crate) fn writeback(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
-        self.write_pages(st, ino)?;
-        self.log_unlogged(st, ino)
+    /// Writes `ino`'s dirty pages back in place (the IO outside the filesystem lock), then
+    /// logs its in-memory size. The caller holds `ino`'s IO lock exclusively, so no write adds
+    /// pages or grows the size between the two, and an fsync of it waits for write back
+    /// already in flight instead of finding the pages taken and returning early.
+    pub(crate) fn writeback_locked(&self, ino: u64) -> FsResult<()> {
+        let runs = {
+            let mut st = self.write_state();
+            self.take_runs(&mut st, ino)?
+        };
+        self.write_runs(runs)?;
+        self.retrying(|| {
+            let mut st = self.write_state();
+            self.log_unlogged(&mut st, ino)
+        })
     }
 
-    /// Logs inodes whose in-memory size ran ahead of the log (after their pages were written:
-    /// a logged size never covers data that is only in memory).
-    fn log_unlogged(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
-        let mut todo: Vec<u64> = match ino {
-            Some(i) => st
-                .inodes
-                .get(&i)
-                .filter(|m| m.unlogged)
-                .map(|_| i)
-                .into_iter()
-                .collect(),
-            None => st
-                .inodes
-                .iter()
-                .filter(|(_, m)| m.unlogged)
-                .map(|(&i, _)| i)
-                .collect(),
+    /// Writes back every inode with dirty pages or a size ahead of the log, one at a time.
+    /// With `wait` false an inode whose IO lock is held (a write or a read in flight) is left
+    /// for the next round, so a slow inode never holds up the others.
+    fn writeback_inodes(&self, wait: bool, except: Option<u64>) -> FsResult<()> {
+        let inos = {
+            let st = self.read_state();
+            let mut v = st.cache.dirty_inodes();
+            v.extend(
+                st.inodes
+                    .iter()
+                    .filter(|(_, m)| m.unlogged)
+                    .map(|(&i, _)| i),
+            );
+            v.sort_unstable();
+            v.dedup();
+            v
         };
-        todo.sort_unstable();
-        for batch in todo.chunks(16) {
-            self.with_tx(st, |t, inodes| {
-                for &i in batch {
-                    if let Some(m) = inodes.get_mut(&i) {
-                        log_inode(t, m, &self.stats)?;
-                    }
-                }
-                Ok(((), batch.to_vec()))
-            })?;
+        for ino in inos.into_iter().filter(|&i| Some(i) != except) {
+            let guard = if wait {
+                Some(self.io.lock(ino, IoMode::Exclusive))
+            } else {
+                self.io.try_lock(ino, IoMode::Exclusive)
+            };
+            if guard.is_some() {
+                self.writeback_locked(ino)?;
+            }
         }
         Ok(())
     }
 
-    fn write_pages(&self, st: &mut FsState, ino: Option<u64>) -> FsResult<()> {
-        let pages = st.cache.take_dirty(ino);
-        if pages.is_empty() {
+    /// Whether the page cache holds more dirty pages than it should.
+    pub(crate) fn over_dirty_limit(&self) -> bool {
+        let st = self.read_state();
+        st.cache.dirty_pages() > st.cache.dirty_limit
+    }
+
+    /// Memory pressure met by a writer of `ino` (whose IO lock it holds): its own pages, and
+    /// those of inodes no one else is using.
+    pub(crate) fn writeback_pressure(&self, ino: u64) -> FsResult<()> {
+        self.writeback_locked(ino)?;
+        self.writeback_inodes(false, Some(ino))
+    }
+
+    /// Logs `ino`'s inode if its in-memory copy ran ahead of the log (after its pages were
+    /// written: a logged size never covers data that is only in memory).
+    fn log_unlogged(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
+        if !st.inodes.get(&ino).is_some_and(|m| m.unlogged) {
             return Ok(());
         }
+        self.with_tx(st, |t, inodes| {
+            if let Some(m) = inodes.get_mut(&ino) {
+                log_inode(t, m, &self.stats)?;
+            }
+            Ok(((), vec![ino]))
+        })?;
+        Ok(())
+    }
+
+    /// Takes `ino`'s dirty pages from the cache with the blocks they go to, in disk order.
+    fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<Vec<(u64, Box<[u8]>)>> {
+        let pages = st.cache.take_dirty(Some(ino));
         let mut runs: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
-        {
-            let mut v = self.view(st);
-            for (i, fb, data) in pages {
-                let e = extents_in(&mut v, i, fb, fb + 1)?;
-                match e.first() {
-                    Some(e) if e.file <= fb && fb < e.end() => {
-                        runs.push((e.disk + (fb - e.file), data))
-                    }
-                    // Unmapped meanwhile (its pages are dropped first, so this is a bug).
-                    _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
+        let mut v = self.view(st);
+        for (i, fb, data) in pages {
+            let e = extents_in(&mut v, i, fb, fb + 1)?;
+            match e.first() {
+                Some(e) if e.file <= fb && fb < e.end() => {
+                    runs.push((e.disk + (fb - e.file), data))
                 }
+                // Unmapped meanwhile (its pages are dropped first, so this is a bug).
+                _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
             }
         }
         runs.sort_by_key(|(d, _)| *d);
+        Ok(runs)
+    }
+
+    /// Writes pages to their blocks, adjacent blocks in one IO.
+    fn write_runs(&self, runs: Vec<(u64, Box<[u8]>)>) -> FsResult<()> {
         let bsz = self.bs as usize;
         let mut at = 0;
         while at < runs.len() {
@@ -84,10 +122,15 @@ impl Fs {
         Ok(())
     }
 
-    /// Writes every dirty page back (the periodic flush of the daemon, and unmount).
+    /// Writes every dirty page back, waiting for inodes in use (sync and unmount).
     pub fn writeback_all(&self) -> FsResult<()> {
-        let mut st = self.write_state();
-        self.writeback(&mut st, None)
+        self.writeback_inodes(true, None)
+    }
+
+    /// The periodic flush: every dirty page of inodes not in use right now (a write, read or
+    /// write back in flight); those are written by their own fsync or the next round.
+    pub fn writeback_idle(&self) -> FsResult<()> {
+        self.writeback_inodes(false, None)
     }
 
     /// Clean unmount: dirty pages written back, then the journal's unmount (log forced, items
@@ -104,9 +147,9 @@ impl Fs {
         bump(&self.stats.operations);
         bump(&self.stats.fsyncs);
         let seq = {
-            let mut st = self.write_state();
-            self.writeback(&mut st, Some(ino))?;
-            st.inodes.get(&ino).map_or(0, |m| m.last_seq)
+            let _io = self.io.lock(ino, IoMode::Exclusive);
+            self.writeback_locked(ino)?;
+            self.read_state().inodes.get(&ino).map_or(0, |m| m.last_seq)
         };
         if seq > self.journal.completed_seq() {
             self.journal.force(seq)?;

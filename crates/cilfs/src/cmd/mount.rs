@@ -456,7 +456,7 @@ fn serve_logged(
             .spawn(move || loop {
                 std::thread::sleep(std::time::Duration::from_secs(30));
                 let Some(fs) = fs.upgrade() else { return };
-                if let Err(e) = fs.writeback_all() {
+                if let Err(e) = fs.writeback_idle() {
                     tracing::error!("periodic write back failed: {e}");
                 }
             })

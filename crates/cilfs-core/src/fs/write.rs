@@ -1,0 +1,417 @@
+//! The write path, in three steps so that no data IO happens under the filesystem lock
+//! (issue 17): the inode's IO lock (`iolock.rs`) is held exclusively through all three, and
+//! only operations on the same inode wait for it.
+//!
+//! 1. Plan, under the filesystem lock: the range's mapping, the space check, free blocks
+//!    reserved for its holes and for speculative preallocation (`BusyExtents::reserve`: free
+//!    on disk, given to no one else), and which partial blocks at its edges the page cache
+//!    holds.
+//! 2. IO, under no lock but the inode's: the data of newly reserved blocks written in place
+//!    and preallocated blocks zeroed (ordered: before anything maps them), partial blocks the
+//!    cache lacks read, the old last block zeroed past EOF when the file grows past it.
+//! 3. Commit, under the filesystem lock: the reserved blocks mapped in one transaction with
+//!    the inode, overwrites of blocks the file owned put in the page cache. If a partial block
+//!    the cache held in step 1 has been dropped since (clean pages go when the cache is full),
+//!    step 2 is run for it and step 3 again.
+//!
+//! A crash between the steps leaves data in blocks that are still free: nothing to undo.
+//! The mapping is stable between the steps: everything that changes or frees this inode's
+//! blocks (write, truncate, fallocate, punch, reclaim) holds its IO lock exclusively.
+
+use super::error::{FsError, FsResult};
+use super::extent::{extents_in, max_file_size, Extent};
+use super::iolock::IoMode;
+use super::setid::drop_caps;
+use super::stats::{bump, bump_bytes};
+use super::types::{Cred, Reserve};
+use super::{log_inode, Fs, IversionMode};
+use cilfs_device::AlignedBuf;
+
+/// A partial block at an edge of the write that the file owns below its old size: its old
+/// contents are needed.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    fb: u64,
+    disk: u64,
+    /// In the page cache when planned; otherwise step 2 reads it.
+    cached: bool,
+}
+
+/// The old last block of a file the write grows past, to zero from the old EOF on.
+#[derive(Debug, Clone, Copy)]
+struct EofTail {
+    fb: u64,
+    disk: u64,
+    from: usize,
+    cached: bool,
+}
+
+#[derive(Debug)]
+struct Plan {
+    ino: u64,
+    off: u64,
+    old_size: u64,
+    first: u64,
+    last: u64,
+    /// The file's extents over `[first, last]`.
+    exts: Vec<Extent>,
+    /// Reserved for the holes of `[first, last]` and the preallocation past it.
+    fresh: Vec<Extent>,
+    edges: Vec<Edge>,
+    eof: Option<EofTail>,
+}
+
+/// What step 2 read or did: the old contents of uncached edge blocks.
+#[derive(Debug, Default)]
+struct Staged {
+    edges: Vec<(u64, AlignedBuf)>,
+    eof_zeroed: bool,
+}
+
+impl Fs {
+    /// Writes `data` at `off`. Returns the bytes written (all of them, or an error).
+    pub fn write(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        bump(&self.stats.operations);
+        self.check_writable()?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        self.write_locked(cred, ino, off, data)
+    }
+
+    /// `write`, with `ino`'s IO lock held exclusively by the caller.
+    pub(crate) fn write_locked(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+    ) -> FsResult<usize> {
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off.checked_add(data.len() as u64).ok_or(FsError::TooBig)?;
+        if end > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        // Memory pressure: write dirty pages back first (this inode's, and others' that are
+        // not busy), outside the filesystem lock.
+        if self.over_dirty_limit() {
+            self.writeback_pressure(ino)?;
+        }
+        let mut plan = self.retrying(|| self.plan_write(ino, off, end))?;
+        let r = self.stage_and_commit(cred, &mut plan, data);
+        self.unreserve(&plan.fresh);
+        r
+    }
+
+    fn stage_and_commit(&self, cred: Cred, plan: &mut Plan, data: &[u8]) -> FsResult<usize> {
+        let mut staged = Staged::default();
+        self.write_fresh(plan, data)?;
+        loop {
+            self.stage_edges(plan, &mut staged)?;
+            match self.retrying(|| self.commit_write(cred, plan, &staged, data))? {
+                Ok(n) => return Ok(n),
+                Err(dropped) => {
+                    // Pages dropped from the cache since step 1: read them from disk now.
+                    for fb in dropped {
+                        for e in plan.edges.iter_mut().filter(|e| e.fb == fb) {
+                            e.cached = false;
+                        }
+                        if let Some(t) = plan.eof.as_mut().filter(|t| t.fb == fb) {
+                            t.cached = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Step 1.
+    fn plan_write(&self, ino: u64, off: u64, end: u64) -> FsResult<Plan> {
+        let bs = u64::from(self.bs);
+        let mut st = self.write_state();
+        let m = self.load(&mut st, ino)?;
+        if m.inode.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let old_size = m.inode.size;
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
+        if hole_blocks > 0 {
+            self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
+        }
+        // Speculative preallocation (as XFS does): a write that extends the file also maps a
+        // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
+        // blocks the file owns (the page cache) instead of allocating and writing each block
+        // synchronously. Only for files already 16 blocks long (small files stay exact); as
+        // many blocks as the file has, up to 256.
+        let prealloc = if hole_blocks > 0 && end > old_size && old_size >= 16 * bs {
+            let want = (old_size / bs).min(256);
+            let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
+                && self
+                    .space_check(&st, hole_blocks + want + 8, Reserve::Keep)
+                    .is_ok();
+            if fits {
+                want
+            } else {
+                0
+            }
+        } else {
+            0
+        };
+        let mut edges = Vec::new();
+        for fb in [first, last] {
+            let partial = (fb == first && off % bs != 0) || (fb == last && end % bs != 0);
+            if !partial || fb * bs >= old_size || edges.iter().any(|e: &Edge| e.fb == fb) {
+                continue;
+            }
+            if let Some(e) = exts.iter().find(|e| fb >= e.file && fb < e.end()) {
+                edges.push(Edge {
+                    fb,
+                    disk: e.disk + (fb - e.file),
+                    cached: st.cache.contains(ino, fb),
+                });
+            }
+        }
+        // The old last block, when the write starts past it: zeroed from EOF (a write starting
+        // inside it zeroes that part itself, as an edge).
+        let eof = if old_size % bs != 0 && off > old_size && off / bs != old_size / bs {
+            let fb = old_size / bs;
+            let mut v = self.view(&st);
+            extents_in(&mut v, ino, fb, fb + 1)?
+                .first()
+                .map(|e| EofTail {
+                    fb,
+                    disk: e.disk + (fb - e.file),
+                    from: (old_size % bs) as usize,
+                    cached: st.cache.contains(ino, fb),
+                })
+        } else {
+            None
+        };
+        let fresh = if hole_blocks > 0 {
+            let end_fb = last + 1 + prealloc;
+            let all = if prealloc > 0 {
+                extents_in(&mut self.view(&st), ino, first, end_fb)?
+            } else {
+                exts.clone()
+            };
+            self.reserve_holes(&st, &all, first, end_fb)?
+        } else {
+            Vec::new()
+        };
+        Ok(Plan {
+            ino,
+            off,
+            old_size,
+            first,
+            last,
+            exts,
+            fresh,
+            edges,
+            eof,
+        })
+    }
+
+    /// Step 2 for the reserved blocks: the write's data in those inside it (zeros around it),
+    /// zeros in those past it.
+    fn write_fresh(&self, plan: &Plan, data: &[u8]) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        for e in &plan.fresh {
+            let s = e.file.max(plan.first);
+            let en = e.end().min(plan.last + 1);
+            if s < en {
+                let mut buf = AlignedBuf::zeroed(((en - s) * bs) as usize);
+                copy_overlap(&mut buf, s * bs, plan.off, data);
+                self.write_blocks(e.disk + (s - e.file), &buf)?;
+            }
+            if e.end() > plan.last + 1 {
+                let from = e.file.max(plan.last + 1);
+                self.write_zeros(e.disk + (from - e.file), e.end() - from)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 2 for the edges and the old last block the cache does not hold.
+    fn stage_edges(&self, plan: &Plan, staged: &mut Staged) -> FsResult<()> {
+        let bsz = self.bs as usize;
+        for e in plan.edges.iter().filter(|e| !e.cached) {
+            if staged.edges.iter().any(|(fb, _)| *fb == e.fb) {
+                continue;
+            }
+            let mut buf = AlignedBuf::zeroed(bsz);
+            self.read_blocks(e.disk, &mut buf)?;
+            staged.edges.push((e.fb, buf));
+        }
+        if let Some(t) = plan.eof.filter(|t| !t.cached) {
+            if !staged.eof_zeroed {
+                let mut buf = AlignedBuf::zeroed(bsz);
+                self.read_blocks(t.disk, &mut buf)?;
+                buf[t.from..].fill(0);
+                self.write_blocks(t.disk, &buf)?;
+                staged.eof_zeroed = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3. `Ok(Err(blocks))`: pages step 1 found in the cache are gone; nothing changed.
+    fn commit_write(
+        &self,
+        cred: Cred,
+        plan: &Plan,
+        staged: &Staged,
+        data: &[u8],
+    ) -> FsResult<Result<usize, Vec<u64>>> {
+        let ino = plan.ino;
+        let bs = u64::from(self.bs);
+        let bsz = self.bs as usize;
+        let end = plan.off + data.len() as u64;
+        let mut st = self.write_state();
+        self.load(&mut st, ino)?;
+        let dropped: Vec<u64> = plan
+            .edges
+            .iter()
+            .filter(|e| e.cached && !st.cache.contains(ino, e.fb))
+            .map(|e| e.fb)
+            .chain(
+                plan.eof
+                    .filter(|t| t.cached && !st.cache.contains(ino, t.fb))
+                    .map(|t| t.fb),
+            )
+            .collect();
+        if !dropped.is_empty() {
+            return Ok(Err(dropped));
+        }
+        let caps = self.has_caps(&st, ino)?;
+        let (t, allocated) = if plan.fresh.is_empty() {
+            (None, 0)
+        } else {
+            let mut t = self.begin(&st)?;
+            match self.map_reserved(&mut t, ino, &plan.fresh) {
+                Ok(n) => (Some(t), n),
+                Err(e) => return Err(t.fail(e)),
+            }
+        };
+        // Overwrites of blocks the file owned: into the page cache.
+        if let Some(tail) = plan.eof.filter(|t| t.cached) {
+            let zeroed = st.cache.zero_from(ino, tail.fb, tail.from);
+            debug_assert!(zeroed, "the old last block left the cache under the lock");
+        }
+        let mut block = vec![0u8; bsz];
+        for e in &plan.exts {
+            for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
+                block.fill(0);
+                if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
+                    if !st.cache.read(ino, fb, &mut block) {
+                        let Some((_, b)) = staged.edges.iter().find(|(f, _)| *f == edge.fb) else {
+                            // Planned as cached and checked above under this lock.
+                            return Err(FsError::corrupt(
+                                edge.disk,
+                                format!("inode {ino}: block {fb} neither cached nor read"),
+                            ));
+                        };
+                        block.copy_from_slice(b);
+                    }
+                    // Past EOF must read as zeros even if an old write left bytes there.
+                    let eof_in_block = plan.old_size.saturating_sub(fb * bs);
+                    if eof_in_block < bs {
+                        block[eof_in_block as usize..].fill(0);
+                    }
+                }
+                copy_overlap(&mut block, fb * bs, plan.off, data);
+                st.cache.put_dirty(ino, fb, &block);
+            }
+        }
+        bump_bytes(&self.stats.data_write_bytes, data.len());
+        let now = self.now();
+        let Some(m) = st.inodes.get_mut(&ino) else {
+            return Err(FsError::NotFound);
+        };
+        let hole_blocks = !plan.fresh.is_empty();
+        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
+        let size_changed = end > m.inode.size;
+        let kill = self.privileges_to_kill(cred, &m.inode);
+        // A size change alone is not logged now: like a kernel's i_size it is logged with the
+        // next transaction of the inode, at fsync, at write back or at unmount (the data it
+        // covers is in the page cache anyway). It still counts as a change for the counter.
+        // With lazytime new timestamps wait the same way.
+        let must_log = self.opts.iversion == IversionMode::Eager
+            || (ts_changed && !self.opts.lazytime)
+            || hole_blocks
+            || kill != 0
+            || caps;
+        let log = if must_log {
+            m.change.maybe_increment(true);
+            bump(&self.stats.change_bumps);
+            true
+        } else if m.change.maybe_increment(false) {
+            bump(&self.stats.change_bumps);
+            true
+        } else {
+            bump(&self.stats.change_bumps_skipped);
+            false
+        };
+        if !log {
+            if size_changed {
+                m.inode.size = end;
+                m.unlogged = true;
+                bump(&self.stats.deferred_size_updates);
+            }
+            if ts_changed {
+                m.inode.mtime = now;
+                m.inode.ctime = now;
+                m.unlogged = true;
+            }
+            return Ok(Ok(data.len()));
+        }
+        m.inode.mtime = now;
+        m.inode.ctime = now;
+        m.inode.size = m.inode.size.max(end);
+        m.inode.blocks += allocated;
+        m.inode.mode &= !kill;
+        let mut t = match t {
+            Some(t) => t,
+            None => self.begin(&st)?,
+        };
+        if caps {
+            if let Err(e) = drop_caps(&mut t, ino) {
+                return Err(t.abort(e));
+            }
+        }
+        let Some(m) = st.inodes.get_mut(&ino) else {
+            return Err(FsError::NotFound);
+        };
+        if let Err(e) = log_inode(&mut t, m, &self.stats) {
+            return Err(t.abort(e));
+        }
+        let seq = self.commit(&mut st, t)?;
+        if let Some(m) = st.inodes.get_mut(&ino) {
+            m.last_seq = m.last_seq.max(seq);
+        }
+        drop(st);
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(Ok(data.len()))
+    }
+}
+
+/// Copies the part of `data` (which starts at byte `data_off` of the file) that falls in `buf`
+/// (which holds the file's bytes from `buf_off`).
+fn copy_overlap(buf: &mut [u8], buf_off: u64, data_off: u64, data: &[u8]) {
+    let s = buf_off.max(data_off);
+    let e = (buf_off + buf.len() as u64).min(data_off + data.len() as u64);
+    if s < e {
+        let (bi, di, n) = (
+            (s - buf_off) as usize,
+            (s - data_off) as usize,
+            (e - s) as usize,
+        );
+        buf[bi..bi + n].copy_from_slice(&data[di..di + n]);
+    }
+}
