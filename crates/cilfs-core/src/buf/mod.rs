@@ -186,6 +186,11 @@ impl BufCache {
         }
     }
 
+    /// Whether block `blkno` is in memory (a read of it would not wait for the device).
+    pub fn contains(&self, blkno: u64) -> bool {
+        self.bufs.lock().contains_key(&blkno)
+    }
+
     /// Drops buffers only the cache holds until the cache is at 7/8 of its limit.
     fn evict(&self, bufs: &mut BlockMap) {
         self.evictions.fetch_add(1, Ordering::AcqRel);

@@ -205,57 +205,56 @@ impl Fs {
         t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &e.encode())?;
         Ok(())
     }
-    /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction.
-    pub(crate) fn free_range(
-        &self,
-        st: &mut FsState,
-        ino: u64,
-        from: u64,
-        to: u64,
-    ) -> FsResult<()> {
+    /// Unmaps file blocks `[from, to)`, freeing their disk blocks, 16 extents per transaction,
+    /// each under the filesystem lock on its own (and run again from its start, outside the
+    /// lock, when it finds no log space). The caller holds `ino`'s IO lock exclusively.
+    pub(crate) fn free_range(&self, ino: u64, from: u64, to: u64) -> FsResult<()> {
         // Pages of blocks about to change hands are never written back.
-        st.cache.drop_range(ino, from, to);
-        loop {
-            // Freeing may split an extent at the range's edge (a punched hole) first.
-            self.space_check(st, 4, Reserve::Use)?;
-            let (more, _) = self.with_tx(st, |t, inodes| {
-                let exts = extents_in(t, ino, from, to)?;
-                let mut freed = 0;
-                for e in exts.iter().take(16) {
-                    let s = e.file.max(from);
-                    let en = e.end().min(to);
-                    t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
-                    if e.file < s {
-                        t.insert(
-                            TREE_FS,
-                            key(ino, KIND_EXTENT, e.file),
-                            &Extent {
-                                len: s - e.file,
-                                ..*e
-                            }
-                            .encode(),
-                        )?;
-                    }
-                    if en < e.end() {
-                        let tail = Extent {
-                            file: en,
-                            disk: e.disk + (en - e.file),
-                            len: e.end() - en,
-                        };
-                        t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
-                    }
-                    t.free_extent(e.disk + (s - e.file), en - s)?;
-                    freed += en - s;
+        self.write_state().cache.drop_range(ino, from, to);
+        while self.retrying(|| self.free_range_batch(ino, from, to))? {}
+        Ok(())
+    }
+
+    /// One transaction of `free_range`; true if extents are left.
+    fn free_range_batch(&self, ino: u64, from: u64, to: u64) -> FsResult<bool> {
+        let mut st = self.write_state();
+        // Freeing may split an extent at the range's edge (a punched hole) first.
+        self.space_check(&st, 4, Reserve::Use)?;
+        let (more, _) = self.with_tx(&mut st, |t, inodes| {
+            let exts = extents_in(t, ino, from, to)?;
+            let mut freed = 0;
+            for e in exts.iter().take(16) {
+                let s = e.file.max(from);
+                let en = e.end().min(to);
+                t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
+                if e.file < s {
+                    t.insert(
+                        TREE_FS,
+                        key(ino, KIND_EXTENT, e.file),
+                        &Extent {
+                            len: s - e.file,
+                            ..*e
+                        }
+                        .encode(),
+                    )?;
                 }
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                m.inode.blocks = m.inode.blocks.saturating_sub(freed);
-                log_inode(t, m, &self.stats)?;
-                Ok((exts.len() > 16, vec![ino]))
-            })?;
-            if !more {
-                return Ok(());
+                if en < e.end() {
+                    let tail = Extent {
+                        file: en,
+                        disk: e.disk + (en - e.file),
+                        len: e.end() - en,
+                    };
+                    t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
+                }
+                t.free_extent(e.disk + (s - e.file), en - s)?;
+                freed += en - s;
             }
-        }
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            m.inode.blocks = m.inode.blocks.saturating_sub(freed);
+            log_inode(t, m, &self.stats)?;
+            Ok((exts.len() > 16, vec![ino]))
+        })?;
+        Ok(more)
     }
 }
 

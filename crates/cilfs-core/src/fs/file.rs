@@ -98,7 +98,7 @@ impl Fs {
     /// A read that leaves atime alone without `touch_atime` (a file opened with O_NOATIME).
     pub fn read_opts(&self, ino: u64, off: u64, size: u32, touch_atime: bool) -> FsResult<Vec<u8>> {
         bump(&self.stats.operations);
-        let (out, touch) = self.read_shared(ino, off, size)?;
+        let (out, touch) = self.retrying(|| self.read_shared(ino, off, size))?;
         if touch && touch_atime {
             self.touch_atime(ino);
         }
@@ -195,10 +195,11 @@ impl Fs {
             log_inode(t, m, &self.stats)?;
             Ok((kill, vec![ino]))
         })?;
+        drop(st);
         if size < old {
             let bs = u64::from(self.bs);
             let keep = size.div_ceil(bs);
-            self.free_range(&mut st, ino, keep, OFFSET_MAX)?;
+            self.free_range(ino, keep, OFFSET_MAX)?;
         }
         Ok(killed)
     }
@@ -315,8 +316,7 @@ impl Fs {
             } else {
                 zero(off, first_full * bs)?;
                 zero(end_full * bs, end)?;
-                let mut st = self.write_state();
-                self.free_range(&mut st, ino, first_full, end_full)?;
+                self.free_range(ino, first_full, end_full)?;
             }
         }
         // The edge writes cleared the privileges if there were any; an aligned hole, or one
@@ -327,22 +327,24 @@ impl Fs {
     /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, and
     /// drops file capabilities, in a transaction of its own when there are any.
     fn kill_privileges(&self, cred: Cred, ino: u64) -> FsResult<()> {
-        let mut st = self.write_state();
-        let m = self.load(&mut st, ino)?;
-        let kill = self.privileges_to_kill(cred, &m.inode);
-        if kill == 0 && !self.has_caps(&st, ino)? {
-            return Ok(());
-        }
-        let now = self.now();
-        self.with_tx(&mut st, |t, inodes| {
-            drop_caps(t, ino)?;
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            m.inode.mode &= !kill;
-            self.touch_ctime(m, now);
-            log_inode(t, m, &self.stats)?;
-            Ok(((), vec![ino]))
+        let kill = self.retrying(|| {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            let kill = self.privileges_to_kill(cred, &m.inode);
+            if kill == 0 && !self.has_caps(&st, ino)? {
+                return Ok(0);
+            }
+            let now = self.now();
+            self.with_tx(&mut st, |t, inodes| {
+                drop_caps(t, ino)?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.mode &= !kill;
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok(((), vec![ino]))
+            })?;
+            Ok(kill)
         })?;
-        drop(st);
         if kill != 0 {
             self.attrs_changed(ino);
         }

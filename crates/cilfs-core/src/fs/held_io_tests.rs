@@ -1,8 +1,8 @@
-//! Issue 17's held-write test: a device that holds one inode's data writes until released,
-//! and operations on other inodes (create, write, fsync, unlink, mkdir, rename, readdir, a
-//! chmod of the held inode itself, the periodic flush) that must all complete while it is
-//! held. Nothing is timed: the operations record whether the write was still held when they
-//! finished, and the test only gives up waiting for them (then fails) after a minute.
+//! Issue 17's held-IO tests: a device that holds one IO until released (one inode's data
+//! write, a metadata read of a block not in the cache, a log write a `sync` mount waits for),
+//! and operations on other inodes that must complete while it is held. Nothing is timed: the
+//! operations record whether the IO was still held when they finished, and a test only gives
+//! up waiting for them (then fails) after a minute.
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,15 +18,31 @@ const U: Cred = Cred::user(1000, 1000);
 /// What the held inode's data starts with; no metadata block does.
 const MAGIC: &[u8; 16] = b"held-by-the-test";
 
+/// Which IO the device holds while armed.
+#[derive(Debug, Clone, Default)]
+enum Trigger {
+    /// Every write whose data starts with `MAGIC`.
+    #[default]
+    DataMagic,
+    /// The first read of a block the device has not read before.
+    ColdRead,
+    /// The first write with FUA (a log commit record).
+    LogCommit,
+}
+
 #[derive(Debug, Default)]
 struct Hold {
     armed: bool,
+    trigger: Trigger,
     /// Writes waiting in the device now.
     held: usize,
+    /// One-shot triggers have fired.
+    fired: bool,
+    /// Blocks read so far (byte offsets / 512).
+    read: std::collections::HashSet<u64>,
 }
 
-/// Holds every write whose data starts with `MAGIC` while armed; everything else (log writes,
-/// metadata write back, flushes, other files' data) passes.
+/// Holds the IO `Trigger` picks while armed; everything else passes.
 #[derive(Debug)]
 struct HoldingDevice {
     inner: Arc<SimDevice>,
@@ -43,8 +59,11 @@ impl HoldingDevice {
         })
     }
 
-    fn arm(&self) {
-        self.hold.lock().unwrap().armed = true;
+    fn arm(&self, trigger: Trigger) {
+        let mut h = self.hold.lock().unwrap();
+        h.armed = true;
+        h.fired = false;
+        h.trigger = trigger;
     }
 
     fn release(&self) {
@@ -56,31 +75,47 @@ impl HoldingDevice {
         self.hold.lock().unwrap().held
     }
 
-    /// Waits until a write is held (the thread writing the held inode got that far).
+    /// Waits until an IO is held (the thread doing it got that far).
     fn wait_until_held(&self) {
         let mut h = self.hold.lock().unwrap();
         while h.held == 0 {
             h = self.changed.wait(h).unwrap();
         }
     }
+
+    /// Holds the calling thread's IO if `hit`, until released.
+    fn maybe_hold(&self, hit: impl FnOnce(&mut Hold) -> bool) {
+        let mut h = self.hold.lock().unwrap();
+        if !h.armed || h.fired || !hit(&mut h) {
+            return;
+        }
+        if !matches!(h.trigger, Trigger::DataMagic) {
+            h.fired = true;
+        }
+        h.held += 1;
+        self.changed.notify_all();
+        while h.armed {
+            h = self.changed.wait(h).unwrap();
+        }
+        h.held -= 1;
+    }
 }
 
 impl Device for HoldingDevice {
     fn read(&self, offset: u64, buf: &mut [u8]) -> cilfs_device::Result<()> {
+        self.maybe_hold(|h| {
+            let first_time = h.read.insert(offset / 512);
+            matches!(h.trigger, Trigger::ColdRead) && first_time
+        });
+        self.hold.lock().unwrap().read.insert(offset / 512);
         self.inner.read(offset, buf)
     }
     fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> cilfs_device::Result<()> {
-        if buf.starts_with(MAGIC) {
-            let mut h = self.hold.lock().unwrap();
-            if h.armed {
-                h.held += 1;
-                self.changed.notify_all();
-                while h.armed {
-                    h = self.changed.wait(h).unwrap();
-                }
-                h.held -= 1;
-            }
-        }
+        self.maybe_hold(|h| match h.trigger {
+            Trigger::DataMagic => buf.starts_with(MAGIC),
+            Trigger::LogCommit => flags.contains(WriteFlags::FUA),
+            Trigger::ColdRead => false,
+        });
         self.inner.write(offset, buf, flags)
     }
     fn flush(&self) -> cilfs_device::Result<()> {
@@ -94,9 +129,45 @@ impl Device for HoldingDevice {
     }
 }
 
-fn mount_holding(dev: &Arc<HoldingDevice>) -> Arc<Fs> {
+fn mount_holding(dev: &Arc<HoldingDevice>, opts: FsOptions) -> Arc<Fs> {
     let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg()).unwrap();
-    Fs::open(j, FsOptions::default()).unwrap()
+    Fs::open(j, opts).unwrap()
+}
+
+/// Runs `hold` on a thread until the device holds its IO, then `others` on another; returns
+/// what `others` returned, which it must have done while the IO was still held.
+fn while_held<R: Send + 'static>(
+    fs: &Arc<Fs>,
+    dev: &Arc<HoldingDevice>,
+    trigger: Trigger,
+    hold: impl FnOnce(&Fs) + Send + 'static,
+    others: impl FnOnce(&Fs) -> R + Send + 'static,
+) -> R {
+    dev.arm(trigger);
+    let holder = {
+        let fs = Arc::clone(fs);
+        std::thread::spawn(move || hold(&fs))
+    };
+    dev.wait_until_held();
+    let (tx, rx) = mpsc::channel();
+    let other = {
+        let (fs, dev) = (Arc::clone(fs), Arc::clone(dev));
+        std::thread::spawn(move || {
+            let r = others(&fs);
+            tx.send((r, dev.held())).unwrap();
+        })
+    };
+    // Not a measure of speed: only how long to wait before calling it stuck.
+    let outcome = rx.recv_timeout(Duration::from_secs(60));
+    dev.release();
+    holder.join().unwrap();
+    other.join().unwrap();
+    let (r, still_held) = outcome.expect("operations on other inodes waited for the held IO");
+    assert_eq!(
+        still_held, 1,
+        "the other operations must finish while the IO is still held"
+    );
+    r
 }
 
 fn file(fs: &Fs, name: &[u8]) -> u64 {
@@ -113,7 +184,7 @@ fn held_data() -> Vec<u8> {
 
 /// Operations on inodes other than `held` (and a chmod of `held`), run while its data write
 /// is held; returns how many writes were still held when they had all finished.
-fn others(fs: &Fs, held: u64, dev: &HoldingDevice, round: u32) -> usize {
+fn others(fs: &Fs, held: u64, round: u32) {
     let b = file(fs, format!("b{round}").as_bytes());
     fs.write(U, b, 0, &vec![0xB0; 10_000]).unwrap();
     fs.fsync(b).unwrap();
@@ -151,57 +222,42 @@ fn others(fs: &Fs, held: u64, dev: &HoldingDevice, round: u32) -> usize {
     // The periodic flush skips the inode whose IO is in flight.
     fs.writeback_idle().unwrap();
     fs.journal().force_all().unwrap();
-    dev.held()
-}
-
-/// Runs `hold` (which ends in a held write of inode `held`) on a thread, then `others` on
-/// another; fails unless they all finished while the write was held.
-fn while_held(fs: &Arc<Fs>, dev: &Arc<HoldingDevice>, held: u64, round: u32, hold: fn(&Fs, u64)) {
-    dev.arm();
-    let holder = {
-        let fs = Arc::clone(fs);
-        std::thread::spawn(move || hold(&fs, held))
-    };
-    dev.wait_until_held();
-    let (tx, rx) = mpsc::channel();
-    let other = {
-        let (fs, dev) = (Arc::clone(fs), Arc::clone(dev));
-        std::thread::spawn(move || tx.send(others(&fs, held, &dev, round)).unwrap())
-    };
-    // Not a measure of speed: only how long to wait before calling it stuck.
-    let outcome = rx.recv_timeout(Duration::from_secs(60));
-    dev.release();
-    holder.join().unwrap();
-    other.join().unwrap();
-    let still_held = outcome.expect("operations on other inodes waited for the held write");
-    assert_eq!(
-        still_held, 1,
-        "round {round}: the other operations must finish while the write is still held"
-    );
 }
 
 #[test]
 fn operations_on_other_inodes_complete_while_one_inodes_data_write_is_held() {
     let sim = new_dev(1701);
     let dev = HoldingDevice::new(Arc::clone(&sim));
-    let fs = mount_holding(&dev);
+    let fs = mount_holding(&dev, FsOptions::default());
     let a = file(&fs, b"a");
     let data = held_data();
 
     // Round 1: a write into new blocks of `a` (written in place before the mapping commits).
-    while_held(&fs, &dev, a, 1, |fs, a| {
-        fs.write(U, a, 0, &held_data()).unwrap();
-    });
+    while_held(
+        &fs,
+        &dev,
+        Trigger::DataMagic,
+        move |fs| {
+            fs.write(U, a, 0, &held_data()).unwrap();
+        },
+        move |fs| others(fs, a, 1),
+    );
     assert_eq!(fs.read(a, 0, data.len() as u32).unwrap(), data);
 
     // Round 2: `a`'s own fsync writing back an overwrite from the page cache.
     fs.fsync(a).unwrap();
-    while_held(&fs, &dev, a, 2, |fs, a| {
-        let mut d = held_data();
-        d[20] = 0x77;
-        fs.write(U, a, 0, &d).unwrap();
-        fs.fsync(a).unwrap();
-    });
+    while_held(
+        &fs,
+        &dev,
+        Trigger::DataMagic,
+        move |fs| {
+            let mut d = held_data();
+            d[20] = 0x77;
+            fs.write(U, a, 0, &d).unwrap();
+            fs.fsync(a).unwrap();
+        },
+        move |fs| others(fs, a, 2),
+    );
 
     let mut want = data.clone();
     want[20] = 0x77;
@@ -217,4 +273,87 @@ fn operations_on_other_inodes_complete_while_one_inodes_data_write_is_held() {
         assert_eq!(fs.read(b.ino, 0, 3).unwrap(), vec![0xB0; 3]);
     }
     assert_clean(&fs);
+}
+
+/// A lookup that needs a metadata block not in the buffer cache reads it outside the
+/// filesystem lock: creates, writes and fsyncs in another directory go on meanwhile.
+#[test]
+fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
+    let sim = new_dev(1702);
+    {
+        let fs = super::tests::mount(&sim, FsOptions::default());
+        let a = fs.mkdir(U, ROOT_INO, b"a", 0o755).unwrap().ino;
+        // Enough long names that `a`'s entries fill leaves of their own.
+        for i in 0..120 {
+            let name = format!("{i:03}-{}", "x".repeat(200));
+            fs.mknod(U, a, name.as_bytes(), inode::S_IFREG | 0o644, 0)
+                .unwrap();
+        }
+        fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap();
+        fs.unmount().unwrap();
+    }
+    // A cold cache: every block is read from the device when first needed.
+    let dev = HoldingDevice::new(Arc::clone(&sim));
+    let fs = mount_holding(&dev, FsOptions::default());
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
+    // What `b`'s operations need is read now; `a`'s entries are not.
+    let f = fs.mknod(U, b, b"warm", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    fs.write(U, f, 0, &[1; 5000]).unwrap();
+    fs.fsync(f).unwrap();
+    let retries_before = fs.stats.snapshot().retries_read;
+    let name = format!("{:03}-{}", 77, "x".repeat(200));
+    while_held(
+        &fs,
+        &dev,
+        Trigger::ColdRead,
+        move |fs| {
+            assert!(fs.lookup(a, name.as_bytes()).is_ok());
+        },
+        move |fs| {
+            let g = fs.mknod(U, b, b"new", inode::S_IFREG | 0o644, 0).unwrap().ino;
+            fs.write(U, g, 0, &[2; 5000]).unwrap();
+            fs.fsync(g).unwrap();
+            fs.unlink(b, b"warm").unwrap();
+        },
+    );
+    assert!(fs.stats.snapshot().retries_read > retries_before);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = super::tests::mount(&sim, FsOptions::default());
+    let g = fs.lookup(b, b"new").unwrap().ino;
+    assert_eq!(fs.read(g, 0, 5000).unwrap(), vec![2; 5000]);
+    assert_clean(&fs);
+}
+
+/// On a `sync` mount an operation forces the log before it returns, but not under the
+/// filesystem lock: while its commit record is held, lookups, reads and readdir go on.
+#[test]
+fn a_sync_mounts_force_holds_no_lock_others_need() {
+    let sim = new_dev(1703);
+    let dev = HoldingDevice::new(Arc::clone(&sim));
+    let opts = FsOptions {
+        sync: SyncMode::All,
+        ..FsOptions::default()
+    };
+    let fs = mount_holding(&dev, opts);
+    let f = file(&fs, b"f");
+    fs.write(U, f, 0, b"kept").unwrap();
+    let forces_before = fs.stats.snapshot().deferred_sync_forces;
+    while_held(
+        &fs,
+        &dev,
+        Trigger::LogCommit,
+        |fs| {
+            fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap();
+        },
+        move |fs| {
+            assert_eq!(fs.lookup(ROOT_INO, b"f").unwrap().ino, f);
+            assert_eq!(fs.read(f, 0, 4).unwrap(), b"kept".to_vec());
+            assert!(fs.readdir(ROOT_INO, 0, 100).unwrap().len() >= 2);
+            fs.getattr(f).unwrap();
+        },
+    );
+    assert!(fs.stats.snapshot().deferred_sync_forces > forces_before);
+    fs.unmount().unwrap();
 }

@@ -390,9 +390,9 @@ impl Fs {
                         m.last_seq = m.last_seq.max(seq);
                     }
                 }
-                // Under the state lock, as the sync mount asks: the operation is not over
-                // until its change is on disk.
-                if force && seq > self.journal.completed_seq() {
+                // The operation is not over until its change is on disk, but the force waits
+                // outside the state lock when it runs through `retrying`.
+                if force && seq > self.journal.completed_seq() && !retry::owe_force(seq) {
                     self.journal.force(seq)?;
                 }
                 Ok((r, seq))

@@ -77,8 +77,10 @@ impl Fs {
 
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         self.op();
-        let st = self.read_state();
-        Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+        self.retrying(|| {
+            let st = self.read_state();
+            Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+        })
     }
 
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
@@ -86,23 +88,25 @@ impl Fs {
         if name.len() > dir::NAME_MAX {
             return Err(FsError::NameTooLong);
         }
-        let st = self.read_state();
-        let p = self.peek_inode(&st, parent)?;
-        if !p.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        let ino = match name {
-            b"." => parent,
-            b".." => p.parent,
-            _ => {
-                let mut v = self.view(&st);
-                match dir::lookup(&mut v, TREE_FS, parent, name)? {
-                    Some(e) => e.ino,
-                    None => return Err(FsError::NotFound),
-                }
+        self.retrying(|| {
+            let st = self.read_state();
+            let p = self.peek_inode(&st, parent)?;
+            if !p.is_dir() {
+                return Err(FsError::NotDir);
             }
-        };
-        Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+            let ino = match name {
+                b"." => parent,
+                b".." => p.parent,
+                _ => {
+                    let mut v = self.view(&st);
+                    match dir::lookup(&mut v, TREE_FS, parent, name)? {
+                        Some(e) => e.ino,
+                        None => return Err(FsError::NotFound),
+                    }
+                }
+            };
+            Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+        })
     }
 
     /// Whether `blocks` blocks that are neither busy nor in the part of the reserve `reserve`
@@ -313,6 +317,10 @@ impl Fs {
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
         self.op();
+        self.retrying(|| self.readlink_shared(ino))
+    }
+
+    fn readlink_shared(&self, ino: u64) -> FsResult<Vec<u8>> {
         let st = self.read_state();
         let i = self.peek_inode(&st, ino)?;
         if i.mode & S_IFMT != S_IFLNK {
@@ -489,7 +497,7 @@ impl Fs {
     /// the directory's atime as a read moves a file's, unless `nodiratime`.
     pub fn readdir(&self, ino: u64, cookie: u64, max: usize) -> FsResult<Vec<(DirEntry, u64)>> {
         self.op();
-        let (out, touch) = self.readdir_shared(ino, cookie, max)?;
+        let (out, touch) = self.retrying(|| self.readdir_shared(ino, cookie, max))?;
         if touch && self.opts.diratime {
             self.touch_atime(ino);
         }

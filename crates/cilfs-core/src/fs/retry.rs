@@ -1,7 +1,11 @@
 //! Waits outside the filesystem lock (issue 17): an operation whose first transaction finds no
-//! log space, or whose space check needs the log forced, gives up with `FsError::Retry` before
-//! it has committed anything; `Fs::retrying` drops back out of the lock, waits or forces, and
-//! runs the operation again from the start, so its checks see the state it then commits.
+//! log space, whose space check needs the log forced, or which needs a metadata block that is
+//! not in the buffer cache, gives up with `FsError::Retry` before it has changed anything;
+//! `Fs::retrying` drops back out of the lock, waits, forces or reads the block, and runs the
+//! operation again from the start, so its checks see the state it then commits.
+//!
+//! The force a `sync` or `dirsync` mount owes for an operation's transactions is made there
+//! too, after the operation has let go of its locks and before it returns (`owe_force`).
 //!
 //! Only operations run through `retrying` give up this way, and only before their first commit
 //! in this thread (`may_retry`): a later transaction of the same operation (truncate's batches,
@@ -20,7 +24,13 @@ pub enum Retry {
     LogSpace(u64),
     /// Space is short but busy extents would free some: force the log, then run again.
     ForceLog,
+    /// This metadata block is not in the buffer cache: read it, then run again.
+    Read(u64),
 }
+
+/// Read retries one run of an operation may make; past them blocks are read where they are
+/// needed (a buffer cache too small for one operation's blocks would otherwise never finish).
+const READ_RETRIES_MAX: u32 = 64;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct OpState {
@@ -28,10 +38,59 @@ struct OpState {
     retrying: bool,
     /// The operation has committed a transaction in this attempt.
     committed: bool,
+    /// Out of read retries: read in place.
+    read_in_place: bool,
+    /// The attempt has begun a transaction or changed something in memory: a read it still
+    /// needs happens in place, since giving up could not undo that.
+    changing: bool,
+    /// The checkpoint a sync mount must force before the operation returns.
+    force_to: u64,
 }
 
 thread_local! {
-    static OP: Cell<OpState> = const { Cell::new(OpState { retrying: false, committed: false }) };
+    static OP: Cell<OpState> = const {
+        Cell::new(OpState {
+            retrying: false,
+            committed: false,
+            read_in_place: false,
+            changing: false,
+            force_to: 0,
+        })
+    };
+}
+
+/// The running attempt is about to change state (a transaction begins, pages are taken or put):
+/// from now on it no longer gives up to read a block.
+pub(crate) fn changing() {
+    OP.with(|o| {
+        let mut s = o.get();
+        s.changing = true;
+        o.set(s);
+    });
+}
+
+/// Whether a missing metadata block should make the operation give up and read it outside the
+/// lock: it runs through `Fs::retrying` and has neither committed nor begun to change anything
+/// in this attempt.
+pub(crate) fn may_read_later() -> bool {
+    OP.with(|o| {
+        let s = o.get();
+        s.retrying && !s.committed && !s.read_in_place && !s.changing
+    })
+}
+
+/// Records that checkpoint `seq` must be stable before the running operation returns. False
+/// when no operation is running through `Fs::retrying`: the caller forces itself.
+pub(crate) fn owe_force(seq: u64) -> bool {
+    OP.with(|o| {
+        let mut s = o.get();
+        if !s.retrying {
+            return false;
+        }
+        s.force_to = s.force_to.max(seq);
+        o.set(s);
+        true
+    })
 }
 
 /// Whether the running operation may still give up and be run again.
@@ -58,15 +117,26 @@ impl Fs {
     pub(crate) fn retrying<R>(&self, mut op: impl FnMut() -> FsResult<R>) -> FsResult<R> {
         let outer = OP.with(Cell::get);
         let mut forced = false;
+        let mut reads = 0;
         let r = loop {
             OP.with(|o| {
                 o.set(OpState {
                     retrying: true,
                     committed: false,
+                    read_in_place: reads >= READ_RETRIES_MAX,
+                    changing: false,
+                    force_to: o.get().force_to,
                 })
             });
             let r = op();
             match r {
+                Err(FsError::Retry(Retry::Read(blkno))) => {
+                    super::stats::bump(&self.stats.retries_read);
+                    reads += 1;
+                    if let Err(e) = self.journal.buf(blkno) {
+                        break Err(e.into());
+                    }
+                }
                 Err(FsError::Retry(Retry::LogSpace(unit))) => {
                     super::stats::bump(&self.stats.retries_log_space);
                     if let Err(e) = self
@@ -87,14 +157,23 @@ impl Fs {
                 r => break r,
             }
         };
-        // A nested operation's commits count for the one around it.
+        // A nested operation's commits and owed forces count for the one around it.
         let inner = OP.with(Cell::get);
         OP.with(|o| {
             o.set(OpState {
                 retrying: outer.retrying,
                 committed: outer.committed || inner.committed,
+                read_in_place: outer.read_in_place,
+                changing: outer.changing || inner.changing || inner.committed,
+                force_to: if outer.retrying { inner.force_to } else { 0 },
             })
         });
+        // The outermost run: the operation's locks are gone; make what a sync mount asks for
+        // stable before returning (even after an error, for what did commit).
+        if !outer.retrying && inner.force_to > self.journal.completed_seq() {
+            super::stats::bump(&self.stats.deferred_sync_forces);
+            self.journal.force(inner.force_to)?;
+        }
         r
     }
 }

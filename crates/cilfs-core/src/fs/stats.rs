@@ -24,6 +24,8 @@ pub struct FsCounters {
     /// filesystem lock (fs/retry.rs).
     pub retries_log_space: AtomicU64,
     pub retries_force: AtomicU64,
+    pub retries_read: AtomicU64,
+    pub deferred_sync_forces: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -43,6 +45,8 @@ pub struct FsStats {
     pub atime_updates: u64,
     pub retries_log_space: u64,
     pub retries_force: u64,
+    pub retries_read: u64,
+    pub deferred_sync_forces: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
     pub busy_blocks: u64,
@@ -66,6 +70,8 @@ impl FsCounters {
             atime_updates: g(&self.atime_updates),
             retries_log_space: g(&self.retries_log_space),
             retries_force: g(&self.retries_force),
+            retries_read: g(&self.retries_read),
+            deferred_sync_forces: g(&self.deferred_sync_forces),
             ..FsStats::default()
         }
     }
@@ -116,6 +122,8 @@ impl super::Fs {
             ("atime_updates", f.atime_updates),
             ("retries_log_space", f.retries_log_space),
             ("retries_force", f.retries_force),
+            ("retries_read", f.retries_read),
+            ("deferred_sync_forces", f.deferred_sync_forces),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),
             ("busy_blocks", f.busy_blocks),

@@ -61,6 +61,7 @@ impl<'a> FsTx<'a> {
             }
             None => journal.begin(res)?,
         };
+        super::retry::changing();
         let completed_seq = journal.completed_seq();
         busy.lock().prune(completed_seq);
         Ok(FsTx {
@@ -278,19 +279,30 @@ pub struct ReadView<'a> {
     pub(crate) hdr: &'a Header,
 }
 
+impl ReadView<'_> {
+    /// A metadata block not in the buffer cache is read outside the filesystem lock when the
+    /// operation can still give up (`retry::may_read_later`).
+    fn buf(&self, blkno: u64) -> FsResult<std::sync::Arc<crate::buf::Buf>> {
+        if super::retry::may_read_later() && !self.journal.is_cached(blkno) {
+            return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
+        }
+        Ok(self.journal.buf(blkno)?)
+    }
+}
+
 impl NodeStore for ReadView<'_> {
     fn block_size(&self) -> usize {
         self.journal.block_size() as usize
     }
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        let buf = self.journal.buf(blkno)?;
+        let buf = self.buf(blkno)?;
         let g = buf.lock();
         Node::decode(&g.data, blkno, tree)
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        let buf = self.journal.buf(blkno)?;
+        let buf = self.buf(blkno)?;
         let g = buf.lock();
         super::tree::node::raw_step(&g.data, blkno, tree, level, key)
     }

@@ -297,6 +297,7 @@ impl Fs {
                 Err(e) => return Err(t.fail(e)),
             }
         };
+        super::retry::changing();
         // Overwrites of blocks the file owned: into the page cache.
         if let Some(tail) = plan.eof.filter(|t| t.cached) {
             let zeroed = st.cache.zero_from(ino, tail.fb, tail.from);

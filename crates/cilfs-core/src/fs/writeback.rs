@@ -86,6 +86,8 @@ impl Fs {
 
     /// Takes `ino`'s dirty pages from the cache with the blocks they go to, in disk order.
     fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<Vec<(u64, Box<[u8]>)>> {
+        // Pages taken must be written: no giving up after this.
+        super::retry::changing();
         let pages = st.cache.take_dirty(Some(ino));
         let mut runs: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
         let mut v = self.view(st);

@@ -290,13 +290,19 @@ impl Fs {
         if acl::kind_of(name).is_some() && !self.opts.acl {
             return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
         }
-        let st = self.read_state();
-        self.peek_inode(&st, ino)?;
-        self.xattr_lookup(&st, ino, name)?.ok_or(FsError::NoAttr)
+        self.retrying(|| {
+            let st = self.read_state();
+            self.peek_inode(&st, ino)?;
+            self.xattr_lookup(&st, ino, name)?.ok_or(FsError::NoAttr)
+        })
     }
 
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
         super::stats::bump(&self.stats.operations);
+        self.retrying(|| self.listxattr_shared(ino))
+    }
+
+    fn listxattr_shared(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
         let st = self.read_state();
         self.peek_inode(&st, ino)?;
         let mut v = self.view(&st);

@@ -410,6 +410,11 @@ impl Journal {
     }
 
     /// The newest in-memory version of a metadata block.
+    /// Whether metadata block `blkno` is in the buffer cache.
+    pub fn is_cached(&self, blkno: u64) -> bool {
+        self.cache.contains(blkno)
+    }
+
     pub fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
         if blkno < self.meta_first || blkno >= self.meta_end {
             return Err(JournalError::BlockOutOfRange {
