@@ -41,7 +41,8 @@ pub use queue::{QueuedBuf, QueuedWrite, WriteQueue};
 pub use recorder::{RecordedOp, RecordingDevice};
 pub use sim::{CrashOptions, FaultMode, SimDevice};
 pub use throttle::{
-    Clock, SystemClock, TenantDevice, TenantId, TenantLimits, TenantStats, Throttle,
+    Clock, DirStats, IoDir, SystemClock, TenantDevice, TenantId, TenantLimits, TenantStats,
+    Throttle,
 };
 
 /// The unit of alignment of all device IO, and the unit a torn write tears at.

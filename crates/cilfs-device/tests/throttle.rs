@@ -33,8 +33,8 @@ fn iops_limit_paces_a_tenant() {
     t.set_limits(
         TenantId(1),
         TenantLimits {
-            iops: Some(100),
-            bytes_per_s: None,
+            write_iops: Some(100),
+            ..Default::default()
         },
     );
     let dev = t.tenant(TenantId(1));
@@ -49,8 +49,8 @@ fn iops_limit_paces_a_tenant() {
         "{elapsed:?}"
     );
     let s = t.tenant_stats(TenantId(1));
-    assert_eq!(s.ios, 1000);
-    assert!(s.throttled_ios > 980);
+    assert_eq!(s.write.ios, 1000);
+    assert!(s.write.throttled_ios > 980);
 }
 
 #[test]
@@ -59,8 +59,8 @@ fn bandwidth_limit_paces_a_tenant() {
     t.set_limits(
         TenantId(2),
         TenantLimits {
-            iops: None,
-            bytes_per_s: Some(1 << 20),
+            write_bytes_per_s: Some(1 << 20),
+            ..Default::default()
         },
     );
     let dev = t.tenant(TenantId(2));
@@ -82,16 +82,20 @@ fn unthrottled_tenant_and_flushes_never_wait() {
     t.set_limits(
         TenantId(1),
         TenantLimits {
-            iops: Some(1),
-            bytes_per_s: Some(1),
+            write_iops: Some(1),
+            write_bytes_per_s: Some(1),
+            read_iops: Some(1),
+            read_bytes_per_s: Some(1),
         },
     );
     // Limits set on the unthrottled tag are ignored.
     t.set_limits(
         TenantId::UNTHROTTLED,
         TenantLimits {
-            iops: Some(1),
-            bytes_per_s: Some(1),
+            write_iops: Some(1),
+            write_bytes_per_s: Some(1),
+            read_iops: Some(1),
+            read_bytes_per_s: Some(1),
         },
     );
     let slow = t.tenant(TenantId(1));
@@ -109,7 +113,7 @@ fn unthrottled_tenant_and_flushes_never_wait() {
         after_slow,
         "journal IO or flushes waited for a throttled tenant"
     );
-    assert_eq!(t.tenant_stats(TenantId::UNTHROTTLED).throttled_ios, 0);
+    assert_eq!(t.tenant_stats(TenantId::UNTHROTTLED).write.throttled_ios, 0);
 }
 
 #[test]
@@ -118,8 +122,8 @@ fn tenants_are_independent() {
     t.set_limits(
         TenantId(1),
         TenantLimits {
-            iops: Some(10),
-            bytes_per_s: None,
+            write_iops: Some(10),
+            ..Default::default()
         },
     );
     let a = t.tenant(TenantId(1));
@@ -132,4 +136,53 @@ fn tenants_are_independent() {
         b.write(512, &[1; 512], WriteFlags::NONE).unwrap();
     }
     assert_eq!(clock.now(), t0);
+}
+
+#[test]
+fn reads_and_writes_have_their_own_limits() {
+    let (clock, t) = setup();
+    t.set_limits(
+        TenantId(3),
+        TenantLimits {
+            read_iops: Some(10),
+            ..Default::default()
+        },
+    );
+    let dev = t.tenant(TenantId(3));
+    for _ in 0..50 {
+        dev.write(0, &[1; 512], WriteFlags::NONE).unwrap();
+    }
+    assert_eq!(clock.now(), Duration::ZERO, "writes are not limited");
+    let mut buf = [0u8; 512];
+    for _ in 0..21 {
+        dev.read(0, &mut buf).unwrap();
+    }
+    // 21 reads at 10/s: the 21st starts 2 s after the first, less the 100 ms burst.
+    assert_eq!(clock.now(), Duration::from_millis(1_900));
+    let s = t.tenant_stats(TenantId(3));
+    assert_eq!((s.read.ios, s.write.ios), (21, 50));
+}
+
+#[test]
+fn try_admit_never_waits_and_charges_only_what_it_admits() {
+    let (clock, t) = setup();
+    t.set_limits(
+        TenantId(4),
+        TenantLimits {
+            write_iops: Some(10),
+            ..Default::default()
+        },
+    );
+    // The burst allowance (100 ms at 10/s: this IO and one more), then nothing until time
+    // moves.
+    let admitted = (0..5)
+        .filter(|_| t.try_admit(TenantId(4), cilfs_device::IoDir::Write, 512))
+        .count();
+    assert_eq!(admitted, 2);
+    assert_eq!(clock.now(), Duration::ZERO);
+    clock.sleep(Duration::from_millis(100));
+    assert!(t.try_admit(TenantId(4), cilfs_device::IoDir::Write, 512));
+    assert!(!t.try_admit(TenantId(4), cilfs_device::IoDir::Write, 512));
+    assert_eq!(t.tenant_stats(TenantId(4)).write.ios, 3);
+    assert!(t.try_admit(TenantId::UNTHROTTLED, cilfs_device::IoDir::Write, 512));
 }
