@@ -23,6 +23,7 @@ pub fn errno(e: &FsError) -> Errno {
         FsError::ReadOnly => libc::EROFS,
         FsError::NoData => libc::ENXIO,
         FsError::NotSupported(_) => libc::EOPNOTSUPP,
+        FsError::CrossProject => libc::EXDEV,
         FsError::Corrupt { .. } => libc::EUCLEAN,
         // Consumed inside the core (an operation run again); EIO if one ever got out.
         FsError::Retry(_) => libc::EIO,

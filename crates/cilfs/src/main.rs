@@ -50,6 +50,9 @@ enum Command {
     Unmount(cmd::unmount::Args),
     /// Live counters of a mounted filesystem, or a file's change attribute
     Stat(cmd::stat::Args),
+    /// Tenants: directory trees in projects, and each project's IO limits
+    #[command(subcommand)]
+    Tenant(cmd::tenant::Command),
     /// Check every structure of a filesystem without writing to it
     Check(cmd::check::Args),
     /// Print every record and op of the log, like xfs_logprint
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
         Command::Mount(a) => cmd::mount::run(a),
         Command::Unmount(a) => cmd::unmount::run(a),
         Command::Stat(a) => cmd::stat::run(a),
+        Command::Tenant(c) => cmd::tenant::run(c),
         Command::Check(a) => cmd::check::run(a),
         Command::Logprint(a) => cmd::logprint::run(a),
         Command::Crashtest(k) => cmd::crashtest::run(k),

@@ -40,6 +40,10 @@ pub enum FsError {
     NoData,
     #[error("not supported: {0}")]
     NotSupported(&'static str),
+    /// A rename or hard link into a directory of another project (tenant): as XFS answers for
+    /// a directory with an inherited project ID, the data must be copied instead.
+    #[error("crosses into another project's directory")]
+    CrossProject,
     /// Internal: the operation gave up before its first commit and is run again outside the
     /// filesystem lock (`fs/retry.rs`); never returned by a public operation.
     #[error("operation to be run again ({0:?})")]

@@ -9,29 +9,16 @@
 
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, holes, max_file_size, Extent};
+use super::inode::Inode;
 use super::iolock::IoMode;
 use super::setid::drop_caps;
 use super::stats::{bump, bump_bytes};
 use super::tree::keys::OFFSET_MAX;
 use super::types::{Cred, Reserve};
 use super::{log_inode, Fs, FsState};
-use cilfs_device::{AlignedBuf, WriteFlags};
+use cilfs_device::AlignedBuf;
 
 impl Fs {
-    pub(crate) fn read_blocks(&self, disk: u64, buf: &mut [u8]) -> FsResult<()> {
-        self.journal
-            .data
-            .read(disk * u64::from(self.bs), buf)
-            .map_err(FsError::from)
-    }
-
-    pub(crate) fn write_blocks(&self, disk: u64, buf: &[u8]) -> FsResult<()> {
-        self.journal
-            .data
-            .write(disk * u64::from(self.bs), buf, WriteFlags::NONE)
-            .map_err(FsError::from)
-    }
-
     /// The extents over file blocks `[first, last]`, and how many of those blocks are holes.
     pub(crate) fn mapping(
         &self,
@@ -49,14 +36,14 @@ impl Fs {
     }
 
     /// Writes `n` zero blocks at disk block `disk`, at most 1 MiB per IO.
-    pub(crate) fn write_zeros(&self, disk: u64, n: u64) -> FsResult<()> {
+    pub(crate) fn write_zeros(&self, project: u32, disk: u64, n: u64) -> FsResult<()> {
         let bs = u64::from(self.bs);
         let chunk = ((1u64 << 20) / bs).max(1);
         let zeros = AlignedBuf::zeroed((chunk.min(n) * bs) as usize);
         let mut at = 0;
         while at < n {
             let k = (n - at).min(chunk);
-            self.write_blocks(disk + at, &zeros[..(k * bs) as usize])?;
+            self.data_write(project, disk + at, &zeros[..(k * bs) as usize])?;
             at += k;
         }
         Ok(())
@@ -73,21 +60,22 @@ impl Fs {
         }
         let fb = old_size / bs;
         let from = (old_size % bs) as usize;
-        let disk = {
+        let (project, disk) = {
             let mut st = self.write_state();
             if st.cache.zero_from(ino, fb, from) {
                 return Ok(());
             }
+            let project = st.inodes.get(&ino).map_or(0, |m| m.inode.project);
             let mut v = self.view(&st);
             match extents_in(&mut v, ino, fb, fb + 1)?.first() {
-                Some(e) => e.disk + (fb - e.file),
+                Some(e) => (project, e.disk + (fb - e.file)),
                 None => return Ok(()),
             }
         };
         let mut buf = AlignedBuf::zeroed(self.bs as usize);
-        self.read_blocks(disk, &mut buf)?;
+        self.data_read(project, disk, &mut buf)?;
         buf[from..].fill(0);
-        self.write_blocks(disk, &buf)
+        self.data_write(project, disk, &buf)
     }
 
     /// Reads up to `size` bytes at `off`, and moves atime as the mount's atime mode says.
@@ -113,7 +101,7 @@ impl Fs {
         let _io = self.io.lock(ino, IoMode::Shared);
         let bs = u64::from(self.bs);
         let bsz = self.bs as usize;
-        let (exts, first, last, end, touch, mut buf, cached) = {
+        let (project, exts, first, last, end, touch, mut buf, cached) = {
             let st = self.read_state();
             let i = self.peek_inode(&st, ino)?;
             if i.is_dir() {
@@ -138,7 +126,7 @@ impl Fs {
                 let a = (fb - first) as usize * bsz;
                 cached[(fb - first) as usize] = st.cache.read(ino, fb, &mut buf[a..a + bsz]);
             }
-            (exts, first, last, end, touch, buf, cached)
+            (i.project, exts, first, last, end, touch, buf, cached)
         };
         for e in &exts {
             let s = e.file.max(first);
@@ -156,7 +144,7 @@ impl Fs {
                 }
                 let a = (run - first) as usize * bsz;
                 let b = (fb - first) as usize * bsz;
-                self.read_blocks(e.disk + (run - e.file), &mut buf[a..b])?;
+                self.data_read(project, e.disk + (run - e.file), &mut buf[a..b])?;
             }
         }
         let start = (off - first * bs) as usize;
@@ -237,33 +225,35 @@ impl Fs {
         let bs = u64::from(self.bs);
         let first = off / bs;
         let last = (end - 1) / bs;
-        let (old_size, fresh) = self.retrying(|| {
+        let (inode, fresh) = self.retrying(|| {
             let mut st = self.write_state();
             let m = self.load(&mut st, ino)?;
             if m.inode.is_dir() {
                 return Err(FsError::IsDir);
             }
-            let old_size = m.inode.size;
+            let inode = m.inode.clone();
             let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
             self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
-            Ok((old_size, self.reserve_holes(&st, &exts, first, last + 1)?))
+            Ok((inode, self.reserve_holes(&st, &exts, first, last + 1)?))
         })?;
-        let r = self.fallocate_reserved(cred, ino, old_size, end, keep_size, &fresh);
+        let r = self.fallocate_reserved(cred, &inode, end, keep_size, &fresh);
         self.unreserve(&fresh);
         r
     }
 
+    /// Zeroes the blocks reserved for fallocate of `inode` (as planned) up to `end`, then maps
+    /// them.
     fn fallocate_reserved(
         &self,
         cred: Cred,
-        ino: u64,
-        old_size: u64,
+        inode: &Inode,
         end: u64,
         keep_size: bool,
         fresh: &[Extent],
     ) -> FsResult<()> {
+        let (ino, old_size, project) = (inode.ino, inode.size, inode.project);
         for e in fresh {
-            self.write_zeros(e.disk, e.len)?;
+            self.write_zeros(project, e.disk, e.len)?;
         }
         if !keep_size {
             self.zero_eof_tail(ino, old_size, end)?;

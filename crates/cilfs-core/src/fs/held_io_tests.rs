@@ -298,7 +298,10 @@ fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
     let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
     let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
     // What `b`'s operations need is read now; `a`'s entries are not.
-    let f = fs.mknod(U, b, b"warm", inode::S_IFREG | 0o644, 0).unwrap().ino;
+    let f = fs
+        .mknod(U, b, b"warm", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
     fs.write(U, f, 0, &[1; 5000]).unwrap();
     fs.fsync(f).unwrap();
     let retries_before = fs.stats.snapshot().retries_read;
@@ -311,7 +314,10 @@ fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
             assert!(fs.lookup(a, name.as_bytes()).is_ok());
         },
         move |fs| {
-            let g = fs.mknod(U, b, b"new", inode::S_IFREG | 0o644, 0).unwrap().ino;
+            let g = fs
+                .mknod(U, b, b"new", inode::S_IFREG | 0o644, 0)
+                .unwrap()
+                .ino;
             fs.write(U, g, 0, &[2; 5000]).unwrap();
             fs.fsync(g).unwrap();
             fs.unlink(b, b"warm").unwrap();

@@ -118,6 +118,9 @@ pub struct Inode {
     pub flags: u32,
     /// For a directory, the directory holding it (what ".." names); 0 otherwise.
     pub parent: u64,
+    /// The project (tenant) the inode's data IO is charged to, inherited from the directory it
+    /// was created in (as XFS project IDs); 0 is no project, never limited.
+    pub project: u32,
 }
 
 /// What getattr reports: the inode plus the block size.
@@ -190,7 +193,7 @@ impl Inode {
         b[88..96].copy_from_slice(&self.change.to_le_bytes());
         b[96..100].copy_from_slice(&self.flags.to_le_bytes());
         b[100..108].copy_from_slice(&self.parent.to_le_bytes());
-        // 108..112 reserved
+        b[108..112].copy_from_slice(&self.project.to_le_bytes());
         b
     }
 
@@ -221,6 +224,7 @@ impl Inode {
             change: u64::from_le_bytes(arr8(&b[88..96])),
             flags: u32::from_le_bytes(arr4(&b[96..100])),
             parent: u64::from_le_bytes(arr8(&b[100..108])),
+            project: u32::from_le_bytes(arr4(&b[108..112])),
         };
         if i.kind().is_none() {
             return Err(FsError::corrupt(

@@ -71,6 +71,7 @@ pub fn format(journal: &Journal, uid: u32, gid: u32) -> FsResult<()> {
             change: 0,
             flags: 0,
             parent: ROOT_INO,
+            project: 0,
         };
         t.insert(TREE_FS, key(ROOT_INO, KIND_INODE, 0), &root.encode())?;
         Ok(())

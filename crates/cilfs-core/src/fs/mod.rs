@@ -29,6 +29,7 @@ mod rename;
 mod retry;
 mod setid;
 pub mod stats;
+pub mod tenant;
 pub mod tree;
 pub mod tx;
 pub mod types;
@@ -143,6 +144,9 @@ pub struct FsOptions {
     pub diratime: bool,
     /// Changes forced before the operation returns [default none].
     pub sync: SyncMode,
+    /// Time source of the tenants' IO limits (tests use a virtual clock) [default: the
+    /// system's].
+    pub io_clock: Option<Arc<dyn cilfs_device::Clock>>,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -191,6 +195,7 @@ impl Default for FsOptions {
             acl: true,
             diratime: true,
             sync: SyncMode::None,
+            io_clock: None,
         }
     }
 }
@@ -224,6 +229,8 @@ pub struct Fs {
     pub(crate) busy: Mutex<BusyExtents>,
     /// Per-inode IO locks, held across data IO (before `state` in the lock order).
     pub(crate) io: iolock::IoLocks,
+    /// Per-project limits on file data IO (`tenant.rs`).
+    pub(crate) throttle: Arc<cilfs_device::Throttle<Arc<dyn cilfs_device::Device>>>,
     /// Contention on `state` (shared and exclusive) and `busy` (the lock table).
     pub(crate) state_read_waits: LockWaits,
     pub(crate) state_write_waits: LockWaits,
@@ -253,6 +260,7 @@ impl Fs {
             Header::decode(&g.data, first)?
         };
         let epoch = journal.superblock().unclean_epoch;
+        let journal_data = Arc::clone(&journal.data);
         let fs = Arc::new(Fs {
             journal,
             hdr_blk: first,
@@ -263,6 +271,12 @@ impl Fs {
             }),
             busy: Mutex::new(BusyExtents::default()),
             io: iolock::IoLocks::new(),
+            throttle: cilfs_device::Throttle::with_clock(
+                Arc::clone(&journal_data),
+                opts.io_clock
+                    .clone()
+                    .unwrap_or_else(|| Arc::new(cilfs_device::SystemClock::default())),
+            ),
             state_read_waits: LockWaits::new("fs state (shared)"),
             state_write_waits: LockWaits::new("fs state (exclusive)"),
             busy_waits: LockWaits::new("busy extents"),
@@ -274,6 +288,7 @@ impl Fs {
         if !fs.opts.read_only {
             fs.reclaim_orphans()?;
         }
+        fs.load_tenant_limits()?;
         Ok(fs)
     }
 
@@ -508,3 +523,6 @@ mod model_tests;
 
 #[cfg(test)]
 mod held_io_tests;
+
+#[cfg(test)]
+mod tenant_tests;

@@ -275,6 +275,7 @@ impl Fs {
                     change: 0,
                     flags: 0,
                     parent: if is_dir { parent } else { 0 },
+                    project: p.project,
                 };
                 let mut m = InodeMem {
                     inode,
@@ -368,6 +369,7 @@ impl Fs {
             if !p.is_dir() {
                 return Err(FsError::NotDir);
             }
+            super::tenant::may_enter(&target, &p)?;
             if p.nlink == 0 {
                 return Err(FsError::NotFound);
             }

@@ -43,6 +43,14 @@ impl Fs {
                 )
             };
             let src_dir = src.kind == FileType::Directory;
+            {
+                let np = self.peek_inode(&st, newparent)?;
+                super::tenant::may_enter(&self.peek_inode(&st, src.ino)?, &np)?;
+                if let (true, Some(d)) = (flags.exchange, &dst) {
+                    let op = self.peek_inode(&st, parent)?;
+                    super::tenant::may_enter(&self.peek_inode(&st, d.ino)?, &op)?;
+                }
+            }
             if flags.exchange {
                 let Some(dst) = dst else {
                     return Err(FsError::NotFound);

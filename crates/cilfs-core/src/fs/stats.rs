@@ -168,6 +168,19 @@ impl super::Fs {
             v.push((format!("lock_{name}_contended"), l.contended));
             v.push((format!("lock_{name}_wait_us"), l.wait_ns / 1000));
         }
+        // Each project with limits or data IO: what it did and how long it waited for its
+        // budget.
+        for (id, _, t) in self.tenants() {
+            for (dir, d) in [("write", t.write), ("read", t.read)] {
+                v.push((format!("tenant_{id}_{dir}_ios"), d.ios));
+                v.push((format!("tenant_{id}_{dir}_bytes"), d.bytes));
+                v.push((format!("tenant_{id}_{dir}_throttled_ios"), d.throttled_ios));
+                v.push((
+                    format!("tenant_{id}_{dir}_wait_us"),
+                    d.throttle_wait.as_micros() as u64,
+                ));
+            }
+        }
         v
     }
 }

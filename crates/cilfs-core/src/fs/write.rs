@@ -49,6 +49,8 @@ struct EofTail {
 #[derive(Debug)]
 struct Plan {
     ino: u64,
+    /// The project its data IO is charged to.
+    project: u32,
     off: u64,
     old_size: u64,
     first: u64,
@@ -136,7 +138,7 @@ impl Fs {
         if m.inode.is_dir() {
             return Err(FsError::IsDir);
         }
-        let old_size = m.inode.size;
+        let (old_size, project) = (m.inode.size, m.inode.project);
         let first = off / bs;
         let last = (end - 1) / bs;
         let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
@@ -205,6 +207,7 @@ impl Fs {
         };
         Ok(Plan {
             ino,
+            project,
             off,
             old_size,
             first,
@@ -226,11 +229,11 @@ impl Fs {
             if s < en {
                 let mut buf = AlignedBuf::zeroed(((en - s) * bs) as usize);
                 copy_overlap(&mut buf, s * bs, plan.off, data);
-                self.write_blocks(e.disk + (s - e.file), &buf)?;
+                self.data_write(plan.project, e.disk + (s - e.file), &buf)?;
             }
             if e.end() > plan.last + 1 {
                 let from = e.file.max(plan.last + 1);
-                self.write_zeros(e.disk + (from - e.file), e.end() - from)?;
+                self.write_zeros(plan.project, e.disk + (from - e.file), e.end() - from)?;
             }
         }
         Ok(())
@@ -244,15 +247,15 @@ impl Fs {
                 continue;
             }
             let mut buf = AlignedBuf::zeroed(bsz);
-            self.read_blocks(e.disk, &mut buf)?;
+            self.data_read(plan.project, e.disk, &mut buf)?;
             staged.edges.push((e.fb, buf));
         }
         if let Some(t) = plan.eof.filter(|t| !t.cached) {
             if !staged.eof_zeroed {
                 let mut buf = AlignedBuf::zeroed(bsz);
-                self.read_blocks(t.disk, &mut buf)?;
+                self.data_read(plan.project, t.disk, &mut buf)?;
                 buf[t.from..].fill(0);
-                self.write_blocks(t.disk, &buf)?;
+                self.data_write(plan.project, t.disk, &buf)?;
                 staged.eof_zeroed = true;
             }
         }

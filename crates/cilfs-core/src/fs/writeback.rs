@@ -15,11 +15,25 @@ impl Fs {
     /// pages or grows the size between the two, and an fsync of it waits for write back
     /// already in flight instead of finding the pages taken and returning early.
     pub(crate) fn writeback_locked(&self, ino: u64) -> FsResult<()> {
-        let runs = {
+        self.writeback_inode(ino, true)
+    }
+
+    /// `writeback_locked`; with `wait` false only as many pages as the inode's project has the
+    /// budget for now are written (the rest stay dirty, and its size unlogged), so the thread
+    /// writing back for everyone never waits for a throttled tenant.
+    fn writeback_inode(&self, ino: u64, wait: bool) -> FsResult<()> {
+        let (project, runs) = {
             let mut st = self.write_state();
             self.take_runs(&mut st, ino)?
         };
-        self.write_runs(runs)?;
+        let left = self.write_runs(project, runs, wait)?;
+        if !left.is_empty() {
+            let mut st = self.write_state();
+            for (_, fb, data) in left {
+                st.cache.put_dirty(ino, fb, &data);
+            }
+            return Ok(());
+        }
         self.retrying(|| {
             let mut st = self.write_state();
             self.log_unlogged(&mut st, ino)
@@ -50,7 +64,7 @@ impl Fs {
                 self.io.try_lock(ino, IoMode::Exclusive)
             };
             if guard.is_some() {
-                self.writeback_locked(ino)?;
+                self.writeback_inode(ino, wait)?;
             }
         }
         Ok(())
@@ -84,29 +98,40 @@ impl Fs {
         Ok(())
     }
 
-    /// Takes `ino`'s dirty pages from the cache with the blocks they go to, in disk order.
-    fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<Vec<(u64, Box<[u8]>)>> {
+    /// Takes `ino`'s dirty pages from the cache with the blocks they go to, in disk order,
+    /// and the project their IO is charged to.
+    #[allow(clippy::type_complexity)]
+    fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
+        let project = st.inodes.get(&ino).map_or(0, |m| m.inode.project);
         // Pages taken must be written: no giving up after this.
         super::retry::changing();
         let pages = st.cache.take_dirty(Some(ino));
-        let mut runs: Vec<(u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
+        let mut runs: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
         let mut v = self.view(st);
         for (i, fb, data) in pages {
             let e = extents_in(&mut v, i, fb, fb + 1)?;
             match e.first() {
                 Some(e) if e.file <= fb && fb < e.end() => {
-                    runs.push((e.disk + (fb - e.file), data))
+                    runs.push((e.disk + (fb - e.file), fb, data))
                 }
                 // Unmapped meanwhile (its pages are dropped first, so this is a bug).
                 _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
             }
         }
-        runs.sort_by_key(|(d, _)| *d);
-        Ok(runs)
+        runs.sort_by_key(|(d, _, _)| *d);
+        Ok((project, runs))
     }
 
-    /// Writes pages to their blocks, adjacent blocks in one IO.
-    fn write_runs(&self, runs: Vec<(u64, Box<[u8]>)>) -> FsResult<()> {
+    /// Writes pages to their blocks, adjacent blocks in one IO, charged to `project`. With
+    /// `wait` false it stops at the first IO the project has no budget for now and returns
+    /// the pages not written.
+    #[allow(clippy::type_complexity)]
+    fn write_runs(
+        &self,
+        project: u32,
+        mut runs: Vec<(u64, u64, Box<[u8]>)>,
+        wait: bool,
+    ) -> FsResult<Vec<(u64, u64, Box<[u8]>)>> {
         let bsz = self.bs as usize;
         let mut at = 0;
         while at < runs.len() {
@@ -115,13 +140,17 @@ impl Fs {
                 end += 1;
             }
             let mut buf = AlignedBuf::zeroed((end - at) * bsz);
-            for (k, (_, d)) in runs[at..end].iter().enumerate() {
+            for (k, (_, _, d)) in runs[at..end].iter().enumerate() {
                 buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
             }
-            self.write_blocks(runs[at].0, &buf)?;
+            if wait {
+                self.data_write(project, runs[at].0, &buf)?;
+            } else if !self.data_try_write(project, runs[at].0, &buf)? {
+                return Ok(runs.split_off(at));
+            }
             at = end;
         }
-        Ok(())
+        Ok(Vec::new())
     }
 
     /// Writes every dirty page back, waiting for inodes in use (sync and unmount).

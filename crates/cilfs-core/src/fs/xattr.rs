@@ -286,6 +286,9 @@ impl Fs {
         if name == CHANGE_XATTR {
             return Ok(self.change_attr(ino)?.to_string().into_bytes());
         }
+        if let Some(r) = self.tenant_xattr_get(ino, name) {
+            return r;
+        }
         super::stats::bump(&self.stats.operations);
         if acl::kind_of(name).is_some() && !self.opts.acl {
             return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
@@ -334,6 +337,25 @@ impl Fs {
     /// Sets or removes an xattr for `cred`: for an ACL, `cred` decides whether set-group-ID
     /// survives the mode change (Linux clears it for a caller outside the file's group).
     pub fn set_xattr_as(
+        &self,
+        cred: Cred,
+        ino: u64,
+        name: &[u8],
+        value: Option<&[u8]>,
+        flags: XattrFlags,
+    ) -> FsResult<()> {
+        if let Some(r) = self.tenant_xattr_set(cred, ino, name, value) {
+            return r;
+        }
+        // Where tenant limits are kept: changed through their own names only.
+        if name.starts_with(super::tenant::STORED_PREFIX) {
+            return Err(FsError::NotPermitted);
+        }
+        self.set_xattr_inner(cred, ino, name, value, flags)
+    }
+
+    /// `set_xattr_as` without the names kept for cilfs itself.
+    pub(crate) fn set_xattr_inner(
         &self,
         cred: Cred,
         ino: u64,

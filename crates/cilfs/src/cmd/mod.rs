@@ -12,5 +12,6 @@ pub mod mkfs;
 pub mod mount;
 pub mod mount_opts;
 pub mod stat;
+pub mod tenant;
 pub mod transport;
 pub mod unmount;
