@@ -18,6 +18,11 @@
 //!   ACLs, default ACLs inherited by creates, chmod rewriting the mask), and every permission
 //!   bit; the checker verifies that each access ACL and its inode's mode agree.
 //!
+//! Tenants are configured as they go: projects set on random inodes (so renames and links
+//! across projects meet EXDEV) and limits set and lifted on the root, which are xattrs there;
+//! each inode's project is part of the compared metadata. Limits run on a clock that never
+//! sleeps (waits are counted, not waited).
+//!
 //! Bursts of creates and unlinks with long names in a directory of their own (`churn`, left out
 //! of the compared namespace) grow and shrink the fs tree, so freed tree nodes are reused for
 //! xattr values and file data and the other way round; the checker runs after every operation
@@ -63,8 +68,9 @@ pub use crate::journal_crash::CrashReport;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meta {
     entries: BTreeMap<(u64, Vec<u8>), u64>,
-    /// Type, size (directories only), link count and permission bits (ACLs change them).
-    inodes: BTreeMap<u64, (FileType, u64, u32, u16)>,
+    /// Type, size (directories only), link count, permission bits (ACLs change them) and
+    /// project.
+    inodes: BTreeMap<u64, (FileType, u64, u32, u16, u32)>,
     xattrs: BTreeMap<(u64, Vec<u8>), u64>,
 }
 
@@ -165,10 +171,24 @@ fn base_image() -> Result<(SparseImage, u64), String> {
     Ok((dev.stable_image(), len))
 }
 
+/// The tenants' time: moves only by the waits it is asked for, at once.
+#[derive(Debug, Default)]
+struct InstantClock(parking_lot::Mutex<std::time::Duration>);
+
+impl cilfs_device::Clock for InstantClock {
+    fn now(&self) -> std::time::Duration {
+        *self.0.lock()
+    }
+    fn sleep(&self, d: std::time::Duration) {
+        *self.0.lock() += d;
+    }
+}
+
 fn fs_options(data: DataMode, clock: &Arc<AtomicI64>) -> FsOptions {
     let c = Arc::clone(clock);
     FsOptions {
         data,
+        io_clock: Some(Arc::new(InstantClock::default())),
         clock: Arc::new(move || {
             let ms = c.load(Ordering::Relaxed);
             Timespec {
@@ -197,7 +217,11 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
     let mut m = Meta::default();
     let mut dirs = vec![ROOT_INO];
     let a = fs.getattr(ROOT_INO).map_err(|e| e.to_string())?;
-    m.inodes.insert(ROOT_INO, (a.kind, a.size, a.nlink, a.perm));
+    let project = |ino| fs.project(ino).map_err(|e| format!("project {ino}: {e}"));
+    m.inodes.insert(
+        ROOT_INO,
+        (a.kind, a.size, a.nlink, a.perm, project(ROOT_INO)?),
+    );
     // Regular files' sizes are left out (see the module comment).
     let size_of = |a: &cilfs_core::fs::Attr| {
         if a.kind == FileType::Directory {
@@ -216,7 +240,7 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
                 let a = fs
                     .getattr(e.ino)
                     .map_err(|x| format!("entry {:?}: {x}", String::from_utf8_lossy(&e.name)))?;
-                v.insert((a.kind, size_of(&a), a.nlink, a.perm));
+                v.insert((a.kind, size_of(&a), a.nlink, a.perm, project(e.ino)?));
                 if a.kind == FileType::Directory {
                     dirs.push(e.ino);
                 }
@@ -390,12 +414,13 @@ fn workload(
                     | FsError::IsDir
                     | FsError::NotDir
                     | FsError::Invalid(_)
+                    | FsError::CrossProject
                     | FsError::NoSpace,
                 ) => Ok(()),
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(104) {
+        match rng.below(107) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -586,6 +611,32 @@ fn workload(
                     .map_err(|e| format!("op {op}: chmod: {e}"))?;
                 touched.push(f);
             }
+            104 | 105 => {
+                // A project on any inode (0 takes it out).
+                let all: Vec<u64> = cur.inodes.keys().copied().collect();
+                let f = pick(&mut rng, &all);
+                match fs.set_project(Cred::ROOT, f, rng.below(3) as u32) {
+                    Ok(()) => touched.push(f),
+                    Err(FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: set project: {e}")),
+                }
+            }
+            106 => {
+                // A project's limits set or lifted: an xattr of the root.
+                let id = 1 + rng.below(2) as u32;
+                let n = |rng: &mut SimRng| rng.bool().then(|| 1 + rng.below(1000));
+                let limits = cilfs_device::TenantLimits {
+                    write_iops: n(&mut rng),
+                    write_bytes_per_s: n(&mut rng),
+                    read_iops: n(&mut rng),
+                    read_bytes_per_s: n(&mut rng),
+                };
+                match fs.set_tenant_limits(Cred::ROOT, id, limits) {
+                    Ok(()) => touched.push(ROOT_INO),
+                    Err(FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: tenant limits: {e}")),
+                }
+            }
             95 => {
                 // Clean unmount and mount again.
                 for f in open_files.drain(..) {
@@ -706,7 +757,7 @@ fn check_point(
         }
     }
     if cfg.data == DataMode::Ordered {
-        for (&ino, &(kind, _, _, _)) in &got.inodes {
+        for (&ino, &(kind, _, _, _, _)) in &got.inodes {
             if kind != FileType::Regular {
                 continue;
             }
