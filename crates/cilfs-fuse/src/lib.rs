@@ -239,6 +239,9 @@ impl Filesystem for CilfsFuse {
         let _ = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        // File handles that outlive the kernel's inode cache (NFS export, open_by_handle_at):
+        // the kernel finds a forgotten inode by LOOKUP of "." in it, and checks the generation.
+        let _ = config.add_capabilities(InitFlags::FUSE_EXPORT_SUPPORT);
         // The kernel then stops asking for security.capability before every write (it sets
         // SB_NOSEC and remembers, per inode, that a check found nothing to clear) and stops
         // refreshing attributes and sending a mode of its own before a truncate or chown: the
@@ -262,7 +265,7 @@ impl Filesystem for CilfsFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
         match self.fs.lookup(parent.0, name(n)) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -336,7 +339,7 @@ impl Filesystem for CilfsFuse {
             mode,
             u64::from(rdev),
         ) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -351,7 +354,7 @@ impl Filesystem for CilfsFuse {
         reply: ReplyEntry,
     ) {
         match self.fs.mkdir(creator(req, umask), parent.0, name(n), mode) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -384,7 +387,7 @@ impl Filesystem for CilfsFuse {
             name(link),
             target.as_os_str().as_bytes(),
         ) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -425,7 +428,7 @@ impl Filesystem for CilfsFuse {
         reply: ReplyEntry,
     ) {
         match self.fs.link(ino.0, newparent.0, name(newname)) {
-            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(0)),
+            Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
         }
     }
@@ -589,7 +592,7 @@ impl Filesystem for CilfsFuse {
                         OsStr::from_bytes(&e.name),
                         &TTL,
                         &file_attr(&a),
-                        Generation(0),
+                        Generation(a.generation),
                     ) {
                         break;
                     }
@@ -727,7 +730,7 @@ impl Filesystem for CilfsFuse {
             Ok(a) => reply.created(
                 &TTL,
                 &file_attr(&a),
-                Generation(0),
+                Generation(a.generation),
                 self.file_handle(cred(req)),
                 FopenFlags::empty(),
             ),

@@ -142,6 +142,10 @@ pub struct Attr {
     pub crtime: Timespec,
     pub rdev: u64,
     pub blksize: u32,
+    /// What tells this inode from another that had its number (NFS file handles carry it):
+    /// its creation time. Numbers are never reused while the filesystem runs, but a crash may
+    /// take back creations that a handle was made for, and the number is then given again.
+    pub generation: u64,
 }
 
 impl Inode {
@@ -151,6 +155,15 @@ impl Inode {
 
     pub fn is_dir(&self) -> bool {
         self.mode & S_IFMT == S_IFDIR
+    }
+
+    /// The generation handles carry: the creation time in nanoseconds (never 0, which the
+    /// kernel treats as no generation).
+    pub fn generation(&self) -> u64 {
+        let ns = (self.crtime.sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(u64::from(self.crtime.nsec));
+        ns.max(1)
     }
 
     pub fn attr(&self, block_size: u32) -> Attr {
@@ -170,6 +183,7 @@ impl Inode {
             crtime: self.crtime,
             rdev: self.rdev,
             blksize: block_size,
+            generation: self.generation(),
         }
     }
 

@@ -91,6 +91,14 @@ impl Fs {
         self.retrying(|| {
             let st = self.read_state();
             let p = self.peek_inode(&st, parent)?;
+            // "." of any inode is itself: how the kernel finds an inode it forgot, by number,
+            // from an NFS or open_by_handle_at file handle (FUSE_EXPORT_SUPPORT).
+            if name == b"." {
+                if p.nlink == 0 {
+                    return Err(FsError::NotFound);
+                }
+                return Ok(p.attr(self.bs));
+            }
             if !p.is_dir() {
                 return Err(FsError::NotDir);
             }

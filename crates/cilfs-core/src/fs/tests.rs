@@ -1821,3 +1821,25 @@ fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
     assert_eq!(names(&fs, ROOT_INO), [".", "..", "new", "other"]);
     assert_clean(&fs);
 }
+
+/// How the kernel finds an inode it forgot from a file handle: LOOKUP of "." in it, for any
+/// type; an unlinked inode is gone; the generation is the creation time.
+#[test]
+fn lookup_of_dot_finds_any_inode_by_number() {
+    let clock = TestClock::new();
+    let dev = new_dev(1801);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap();
+    assert_eq!(fs.lookup(f.ino, b".").unwrap(), f);
+    assert!(matches!(fs.lookup(f.ino, b".."), Err(FsError::NotDir)));
+    clock.advance_ms(5);
+    let g = fs
+        .mknod(U, ROOT_INO, b"g", inode::S_IFREG | 0o644, 0)
+        .unwrap();
+    assert_ne!(f.generation, g.generation);
+    assert_ne!(f.generation, 0);
+    fs.unlink(ROOT_INO, b"f").unwrap();
+    assert!(matches!(fs.lookup(f.ino, b"."), Err(FsError::NotFound)));
+}

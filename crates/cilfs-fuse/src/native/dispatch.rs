@@ -92,7 +92,7 @@ fn wire_attr(a: &Attr) -> cilfs_fuse_proto::Attr {
 fn entry_out(a: &Attr) -> EntryOut {
     EntryOut {
         nodeid: a.ino,
-        generation: 0,
+        generation: a.generation,
         entry_valid: TTL.as_secs(),
         attr_valid: TTL.as_secs(),
         entry_valid_nsec: TTL.subsec_nanos(),

@@ -87,6 +87,8 @@ pub fn init_config(fs: &Fs, writeback_cache: bool) -> InitConfig {
         | f::DO_READDIRPLUS
         | f::READDIRPLUS_AUTO
         | f::PARALLEL_DIROPS
+        // Handles that outlive the kernel's inode cache (see lib.rs's init()).
+        | f::EXPORT_SUPPORT
         // The core clears set-user-ID/set-group-ID and security.capability itself on write,
         // truncate, fallocate and chown (see lib.rs's init()).
         | f::HANDLE_KILLPRIV_V2
