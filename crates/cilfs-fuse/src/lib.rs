@@ -5,12 +5,14 @@
 mod errno;
 pub mod native;
 mod openers;
+pub mod requests;
 
 pub use errno::{errno, observe_errors, ErrorObserver};
 
 use cilfs_core::fs::types::{Cred, RenameFlags as CoreRename, SetAttr, SetTime};
 use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{Attr, AttrsChanged, FileType as CoreType, Fs, FsError, Timespec};
+use cilfs_fuse_proto::Opcode;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
@@ -30,7 +32,7 @@ pub const STATS_XATTR: &[u8] = b"user.cilfs.stats";
 
 fn stats_text(fs: &Fs) -> Vec<u8> {
     let mut out = String::new();
-    for (k, v) in fs.counters() {
+    for (k, v) in fs.counters().into_iter().chain(requests::counters()) {
         out.push_str(&format!("{k} {v}\n"));
     }
     out.into_bytes()
@@ -230,6 +232,7 @@ fn err(e: FsError) -> Errno {
 
 impl Filesystem for CilfsFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        requests::count(Opcode::Init as u32);
         // The umask is ours to apply: a directory's default ACL replaces it.
         let _ = config.add_capabilities(InitFlags::FUSE_DONT_MASK);
         // The kernel enforces ACLs (and turns default_permissions on) once we store them.
@@ -264,6 +267,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEntry) {
+        requests::count(Opcode::Lookup as u32);
         match self.fs.lookup(parent.0, name(n)) {
             Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
@@ -271,6 +275,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        requests::count(Opcode::Getattr as u32);
         match self.fs.getattr(ino.0) {
             Ok(a) => reply.attr(&TTL, &file_attr(&a)),
             Err(e) => reply.error(err(e)),
@@ -295,6 +300,7 @@ impl Filesystem for CilfsFuse {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        requests::count(Opcode::Setattr as u32);
         let t = |x: Option<TimeOrNow>| {
             x.map(|x| match x {
                 TimeOrNow::Now => SetTime::Now,
@@ -316,6 +322,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        requests::count(Opcode::Readlink as u32);
         match self.fs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(err(e)),
@@ -332,6 +339,7 @@ impl Filesystem for CilfsFuse {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        requests::count(Opcode::Mknod as u32);
         match self.fs.mknod(
             creator(req, umask),
             parent.0,
@@ -353,6 +361,7 @@ impl Filesystem for CilfsFuse {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        requests::count(Opcode::Mkdir as u32);
         match self.fs.mkdir(creator(req, umask), parent.0, name(n), mode) {
             Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
@@ -360,6 +369,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        requests::count(Opcode::Unlink as u32);
         match self.fs.unlink(parent.0, name(n)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -367,6 +377,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        requests::count(Opcode::Rmdir as u32);
         match self.fs.rmdir(parent.0, name(n)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -381,6 +392,7 @@ impl Filesystem for CilfsFuse {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        requests::count(Opcode::Symlink as u32);
         match self.fs.symlink(
             cred(req),
             parent.0,
@@ -402,6 +414,7 @@ impl Filesystem for CilfsFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Rename as u32);
         let known = RenameFlags::RENAME_NOREPLACE | RenameFlags::RENAME_EXCHANGE;
         if !known.contains(flags) {
             return reply.error(Errno::EINVAL);
@@ -427,6 +440,7 @@ impl Filesystem for CilfsFuse {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        requests::count(Opcode::Link as u32);
         match self.fs.link(ino.0, newparent.0, name(newname)) {
             Ok(a) => reply.entry(&TTL, &file_attr(&a), Generation(a.generation)),
             Err(e) => reply.error(err(e)),
@@ -434,6 +448,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        requests::count(Opcode::Open as u32);
         match self.fs.open_inode(ino.0) {
             Ok(_) => reply.opened(self.file_handle(cred(req)), FopenFlags::empty()),
             Err(e) => reply.error(err(e)),
@@ -451,6 +466,7 @@ impl Filesystem for CilfsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        requests::count(Opcode::Read as u32);
         // The open file's flags: O_NOATIME (the kernel let only the owner or root set it).
         let touch_atime = flags.0 & libc::O_NOATIME == 0;
         match self.fs.read_opts(ino.0, offset, size, touch_atime) {
@@ -471,6 +487,7 @@ impl Filesystem for CilfsFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        requests::count(Opcode::Write as u32);
         let who = self.writer(req, fh, write_flags);
         match self.fs.write(who, ino.0, offset, data) {
             Ok(n) => reply.written(n as u32),
@@ -492,6 +509,7 @@ impl Filesystem for CilfsFuse {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Flush as u32);
         reply.error(Errno::ENOSYS);
     }
 
@@ -505,6 +523,7 @@ impl Filesystem for CilfsFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Release as u32);
         self.openers.release(fh.0);
         match self.fs.release_inode(ino.0) {
             Ok(()) => reply.ok(),
@@ -520,6 +539,7 @@ impl Filesystem for CilfsFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Fsync as u32);
         match self.fs.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -527,6 +547,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        requests::count(Opcode::Opendir as u32);
         match self.fs.open_inode(ino.0) {
             Ok(a) if a.kind == CoreType::Directory => {
                 reply.opened(FileHandle(0), FopenFlags::empty())
@@ -547,6 +568,7 @@ impl Filesystem for CilfsFuse {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        requests::count(Opcode::Readdir as u32);
         match self.fs.readdir(ino.0, offset, 128) {
             Ok(entries) => {
                 for (e, next) in entries {
@@ -573,6 +595,7 @@ impl Filesystem for CilfsFuse {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        requests::count(Opcode::Readdirplus as u32);
         match self.fs.readdir(ino.0, offset, 64) {
             Ok(entries) => {
                 for (i, (e, next)) in entries.into_iter().enumerate() {
@@ -611,6 +634,7 @@ impl Filesystem for CilfsFuse {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Releasedir as u32);
         match self.fs.release_inode(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -625,6 +649,7 @@ impl Filesystem for CilfsFuse {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Fsyncdir as u32);
         match self.fs.fsync(ino.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
@@ -632,6 +657,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        requests::count(Opcode::Statfs as u32);
         let s = self.fs.statfs();
         reply.statfs(
             s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
@@ -648,6 +674,7 @@ impl Filesystem for CilfsFuse {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Setxattr as u32);
         let f = XattrFlags {
             create: flags & libc::XATTR_CREATE != 0,
             replace: flags & libc::XATTR_REPLACE != 0,
@@ -662,6 +689,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, n: &OsStr, size: u32, reply: ReplyXattr) {
+        requests::count(Opcode::Getxattr as u32);
         let r = if ino == INodeNo::ROOT && name(n) == STATS_XATTR {
             Ok(stats_text(&self.fs))
         } else {
@@ -676,6 +704,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        requests::count(Opcode::Listxattr as u32);
         match self.fs.listxattr(ino.0) {
             Ok(names) => {
                 let mut buf = Vec::new();
@@ -696,6 +725,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, n: &OsStr, reply: ReplyEmpty) {
+        requests::count(Opcode::Removexattr as u32);
         let f = XattrFlags::default();
         match self.fs.set_xattr_as(cred(req), ino.0, name(n), None, f) {
             Ok(()) => reply.ok(),
@@ -704,6 +734,7 @@ impl Filesystem for CilfsFuse {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        requests::count(Opcode::Access as u32);
         // Permission bits are checked by the kernel (default_permissions); this answers
         // existence.
         match self.fs.getattr(ino.0) {
@@ -722,6 +753,7 @@ impl Filesystem for CilfsFuse {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        requests::count(Opcode::Create as u32);
         let r = self
             .fs
             .mknod(creator(req, umask), parent.0, name(n), mode, 0)
@@ -748,6 +780,7 @@ impl Filesystem for CilfsFuse {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        requests::count(Opcode::Fallocate as u32);
         let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
         if mode & !known != 0 {
             return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
@@ -772,6 +805,7 @@ impl Filesystem for CilfsFuse {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        requests::count(Opcode::Lseek as u32);
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,

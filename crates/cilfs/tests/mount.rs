@@ -275,6 +275,25 @@ fn special_files_xattrs_fallocate_seek_statfs() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["transactions"].as_u64().unwrap() > 0);
     assert!(v["fsyncs"].as_u64().unwrap() >= 2);
+    // Requests by opcode and the transport: 1,000 one-byte writes are 1,000 WRITE requests.
+    let native = std::env::var("CILFS_TEST_TRANSPORT").is_ok_and(|t| t == "native");
+    assert_eq!(v["transport_native"].as_u64(), Some(u64::from(native)));
+    let writes = |v: &serde_json::Value| v["requests_write"].as_u64().unwrap_or(0);
+    let before = writes(&v);
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(m.p("bytes"))
+        .unwrap();
+    for _ in 0..1000 {
+        f.write_all(b"x").unwrap();
+    }
+    drop(f);
+    let out = cilfs(&["stat", "--json", m.dir.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(writes(&v) - before, 1000, "{v}");
+    assert!(v["requests_lookup"].as_u64().unwrap() > 0);
     m.unmount();
 }
 

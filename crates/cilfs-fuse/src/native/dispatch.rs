@@ -193,6 +193,7 @@ impl Dispatcher {
     /// Answers one request (INIT excepted: the session negotiates it before serving).
     pub fn answer(&self, req: &Request<'_>) -> Answer {
         let h = &req.header;
+        crate::requests::count(h.opcode);
         let u = h.unique;
         let ino = h.nodeid;
         let fs = &*self.fs;

@@ -159,6 +159,7 @@ impl Session {
     }
 
     fn serve(&self, fs: Arc<Fs>, cfg: ServeConfig) -> Result<(), SessionError> {
+        crate::requests::set_transport(crate::requests::Transport::Native);
         let mut buf = vec![0u8; BUF_SIZE];
         let Some(session) = self.handshake(&fs, cfg, &mut buf)? else {
             return Ok(());
@@ -221,6 +222,7 @@ impl Session {
                 send(&self.dev, Reply::error(unique, Errno::EIO).as_bytes(), &[]);
                 continue;
             };
+            crate::requests::count(cilfs_fuse_proto::Opcode::Init as u32);
             match negotiate(&init, &config) {
                 Ok(InitReply::Accept { out, session }) => {
                     if fs.options().acl && init.flags() & f::POSIX_ACL == 0 {
