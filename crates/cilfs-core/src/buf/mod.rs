@@ -28,6 +28,9 @@ pub struct BufData {
     pub lsn_offset: Option<u16>,
     /// Freed in a transaction: logged as a cancel record, never written back.
     pub cancelled: bool,
+    /// Bumped by every transaction that commits a change to the block: a transaction works on
+    /// its own copy and publishes only if the block is still the version it copied.
+    pub version: u64,
 }
 
 #[derive(Debug)]
@@ -173,6 +176,7 @@ impl BufCache {
                     dirty: RangeSet::default(),
                     lsn_offset: None,
                     cancelled: false,
+                    version: 0,
                 })),
                 pins: AtomicU32::new(0),
             });

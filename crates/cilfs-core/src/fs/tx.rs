@@ -85,9 +85,9 @@ impl<'a> FsTx<'a> {
         self.fix_freelist()?;
         if self.hdr != self.hdr_before || self.force_header {
             let b = self.tx.buf(self.hdr_blk)?;
-            let mut block = self.tx.data(b).to_vec();
+            let mut block = self.tx.read(b, <[u8]>::to_vec);
             self.hdr.encode_into(&mut block);
-            write_diff(&mut self.tx, b, &block, self.force_header);
+            write_diff(&mut self.tx, b, block, self.force_header);
             self.tx.set_lsn_offset(b, HEADER_LSN_OFFSET);
         }
         // Over its reservation the log-space accounting would run behind what the CIL holds;
@@ -101,7 +101,21 @@ impl<'a> FsTx<'a> {
         let hdr = self.hdr;
         let freed = self.freed;
         let busy = self.busy;
-        let seq = self.tx.commit()?;
+        let journal = self.tx.journal;
+        let seq = match self.tx.commit() {
+            Ok(seq) => seq,
+            // The in-memory state has moved past what could not be published: stop here.
+            Err(e @ JournalError::Conflict { .. }) => {
+                tracing::error!("shutting down the journal after: {e}");
+                return Err(FsError::Journal(
+                    journal
+                        .shut_down::<()>(e)
+                        .err()
+                        .unwrap_or(JournalError::Shutdown),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
         if !freed.is_empty() {
             let mut b = busy.lock();
             for (s, l) in freed {
@@ -173,18 +187,18 @@ impl<'a> FsTx<'a> {
     }
 }
 
-/// Logs the bytes of `block` that differ from the buffer (or all of it when `whole`).
-fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: &[u8], whole: bool) {
-    let cur = tx.data(b);
-    let (lo, hi) = if whole {
-        (0, block.len())
+/// Logs the bytes of `block` (a whole new image of the block) that differ from the block as
+/// the transaction sees it (or all of it when `whole`).
+fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: Vec<u8>, whole: bool) {
+    let range = if whole {
+        Some((0, block.len()))
     } else {
-        let Some((lo, last)) = differing_range(cur, block) else {
-            return;
-        };
-        (lo, last + 1)
+        tx.read(b, |cur| differing_range(cur, &block))
+            .map(|(lo, last)| (lo, last + 1))
     };
-    tx.write(b, lo, &block[lo..hi]);
+    if let Some((lo, hi)) = range {
+        tx.replace(b, block, lo, hi);
+    }
 }
 
 /// Bytes compared at once by `differing_range` (slice equality is a vectorised memcmp).
@@ -225,17 +239,19 @@ impl NodeStore for FsTx<'_> {
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
         let b = self.tx.buf(blkno)?;
-        Node::decode(self.tx.data(b), blkno, tree)
+        self.tx.read(b, |d| Node::decode(d, blkno, tree))
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
         let b = self.tx.buf(blkno)?;
-        super::tree::node::raw_step(self.tx.data(b), blkno, tree, level, key)
+        self.tx.read(b, |d| {
+            super::tree::node::raw_step(d, blkno, tree, level, key)
+        })
     }
 
     fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {
         let b = self.tx.buf(blkno)?;
-        let mut block = self.tx.data(b).to_vec();
+        let mut block = self.tx.read(b, <[u8]>::to_vec);
         node.encode_into(blkno, &mut block);
         let whole = if let Some(i) = self.fresh.iter().position(|&f| f == blkno) {
             self.fresh.swap_remove(i);
@@ -243,7 +259,7 @@ impl NodeStore for FsTx<'_> {
         } else {
             false
         };
-        write_diff(&mut self.tx, b, &block, whole);
+        write_diff(&mut self.tx, b, block, whole);
         self.tx.set_lsn_offset(b, NODE_LSN_OFFSET);
         Ok(())
     }

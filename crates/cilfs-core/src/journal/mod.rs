@@ -43,6 +43,10 @@ pub enum JournalError {
     Format(#[from] FormatError),
     #[error("the journal is shut down after an IO error")]
     Shutdown,
+    /// A transaction's copy of a block was changed under it by another commit: it did not
+    /// publish anything (changes run one at a time today, so this is a bug).
+    #[error("block {blkno} changed under a transaction")]
+    Conflict { blkno: u64 },
     #[error("a reservation of {need} bytes can never fit the log (at most {max})")]
     ReservationTooLarge { need: u64, max: u64 },
     #[error("block {blkno} is outside the metadata area {first}..{end}")]

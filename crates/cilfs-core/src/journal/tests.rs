@@ -899,18 +899,19 @@ fn a_waiter_kept_short_by_other_reservations_writes_no_stream_of_tail_records() 
     );
 }
 
-/// A reservation that waits while the oldest item in the AIL is locked by an open
-/// transaction (so no write back or push can move the tail) does not spin pushing empty
-/// contexts: it waits for the holder, and gets its space once the holder commits.
+/// A reservation that waits while the oldest item in the AIL is locked (a commit publishing
+/// into it: no write back or push can move the tail) does not spin pushing empty contexts: it
+/// waits for the holder, and gets its space once the lock is let go.
 #[test]
 fn a_waiter_behind_a_locked_item_does_not_spin() {
     let dev = fresh(45);
     let j = open(&dev, FlushPolicy::Reduced);
     let seq = write_block(&j, 300, 1);
     j.force(seq).unwrap();
-    // The oldest logged block stays locked: the tail cannot pass it.
-    let mut holder = j.begin(Reservation::for_buffers(1, BS)).unwrap();
-    let held = holder.buf(300).unwrap();
+    // The oldest logged block stays locked (as by a commit publishing into it): the tail
+    // cannot pass it. A transaction alone no longer locks what it touches.
+    let locked = j.buf(300).unwrap();
+    let guard = locked.lock();
     let unit = Reservation::for_buffers(1, BS).unit_bytes;
     let mut blk = 400;
     while j.grant.read(|g| g.available()) >= 4 * unit {
@@ -930,8 +931,7 @@ fn a_waiter_behind_a_locked_item_does_not_spin() {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let during = j.current_seq();
         assert!(!filler.is_finished(), "the filler never had to wait");
-        holder.write(held, 0, &[9; 8]);
-        holder.commit().unwrap();
+        drop(guard);
         filler.join().unwrap();
         (before, during)
     });
@@ -1004,4 +1004,85 @@ fn commits_below_the_cil_limit_are_forced_within_the_interval() {
     for (blk, byte) in [(300, 7), (301, 7), (302, 7), (303, 8)] {
         assert_eq!(read_byte(&crashed, blk), byte, "block {blk}");
     }
+}
+
+/// A transaction works on its own copy: nothing of it shows in the buffer before commit, a
+/// dropped one leaves no trace, and a commit over a block another commit changed since the
+/// first touch publishes nothing and says so (the basis of running changes in parallel).
+#[test]
+fn a_transaction_publishes_its_copy_only_at_commit_and_only_over_the_version_it_read() {
+    let dev = fresh(47);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let unit = Reservation::for_buffers(2, BS);
+    let bytes = |blkno| j.buf(blkno).unwrap().lock().data[100..104].to_vec();
+    let mut t = j.begin(unit).unwrap();
+    let b = t.buf(310).unwrap();
+    t.write(b, 100, &[5; 4]);
+    assert_eq!(t.read(b, |d| d[100..104].to_vec()), vec![5; 4]);
+    assert_eq!(bytes(310), vec![0; 4], "not published before commit");
+    drop(t);
+    assert_eq!(
+        bytes(310),
+        vec![0; 4],
+        "a dropped transaction leaves no trace"
+    );
+    // Two transactions touch block 311; the first commits, the second finds it changed.
+    let mut first = j.begin(unit).unwrap();
+    let mut second = j.begin(unit).unwrap();
+    let f = first.buf(311).unwrap();
+    let s = second.buf(311).unwrap();
+    let s2 = second.buf(312).unwrap();
+    first.write(f, 100, &[1; 4]);
+    let seq = first.commit().unwrap();
+    second.write(s2, 100, &[2; 4]);
+    second.write(s, 100, &[2; 4]);
+    assert!(matches!(
+        second.commit(),
+        Err(JournalError::Conflict { blkno: 311 })
+    ));
+    assert_eq!(bytes(311), vec![1; 4]);
+    assert_eq!(
+        bytes(312),
+        vec![0; 4],
+        "nothing of a conflicting commit is published"
+    );
+    // The reservation of the refused commit came back: the log still takes a full unit.
+    j.force(seq).unwrap();
+    let mut t = j.begin(unit).unwrap();
+    let b = t.buf(312).unwrap();
+    t.write(b, 100, &[3; 4]);
+    j.force(t.commit().unwrap()).unwrap();
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: false }));
+    drop(j);
+    let j = open(&crashed, FlushPolicy::Reduced);
+    assert_eq!(j.buf(311).unwrap().lock().data[100..104], [1; 4]);
+    assert_eq!(j.buf(312).unwrap().lock().data[100..104], [3; 4]);
+}
+
+/// Write back stamps a block's LSN in place while a transaction holds an older copy of it: the
+/// transaction's commit keeps the newer stamp.
+#[test]
+fn a_commit_keeps_a_stamp_written_after_its_copy() {
+    let dev = fresh(48);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let unit = Reservation::for_buffers(1, BS);
+    let mut t = j.begin(unit).unwrap();
+    let b = t.buf(320).unwrap();
+    t.write(b, 0, &[7; 64]);
+    t.set_lsn_offset(b, 8);
+    j.force(t.commit().unwrap()).unwrap();
+    let mut t = j.begin(unit).unwrap();
+    let b = t.buf(320).unwrap();
+    t.write(b, 0, &[8; 64]);
+    // Write back (the AIL) stamps the buffer now.
+    j.force_all().unwrap();
+    j.write_back_ail(crate::log::Lsn::from_raw(u64::MAX))
+        .unwrap();
+    let stamped = j.buf(320).unwrap().lock().data[8..36].to_vec();
+    t.commit().unwrap();
+    let g = j.buf(320).unwrap();
+    let g = g.lock();
+    assert_eq!(g.data[8..36], stamped[..], "the newer stamp stays");
+    assert_eq!(g.data[0..8], [8; 8]);
+    assert_eq!(g.data[36..64], [8; 28]);
 }

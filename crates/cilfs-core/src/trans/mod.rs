@@ -4,7 +4,7 @@
 pub mod grant;
 pub mod item;
 
-use crate::buf::{Buf, BufGuard};
+use crate::buf::{Buf, BufData, BufGuard, RangeSet};
 use crate::journal::{Journal, JournalError};
 use crate::log::record::OP_HEADER_BYTES;
 use std::sync::Arc;
@@ -31,23 +31,40 @@ impl Reservation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufRef(usize);
 
+/// A block as one transaction sees it: read in place (under the buffer's lock, for a moment)
+/// until the transaction first changes it, then its own copy, published at commit.
 struct Held {
     buf: Arc<Buf>,
-    guard: BufGuard,
+    /// The transaction's copy, once it changes the block.
+    data: Option<Vec<u8>>,
+    /// The buffer's version when first touched: commit publishes only over that version.
+    version: u64,
+    /// Ranges this transaction changed.
+    dirty: RangeSet,
+    lsn_offset: Option<u16>,
+    cancelled: bool,
+    /// Cancelled at some point: the ranges logged before for the block are dropped.
+    was_cancelled: bool,
     logged: bool,
+    /// The LSN stamp offset was declared (published even with no bytes changed).
+    stamp_declared: bool,
 }
 
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
             .field("blkno", &self.buf.blkno())
+            .field("version", &self.version)
             .field("logged", &self.logged)
             .finish()
     }
 }
 
-/// A transaction. Buffers it touches stay locked until it commits or is dropped; dropping one that
-/// logged changes is a bug (the changes could be neither undone nor committed) and panics.
+/// A transaction. It works on its own copies of the blocks it touches (no buffer lock is
+/// held between its steps) and publishes them at commit: the changed buffers are locked in
+/// block order, found unchanged since they were copied, updated with the changed ranges and
+/// inserted into the CIL before they are unlocked. Dropping one uncommitted leaves the buffers
+/// as they were.
 #[derive(Debug)]
 pub struct Transaction<'j> {
     pub(crate) journal: &'j Journal,
@@ -66,47 +83,106 @@ impl<'j> Transaction<'j> {
         }
     }
 
-    /// Locks block `blkno` for this transaction (in the caller's lock order).
+    /// Block `blkno` as this transaction sees it (copied on first touch).
     pub fn buf(&mut self, blkno: u64) -> Result<BufRef, JournalError> {
         if let Some(i) = self.held.iter().position(|h| h.buf.blkno() == blkno) {
             return Ok(BufRef(i));
         }
         let buf = self.journal.buf(blkno)?;
-        let guard = self
-            .journal
-            .buf_waits
-            .acquire(|| buf.try_lock(), || buf.lock());
-        self.held.push(Held {
-            buf,
-            guard,
-            logged: false,
-        });
+        let held = {
+            let g = self
+                .journal
+                .buf_waits
+                .acquire(|| buf.try_lock(), || buf.lock());
+            Held {
+                data: None,
+                version: g.version,
+                dirty: RangeSet::default(),
+                lsn_offset: g.lsn_offset,
+                cancelled: g.cancelled,
+                was_cancelled: false,
+                logged: false,
+                stamp_declared: false,
+                buf: Arc::clone(&buf),
+            }
+        };
+        self.held.push(held);
         Ok(BufRef(self.held.len() - 1))
     }
 
-    pub fn data(&self, b: BufRef) -> &[u8] {
-        &self.held[b.0].guard.data
+    /// Runs `f` on the block as this transaction sees it.
+    pub fn read<R>(&self, b: BufRef, f: impl FnOnce(&[u8]) -> R) -> R {
+        let h = &self.held[b.0];
+        match &h.data {
+            Some(d) => f(d),
+            None => {
+                let g = self
+                    .journal
+                    .buf_waits
+                    .acquire(|| h.buf.try_lock(), || h.buf.lock());
+                f(&g.data)
+            }
+        }
+    }
+
+    /// The block as this transaction sees it, as its own copy from now on.
+    pub fn data(&mut self, b: BufRef) -> &[u8] {
+        self.own(b)
+    }
+
+    /// The transaction's own copy of the block, made on first use.
+    fn own(&mut self, b: BufRef) -> &mut Vec<u8> {
+        let journal = self.journal;
+        let h = &mut self.held[b.0];
+        if h.data.is_none() {
+            let g = journal
+                .buf_waits
+                .acquire(|| h.buf.try_lock(), || h.buf.lock());
+            // If a commit changed the block since the first touch, `version` still says the
+            // older one: this transaction's commit is then refused.
+            h.data = Some(g.data.to_vec());
+        }
+        match h.data.as_mut() {
+            Some(d) => d,
+            None => unreachable!("copied above"),
+        }
+    }
+
+    /// Makes `block` the transaction's copy of the block, logging `[lo, hi)`: the caller built
+    /// it from the block as this transaction sees it, and nothing outside that range differs.
+    /// Saves copying the block twice when a whole new image is at hand (tree nodes, header).
+    pub fn replace(&mut self, b: BufRef, block: Vec<u8>, lo: usize, hi: usize) {
+        let h = &mut self.held[b.0];
+        assert_eq!(block.len(), self.journal.block_size() as usize);
+        h.data = Some(block);
+        h.dirty.insert(lo as u32, (hi - lo) as u32);
+        h.cancelled = false;
+        h.logged = true;
     }
 
     /// Writes `bytes` at `offset` of the block and logs the range.
     pub fn write(&mut self, b: BufRef, offset: usize, bytes: &[u8]) {
+        self.own(b)[offset..offset + bytes.len()].copy_from_slice(bytes);
         let h = &mut self.held[b.0];
-        h.guard.data[offset..offset + bytes.len()].copy_from_slice(bytes);
-        h.guard.dirty.insert(offset as u32, bytes.len() as u32);
-        h.guard.cancelled = false;
+        h.dirty.insert(offset as u32, bytes.len() as u32);
+        h.cancelled = false;
         h.logged = true;
     }
 
     /// Declares that the block keeps an LSN stamp at `offset` (28 bytes: LSN, fs UUID, block CRC).
     pub fn set_lsn_offset(&mut self, b: BufRef, offset: u16) {
         let h = &mut self.held[b.0];
-        assert!(usize::from(offset) + crate::log::recover::LSN_STAMP_BYTES <= h.guard.data.len());
-        h.guard.lsn_offset = Some(offset);
+        assert!(
+            usize::from(offset) + crate::log::recover::LSN_STAMP_BYTES
+                <= self.journal.block_size() as usize
+        );
+        h.lsn_offset = Some(offset);
+        h.stamp_declared = true;
     }
 
     /// Whether the block keeps an LSN stamp, and where.
     pub fn lsn_offset(&self, b: BufRef) -> Option<u16> {
-        self.held[b.0].guard.lsn_offset
+        self.held[b.0].lsn_offset
     }
 
     /// The block is freed: earlier logged images must never be replayed over whatever reuses it,
@@ -114,9 +190,11 @@ impl<'j> Transaction<'j> {
     /// tree node would have write-back and replay stamp an LSN into an xattr value.
     pub fn cancel(&mut self, b: BufRef) {
         let h = &mut self.held[b.0];
-        h.guard.cancelled = true;
-        h.guard.lsn_offset = None;
-        h.guard.dirty.clear();
+        h.cancelled = true;
+        h.was_cancelled = true;
+        h.lsn_offset = None;
+        h.stamp_declared = true;
+        h.dirty.clear();
         h.logged = true;
     }
 
@@ -138,34 +216,95 @@ impl<'j> Transaction<'j> {
         }
     }
 
-    /// Commits into the CIL and returns the checkpoint sequence that will hold it. Does not wait
-    /// for IO; `Journal::force(seq)` does.
+    /// Publishes the changed blocks and commits them into the CIL; returns the checkpoint
+    /// sequence that will hold them. Does not wait for IO; `Journal::force(seq)` does.
     pub fn commit(mut self) -> Result<u64, JournalError> {
         self.finished = true;
-        let images: Vec<(Arc<Buf>, Vec<u8>)> = self
-            .held
-            .iter()
-            .filter(|h| h.logged)
-            .map(|h| (Arc::clone(&h.buf), h.buf.format(&h.guard)))
+        let mut order: Vec<usize> = (0..self.held.len())
+            .filter(|&i| self.held[i].logged || self.held[i].stamp_declared)
             .collect();
+        order.sort_unstable_by_key(|&i| self.held[i].buf.blkno());
+        // Block order: two commits locking overlapping sets never wait for each other in a
+        // cycle.
+        let mut guards: Vec<(usize, BufGuard)> = Vec::with_capacity(order.len());
+        for i in order {
+            let h = &self.held[i];
+            let g = self
+                .journal
+                .buf_waits
+                .acquire(|| h.buf.try_lock(), || h.buf.lock());
+            if g.version != h.version {
+                // Only one change runs at a time today (the filesystem lock): another commit
+                // between this one's copy and its publish would be lost.
+                let blkno = h.buf.blkno();
+                drop(guards);
+                drop(g);
+                self.held.clear();
+                self.journal.release_reservation(self.unit);
+                return Err(JournalError::Conflict { blkno });
+            }
+            guards.push((i, g));
+        }
+        let mut images: Vec<(Arc<Buf>, Vec<u8>)> = Vec::with_capacity(guards.len());
+        for (i, g) in &mut guards {
+            let h = &self.held[*i];
+            publish(h, g);
+            if h.logged {
+                images.push((Arc::clone(&h.buf), h.buf.format(g)));
+            }
+        }
         // Insert while the buffers are still locked, so the CIL never holds a state that a
         // later transaction's half-done change could leak into.
         let r = self.journal.commit_images(self.unit, images);
+        drop(guards);
         self.held.clear();
         r
     }
 }
 
+/// Copies one transaction's changes of a block into the buffer.
+fn publish(h: &Held, g: &mut BufData) {
+    if h.was_cancelled {
+        g.dirty.clear();
+    }
+    if h.cancelled {
+        g.cancelled = true;
+        g.lsn_offset = None;
+    } else {
+        // The LSN stamp in the buffer may be newer than the copy's (write back stamps it in
+        // place): the changed ranges never carry the copy's over it.
+        let stamp = h
+            .lsn_offset
+            .filter(|_| g.lsn_offset == h.lsn_offset)
+            .map(|o| {
+                let o = usize::from(o);
+                let end = (o + crate::log::recover::LSN_STAMP_BYTES).min(g.data.len());
+                (o, g.data[o..end].to_vec())
+            });
+        if let Some(data) = &h.data {
+            for &(off, len) in h.dirty.ranges() {
+                let (a, b) = (off as usize, (off + len) as usize);
+                g.data[a..b].copy_from_slice(&data[a..b]);
+                g.dirty.insert(off, len);
+            }
+        }
+        if let Some((o, bytes)) = stamp {
+            g.data[o..o + bytes.len()].copy_from_slice(&bytes);
+        }
+        if h.logged {
+            g.cancelled = false;
+        }
+        g.lsn_offset = h.lsn_offset;
+    }
+    g.version += 1;
+}
+
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         if !self.finished {
-            let logged = self.held.iter().any(|h| h.logged);
+            // Nothing of it was published: the buffers are as they were.
             self.held.clear();
             self.journal.release_reservation(self.unit);
-            assert!(
-                !logged || std::thread::panicking(),
-                "a transaction with logged changes was dropped uncommitted"
-            );
         }
     }
 }
