@@ -21,7 +21,9 @@ pub struct Args {
     watch: bool,
 }
 
-fn xattr(path: &Path, name: &str) -> Result<Vec<u8>, Failure> {
+/// An xattr of a file on a mounted cilfs (the daemon's virtual ones: counters, change
+/// attribute, tenants).
+pub(crate) fn xattr(path: &Path, name: &str) -> Result<Vec<u8>, Failure> {
     let mut buf = vec![0u8; 64 * 1024];
     let n = rustix::fs::getxattr(path, name, &mut buf[..]).map_err(|e| {
         Failure::usage(anyhow!(

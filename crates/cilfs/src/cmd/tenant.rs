@@ -59,15 +59,8 @@ fn tenant_xattr(id: u32) -> String {
 }
 
 fn get(path: &Path, name: &str) -> Result<String, Failure> {
-    let mut buf = vec![0u8; 64 * 1024];
-    let n = rustix::fs::lgetxattr(path, name, &mut buf[..]).map_err(|e| {
-        Failure::usage(anyhow!(
-            "{}: reading {name}: {e} (is it on a mounted cilfs?)",
-            path.display()
-        ))
-    })?;
-    buf.truncate(n);
-    String::from_utf8(buf).map_err(|_| Failure::usage(anyhow!("{name}: not text")))
+    String::from_utf8(super::stat::xattr(path, name)?)
+        .map_err(|_| Failure::usage(anyhow!("{name}: not text")))
 }
 
 fn set(path: &Path, name: &str, value: &str) -> Result<(), Failure> {
