@@ -222,13 +222,15 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
     let base_evicted = j.stats().cache_evicted;
     let base_log = logdev.as_ref().map(|d| d.stats());
     let commits = AtomicU64::new(0);
+    let conflicts = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let error: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
     eprintln!("bench journal: {} threads for {} s", a.threads, a.seconds);
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..a.threads {
-            let (j, commits, stop, error, a) = (&j, &commits, &stop, &error, &a);
+            let (j, commits, conflicts, stop, error, a) =
+                (&j, &commits, &conflicts, &stop, &error, &a);
             s.spawn(move || {
                 let mut rng = SimRng::derive(0xbe4c, t);
                 let res = Reservation::for_buffers(a.items_per_tx, BS);
@@ -237,18 +239,30 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
                 while !stop.load(Ordering::Relaxed) {
                     let mut blocks: Vec<u64> =
                         (0..a.items_per_tx).map(|_| rng.below(a.items)).collect();
-                    // One lock order for every transaction: ascending block numbers.
                     blocks.sort_unstable();
                     blocks.dedup();
-                    let r = (|| -> Result<u64, cilfs_core::journal::JournalError> {
+                    let offs: Vec<usize> = blocks
+                        .iter()
+                        .map(|_| rng.below(u64::from(BS) - a.item_bytes + 1) as usize)
+                        .collect();
+                    let once = || -> Result<u64, cilfs_core::journal::JournalError> {
                         let mut tx = j.begin(res)?;
-                        for &b in &blocks {
+                        for (&b, &off) in blocks.iter().zip(&offs) {
                             let h = tx.buf(first + b)?;
-                            let off = rng.below(u64::from(BS) - a.item_bytes + 1) as usize;
                             tx.write(h, off, &pattern);
                         }
                         tx.commit()
-                    })();
+                    };
+                    // A transaction works on its own copies: when another thread committed to
+                    // one of its blocks meanwhile, it publishes nothing and is run again.
+                    let r = loop {
+                        match once() {
+                            Err(cilfs_core::journal::JournalError::Conflict { .. }) => {
+                                conflicts.fetch_add(1, Ordering::Relaxed);
+                            }
+                            r => break r,
+                        }
+                    };
                     let seq = match r {
                         Ok(seq) => seq,
                         Err(e) => {
@@ -323,6 +337,8 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         "elapsed_s": elapsed,
         "commits": n,
         "commits_per_s": n as f64 / elapsed,
+        // Transactions run again because another thread committed to one of their blocks.
+        "conflicts": conflicts.load(Ordering::Relaxed),
         "checkpoints": st.log.checkpoints,
         "iclog_writes": st.log.iclog_writes,
         "log_bytes": st.log.log_bytes,
