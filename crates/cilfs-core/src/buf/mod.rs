@@ -190,9 +190,9 @@ impl BufCache {
         }
     }
 
-    /// Whether block `blkno` is in memory (a read of it would not wait for the device).
-    pub fn contains(&self, blkno: u64) -> bool {
-        self.bufs.lock().contains_key(&blkno)
+    /// Block `blkno` if it is in memory (no read of the device needed).
+    pub fn cached(&self, blkno: u64) -> Option<Arc<Buf>> {
+        self.bufs.lock().get(&blkno).map(Arc::clone)
     }
 
     /// Drops buffers only the cache holds until the cache is at 7/8 of its limit.

@@ -299,7 +299,10 @@ impl ReadView<'_> {
     /// A metadata block not in the buffer cache is read outside the filesystem lock when the
     /// operation can still give up (`retry::may_read_later`).
     fn buf(&self, blkno: u64) -> FsResult<std::sync::Arc<crate::buf::Buf>> {
-        if super::retry::may_read_later() && !self.journal.is_cached(blkno) {
+        if let Some(b) = self.journal.cached_buf(blkno) {
+            return Ok(b);
+        }
+        if super::retry::may_read_later() {
             return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
         }
         Ok(self.journal.buf(blkno)?)

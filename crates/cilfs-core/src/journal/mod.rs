@@ -414,9 +414,12 @@ impl Journal {
     }
 
     /// The newest in-memory version of a metadata block.
-    /// Whether metadata block `blkno` is in the buffer cache.
-    pub fn is_cached(&self, blkno: u64) -> bool {
-        self.cache.contains(blkno)
+    /// Metadata block `blkno` if it is in the buffer cache (None also when out of range).
+    pub fn cached_buf(&self, blkno: u64) -> Option<Arc<Buf>> {
+        if blkno < self.meta_first || blkno >= self.meta_end {
+            return None;
+        }
+        self.cache.cached(blkno)
     }
 
     pub fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
