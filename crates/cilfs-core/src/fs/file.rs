@@ -72,6 +72,12 @@ impl Fs {
                 None => return Ok(()),
             }
         };
+        self.zero_block_from(project, disk, from)
+    }
+
+    /// Zeroes disk block `disk` from byte `from` to its end, in place (read, zero, write),
+    /// charged to `project`.
+    pub(crate) fn zero_block_from(&self, project: u32, disk: u64, from: usize) -> FsResult<()> {
         let mut buf = AlignedBuf::zeroed(self.bs as usize);
         self.data_read(project, disk, &mut buf)?;
         buf[from..].fill(0);

@@ -463,20 +463,33 @@ impl Fs {
             let now = self.now();
             let ((), _) = self.with_tx(&mut st, |t, inodes| {
                 dir_remove(t, parent, name)?;
-                let pm = Fs::inode_mut(t, inodes, parent)?;
-                pm.inode.mtime = now;
-                pm.inode.size = pm.inode.size.saturating_sub(1);
-                if is_dir {
-                    pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
-                }
-                self.touch_ctime(pm, now);
-                log_inode(t, pm, &self.stats)?;
+                self.entry_removed(t, inodes, parent, is_dir, now)?;
                 self.drop_link(t, inodes, e.ino, now)?;
                 Ok(((), vec![parent, e.ino]))
             })?;
             Ok(e.ino)
         })?;
         self.reclaim_unused(victim)
+    }
+
+    /// Directory `dir` lost an entry (of a directory when `was_dir`, whose ".." linked to it):
+    /// its size, link count, mtime and ctime, logged.
+    pub(crate) fn entry_removed(
+        &self,
+        t: &mut FsTx<'_>,
+        inodes: &mut HashMap<u64, InodeMem>,
+        dir: u64,
+        was_dir: bool,
+        now: Timespec,
+    ) -> FsResult<()> {
+        let pm = Fs::inode_mut(t, inodes, dir)?;
+        pm.inode.mtime = now;
+        pm.inode.size = pm.inode.size.saturating_sub(1);
+        if was_dir {
+            pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
+        }
+        self.touch_ctime(pm, now);
+        log_inode(t, pm, &self.stats)
     }
 
     /// One name of `ino` went away: lower its link count; at zero it becomes an orphan, freed

@@ -120,16 +120,7 @@ impl Fs {
                     self.drop_link(t, inodes, d.ino, now)?;
                     touched.push(d.ino);
                 }
-                {
-                    let pm = Fs::inode_mut(t, inodes, parent)?;
-                    pm.inode.mtime = now;
-                    pm.inode.size = pm.inode.size.saturating_sub(1);
-                    if src_dir {
-                        pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
-                    }
-                    self.touch_ctime(pm, now);
-                    log_inode(t, pm, &self.stats)?;
-                }
+                self.entry_removed(t, inodes, parent, src_dir, now)?;
                 {
                     let np = Fs::inode_mut(t, inodes, newparent)?;
                     np.inode.mtime = now;

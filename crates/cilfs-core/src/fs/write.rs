@@ -252,10 +252,7 @@ impl Fs {
         }
         if let Some(t) = plan.eof.filter(|t| !t.cached) {
             if !staged.eof_zeroed {
-                let mut buf = AlignedBuf::zeroed(bsz);
-                self.data_read(plan.project, t.disk, &mut buf)?;
-                buf[t.from..].fill(0);
-                self.data_write(plan.project, t.disk, &buf)?;
+                self.zero_block_from(plan.project, t.disk, t.from)?;
                 staged.eof_zeroed = true;
             }
         }
