@@ -86,6 +86,13 @@ impl BusyExtents {
         self.reserved_blocks -= len;
     }
 
+    /// Whether any block of `[start, start+len)` is busy or reserved.
+    pub fn overlaps(&self, start: u64, len: u64) -> bool {
+        let mut out = Vec::new();
+        self.overlapping(start, start + len, &mut out);
+        !out.is_empty()
+    }
+
     /// Blocks reserved by writes in flight.
     pub fn reserved_blocks(&self) -> u64 {
         self.reserved_blocks
@@ -307,7 +314,11 @@ impl FsTx<'_> {
         let freed = self.freed.clone();
         let mut usable = |s, l, w, m| usable_given(&busy.lock(), &freed, s, l, w, m);
         match choose_extent(self, want, min, &mut usable)? {
-            Some(c) => self.take(c.free, c.free_len, c.start, c.len).map(Some),
+            Some(c) => {
+                let got = self.take(c.free, c.free_len, c.start, c.len)?;
+                self.allocated.push(got);
+                Ok(Some(got))
+            }
             None => Ok(None),
         }
     }

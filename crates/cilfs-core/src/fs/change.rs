@@ -45,6 +45,19 @@ impl ChangeCounter {
         self.0.load(Ordering::Acquire) >> 1
     }
 
+    /// A copy to work on (an optimistic operation's private inode).
+    pub fn copy(&self) -> Self {
+        ChangeCounter(AtomicU64::new(self.0.load(Ordering::Acquire)))
+    }
+
+    /// Takes over `other`'s state: the operation that worked on the copy published, and
+    /// this counter had not moved since the copy was made (checked under the lock).
+    pub fn adopt(&self, other: &ChangeCounter) {
+        let next = other.0.load(Ordering::Acquire);
+        debug_assert!(next >> 1 >= self.peek(), "a change counter never goes back");
+        self.0.store(next, Ordering::Release);
+    }
+
     /// Bumps if `force` or queried since the last bump; returns whether it bumped.
     pub fn maybe_increment(&self, force: bool) -> bool {
         let mut cur = self.0.load(Ordering::Acquire);

@@ -138,6 +138,11 @@ impl IoLocks {
         }
     }
 
+    /// Whether nobody holds or waits for `ino`'s IO lock (no data IO of it is in flight).
+    pub(crate) fn idle(&self, ino: u64) -> bool {
+        !lock(&self.table).contains_key(&ino)
+    }
+
     /// Inodes whose IO lock is held or waited for (tests).
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {

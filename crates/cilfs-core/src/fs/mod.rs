@@ -19,6 +19,7 @@ pub mod error;
 pub mod extent;
 pub mod file;
 pub mod header;
+mod ino_alloc;
 pub mod inode;
 mod iolock;
 pub mod mkfs;
@@ -28,6 +29,7 @@ pub mod pagecache;
 mod rename;
 mod retry;
 mod setid;
+mod shared_tx;
 pub mod stats;
 pub mod tenant;
 pub mod tree;
@@ -227,6 +229,8 @@ pub struct Fs {
     pub(crate) hdr_blk: u64,
     pub(crate) state: RwLock<FsState>,
     pub(crate) busy: Mutex<BusyExtents>,
+    /// Inode numbers for new inodes (runs per directory).
+    pub(crate) inos: ino_alloc::InoAlloc,
     /// Per-inode IO locks, held across data IO (before `state` in the lock order).
     pub(crate) io: iolock::IoLocks,
     /// Per-project limits on file data IO (`tenant.rs`).
@@ -261,6 +265,7 @@ impl Fs {
         };
         let epoch = journal.superblock().unclean_epoch;
         let journal_data = Arc::clone(&journal.data);
+        let inos = ino_alloc::InoAlloc::new(hdr.next_ino);
         let fs = Arc::new(Fs {
             journal,
             hdr_blk: first,
@@ -270,6 +275,7 @@ impl Fs {
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),
+            inos,
             io: iolock::IoLocks::new(),
             throttle: cilfs_device::Throttle::with_clock(
                 Arc::clone(&journal_data),
@@ -523,6 +529,9 @@ mod model_tests;
 
 #[cfg(test)]
 mod held_io_tests;
+
+#[cfg(test)]
+mod concurrent_tests;
 
 #[cfg(test)]
 mod tenant_tests;

@@ -8,9 +8,10 @@ use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
 use super::setid::drop_caps;
+use super::shared_tx::{Scratch, StateRef};
 use super::stats::bump;
 use super::tree::keys::{
-    key, kind_of, offset_of, KIND_DIRENT, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
+    key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
 use super::tx::{FsTx, Trees};
 use super::types::{
@@ -19,6 +20,13 @@ use super::types::{
 use super::xattr::{self, XattrFlags};
 use super::{log_inode, Fs, FsState, InodeMem};
 use std::collections::HashMap;
+
+/// Whether `ino` has no item in the fs tree but its inode item: no extents, xattrs or symlink
+/// target.
+fn only_inode_item(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
+    Ok(t.seek_ge(TREE_FS, key(ino, KIND_INODE + 1, 0))?
+        .is_none_or(|(k, _)| k.a != ino))
+}
 
 /// One directory's entries changing inside a transaction.
 pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
@@ -198,130 +206,144 @@ impl Fs {
         rdev: u64,
         target: Option<&[u8]>,
     ) -> FsResult<Attr> {
+        self.op();
+        check_name(name)?;
+        self.check_writable()?;
         self.retrying(|| {
-            self.op();
-            check_name(name)?;
-            self.check_writable()?;
-            let mut st = self.write_state();
-            let p = self.load(&mut st, parent)?.inode.clone();
-            if !p.is_dir() {
-                return Err(FsError::NotDir);
-            }
-            if p.nlink == 0 {
-                return Err(FsError::NotFound);
-            }
-            let is_dir = mode & S_IFMT == S_IFDIR;
-            if is_dir && p.nlink >= LINK_MAX {
-                return Err(FsError::TooManyLinks);
-            }
-            {
-                let mut v = self.view(&st);
-                if dir::lookup(&mut v, TREE_FS, parent, name)?.is_some() {
-                    return Err(FsError::Exists);
-                }
-            }
-            // A parent's default ACL becomes the new node's access ACL (and a directory's default),
-            // masked by the mode asked for; without one the umask applies. Symlinks have neither.
-            let inherited = match self.opts.acl && target.is_none() {
-                true => match self.xattr_lookup(&st, parent, acl::DEFAULT)? {
-                    Some(v) => acl::Acl::parse(&v).map_err(|_| {
-                        FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
-                    })?,
-                    None => None,
-                },
-                false => None,
-            };
-            let (mode, acls) = match inherited {
-                Some(default) => {
-                    let mut access = default.clone();
-                    let mode = access.create_mask(mode);
-                    let access = (!access.is_minimal()).then(|| access.encode());
-                    (mode, [access, is_dir.then(|| default.encode())])
-                }
-                None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
-                None => (mode, [None, None]),
-            };
-            let acl_blocks: u64 = acls
-                .iter()
-                .flatten()
-                .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
-                .sum();
-            self.space_check(&st, 4 + acl_blocks, Reserve::Keep)?;
-            let now = self.now();
-            let bs = self.bs;
-            let (attr, _) = self.with_tx(&mut st, |t, inodes| {
-                let ino = t.hdr.next_ino;
-                t.hdr.next_ino += 1;
-                t.hdr.inode_count += 1;
-                for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
-                    if let Some(v) = v {
-                        xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
-                    }
-                }
-                let mut mode = mode;
-                let gid = if p.mode & S_ISGID != 0 {
-                    if is_dir {
-                        mode |= S_ISGID;
-                    }
-                    p.gid
-                } else {
-                    cred.gid
-                };
-                let inode = Inode {
-                    ino,
-                    mode,
-                    uid: cred.uid,
-                    gid,
-                    nlink: if is_dir { 2 } else { 1 },
-                    size: target.map_or(0, |t| t.len() as u64),
-                    blocks: 0,
-                    atime: now,
-                    mtime: now,
-                    ctime: now,
-                    crtime: now,
-                    rdev,
-                    change: 0,
-                    flags: 0,
-                    parent: if is_dir { parent } else { 0 },
-                    project: p.project,
-                };
-                let mut m = InodeMem {
-                    inode,
-                    change: ChangeCounter::created(0),
-                    open: 0,
-                    last_seq: 0,
-                    unlogged: false,
-                };
-                log_inode(t, &mut m, &self.stats)?;
-                if let Some(target) = target {
-                    for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
-                        t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
-                    }
-                }
-                let kind = m.inode.kind().unwrap_or(FileType::Regular);
-                dir_add(
-                    t,
-                    parent,
-                    &DirEntry {
-                        ino,
-                        kind,
-                        name: name.to_vec(),
-                    },
-                )?;
-                let attr = m.inode.attr(bs);
-                inodes.insert(ino, m);
-                let pm = Fs::inode_mut(t, inodes, parent)?;
-                pm.inode.mtime = now;
-                pm.inode.size += 1;
-                if is_dir {
-                    pm.inode.nlink += 1;
-                }
-                self.touch_ctime(pm, now);
-                log_inode(t, pm, &self.stats)?;
-                Ok((attr, vec![ino, parent]))
+            let (attr, _) = self.with_shared_tx(|st, t, sc| {
+                self.create_in(st, t, sc, cred, parent, name, mode, rdev, target)
             })?;
             Ok(attr)
         })
+    }
+
+    /// The body of `create_node`, built optimistically (`shared_tx.rs`).
+    #[allow(clippy::too_many_arguments)]
+    fn create_in(
+        &self,
+        st: &StateRef<'_>,
+        t: &mut FsTx<'_>,
+        sc: &mut Scratch,
+        cred: Cred,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        target: Option<&[u8]>,
+    ) -> FsResult<(Attr, Vec<u64>)> {
+        let p = sc.load(st, t, parent)?.inode.clone();
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if p.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        if is_dir && p.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if dir::lookup(t, TREE_FS, parent, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        // A parent's default ACL becomes the new node's access ACL (and a directory's default),
+        // masked by the mode asked for; without one the umask applies. Symlinks have neither.
+        let inherited = match self.opts.acl && target.is_none() {
+            true => match self.xattr_lookup_in(t, parent, acl::DEFAULT)? {
+                Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                    FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
+                })?,
+                None => None,
+            },
+            false => None,
+        };
+        let (mode, acls) = match inherited {
+            Some(default) => {
+                let mut access = default.clone();
+                let mode = access.create_mask(mode);
+                let access = (!access.is_minimal()).then(|| access.encode());
+                (mode, [access, is_dir.then(|| default.encode())])
+            }
+            None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
+            None => (mode, [None, None]),
+        };
+        let acl_blocks: u64 = acls
+            .iter()
+            .flatten()
+            .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
+            .sum();
+        st.with(|st| self.space_check(st, 4 + acl_blocks, Reserve::Keep))?;
+        let now = self.now();
+        let bs = self.bs;
+        let inodes = &mut sc.inodes;
+        let (ino, run_end) = self.inos.alloc(parent);
+        t.hdr.next_ino = t.hdr.next_ino.max(run_end);
+        t.hdr.inode_count += 1;
+        for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
+            if let Some(v) = v {
+                xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
+            }
+        }
+        let mut mode = mode;
+        let gid = if p.mode & S_ISGID != 0 {
+            if is_dir {
+                mode |= S_ISGID;
+            }
+            p.gid
+        } else {
+            cred.gid
+        };
+        let inode = Inode {
+            ino,
+            mode,
+            uid: cred.uid,
+            gid,
+            nlink: if is_dir { 2 } else { 1 },
+            size: target.map_or(0, |t| t.len() as u64),
+            blocks: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            rdev,
+            change: 0,
+            flags: 0,
+            parent: if is_dir { parent } else { 0 },
+            project: p.project,
+        };
+        let mut m = InodeMem {
+            inode,
+            change: ChangeCounter::created(0),
+            open: 0,
+            last_seq: 0,
+            unlogged: false,
+        };
+        log_inode(t, &mut m, &self.stats)?;
+        if let Some(target) = target {
+            for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
+                t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
+            }
+        }
+        let kind = m.inode.kind().unwrap_or(FileType::Regular);
+        dir_add(
+            t,
+            parent,
+            &DirEntry {
+                ino,
+                kind,
+                name: name.to_vec(),
+            },
+        )?;
+        let attr = m.inode.attr(bs);
+        inodes.insert(ino, m);
+        let pm = Fs::inode_mut(t, inodes, parent)?;
+        pm.inode.mtime = now;
+        pm.inode.size += 1;
+        if is_dir {
+            pm.inode.nlink += 1;
+        }
+        self.touch_ctime(pm, now);
+        log_inode(t, pm, &self.stats)?;
+        Ok((attr, vec![ino, parent]))
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {
@@ -424,52 +446,76 @@ impl Fs {
     }
 
     fn remove_entry(&self, parent: u64, name: &[u8], want_dir: bool) -> FsResult<()> {
-        let victim = self.retrying(|| {
-            self.op();
-            if name.len() > dir::NAME_MAX {
-                return Err(FsError::NameTooLong);
-            }
-            if want_dir && name == b"." {
-                return Err(FsError::Invalid("rmdir of ."));
-            }
-            if want_dir && name == b".." {
-                return Err(FsError::NotEmpty);
-            }
-            self.check_writable()?;
-            let mut st = self.write_state();
-            let p = self.load(&mut st, parent)?.inode.clone();
-            if !p.is_dir() {
-                return Err(FsError::NotDir);
-            }
-            let e = {
-                let mut v = self.view(&st);
-                dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?
-            };
-            let is_dir = e.kind == FileType::Directory;
-            if want_dir && !is_dir {
-                return Err(FsError::NotDir);
-            }
-            if !want_dir && is_dir {
-                return Err(FsError::IsDir);
-            }
-            if is_dir {
-                let mut v = self.view(&st);
-                if !dir::is_empty(&mut v, TREE_FS, e.ino)? {
-                    return Err(FsError::NotEmpty);
-                }
-            }
-            // Unlinking gives space back, but may split a node for the orphan entry first.
-            self.space_check(&st, 4, Reserve::Use)?;
-            let now = self.now();
-            let ((), _) = self.with_tx(&mut st, |t, inodes| {
-                dir_remove(t, parent, name)?;
-                self.entry_removed(t, inodes, parent, is_dir, now)?;
-                self.drop_link(t, inodes, e.ino, now)?;
-                Ok(((), vec![parent, e.ino]))
-            })?;
-            Ok(e.ino)
+        self.op();
+        if name.len() > dir::NAME_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if want_dir && name == b"." {
+            return Err(FsError::Invalid("rmdir of ."));
+        }
+        if want_dir && name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        self.check_writable()?;
+        let (victim, freed) = self.retrying(|| {
+            let (r, _) =
+                self.with_shared_tx(|st, t, sc| self.remove_in(st, t, sc, parent, name, want_dir))?;
+            Ok(r)
         })?;
+        if freed {
+            return Ok(());
+        }
         self.reclaim_unused(victim)
+    }
+
+    /// The body of `remove_entry`, built optimistically (`shared_tx.rs`): the victim's number,
+    /// and whether it was freed outright.
+    fn remove_in(
+        &self,
+        st: &StateRef<'_>,
+        t: &mut FsTx<'_>,
+        sc: &mut Scratch,
+        parent: u64,
+        name: &[u8],
+        want_dir: bool,
+    ) -> FsResult<((u64, bool), Vec<u64>)> {
+        let p = sc.load(st, t, parent)?.inode.clone();
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let e = dir::lookup(t, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?;
+        let is_dir = e.kind == FileType::Directory;
+        if want_dir && !is_dir {
+            return Err(FsError::NotDir);
+        }
+        if !want_dir && is_dir {
+            return Err(FsError::IsDir);
+        }
+        if is_dir && !dir::is_empty(t, TREE_FS, e.ino)? {
+            return Err(FsError::NotEmpty);
+        }
+        // Unlinking gives space back, but may split a node for the orphan entry first.
+        st.with(|st| self.space_check(st, 4, Reserve::Use))?;
+        let now = self.now();
+        let m = sc.load(st, t, e.ino)?;
+        let last_link = m.inode.is_dir() || m.inode.nlink <= 1;
+        let unused = last_link
+            && m.open == 0
+            && !st.with(|st| st.cache.has_pages(e.ino))
+            && self.io.idle(e.ino)
+            && only_inode_item(t, e.ino)?;
+        dir_remove(t, parent, name)?;
+        self.entry_removed(t, &mut sc.inodes, parent, is_dir, now)?;
+        if unused {
+            // Nothing but the inode item, nobody holding it: free it in this transaction
+            // rather than through the orphan list and two more.
+            t.remove(TREE_FS, key(e.ino, KIND_INODE, 0))?;
+            t.hdr.inode_count = t.hdr.inode_count.saturating_sub(1);
+            sc.freed.push(e.ino);
+        } else {
+            self.drop_link(t, &mut sc.inodes, e.ino, now)?;
+        }
+        Ok(((e.ino, unused), vec![parent, e.ino]))
     }
 
     /// Directory `dir` lost an entry (of a directory when `was_dir`, whose ".." linked to it):

@@ -51,6 +51,14 @@ impl PageCache {
         self.pages.contains_key(&(ino, fb))
     }
 
+    /// Whether any page of `ino` is cached.
+    pub fn has_pages(&self, ino: u64) -> bool {
+        self.pages
+            .range((ino, 0)..=(ino, u64::MAX))
+            .next()
+            .is_some()
+    }
+
     /// Stores a whole block as the newest contents of (ino, fb), dirty.
     pub fn put_dirty(&mut self, ino: u64, fb: u64, block: &[u8]) {
         match self.pages.get_mut(&(ino, fb)) {

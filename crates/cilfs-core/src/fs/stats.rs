@@ -25,6 +25,8 @@ pub struct FsCounters {
     pub retries_log_space: AtomicU64,
     pub retries_force: AtomicU64,
     pub retries_read: AtomicU64,
+    /// Optimistic runs that found what they read changed and ran again (`shared_tx.rs`).
+    pub conflicts: AtomicU64,
     pub deferred_sync_forces: AtomicU64,
 }
 
@@ -46,6 +48,7 @@ pub struct FsStats {
     pub retries_log_space: u64,
     pub retries_force: u64,
     pub retries_read: u64,
+    pub conflicts: u64,
     pub deferred_sync_forces: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
@@ -71,6 +74,7 @@ impl FsCounters {
             retries_log_space: g(&self.retries_log_space),
             retries_force: g(&self.retries_force),
             retries_read: g(&self.retries_read),
+            conflicts: g(&self.conflicts),
             deferred_sync_forces: g(&self.deferred_sync_forces),
             ..FsStats::default()
         }
@@ -123,6 +127,7 @@ impl super::Fs {
             ("retries_log_space", f.retries_log_space),
             ("retries_force", f.retries_force),
             ("retries_read", f.retries_read),
+            ("conflicts", f.conflicts),
             ("deferred_sync_forces", f.deferred_sync_forces),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),

@@ -4,7 +4,7 @@
 
 use super::alloc::BusyExtents;
 use super::error::{FsError, FsResult};
-use super::header::{Header, HEADER_LSN_OFFSET, TREE_FS};
+use super::header::{Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{Key, Node, RawStep, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
@@ -25,12 +25,38 @@ pub struct FsTx<'a> {
     pub(crate) bs: usize,
     /// Extents freed by this transaction: not reusable until it is stable.
     pub(crate) freed: Vec<(u64, u64)>,
+    /// Extents allocated by this transaction (`alloc_extent`): an optimistic one checks at
+    /// commit that no one made them busy or reserved them since it chose them.
+    pub(crate) allocated: Vec<(u64, u64)>,
     /// Blocks allocated as nodes by this transaction: logged whole on first write, since their
     /// on-disk contents are unrelated to what the node will hold.
     fresh: Vec<u64>,
     pub(crate) busy: &'a Mutex<BusyExtents>,
     force_header: bool,
     reserved_buffers: u64,
+    /// Built under the shared filesystem lock (`shared_tx.rs`): a block not in the buffer
+    /// cache makes it give up and read the block outside the lock, and its header is merged
+    /// into the newest one at commit.
+    optimistic: bool,
+    /// What an optimistic transaction read, for `still_current`.
+    opt: Reads,
+    /// Built under the filesystem lock: a block not in the buffer cache is read outside it.
+    under_lock: bool,
+}
+
+/// The reads of an optimistic transaction that its commit checks.
+#[derive(Debug, Default)]
+struct Reads {
+    /// Descents to a leaf then decoded whole: (tree, key, leaf).
+    descents: Vec<(u8, Key, u64)>,
+    /// Point lookups: (tree, key, leaf, the value found or None).
+    point_reads: Vec<(u8, Key, u64, Option<Vec<u8>>)>,
+    /// Leaves decoded whole (not just looked a key up in).
+    strong_leaves: Vec<u64>,
+    /// Interior nodes read.
+    interior: Vec<u64>,
+    /// A traversal went from one leaf to the next through interior nodes.
+    sideways: bool,
 }
 
 impl<'a> FsTx<'a> {
@@ -39,6 +65,29 @@ impl<'a> FsTx<'a> {
         hdr: &Header,
         hdr_blk: u64,
         busy: &'a Mutex<BusyExtents>,
+    ) -> FsResult<Self> {
+        let t = Self::begin_with(journal, hdr, hdr_blk, busy, false)?;
+        super::retry::changing();
+        Ok(t)
+    }
+
+    /// A transaction of an optimistic operation (`shared_tx.rs`): until it commits it has
+    /// changed nothing anyone else sees, so it may always give up and run again.
+    pub(crate) fn begin_optimistic(
+        journal: &'a Journal,
+        hdr: &Header,
+        hdr_blk: u64,
+        busy: &'a Mutex<BusyExtents>,
+    ) -> FsResult<Self> {
+        Self::begin_with(journal, hdr, hdr_blk, busy, true)
+    }
+
+    fn begin_with(
+        journal: &'a Journal,
+        hdr: &Header,
+        hdr_blk: u64,
+        busy: &'a Mutex<BusyExtents>,
+        optimistic: bool,
     ) -> FsResult<Self> {
         let bs = journal.block_size();
         // Whole blocks for every buffer it may log, but never more than the log accepts: with
@@ -61,7 +110,6 @@ impl<'a> FsTx<'a> {
             }
             None => journal.begin(res)?,
         };
-        super::retry::changing();
         let completed_seq = journal.completed_seq();
         busy.lock().prune(completed_seq);
         Ok(FsTx {
@@ -71,12 +119,153 @@ impl<'a> FsTx<'a> {
             hdr_blk,
             bs: bs as usize,
             freed: Vec::new(),
+            allocated: Vec::new(),
             fresh: Vec::new(),
             busy,
 
             force_header: false,
             reserved_buffers: n,
+            optimistic,
+            opt: Reads::default(),
+            under_lock: !optimistic,
         })
+    }
+
+    /// Whether the root of a tree differs in `cur` from the header this transaction began with.
+    pub(crate) fn roots_moved(&self, cur: &Header) -> bool {
+        [TREE_FS, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE]
+            .into_iter()
+            .any(|t| self.hdr_before.root(t) != cur.root(t))
+    }
+
+    /// Brings an optimistic transaction's header up to `cur`, the newest: counters it changed
+    /// move by the same amounts from there; a root, the free list or the data range it changed
+    /// must be as it found them (false: another commit changed them too, run again).
+    pub(crate) fn merge_header(&mut self, cur: &Header) -> bool {
+        let (b, m) = (&self.hdr_before, &mut self.hdr);
+        macro_rules! structural {
+            ($($f:ident),*) => {$(
+                if m.$f != b.$f {
+                    if cur.$f != b.$f {
+                        return false;
+                    }
+                } else {
+                    m.$f = cur.$f.clone();
+                }
+            )*};
+        }
+        structural!(fs_root, bno_root, size_root, freelist, data_start, data_end);
+        m.free_blocks = cur
+            .free_blocks
+            .wrapping_add(m.free_blocks.wrapping_sub(b.free_blocks));
+        m.inode_count = cur
+            .inode_count
+            .wrapping_add(m.inode_count.wrapping_sub(b.inode_count));
+        // Inode numbers come from `Fs::alloc_ino`; a transaction only ever raises the mark
+        // past the numbers it used.
+        m.next_ino = m.next_ino.max(cur.next_ino);
+        self.hdr_before = cur.clone();
+        true
+    }
+
+    /// Whether what this optimistic transaction read is still current (exclusive lock held).
+    /// Blocks it changes, and leaves it decoded whole, must be as it first saw them. Interior
+    /// nodes it only passed on the way down may have changed (splits of other leaves change
+    /// their parents all the time; a leaf's own range changes only with the leaf) if every such
+    /// descent still reaches the same leaf; a leaf it only looked a key up in may have changed
+    /// if the key's value (or absence) is still what it saw. docs/ARCHITECTURE.md has the
+    /// argument.
+    ///
+    /// `roots_moved`: a tree's root changed since the transaction took its header (a root
+    /// split or a tree's collapse). Its descents began at the old root, which may no longer
+    /// cover every key even though no block it read changed after it read it: they are
+    /// checked again from the new root (`merge_header` has brought the roots up to date).
+    pub(crate) fn still_current(&mut self, roots_moved: bool) -> bool {
+        let stale = self.tx.stale_blocks();
+        if stale.is_empty() && !roots_moved {
+            return true;
+        }
+        let o = &self.opt;
+        let mut interior_moved = roots_moved;
+        for &(b, changed_here) in &stale {
+            if changed_here || o.strong_leaves.contains(&b) {
+                return false;
+            }
+            if o.interior.contains(&b) {
+                interior_moved = true;
+            } else if !o.point_reads.iter().any(|r| r.2 == b) {
+                return false;
+            }
+        }
+        if interior_moved && o.sideways {
+            return false;
+        }
+        let blknos: Vec<u64> = stale.iter().map(|&(b, _)| b).collect();
+        // Look again through this transaction's view: the newest published blocks, with its
+        // own changes over them.
+        self.tx.accept_versions(&blknos);
+        let o = std::mem::take(&mut self.opt);
+        let descents_hold = !interior_moved
+            || o.descents.iter().all(|&(tree, key, leaf)| {
+                let root = self.hdr.root(tree);
+                btree::leaf_blkno(self, root, tree, key).is_ok_and(|b| b == leaf)
+            });
+        let reads_hold = descents_hold
+            && o.point_reads
+                .iter()
+                .filter(|r| interior_moved || blknos.contains(&r.2))
+                .all(|(tree, key, _, value)| {
+                    let root = self.hdr.root(*tree);
+                    btree::get(self, root, *tree, *key).is_ok_and(|v| v == *value)
+                });
+        self.opt = o;
+        reads_hold
+    }
+
+    /// Debug builds: every leaf of the fs tree this optimistic transaction changes is where a
+    /// descent from the newest root leads for its first and last key (a check that
+    /// `still_current` let nothing through that misplaces a key).
+    #[cfg(debug_assertions)]
+    pub(crate) fn assert_keys_routed(&mut self) {
+        for b in self.tx.changed_blocks() {
+            let Ok(n) = self.read_node(b, TREE_FS) else {
+                continue;
+            };
+            let super::tree::node::Body::Leaf(items) = &n.body else {
+                continue;
+            };
+            let ends: Vec<Key> = [items.first(), items.last()]
+                .into_iter()
+                .flatten()
+                .map(|e| e.0)
+                .collect();
+            for k in ends {
+                let root = self.hdr.root(TREE_FS);
+                let got = btree::leaf_blkno(self, root, TREE_FS, k);
+                assert!(
+                    got.as_ref().is_ok_and(|&g| g == b),
+                    "leaf {b} holds {k:?} but a descent for it leads to {got:?}"
+                );
+            }
+        }
+    }
+
+    /// An optimistic transaction built under the exclusive lock after all (`shared_tx.rs`).
+    pub(crate) fn hold_lock(&mut self) {
+        self.under_lock = true;
+    }
+
+    /// Block `blkno` as this transaction sees it. One built under the filesystem lock gives up
+    /// for a block that is not in the buffer cache rather than read it there.
+    fn node_buf(&mut self, blkno: u64) -> FsResult<crate::trans::BufRef> {
+        if self.under_lock
+            && !self.tx.holds(blkno)
+            && self.tx.journal.cached_buf(blkno).is_none()
+            && super::retry::may_read_later()
+        {
+            return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
+        }
+        Ok(self.tx.buf(blkno)?)
     }
 
     /// Writes the header if it changed, commits, and marks freed extents busy until the
@@ -238,15 +427,49 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        let b = self.tx.buf(blkno)?;
-        self.tx.read(b, |d| Node::decode(d, blkno, tree))
+        let b = self.node_buf(blkno)?;
+        let n = self.tx.read(b, |d| Node::decode(d, blkno, tree))?;
+        if self.optimistic {
+            let set = match n.level {
+                0 => &mut self.opt.strong_leaves,
+                _ => &mut self.opt.interior,
+            };
+            if !set.contains(&blkno) {
+                set.push(blkno);
+            }
+        }
+        Ok(n)
+    }
+
+    fn descended(&mut self, tree: u8, key: Key, leaf: u64) {
+        if self.optimistic {
+            self.opt.descents.push((tree, key, leaf));
+        }
+    }
+
+    fn sideways(&mut self) {
+        self.opt.sideways = true;
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        let b = self.tx.buf(blkno)?;
-        self.tx.read(b, |d| {
+        let b = self.node_buf(blkno)?;
+        let step = self.tx.read(b, |d| {
             super::tree::node::raw_step(d, blkno, tree, level, key)
-        })
+        })?;
+        if self.optimistic {
+            match &step {
+                RawStep::Child(_) if !self.opt.interior.contains(&blkno) => {
+                    self.opt.interior.push(blkno)
+                }
+                RawStep::Child(_) => {}
+                RawStep::Found(v) => self
+                    .opt
+                    .point_reads
+                    .push((tree, key, blkno, Some(v.clone()))),
+                RawStep::Absent => self.opt.point_reads.push((tree, key, blkno, None)),
+            }
+        }
+        Ok(step)
     }
 
     fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {

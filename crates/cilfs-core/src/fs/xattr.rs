@@ -271,8 +271,17 @@ impl Fs {
         ino: u64,
         name: &[u8],
     ) -> FsResult<Option<Vec<u8>>> {
-        let mut v = self.view(st);
-        let Some(b) = v.t_get(TREE_FS, key(ino, KIND_XATTR, name_hash(name)))? else {
+        self.xattr_lookup_in(&mut self.view(st), ino, name)
+    }
+
+    /// Xattr `name` of `ino`, read through `t` (a transaction, or a read view).
+    pub(crate) fn xattr_lookup_in(
+        &self,
+        t: &mut dyn super::dir::TreeRead,
+        ino: u64,
+        name: &[u8],
+    ) -> FsResult<Option<Vec<u8>>> {
+        let Some(b) = t.t_get(TREE_FS, key(ino, KIND_XATTR, name_hash(name)))? else {
             return Ok(None);
         };
         match decode(&b, ino)?.into_iter().find(|e| e.name == name) {

@@ -198,6 +198,66 @@ impl<'j> Transaction<'j> {
         h.logged = true;
     }
 
+    /// The first block this transaction touched that a commit has changed since (its view is
+    /// no longer one state of the filesystem), or None. An optimistic operation checks this
+    /// before it trusts what it read: what it decided, and any error it met, may come from
+    /// blocks of two different states.
+    pub fn stale(&self) -> Option<u64> {
+        self.held.iter().find_map(|h| {
+            let g = self
+                .journal
+                .buf_waits
+                .acquire(|| h.buf.try_lock(), || h.buf.lock());
+            (g.version != h.version).then(|| h.buf.blkno())
+        })
+    }
+
+    /// Every block this transaction touched that a commit has changed since, with whether
+    /// this transaction changes it too.
+    pub fn stale_blocks(&self) -> Vec<(u64, bool)> {
+        self.held
+            .iter()
+            .filter(|h| {
+                let g = self
+                    .journal
+                    .buf_waits
+                    .acquire(|| h.buf.try_lock(), || h.buf.lock());
+                g.version != h.version
+            })
+            .map(|h| (h.buf.blkno(), h.logged || h.stamp_declared))
+            .collect()
+    }
+
+    /// Takes the current version of the blocks in `blknos` as the one first seen: the caller
+    /// found that their changes do not touch what this transaction decided.
+    pub fn accept_versions(&mut self, blknos: &[u64]) {
+        for h in self
+            .held
+            .iter_mut()
+            .filter(|h| blknos.contains(&h.buf.blkno()))
+        {
+            debug_assert!(
+                h.data.is_none(),
+                "a block this transaction changed moved under it"
+            );
+            h.version = h.buf.lock().version;
+        }
+    }
+
+    /// Blocks this transaction changes (debug checks).
+    pub fn changed_blocks(&self) -> Vec<u64> {
+        self.held
+            .iter()
+            .filter(|h| h.logged && !h.cancelled)
+            .map(|h| h.buf.blkno())
+            .collect()
+    }
+
+    /// Whether this transaction already holds block `blkno`.
+    pub fn holds(&self, blkno: u64) -> bool {
+        self.held.iter().any(|h| h.buf.blkno() == blkno)
+    }
+
     /// Buffers this transaction has logged so far (to check it stays within its reservation).
     pub fn logged_buffers(&self) -> usize {
         self.held.iter().filter(|h| h.logged).count()
@@ -234,8 +294,7 @@ impl<'j> Transaction<'j> {
                 .buf_waits
                 .acquire(|| h.buf.try_lock(), || h.buf.lock());
             if g.version != h.version {
-                // Only one change runs at a time today (the filesystem lock): another commit
-                // between this one's copy and its publish would be lost.
+                // Another commit between this one's copy and its publish would be lost.
                 let blkno = h.buf.blkno();
                 drop(guards);
                 drop(g);

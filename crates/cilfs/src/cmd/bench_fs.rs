@@ -249,6 +249,8 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "change_bumps_skipped": st.change_bumps_skipped - base.change_bumps_skipped,
         "change_queries": queries.load(Ordering::Relaxed),
         "transactions": st.transactions - base.transactions,
+        "conflicts": st.conflicts - base.conflicts,
+        "retries_read": st.retries_read - base.retries_read,
         "checkpoints": d(js.log.checkpoints, base_j.log.checkpoints),
         "iclog_writes": d(js.log.iclog_writes, base_j.log.iclog_writes),
         "log_bytes": d(js.log.log_bytes, base_j.log.log_bytes),

@@ -36,6 +36,30 @@ pub trait NodeStore {
             Body::Interior(items) => RawStep::Child(items[child_index(items, key)].1),
         })
     }
+    /// A descent for `key` ended at leaf `leaf`, which the caller decodes whole. An optimistic
+    /// transaction checks at commit that it still would (`FsTx::still_current`), instead of
+    /// asking that no interior node on the way changed. (Point lookups through `raw_step` are
+    /// checked by their answer instead.)
+    fn descended(&mut self, _tree: u8, _key: Key, _leaf: u64) {}
+    /// A traversal went from one leaf to the next through interior nodes: those must be
+    /// unchanged at commit, since a re-descent for one key does not retrace it.
+    fn sideways(&mut self) {}
+}
+
+/// The leaf a point descent for `key` reaches.
+pub fn leaf_blkno(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<u64> {
+    let mut blk = root.blkno;
+    let mut level = root.level;
+    while level > 0 {
+        match s.raw_step(blk, tree, level, key)? {
+            RawStep::Child(c) => {
+                blk = c;
+                level -= 1;
+            }
+            _ => return Err(FsError::corrupt(blk, "interior node without children")),
+        }
+    }
+    Ok(blk)
 }
 
 struct Step {
@@ -65,6 +89,7 @@ fn descend(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Ve
             Body::Leaf(items) => {
                 let idx = items.partition_point(|(k, _)| *k < key);
                 path.push(Step { blkno, node, idx });
+                s.descended(tree, key, blkno);
                 return Ok(path);
             }
             Body::Interior(items) => {
@@ -86,6 +111,7 @@ fn descend_edge(
     mut level: u8,
     rightmost: bool,
 ) -> FsResult<Node> {
+    s.sideways();
     loop {
         let node = s.read_node(blkno, tree)?;
         if node.level != level {
@@ -158,6 +184,7 @@ fn leaf_for(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<N
     if n.level != 0 {
         return Err(FsError::corrupt(blk, "leaf expected"));
     }
+    s.descended(tree, key, blk);
     Ok(n)
 }
 
@@ -451,6 +478,7 @@ pub fn scan(
             step.idx += 1;
             let items = interior_items(&step.node);
             if step.idx < items.len() {
+                s.sideways();
                 let mut blk = items[step.idx].1;
                 let mut level = step.node.level - 1;
                 loop {
@@ -513,6 +541,7 @@ pub fn walk(
     tree: u8,
     f: &mut dyn FnMut(u64, &Node) -> FsResult<()>,
 ) -> FsResult<()> {
+    s.sideways();
     let mut stack = vec![(root.blkno, root.level)];
     while let Some((blk, level)) = stack.pop() {
         let n = s.read_node(blk, tree)?;

@@ -1,0 +1,264 @@
+//! Optimistic operations (issue 17): built with no filesystem lock held, published under the
+//! exclusive one only for the moment of the commit.
+//!
+//! An operation runs its checks and builds its transaction without holding `Fs::state` (it
+//! takes it shared for a moment to copy an inode or look at the free space), so operations on
+//! different inodes build theirs side by side, and beside lookups and reads. It changes nothing
+//! anyone else sees while it does: tree blocks are its transaction's private copies
+//! (trans/mod.rs), the header is the transaction's copy, and the inodes it changes are copies
+//! in a [`Scratch`]. Tree blocks it reads are whole published versions (a commit publishes
+//! under the buffers' locks), but two of them may come from two states: that is what the
+//! check at commit is for. It then takes the lock exclusively and publishes, if nothing it read
+//! changed meanwhile:
+//! - every block its transaction touched still has the version it first saw;
+//! - every inode it copied is in memory as it was copied (or still not in memory);
+//! - the header's roots, free list and data range it changed are as it found them (its
+//!   counters are applied as deltas, `FsTx::merge_header`).
+//!
+//! If something changed, the operation runs again from the start; after `CONFLICTS_MAX` runs
+//! in a row it runs under the exclusive lock, where nothing can change under it. An error met
+//! while building counts only if what the operation read was one state (`Transaction::stale`
+//! is None): otherwise the error may come from a half-seen change, and it runs again.
+//!
+//! Everything else (operations not yet written this way) still runs under the exclusive lock,
+//! and changes the tree through transactions that publish at commit like any other: an
+//! optimistic build that read what such an operation changed finds it at its own commit.
+
+use super::error::{FsError, FsResult};
+use super::inode::Inode;
+use super::tx::FsTx;
+use super::{Fs, FsState, InodeMem, SyncMode};
+
+use std::collections::HashMap;
+
+/// Runs in a row that found their view changed before one runs under the exclusive lock.
+const CONFLICTS_MAX: u32 = 8;
+
+/// The inodes an optimistic operation reads and changes: copies, published at commit.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// The working copies (what `with_tx` bodies take as `inodes`).
+    pub inodes: HashMap<u64, InodeMem>,
+    /// For each copy of an inode that existed: the inode and change value it was copied from.
+    before: HashMap<u64, (Inode, u64)>,
+    /// Inodes the operation deletes outright: gone from memory at publish, and refused if
+    /// anyone opened them meanwhile.
+    pub freed: Vec<u64>,
+}
+
+/// How an optimistic operation reaches the filesystem state: by taking the lock shared for a
+/// moment, or (run under the exclusive lock after too many conflicts) the state it holds.
+pub(crate) enum StateRef<'a> {
+    Unlocked(&'a Fs),
+    Held(&'a FsState),
+}
+
+impl StateRef<'_> {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&FsState) -> R) -> R {
+        match self {
+            StateRef::Unlocked(fs) => f(&fs.read_state()),
+            StateRef::Held(st) => f(st),
+        }
+    }
+}
+
+impl Scratch {
+    /// The working copy of `ino`: from the inode cache, or read through the transaction.
+    /// Every inode the operation changes is loaded this way before it is changed.
+    pub(crate) fn load<'s>(
+        &'s mut self,
+        st: &StateRef<'_>,
+        t: &mut FsTx<'_>,
+        ino: u64,
+    ) -> FsResult<&'s mut InodeMem> {
+        if !self.inodes.contains_key(&ino) {
+            let cached = st.with(|st| {
+                st.inodes.get(&ino).map(|m| InodeMem {
+                    inode: m.inode.clone(),
+                    change: m.change.copy(),
+                    open: m.open,
+                    last_seq: m.last_seq,
+                    unlogged: m.unlogged,
+                })
+            });
+            let m = match cached {
+                Some(m) => m,
+                None => {
+                    let inode = super::read_inode(t, ino)?;
+                    InodeMem {
+                        change: super::change::ChangeCounter::loaded(inode.change),
+                        inode,
+                        open: 0,
+                        last_seq: 0,
+                        unlogged: false,
+                    }
+                }
+            };
+            self.before.insert(ino, (m.inode.clone(), m.change.peek()));
+            self.inodes.insert(ino, m);
+        }
+        match self.inodes.get_mut(&ino) {
+            Some(m) => Ok(m),
+            None => unreachable!("inserted above"),
+        }
+    }
+
+    /// Whether every copied inode is in memory as it was copied (exclusive lock held).
+    fn still_valid(&self, st: &FsState, fs: &Fs) -> bool {
+        let copies_hold = self.before.iter().all(|(ino, (inode, change))| {
+            st.inodes
+                .get(ino)
+                .is_none_or(|m| m.inode == *inode && m.change.peek() == *change)
+        });
+        // A new inode's number is its own: nothing can have it in memory.
+        let new_ones_free = self
+            .inodes
+            .keys()
+            .filter(|i| !self.before.contains_key(i))
+            .all(|i| !st.inodes.contains_key(i));
+        let freed_unused = self.freed.iter().all(|i| {
+            st.inodes.get(i).is_none_or(|m| m.open == 0)
+                && !st.cache.has_pages(*i)
+                && fs.io.idle(*i)
+        });
+        copies_hold && new_ones_free && freed_unused
+    }
+
+    /// Makes the copies the inodes in memory (exclusive lock held, after the commit).
+    fn publish(self, st: &mut FsState, seq: u64) {
+        for (ino, m) in self.inodes {
+            if self.freed.contains(&ino) {
+                continue;
+            }
+            match st.inodes.get_mut(&ino) {
+                Some(cur) => {
+                    cur.inode = m.inode;
+                    cur.change.adopt(&m.change);
+                    cur.unlogged = m.unlogged;
+                    cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
+                }
+                None => {
+                    st.inodes.insert(
+                        ino,
+                        InodeMem {
+                            last_seq: m.last_seq.max(seq),
+                            open: 0,
+                            ..m
+                        },
+                    );
+                }
+            }
+        }
+        for ino in self.freed {
+            st.inodes.remove(&ino);
+        }
+    }
+}
+
+impl Fs {
+    /// Runs `body` optimistically (module comment) and commits its transaction. `body` gets
+    /// its way to the state, the transaction and the scratch inodes, and returns its result
+    /// and the inodes whose change a `dirsync` mount must force (`with_tx`'s `touched`).
+    pub(crate) fn with_shared_tx<R>(
+        &self,
+        mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<(R, u64)> {
+        self.check_writable()?;
+        let mut conflicts = 0;
+        loop {
+            if conflicts >= CONFLICTS_MAX {
+                return self.with_exclusive_scratch(&mut body);
+            }
+            let built = {
+                let hdr = self.read_state().hdr.clone();
+                let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
+                let mut sc = Scratch::default();
+                match body(&StateRef::Unlocked(self), &mut t, &mut sc) {
+                    Ok(r) => Ok((r, t, sc)),
+                    // Giving up to wait or read outside the lock: `retrying` runs it again.
+                    Err(e @ FsError::Retry(_)) => return Err(e),
+                    // The error may come from a view of two states (a block or a root that
+                    // changed while it read): only one met in one state counts.
+                    Err(e) => {
+                        if t.tx.stale().is_none() && !t.roots_moved(&self.read_state().hdr) {
+                            return Err(e);
+                        }
+                        Err(())
+                    }
+                }
+            };
+            let Ok(((r, touched), t, sc)) = built else {
+                conflicts += 1;
+                super::stats::bump(&self.stats.conflicts);
+                continue;
+            };
+            let mut st = self.write_state();
+            match self.publish_scratch(&mut st, t, sc, &touched)? {
+                Some(seq) => return Ok((r, seq)),
+                None => {
+                    conflicts += 1;
+                    super::stats::bump(&self.stats.conflicts);
+                }
+            }
+        }
+    }
+
+    /// The same as one optimistic run, under the exclusive lock: nothing can change under it,
+    /// so it publishes at the first try.
+    fn with_exclusive_scratch<R>(
+        &self,
+        body: &mut impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<(R, u64)> {
+        let mut st = self.write_state();
+        let mut t = FsTx::begin_optimistic(&self.journal, &st.hdr, self.hdr_blk, &self.busy)?;
+        t.hold_lock();
+        let mut sc = Scratch::default();
+        let (r, touched) = body(&StateRef::Held(&st), &mut t, &mut sc)?;
+        match self.publish_scratch(&mut st, t, sc, &touched)? {
+            Some(seq) => Ok((r, seq)),
+            None => Err(FsError::corrupt(
+                0,
+                "an operation's view changed under the exclusive lock".to_string(),
+            )),
+        }
+    }
+
+    /// Validates and commits (exclusive lock held); None if the operation must run again.
+    fn publish_scratch(
+        &self,
+        st: &mut FsState,
+        mut t: FsTx<'_>,
+        sc: Scratch,
+        touched: &[u64],
+    ) -> FsResult<Option<u64>> {
+        let roots_moved = t.roots_moved(&st.hdr);
+        let current = t.merge_header(&st.hdr) && t.still_current(roots_moved);
+        // Blocks it took from the free trees were free, not busy and not reserved when it
+        // looked; a commit since may have freed them (busy until stable) or a write reserved
+        // them without changing the trees.
+        let blocks_still_free = {
+            let busy = self.lock_busy();
+            !t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l))
+        };
+        if !current || !blocks_still_free || !sc.still_valid(st, self) {
+            return Ok(None);
+        }
+        #[cfg(debug_assertions)]
+        t.assert_keys_routed();
+        let dir_changed = touched
+            .iter()
+            .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
+        let seq = self.commit(st, t)?;
+        sc.publish(st, seq);
+        self.trim_cache(st);
+        let force = match self.opts.sync {
+            SyncMode::None => false,
+            SyncMode::All => true,
+            SyncMode::Dirs => dir_changed,
+        };
+        if force && seq > self.journal.completed_seq() && !super::retry::owe_force(seq) {
+            self.journal.force(seq)?;
+        }
+        Ok(Some(seq))
+    }
+}
