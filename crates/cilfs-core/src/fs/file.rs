@@ -239,7 +239,7 @@ impl Fs {
             }
             let inode = m.inode.clone();
             let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
-            self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
+            self.space_check(&st.hdr, hole_blocks + 8, Reserve::Keep)?;
             Ok((inode, self.reserve_holes(&st, &exts, first, last + 1)?))
         })?;
         let r = self.fallocate_reserved(cred, &inode, end, keep_size, &fresh);

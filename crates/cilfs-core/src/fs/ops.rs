@@ -5,7 +5,7 @@ use super::acl;
 use super::change::ChangeCounter;
 use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
-use super::header::TREE_FS;
+use super::header::{Header, TREE_FS};
 use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
 use super::setid::drop_caps;
 use super::shared_tx::{Scratch, StateRef};
@@ -18,7 +18,7 @@ use super::types::{
     Cred, Reserve, SetAttr, SetTime, StatFs, LINK_MAX, RESERVE_BLOCKS, SYMLINK_CHUNK, SYMLINK_MAX,
 };
 use super::xattr::{self, XattrFlags};
-use super::{log_inode, Fs, FsState, InodeMem};
+use super::{log_inode, Fs, InodeMem};
 use std::collections::HashMap;
 
 /// Whether `ino` has no item in the fs tree but its inode item: no extents, xattrs or symlink
@@ -130,7 +130,7 @@ impl Fs {
     /// looks again. Called before a transaction starts, so that running out of space is a clean
     /// ENOSPC: an allocation that fails after the transaction logged changes shuts the journal
     /// down.
-    pub(crate) fn space_check(&self, st: &FsState, blocks: u64, reserve: Reserve) -> FsResult<()> {
+    pub(crate) fn space_check(&self, hdr: &Header, blocks: u64, reserve: Reserve) -> FsResult<()> {
         // Blocks reserved by writes in flight are as good as taken; busy ones come back with a
         // force.
         let (busy, reserved) = {
@@ -138,7 +138,7 @@ impl Fs {
             b.prune(self.journal.completed_seq());
             (b.blocks(), b.reserved_blocks())
         };
-        let avail = st.hdr.free_blocks.saturating_sub(busy + reserved);
+        let avail = hdr.free_blocks.saturating_sub(busy + reserved);
         let keep = match reserve {
             Reserve::Keep => RESERVE_BLOCKS,
             Reserve::Quarter => RESERVE_BLOCKS / 4,
@@ -159,7 +159,7 @@ impl Fs {
                 b.prune(self.journal.completed_seq());
                 b.blocks() + b.reserved_blocks()
             };
-            if st.hdr.free_blocks.saturating_sub(busy) >= blocks + keep {
+            if hdr.free_blocks.saturating_sub(busy) >= blocks + keep {
                 return Ok(());
             }
         }
@@ -210,7 +210,7 @@ impl Fs {
         check_name(name)?;
         self.check_writable()?;
         self.retrying(|| {
-            let (attr, _) = self.with_shared_tx(|st, t, sc| {
+            let (attr, _) = self.with_shared_tx(&[parent], |st, t, sc| {
                 self.create_in(st, t, sc, cred, parent, name, mode, rdev, target)
             })?;
             Ok(attr)
@@ -271,7 +271,7 @@ impl Fs {
             .flatten()
             .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
             .sum();
-        st.with(|st| self.space_check(st, 4 + acl_blocks, Reserve::Keep))?;
+        self.space_check(&t.hdr, 4 + acl_blocks, Reserve::Keep)?;
         let now = self.now();
         let bs = self.bs;
         let inodes = &mut sc.inodes;
@@ -409,7 +409,7 @@ impl Fs {
                     return Err(FsError::Exists);
                 }
             }
-            self.space_check(&st, 2, Reserve::Keep)?;
+            self.space_check(&st.hdr, 2, Reserve::Keep)?;
             let now = self.now();
             let bs = self.bs;
             let (attr, _) = self.with_tx(&mut st, |t, inodes| {
@@ -458,8 +458,9 @@ impl Fs {
         }
         self.check_writable()?;
         let (victim, freed) = self.retrying(|| {
-            let (r, _) =
-                self.with_shared_tx(|st, t, sc| self.remove_in(st, t, sc, parent, name, want_dir))?;
+            let (r, _) = self.with_shared_tx(&[parent], |st, t, sc| {
+                self.remove_in(st, t, sc, parent, name, want_dir)
+            })?;
             Ok(r)
         })?;
         if freed {
@@ -495,7 +496,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         // Unlinking gives space back, but may split a node for the orphan entry first.
-        st.with(|st| self.space_check(st, 4, Reserve::Use))?;
+        self.space_check(&t.hdr, 4, Reserve::Use)?;
         let now = self.now();
         let m = sc.load(st, t, e.ino)?;
         let last_link = m.inode.is_dir() || m.inode.nlink <= 1;

@@ -72,16 +72,7 @@ impl Scratch {
         ino: u64,
     ) -> FsResult<&'s mut InodeMem> {
         if !self.inodes.contains_key(&ino) {
-            let cached = st.with(|st| {
-                st.inodes.get(&ino).map(|m| InodeMem {
-                    inode: m.inode.clone(),
-                    change: m.change.copy(),
-                    open: m.open,
-                    last_seq: m.last_seq,
-                    unlogged: m.unlogged,
-                })
-            });
-            let m = match cached {
+            let m = match st.with(|st| cached_copy(st, ino)) {
                 Some(m) => m,
                 None => {
                     let inode = super::read_inode(t, ino)?;
@@ -100,6 +91,14 @@ impl Scratch {
         match self.inodes.get_mut(&ino) {
             Some(m) => Ok(m),
             None => unreachable!("inserted above"),
+        }
+    }
+
+    /// Copies `ino` if it is in memory (the state's lock held by the caller).
+    fn preload(&mut self, st: &FsState, ino: u64) {
+        if let Some(m) = cached_copy(st, ino) {
+            self.before.insert(ino, (m.inode.clone(), m.change.peek()));
+            self.inodes.insert(ino, m);
         }
     }
 
@@ -155,12 +154,25 @@ impl Scratch {
     }
 }
 
+/// A working copy of `ino` as it is in memory, if it is.
+fn cached_copy(st: &FsState, ino: u64) -> Option<InodeMem> {
+    st.inodes.get(&ino).map(|m| InodeMem {
+        inode: m.inode.clone(),
+        change: m.change.copy(),
+        open: m.open,
+        last_seq: m.last_seq,
+        unlogged: m.unlogged,
+    })
+}
+
 impl Fs {
     /// Runs `body` optimistically (module comment) and commits its transaction. `body` gets
     /// its way to the state, the transaction and the scratch inodes, and returns its result
     /// and the inodes whose change a `dirsync` mount must force (`with_tx`'s `touched`).
+    /// `preload`: inodes copied along with the header, in the same moment under the lock.
     pub(crate) fn with_shared_tx<R>(
         &self,
+        preload: &[u64],
         mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.check_writable()?;
@@ -170,9 +182,15 @@ impl Fs {
                 return self.with_exclusive_scratch(&mut body);
             }
             let built = {
-                let hdr = self.read_state().hdr.clone();
-                let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
                 let mut sc = Scratch::default();
+                let hdr = {
+                    let st = self.read_state();
+                    for &ino in preload {
+                        sc.preload(&st, ino);
+                    }
+                    st.hdr.clone()
+                };
+                let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
                 match body(&StateRef::Unlocked(self), &mut t, &mut sc) {
                     Ok(r) => Ok((r, t, sc)),
                     // Giving up to wait or read outside the lock: `retrying` runs it again.

@@ -143,7 +143,7 @@ impl Fs {
         let last = (end - 1) / bs;
         let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
         if hole_blocks > 0 {
-            self.space_check(&st, hole_blocks + 8, Reserve::Keep)?;
+            self.space_check(&st.hdr, hole_blocks + 8, Reserve::Keep)?;
         }
         // Speculative preallocation (as XFS does): a write that extends the file also maps a
         // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
@@ -154,7 +154,7 @@ impl Fs {
             let want = (old_size / bs).min(256);
             let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
                 && self
-                    .space_check(&st, hole_blocks + want + 8, Reserve::Keep)
+                    .space_check(&st.hdr, hole_blocks + want + 8, Reserve::Keep)
                     .is_ok();
             if fits {
                 want
