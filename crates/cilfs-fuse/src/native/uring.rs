@@ -52,6 +52,27 @@ const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 /// Submission queue size of each thread's ring: one command in flight at a time.
 const RING_ENTRIES: u32 = 2;
 
+/// For the mount tests, which must see both ways of falling back on a kernel that has FUSE
+/// over io_uring: `register` makes the last queue's entries register a payload buffer smaller
+/// than the kernel accepts (it refuses with EINVAL and turns the ring off itself), `setup`
+/// makes them fail before registering (the session must turn the ring off). Read once a
+/// session starts its queues.
+const FAULT_ENV: &str = "CILFS_TEST_URING_FAULT";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Register,
+    Setup,
+}
+
+fn fault() -> Option<Fault> {
+    match std::env::var(FAULT_ENV).ok()?.as_str() {
+        "register" => Some(Fault::Register),
+        "setup" => Some(Fault::Setup),
+        _ => None,
+    }
+}
+
 /// How long a wait for a completion lasts before the thread looks whether the session ended
 /// (the kernel normally ends every entry with ENOTCONN at unmount; this is the backstop).
 const STOP_POLL: std::time::Duration = std::time::Duration::from_secs(1);
@@ -222,14 +243,20 @@ pub(super) fn start<'scope, 'env>(
     let (tx, rx) = mpsc::channel();
     let mut spawned = 0;
     let mut first_error = None;
+    let fault = fault();
     'spawn: for q in plan {
+        let fault = fault.filter(|_| usize::from(q.qid) + 1 == plan.len());
         for i in 0..q.entries {
             let (tx, q) = (tx.clone(), q.clone());
+            let shared = Shared {
+                dev,
+                d,
+                session,
+                stop,
+            };
             let r = std::thread::Builder::new()
                 .name(format!("cilfs-uring-{}.{i}", q.qid))
-                .spawn_scoped(s, move || {
-                    queue_thread(dev, &q, payload, d, session, stop, tx)
-                });
+                .spawn_scoped(s, move || queue_thread(shared, &q, payload, tx, fault));
             match r {
                 Ok(_) => spawned += 1,
                 Err(e) => {
@@ -578,25 +605,47 @@ fn pin(cpu: usize) {
 
 type Report = (u16, Result<(), Unavailable>);
 
+/// What every queue thread shares with the session.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    dev: &'a FuseDev,
+    d: &'a Dispatcher,
+    session: &'a Negotiated,
+    stop: &'a AtomicBool,
+}
+
 fn queue_thread(
-    dev: &FuseDev,
+    shared: Shared<'_>,
     q: &QueuePlan,
     payload: usize,
-    d: &Dispatcher,
-    session: &Negotiated,
-    stop: &AtomicBool,
     report: mpsc::Sender<Report>,
+    fault: Option<Fault>,
 ) {
+    let Shared {
+        dev,
+        d,
+        session,
+        stop,
+    } = shared;
     if let Some(cpu) = q.cpu {
         pin(cpu);
     }
     // The ring is made here: with SINGLE_ISSUER only its creator may submit.
     let ring = match new_ring() {
-        Ok(r) => r,
+        Ok(r) if fault != Some(Fault::Setup) => r,
+        Ok(_) => {
+            let e = io::Error::other(format!("{FAULT_ENV}=setup"));
+            let _ = report.send((q.qid, Err(Unavailable::Setup(e))));
+            return;
+        }
         Err(e) => {
             let _ = report.send((q.qid, Err(Unavailable::Setup(e))));
             return;
         }
+    };
+    let payload = match fault {
+        Some(Fault::Register) => 4096,
+        _ => payload,
     };
     let mut w = Worker {
         dev,
