@@ -12,7 +12,7 @@ pub enum ProtoError {
         need: usize,
         have: usize,
     },
-    #[error("in header says {header_len} bytes but the message has {buffer_len}")]
+    #[error("header says {header_len} bytes but the message has {buffer_len}")]
     LengthMismatch { header_len: u32, buffer_len: usize },
     #[error("{extension_bytes} bytes of extensions do not fit a {body_len}-byte body")]
     ExtensionOverrun {
@@ -49,4 +49,19 @@ pub enum ProtoError {
     BadErrno(i32),
     #[error("{what}: {len} bytes do not fit the message length field")]
     TooLong { what: &'static str, len: usize },
+    /// A FUSE-over-io_uring entry whose in header's `len` is not the header, a first argument
+    /// of at most 128 bytes and the payload the entry says it carries.
+    #[error("ring entry: in header says {header_len} bytes, payload {payload_sz} of {room} (first argument at most {op_in_max})")]
+    RingSplit {
+        header_len: u32,
+        payload_sz: u32,
+        room: usize,
+        op_in_max: usize,
+    },
+    #[error("{what}: {len} bytes do not fit a {room}-byte buffer")]
+    DoesNotFit {
+        what: &'static str,
+        len: usize,
+        room: usize,
+    },
 }

@@ -1,5 +1,6 @@
 //! Requests served by opcode, and the transport serving them: what `cilfs stat` shows as
-//! `requests_<opcode>` and `transport_*` (one mount per daemon, so one set per process).
+//! `requests_<opcode>`, `transport_*` and `uring_*` (one mount per daemon, so one set per
+//! process).
 
 use cilfs_fuse_proto::Opcode;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -9,6 +10,9 @@ const SLOTS: usize = 64;
 
 static BY_OPCODE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 static TRANSPORT: AtomicU8 = AtomicU8::new(Transport::Fuser as u8);
+static URING_QUEUES: AtomicU64 = AtomicU64::new(0);
+static URING_ENTRIES: AtomicU64 = AtomicU64::new(0);
+static URING_REQUESTS: AtomicU64 = AtomicU64::new(0);
 
 /// Which transport serves the mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +22,8 @@ pub enum Transport {
     Fuser = 0,
     /// cilfs's own, reading /dev/fuse.
     Native = 1,
+    /// cilfs's own, with requests through io_uring queues.
+    Uring = 2,
 }
 
 /// Counts one request.
@@ -27,17 +33,45 @@ pub fn count(opcode: u32) {
     }
 }
 
+/// Counts one request that came through an io_uring queue (also counted by opcode).
+pub fn count_ring() {
+    URING_REQUESTS.fetch_add(1, Ordering::Relaxed);
+}
+
 pub fn set_transport(t: Transport) {
     TRANSPORT.store(t as u8, Ordering::Relaxed);
 }
 
-/// `transport_native` (0 or 1: fuser or cilfs's own), then `requests_<opcode>` for every
-/// opcode served at least once.
+/// The io_uring queues serve: how many, with how many entries in all.
+pub fn set_uring(queues: usize, entries: usize) {
+    URING_QUEUES.store(queues as u64, Ordering::Relaxed);
+    URING_ENTRIES.store(entries as u64, Ordering::Relaxed);
+    set_transport(Transport::Uring);
+}
+
+/// `transport_native` (0 or 1: fuser or cilfs's own), `transport_uring` (1: cilfs's own with
+/// requests through io_uring queues, 0: through /dev/fuse reads), with io_uring
+/// `uring_queues`, `uring_entries` and `uring_requests` (requests answered over the ring),
+/// then `requests_<opcode>` for every opcode served at least once, over either path.
 pub fn counters() -> Vec<(String, u64)> {
-    let mut v = vec![(
-        "transport_native".to_string(),
-        u64::from(TRANSPORT.load(Ordering::Relaxed) == Transport::Native as u8),
-    )];
+    let t = TRANSPORT.load(Ordering::Relaxed);
+    let uring = t == Transport::Uring as u8;
+    let mut v = vec![
+        (
+            "transport_native".to_string(),
+            u64::from(t != Transport::Fuser as u8),
+        ),
+        ("transport_uring".to_string(), u64::from(uring)),
+    ];
+    if uring {
+        for (k, c) in [
+            ("uring_queues", &URING_QUEUES),
+            ("uring_entries", &URING_ENTRIES),
+            ("uring_requests", &URING_REQUESTS),
+        ] {
+            v.push((k.to_string(), c.load(Ordering::Relaxed)));
+        }
+    }
     for &op in Opcode::ALL {
         let n = BY_OPCODE
             .get(op as usize)

@@ -275,11 +275,18 @@ fn special_files_xattrs_fallocate_seek_statfs() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["transactions"].as_u64().unwrap() > 0);
     assert!(v["fsyncs"].as_u64().unwrap() >= 2);
-    // Requests by opcode and the transport: 1,000 one-byte writes are 1,000 WRITE requests.
-    let native = std::env::var("CILFS_TEST_TRANSPORT").is_ok_and(|t| t == "native");
-    assert_eq!(v["transport_native"].as_u64(), Some(u64::from(native)));
+    // Requests by opcode and the transport: 1,000 one-byte writes are 1,000 WRITE requests,
+    // and over io_uring 1,000 requests through the queues (so that a mount that fell back to
+    // /dev/fuse reads fails here).
+    let t = common::test_transport();
+    assert_eq!(
+        v["transport_native"].as_u64(),
+        Some(u64::from(t == "native" || t == "uring"))
+    );
+    assert_eq!(v["transport_uring"].as_u64(), Some(u64::from(t == "uring")));
     let writes = |v: &serde_json::Value| v["requests_write"].as_u64().unwrap_or(0);
-    let before = writes(&v);
+    let ring = |v: &serde_json::Value| v["uring_requests"].as_u64().unwrap_or(0);
+    let (before, ring_before) = (writes(&v), ring(&v));
     let mut f = OpenOptions::new()
         .write(true)
         .create(true)
@@ -293,6 +300,10 @@ fn special_files_xattrs_fallocate_seek_statfs() {
     let out = cilfs(&["stat", "--json", m.dir.to_str().unwrap()]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(writes(&v) - before, 1000, "{v}");
+    if t == "uring" {
+        assert!(v["uring_queues"].as_u64().unwrap() > 0, "{v}");
+        assert!(ring(&v) - ring_before >= 1000, "{v}");
+    }
     assert!(v["requests_lookup"].as_u64().unwrap() > 0);
     m.unmount();
 }

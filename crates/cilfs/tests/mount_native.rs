@@ -203,3 +203,56 @@ fn a_users_native_mount_goes_through_fusermount3() {
     assert!(!o.contains("still-mounted"), "{o}");
     ok(cilfs(&["check", s(&img)]), "check");
 }
+
+/// Where the kernel has FUSE over io_uring, a native mount whose queues cannot all register
+/// serves over /dev/fuse reads, whichever way the queues failed: refused by the kernel (a
+/// payload buffer too small: the kernel turns the ring off itself) or before registering (the
+/// session must turn it off, or the kernel would hold every request back for a ring that is
+/// never ready). With uring=on the same failure ends the daemon instead.
+#[test]
+fn native_mounts_fall_back_to_dev_fuse_when_the_queues_cannot_register() {
+    let switch = Path::new("/sys/module/fuse/parameters/enable_uring");
+    if !switch.exists() {
+        eprintln!("skipped: this kernel has no FUSE over io_uring");
+        return;
+    }
+    fs::write(switch, "Y").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
+    let stat = |dir: &Path| -> serde_json::Value {
+        let out = ok(cilfs(&["stat", "--json", s(dir)]), "stat");
+        serde_json::from_str(&out).unwrap()
+    };
+    let mount = |fault: &str, opts: &str| {
+        Command::new(common::CILFS)
+            .env("CILFS_TEST_URING_FAULT", fault)
+            .args(["mount", s(&img), s(&dir), "-o", opts])
+            .output()
+            .unwrap()
+    };
+    for fault in ["register", "setup", "none"] {
+        ok(mount(fault, "transport=native"), "mount");
+        let _unmount = Unmount(dir.clone());
+        fs::write(dir.join(fault), fault).unwrap();
+        assert_eq!(fs::read(dir.join(fault)).unwrap(), fault.as_bytes());
+        let v = stat(&dir);
+        assert_eq!(v["transport_native"], 1, "{fault}: {v}");
+        assert_eq!(
+            v["transport_uring"],
+            u64::from(fault == "none"),
+            "{fault}: {v}"
+        );
+        ok(cilfs(&["unmount", s(&dir)]), "unmount");
+    }
+    // uring=on: the mount was made before the queues could fail, so the daemon ends it.
+    ok(mount("setup", "transport=native,uring=on"), "mount");
+    let _unmount = Unmount(dir.clone());
+    let gone = (0..500).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        common::mounts_on(&dir) == 0
+    });
+    assert!(gone, "uring=on served after its queues failed");
+    ok(cilfs(&["check", s(&img)]), "check");
+}

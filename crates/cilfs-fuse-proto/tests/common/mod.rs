@@ -71,6 +71,31 @@ impl KernelMsg {
         m.extend_from_slice(&self.ext);
         m
     }
+
+    /// The request as the kernel puts it in a FUSE-over-io_uring entry
+    /// (`fuse_uring_copy_to_ring`): the in header in `in_out`, the first `arg0` bytes of the
+    /// arguments (its `in_args[0]`) in `op_in`, the rest and the extensions in the payload,
+    /// their length in `payload_sz`, the unique as `commit_id`. Returns the 288-byte header
+    /// buffer and a buffer of `PAYLOAD_HEADROOM` bytes (filled with 0xee, so that what
+    /// assembly does not write shows) followed by a payload of `room` bytes.
+    pub fn ring(&self, arg0: usize, room: usize) -> (Vec<u8>, Vec<u8>) {
+        use cilfs_fuse_proto::uring::{UringEntInOut, UringReqHeader, PAYLOAD_HEADROOM};
+        let whole = self.encode();
+        let mut h = UringReqHeader::default();
+        h.in_out[..40].copy_from_slice(&whole[..40]);
+        h.op_in[..arg0].copy_from_slice(&self.args[..arg0]);
+        let rest = &whole[40 + arg0..];
+        h.ring_ent_in_out = UringEntInOut {
+            commit_id: self.unique,
+            payload_sz: rest.len() as u32,
+            ..UringEntInOut::default()
+        };
+        let mut header = Vec::new();
+        h.encode(&mut header);
+        let mut buf = vec![0xee; PAYLOAD_HEADROOM + room];
+        buf[PAYLOAD_HEADROOM..PAYLOAD_HEADROOM + rest.len()].copy_from_slice(rest);
+        (header, buf)
+    }
 }
 
 /// `n` bytes, none zero and few alike, so a field read from the wrong place shows.

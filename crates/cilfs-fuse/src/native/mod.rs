@@ -8,11 +8,14 @@
 //! - `session.rs`: INIT, then worker threads sharing one /dev/fuse descriptor.
 //! - `dispatch.rs`: one request to one answer.
 //! - `dev.rs`: the reads and writes, and what their errors mean.
+//! - `uring.rs`: FUSE over io_uring, a queue per CPU (`uring=auto|on|off`).
 
 mod dev;
 mod dispatch;
 mod mount;
 mod session;
+mod uring;
 
 pub use mount::{MountError, MountOptions};
 pub use session::{init_config, AttrInvalidator, Notifier, ServeConfig, Session, SessionError};
+pub use uring::{available as uring_available, Unavailable as UringUnavailable, UringMode};

@@ -1,9 +1,12 @@
 //! The /dev/fuse session: INIT answered on one thread, then worker threads that each read a
-//! request, answer it and write the reply, until the kernel says the mount is gone.
+//! request, answer it and write the reply, until the kernel says the mount is gone; with FUSE
+//! over io_uring (`uring.rs`), queue threads answer the requests and one /dev/fuse worker the
+//! rest (FORGET, INTERRUPT).
 
 use super::dev::{FuseDev, Received};
 use super::dispatch::{Answer, Dispatcher};
 use super::mount::{mount, MountError, MountOptions};
+use super::uring::{self, Unavailable, UringMode};
 use cilfs_core::fs::{AttrsChanged, Fs};
 use cilfs_fuse_proto::flags::init as f;
 use cilfs_fuse_proto::{
@@ -11,6 +14,7 @@ use cilfs_fuse_proto::{
     Opcode, OutHeader, ProtoError, Reply, Request,
 };
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The largest WRITE the kernel may send: what lib.rs's init() sets for fuser.
@@ -27,6 +31,8 @@ pub struct ServeConfig {
     pub threads: usize,
     /// The kernel keeps dirty pages and writes them back (`writeback_cache`).
     pub writeback_cache: bool,
+    /// Whether requests come through io_uring queues (`uring=`).
+    pub uring: UringMode,
 }
 
 /// A mounted FUSE connection, not yet served. Dropped without having run to the end, it
@@ -77,8 +83,9 @@ impl AttrInvalidator {
 
 /// What INIT asks of the kernel: the flags the fuser adapter negotiates (fuser's own
 /// ASYNC_READ, BIG_WRITES and MAX_PAGES, and lib.rs's init()), the same sizes and the
-/// timestamp granularity of the filesystem.
-pub fn init_config(fs: &Fs, writeback_cache: bool) -> InitConfig {
+/// timestamp granularity of the filesystem; FUSE_OVER_IO_URING if `uring` (then the kernel
+/// holds requests back until the queues are registered, or one registration failed).
+pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
     let mut flags = f::ASYNC_READ
         | f::BIG_WRITES
         | f::MAX_PAGES
@@ -99,6 +106,9 @@ pub fn init_config(fs: &Fs, writeback_cache: bool) -> InitConfig {
     }
     if writeback_cache {
         flags |= f::WRITEBACK_CACHE;
+    }
+    if uring {
+        flags |= f::OVER_IO_URING;
     }
     InitConfig {
         flags,
@@ -122,6 +132,8 @@ pub enum SessionError {
     /// The kernel speaks a protocol older than cilfs-fuse-proto accepts.
     Init(ProtoError),
     Thread(std::io::Error),
+    /// `uring=on` and the queues could not serve.
+    Uring(Unavailable),
 }
 
 impl std::error::Error for SessionError {}
@@ -132,6 +144,7 @@ impl std::fmt::Display for SessionError {
             SessionError::Io(e) => write!(f, "/dev/fuse: {e}"),
             SessionError::Init(e) => write!(f, "FUSE_INIT: {e}"),
             SessionError::Thread(e) => write!(f, "cannot start a FUSE worker thread: {e}"),
+            SessionError::Uring(e) => write!(f, "uring=on: FUSE over io_uring unavailable: {e}"),
         }
     }
 }
@@ -160,21 +173,76 @@ impl Session {
 
     fn serve(&self, fs: Arc<Fs>, cfg: ServeConfig) -> Result<(), SessionError> {
         crate::requests::set_transport(crate::requests::Transport::Native);
+        let wanted = match cfg.uring {
+            UringMode::Off => Err(Unavailable::Off),
+            UringMode::Auto | UringMode::On => uring::available(),
+        };
+        if let (UringMode::On, Err(e)) = (cfg.uring, &wanted) {
+            // Checked before mounting too; this is the switch turned off meanwhile.
+            return Err(SessionError::Uring(Unavailable::Param(
+                std::io::Error::other(e.to_string()),
+            )));
+        }
         let mut buf = vec![0u8; BUF_SIZE];
-        let Some(session) = self.handshake(&fs, cfg, &mut buf)? else {
+        let Some(session) = self.handshake(&fs, cfg, wanted.is_ok(), &mut buf)? else {
             return Ok(());
         };
         drop(buf);
         let dispatcher = Dispatcher::new(fs);
         let threads = cfg.threads.max(1);
+        let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
-            let mut workers = Vec::with_capacity(threads);
-            for i in 0..threads {
+            let ring = wanted.and_then(|()| {
+                if session.flags & f::OVER_IO_URING == 0 {
+                    return Err(Unavailable::NotOffered);
+                }
+                let plan = uring::plan(threads)?;
+                uring::start(
+                    s,
+                    &self.dev,
+                    &dispatcher,
+                    &session,
+                    &plan,
+                    payload_size(),
+                    &stop,
+                )
+            });
+            // Said once, in the log: which transport serves and why.
+            let dev_workers = match ring {
+                Ok(started) => {
+                    crate::requests::set_uring(started.queues, started.entries);
+                    tracing::info!(
+                        "FUSE transport: io_uring, {} queues, {} entries; FORGET, INTERRUPT and \
+                         notifications over /dev/fuse",
+                        started.queues,
+                        started.entries
+                    );
+                    1
+                }
+                Err(why) if cfg.uring == UringMode::On => {
+                    stop.store(true, Ordering::Release);
+                    return Err(SessionError::Uring(why));
+                }
+                Err(why) => {
+                    tracing::info!("FUSE transport: /dev/fuse, {threads} threads ({why})");
+                    threads
+                }
+            };
+            let mut workers = Vec::with_capacity(dev_workers);
+            for i in 0..dev_workers {
                 let w = std::thread::Builder::new()
                     .name(format!("cilfs-fuse-{i}"))
                     .spawn_scoped(s, || worker(&self.dev, &dispatcher, &session))
-                    .map_err(SessionError::Thread)?;
-                workers.push(w);
+                    .map_err(SessionError::Thread);
+                match w {
+                    Ok(w) => workers.push(w),
+                    Err(e) if workers.is_empty() => {
+                        stop.store(true, Ordering::Release);
+                        return Err(e);
+                    }
+                    // The ones started serve; the read that ends them ends the session.
+                    Err(e) => tracing::warn!("{e}"),
+                }
             }
             let mut first_error = None;
             for w in workers {
@@ -187,6 +255,9 @@ impl Session {
                     first_error = Some(e);
                 }
             }
+            // The mount is gone: the kernel has ended the queues' entries too (ENOTCONN);
+            // this only spares a queue thread the wait for a completion that never comes.
+            stop.store(true, Ordering::Release);
             first_error.map_or(Ok(()), Err)
         })
     }
@@ -197,9 +268,10 @@ impl Session {
         &self,
         fs: &Fs,
         cfg: ServeConfig,
+        uring: bool,
         buf: &mut [u8],
     ) -> Result<Option<Negotiated>, SessionError> {
-        let config = init_config(fs, cfg.writeback_cache);
+        let config = init_config(fs, cfg.writeback_cache, uring);
         loop {
             let n = match self.dev.receive(buf).map_err(SessionError::Io)? {
                 Received::Request(n) => n,
@@ -295,6 +367,25 @@ fn answer_garbage(dev: &FuseDev, msg: &[u8], e: &ProtoError) {
     }
 }
 
+/// The size of a queue entry's payload buffer: what the kernel requires
+/// (`fuse_uring_create_ring_ent`: at least max_write and max_pages pages; what we ask in INIT
+/// bounds what it agrees to).
+fn payload_size() -> usize {
+    let page = rustix::param::page_size();
+    (MAX_WRITE as usize)
+        .max(usize::from((MAX_WRITE / 4096) as u16) * page)
+        .max(8192)
+}
+
+/// Answers one request; a bug met while answering must not leave the caller waiting forever
+/// nor take the thread with it: the request gets EIO.
+pub(super) fn answer_caught(d: &Dispatcher, req: &Request<'_>) -> Answer {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.answer(req))).unwrap_or_else(|_| {
+        tracing::error!("answering {:?} panicked: EIO", req.op.opcode());
+        Answer::Reply(Reply::error(req.header.unique, Errno::EIO))
+    })
+}
+
 fn worker(dev: &FuseDev, d: &Dispatcher, session: &Negotiated) -> Result<(), SessionError> {
     let mut buf = vec![0u8; BUF_SIZE];
     loop {
@@ -310,15 +401,7 @@ fn worker(dev: &FuseDev, d: &Dispatcher, session: &Negotiated) -> Result<(), Ses
                 continue;
             }
         };
-        let unique = req.header.unique;
-        // A bug met while answering must not leave the caller waiting forever nor take the
-        // worker with it: the request gets EIO.
-        let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.answer(&req)))
-            .unwrap_or_else(|_| {
-                tracing::error!("answering {:?} panicked: EIO", req.op.opcode());
-                Answer::Reply(Reply::error(unique, Errno::EIO))
-            });
-        match answer {
+        match answer_caught(d, &req) {
             Answer::Nothing => {}
             Answer::Reply(r) => send(dev, r.as_bytes(), &[]),
             Answer::Data { unique, data } => match reply_header(unique, data.len()) {

@@ -40,6 +40,9 @@ pub struct MountOpts {
     pub dirsync: bool,
     /// `transport=fuser` (the default) or `transport=native`: which FUSE implementation serves.
     pub transport: super::transport::Transport,
+    /// With `transport=native`: requests through io_uring queues where the kernel allows
+    /// (`uring=auto`, the default), always (`on`: or no mount), never (`off`: /dev/fuse reads).
+    pub uring: cilfs_fuse::native::UringMode,
 }
 
 impl Default for MountOpts {
@@ -68,6 +71,7 @@ impl Default for MountOpts {
             sync: false,
             dirsync: false,
             transport: super::transport::Transport::Fuser,
+            uring: cilfs_fuse::native::UringMode::Auto,
         }
     }
 }
@@ -237,8 +241,14 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 o.dirsync = true;
             }
             "transport" => o.transport = super::transport::Transport::parse(need()?)?,
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, transport)")),
+            "uring" => o.uring = super::transport::parse_uring(need()?)?,
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, transport, uring)")),
         }
+    }
+    if o.uring == cilfs_fuse::native::UringMode::On
+        && o.transport == super::transport::Transport::Fuser
+    {
+        return Err("uring=on needs transport=native (fuser has no FUSE over io_uring)".into());
     }
     Ok(o)
 }

@@ -1,5 +1,6 @@
 //! Which FUSE transport a mount serves through: `transport=fuser` (the default, the fuser
-//! crate) or `transport=native` (cilfs's own, `cilfs_fuse::native`). Both mount the same
+//! crate) or `transport=native` (cilfs's own, `cilfs_fuse::native`), the latter with requests
+//! through io_uring queues as `uring=auto|on|off` says. Both mount the same
 //! way (type fuse.cilfs, or fuseblk.cilfs for the native transport on a block device; the
 //! image as source; the same flags) and answer with the same `Fs`
 //! calls; the rest of the daemon (gate, signals, readiness, clean unmount) does not know which.
@@ -26,6 +27,16 @@ impl Transport {
             "native" => Ok(Transport::Native),
             x => Err(format!("transport={x}: use fuser or native")),
         }
+    }
+}
+
+/// `uring=`: whether the native transport takes requests through io_uring queues.
+pub fn parse_uring(v: &str) -> Result<native::UringMode, String> {
+    match v {
+        "auto" => Ok(native::UringMode::Auto),
+        "on" => Ok(native::UringMode::On),
+        "off" => Ok(native::UringMode::Off),
+        x => Err(format!("uring={x}: use auto, on or off")),
     }
 }
 
@@ -62,6 +73,7 @@ impl Session {
                 let cfg = native::ServeConfig {
                     threads: opts.threads,
                     writeback_cache: opts.writeback_cache,
+                    uring: opts.uring,
                 };
                 s.run(Arc::clone(fs), cfg).map_err(anyhow::Error::from)
             }
@@ -104,15 +116,27 @@ pub fn mount_native(
     fs: &Fs,
     invalidator: &Invalidator,
 ) -> Result<Session, Failure> {
+    // uring=on: refused before anything is mounted when the kernel's switch is off or this
+    // process may not set up io_uring (the session reports the rest: the kernel offers FUSE
+    // over io_uring exactly when the switch is on).
+    if opts.uring == native::UringMode::On {
+        native::uring_available().map_err(|e| {
+            Failure::usage(anyhow!(
+                "uring=on: FUSE over io_uring is unavailable: {e} (root can enable it with \
+                 echo Y > /sys/module/fuse/parameters/enable_uring)"
+            ))
+        })?;
+    }
     let s = native::Session::mount(dir, &native_options(image, opts, fs.block_size()))
         .map_err(|e| Failure::usage(anyhow!("mounting on {}: {e}", dir.display())))?;
     invalidator.native.connect(s.notifier());
     // For the log only: the person mounting asked for it.
     tracing::info!(
         target: super::daemon_log::QUIET,
-        "FUSE transport: native ({}, {} threads)",
+        "FUSE transport: native ({}, {} threads, uring={:?})",
         native_options(image, opts, fs.block_size()).fstype(),
-        opts.threads
+        opts.threads,
+        opts.uring
     );
     Ok(Session::Native(s))
 }
@@ -127,6 +151,19 @@ mod tests {
         assert_eq!(Transport::parse("native"), Ok(Transport::Native));
         assert!(Transport::parse("uring").is_err());
         assert_eq!(Transport::default(), Transport::Fuser);
+        assert_eq!(parse_uring("on"), Ok(native::UringMode::On));
+        assert_eq!(parse_uring("off"), Ok(native::UringMode::Off));
+        assert_eq!(parse_uring("auto"), Ok(native::UringMode::Auto));
+        assert!(parse_uring("yes").is_err());
+        let o = super::super::mount_opts::parse(&["transport=native,uring=on".into()]).unwrap();
+        assert_eq!(o.uring, native::UringMode::On);
+        assert_eq!(
+            super::super::mount_opts::MountOpts::default().uring,
+            native::UringMode::Auto
+        );
+        assert!(super::super::mount_opts::parse(&["uring=on".into()])
+            .unwrap_err()
+            .contains("transport=native"));
     }
 
     #[test]

@@ -20,13 +20,31 @@ pub fn cilfs(args: &[&str]) -> Output {
     Command::new(CILFS).args(args).output().unwrap()
 }
 
-/// The cilfs command; with CILFS_TEST_TRANSPORT=native (or fuser) in the environment every
-/// mount gets `-o transport=...`, so that a whole suite runs over either FUSE transport.
+/// The mount options CILFS_TEST_TRANSPORT stands for: `fuser`, `native` (cilfs's own over
+/// /dev/fuse reads, `uring=off` so that the path is the same whatever the kernel's switch says)
+/// or `uring` (cilfs's own with requests through io_uring queues, `uring=on`: the mount fails
+/// rather than fall back).
+pub fn transport_opts(t: &str) -> String {
+    match t {
+        "native" => "transport=native,uring=off".into(),
+        "uring" => "transport=native,uring=on".into(),
+        t => format!("transport={t}"),
+    }
+}
+
+/// The transport the suite runs over (CILFS_TEST_TRANSPORT), `fuser` by default.
+pub fn test_transport() -> String {
+    std::env::var("CILFS_TEST_TRANSPORT").unwrap_or_else(|_| "fuser".into())
+}
+
+/// The cilfs command; with CILFS_TEST_TRANSPORT=native, uring (or fuser) in the environment
+/// every mount gets its `-o` options ([`transport_opts`]), so that a whole suite runs over
+/// each FUSE transport.
 pub fn transported(args: &[&str]) -> Command {
     let mut cmd = Command::new(CILFS);
     cmd.args(args);
     if let (Some(&"mount"), Ok(t)) = (args.first(), std::env::var("CILFS_TEST_TRANSPORT")) {
-        cmd.arg("-o").arg(format!("transport={t}"));
+        cmd.arg("-o").arg(transport_opts(&t));
     }
     cmd
 }
