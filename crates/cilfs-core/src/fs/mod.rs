@@ -4,7 +4,9 @@
 //! operations return typed errors; the FUSE adapter only translates.
 //!
 //! Concurrency: one reader-writer lock over the filesystem state (the header, the inode cache,
-//! the page cache). Changes take it exclusively, lookups share it; no data IO happens under it:
+//! the page cache). Creates and unlinks build their transaction without it and take it
+//! exclusively only to check and publish (`shared_tx.rs`); other changes take it exclusively,
+//! lookups share it; no data IO happens under it:
 //! data IO runs under the inode's own IO lock (`iolock.rs`) only, with the blocks it writes
 //! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
 //! lock table.

@@ -27,6 +27,7 @@
 use super::error::{FsError, FsResult};
 use super::inode::Inode;
 use super::tx::FsTx;
+use super::types::Reserve;
 use super::{Fs, FsState, InodeMem, SyncMode};
 
 use std::collections::HashMap;
@@ -39,11 +40,14 @@ const CONFLICTS_MAX: u32 = 8;
 pub(crate) struct Scratch {
     /// The working copies (what `with_tx` bodies take as `inodes`).
     pub inodes: HashMap<u64, InodeMem>,
-    /// For each copy of an inode that existed: the inode and change value it was copied from.
-    before: HashMap<u64, (Inode, u64)>,
+    /// For each copy of an inode that existed: the inode and change value it was copied from,
+    /// and whether it was copied from memory (else read from the tree).
+    before: HashMap<u64, (Inode, u64, bool)>,
     /// Inodes the operation deletes outright: gone from memory at publish, and refused if
     /// anyone opened them meanwhile.
     pub freed: Vec<u64>,
+    /// The free space it needs (`Fs::space_check`), checked again at publish.
+    pub space: Option<(u64, Reserve)>,
 }
 
 /// How an optimistic operation reaches the filesystem state: by taking the lock shared for a
@@ -72,20 +76,22 @@ impl Scratch {
         ino: u64,
     ) -> FsResult<&'s mut InodeMem> {
         if !self.inodes.contains_key(&ino) {
-            let m = match st.with(|st| cached_copy(st, ino)) {
-                Some(m) => m,
+            let (m, from_memory) = match st.with(|st| cached_copy(st, ino)) {
+                Some(m) => (m, true),
                 None => {
                     let inode = super::read_inode(t, ino)?;
-                    InodeMem {
+                    let m = InodeMem {
                         change: super::change::ChangeCounter::loaded(inode.change),
                         inode,
                         open: 0,
                         last_seq: 0,
                         unlogged: false,
-                    }
+                    };
+                    (m, false)
                 }
             };
-            self.before.insert(ino, (m.inode.clone(), m.change.peek()));
+            self.before
+                .insert(ino, (m.inode.clone(), m.change.peek(), from_memory));
             self.inodes.insert(ino, m);
         }
         match self.inodes.get_mut(&ino) {
@@ -97,18 +103,26 @@ impl Scratch {
     /// Copies `ino` if it is in memory (the state's lock held by the caller).
     fn preload(&mut self, st: &FsState, ino: u64) {
         if let Some(m) = cached_copy(st, ino) {
-            self.before.insert(ino, (m.inode.clone(), m.change.peek()));
+            self.before
+                .insert(ino, (m.inode.clone(), m.change.peek(), true));
             self.inodes.insert(ino, m);
         }
     }
 
     /// Whether every copied inode is in memory as it was copied (exclusive lock held).
     fn still_valid(&self, st: &FsState, fs: &Fs) -> bool {
-        let copies_hold = self.before.iter().all(|(ino, (inode, change))| {
-            st.inodes
-                .get(ino)
-                .is_none_or(|m| m.inode == *inode && m.change.peek() == *change)
-        });
+        // A copy from memory needs the inode still there as it was: gone, it may have been
+        // freed, or changed and dropped from the cache, with nothing in the tree this
+        // transaction read to show it. A copy read from the tree is checked with the tree.
+        let copies_hold = self
+            .before
+            .iter()
+            .all(
+                |(ino, (inode, change, from_memory))| match st.inodes.get(ino) {
+                    Some(m) => m.inode == *inode && m.change.peek() == *change,
+                    None => !from_memory,
+                },
+            );
         // A new inode's number is its own: nothing can have it in memory.
         let new_ones_free = self
             .inodes
@@ -179,7 +193,11 @@ impl Fs {
         let mut conflicts = 0;
         loop {
             if conflicts >= CONFLICTS_MAX {
-                return self.with_exclusive_scratch(&mut body);
+                if let Some(done) = self.with_exclusive_scratch(&mut body)? {
+                    return Ok(done);
+                }
+                super::stats::bump(&self.stats.conflicts);
+                continue;
             }
             let built = {
                 let mut sc = Scratch::default();
@@ -191,6 +209,8 @@ impl Fs {
                     st.hdr.clone()
                 };
                 let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
+                #[cfg(test)]
+                run_after_copy_hook();
                 match body(&StateRef::Unlocked(self), &mut t, &mut sc) {
                     Ok(r) => Ok((r, t, sc)),
                     // Giving up to wait or read outside the lock: `retrying` runs it again.
@@ -221,24 +241,22 @@ impl Fs {
         }
     }
 
-    /// The same as one optimistic run, under the exclusive lock: nothing can change under it,
-    /// so it publishes at the first try.
+    /// The same as one optimistic run, under the exclusive lock: nothing in the trees or the
+    /// inode cache can change under it.
     fn with_exclusive_scratch<R>(
         &self,
         body: &mut impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
-    ) -> FsResult<(R, u64)> {
+    ) -> FsResult<Option<(R, u64)>> {
         let mut st = self.write_state();
         let mut t = FsTx::begin_optimistic(&self.journal, &st.hdr, self.hdr_blk, &self.busy)?;
         t.hold_lock();
         let mut sc = Scratch::default();
         let (r, touched) = body(&StateRef::Held(&st), &mut t, &mut sc)?;
-        match self.publish_scratch(&mut st, t, sc, &touched)? {
-            Some(seq) => Ok((r, seq)),
-            None => Err(FsError::corrupt(
-                0,
-                "an operation's view changed under the exclusive lock".to_string(),
-            )),
-        }
+        // Only what takes no filesystem lock can still move: an inode it frees may have been
+        // opened for IO (IO locks come before this one). None: run it again.
+        Ok(self
+            .publish_scratch(&mut st, t, sc, &touched)?
+            .map(|seq| (r, seq)))
     }
 
     /// Validates and commits (exclusive lock held); None if the operation must run again.
@@ -250,7 +268,8 @@ impl Fs {
         touched: &[u64],
     ) -> FsResult<Option<u64>> {
         let roots_moved = t.roots_moved(&st.hdr);
-        let current = t.merge_header(&st.hdr) && t.still_current(roots_moved);
+        let cur = st.hdr.clone();
+        let current = t.merge_header(&cur) && t.still_current(&cur, roots_moved);
         // Blocks it took from the free trees were free, not busy and not reserved when it
         // looked; a commit since may have freed them (busy until stable) or a write reserved
         // them without changing the trees.
@@ -261,6 +280,11 @@ impl Fs {
         if !current || !blocks_still_free || !sc.still_valid(st, self) {
             return Ok(None);
         }
+        // Free space as it is now: creates side by side each checked against their own copy.
+        if let Some((blocks, reserve)) = sc.space {
+            self.space_check(&st.hdr, blocks, reserve)?;
+        }
+        t.reserve_to_commit()?;
         #[cfg(debug_assertions)]
         t.assert_keys_routed();
         let dir_changed = touched
@@ -278,5 +302,20 @@ impl Fs {
             self.journal.force(seq)?;
         }
         Ok(Some(seq))
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: run once by the next optimistic operation of this thread, after it copied the
+    /// header and inodes and before it builds (where another operation can slip in).
+    pub(crate) static AFTER_COPY: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+#[cfg(test)]
+fn run_after_copy_hook() {
+    if let Some(f) = AFTER_COPY.with(|h| h.borrow_mut().take()) {
+        f();
     }
 }

@@ -34,6 +34,8 @@ pub struct FsTx<'a> {
     pub(crate) busy: &'a Mutex<BusyExtents>,
     force_header: bool,
     reserved_buffers: u64,
+    /// The log space it reserves (at begin, or at commit for an optimistic one).
+    reservation: Reservation,
     /// Built under the shared filesystem lock (`shared_tx.rs`): a block not in the buffer
     /// cache makes it give up and read the block outside the lock, and its header is merged
     /// into the newest one at commit.
@@ -42,6 +44,8 @@ pub struct FsTx<'a> {
     opt: Reads,
     /// Built under the filesystem lock: a block not in the buffer cache is read outside it.
     under_lock: bool,
+    /// Trees it read, a bit per tree id: only their roots matter to `still_current`.
+    trees_read: u8,
 }
 
 /// The reads of an optimistic transaction that its commit checks.
@@ -99,16 +103,21 @@ impl<'a> FsTx<'a> {
             n -= 1;
         }
         let res = Reservation::for_buffers(n, bs);
-        // Never wait for log space under the filesystem lock when the operation can still
-        // give up and wait outside it (fs/retry.rs).
-        let tx = match journal.try_begin(res)? {
-            Some(tx) => tx,
-            None if super::retry::may_retry() => {
-                return Err(FsError::Retry(super::retry::Retry::LogSpace(
-                    res.unit_bytes,
-                )))
+        let tx = if optimistic {
+            // Reserved at commit (`reserve_to_commit`).
+            journal.begin_unreserved()?
+        } else {
+            // Never wait for log space under the filesystem lock when the operation can still
+            // give up and wait outside it (fs/retry.rs).
+            match journal.try_begin(res)? {
+                Some(tx) => tx,
+                None if super::retry::may_retry() => {
+                    return Err(FsError::Retry(super::retry::Retry::LogSpace(
+                        res.unit_bytes,
+                    )))
+                }
+                None => journal.begin(res)?,
             }
-            None => journal.begin(res)?,
         };
         let completed_seq = journal.completed_seq();
         busy.lock().prune(completed_seq);
@@ -125,17 +134,32 @@ impl<'a> FsTx<'a> {
 
             force_header: false,
             reserved_buffers: n,
+            reservation: res,
             optimistic,
             opt: Reads::default(),
             under_lock: !optimistic,
+            trees_read: 0,
         })
+    }
+
+    /// An optimistic transaction takes its log space under the lock, just before it commits:
+    /// if it is not there, the operation gives up to wait for it outside the lock
+    /// (`Retry::LogSpace`) when it can, and waits here when it cannot.
+    pub(crate) fn reserve_to_commit(&mut self) -> FsResult<()> {
+        let wait = !super::retry::may_retry();
+        if self.tx.reserve(self.reservation, wait)? {
+            return Ok(());
+        }
+        Err(FsError::Retry(super::retry::Retry::LogSpace(
+            self.reservation.unit_bytes,
+        )))
     }
 
     /// Whether the root of a tree differs in `cur` from the header this transaction began with.
     pub(crate) fn roots_moved(&self, cur: &Header) -> bool {
         [TREE_FS, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE]
             .into_iter()
-            .any(|t| self.hdr_before.root(t) != cur.root(t))
+            .any(|t| self.trees_read & (1 << t) != 0 && self.hdr_before.root(t) != cur.root(t))
     }
 
     /// Brings an optimistic transaction's header up to `cur`, the newest: counters it changed
@@ -176,11 +200,11 @@ impl<'a> FsTx<'a> {
     /// if the key's value (or absence) is still what it saw. docs/ARCHITECTURE.md has the
     /// argument.
     ///
-    /// `roots_moved`: a tree's root changed since the transaction took its header (a root
-    /// split or a tree's collapse). Its descents began at the old root, which may no longer
-    /// cover every key even though no block it read changed after it read it: they are
-    /// checked again from the new root (`merge_header` has brought the roots up to date).
-    pub(crate) fn still_current(&mut self, roots_moved: bool) -> bool {
+    /// `cur` is the newest header; `roots_moved`: the root of a tree it read changed since the
+    /// transaction took its header (a root split or a tree's collapse). Its descents began at
+    /// the old root, which may no longer cover every key even though no block it read changed
+    /// after it read it: they are checked again from the new root.
+    pub(crate) fn still_current(&self, cur: &Header, roots_moved: bool) -> bool {
         let stale = self.tx.stale_blocks();
         if stale.is_empty() && !roots_moved {
             return true;
@@ -200,26 +224,23 @@ impl<'a> FsTx<'a> {
         if interior_moved && o.sideways {
             return false;
         }
-        let blknos: Vec<u64> = stale.iter().map(|&(b, _)| b).collect();
-        // Look again through this transaction's view: the newest published blocks, with its
-        // own changes over them.
-        self.tx.accept_versions(&blknos);
-        let o = std::mem::take(&mut self.opt);
+        // Look again in the published trees, from the newest roots: not through this
+        // transaction, whose own changes would make its earlier reads look wrong.
+        let mut v = ReadView {
+            journal: self.tx.journal,
+            hdr: cur,
+        };
         let descents_hold = !interior_moved
             || o.descents.iter().all(|&(tree, key, leaf)| {
-                let root = self.hdr.root(tree);
-                btree::leaf_blkno(self, root, tree, key).is_ok_and(|b| b == leaf)
+                btree::leaf_blkno(&mut v, cur.root(tree), tree, key).is_ok_and(|b| b == leaf)
             });
-        let reads_hold = descents_hold
+        descents_hold
             && o.point_reads
                 .iter()
-                .filter(|r| interior_moved || blknos.contains(&r.2))
+                .filter(|r| interior_moved || stale.iter().any(|&(b, _)| b == r.2))
                 .all(|(tree, key, _, value)| {
-                    let root = self.hdr.root(*tree);
-                    btree::get(self, root, *tree, *key).is_ok_and(|v| v == *value)
-                });
-        self.opt = o;
-        reads_hold
+                    btree::get(&mut v, cur.root(*tree), *tree, *key).is_ok_and(|g| g == *value)
+                })
     }
 
     /// Debug builds: every leaf of the fs tree this optimistic transaction changes is where a
@@ -429,6 +450,7 @@ impl NodeStore for FsTx<'_> {
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
         let b = self.node_buf(blkno)?;
         let n = self.tx.read(b, |d| Node::decode(d, blkno, tree))?;
+        self.trees_read |= 1 << tree;
         if self.optimistic {
             let set = match n.level {
                 0 => &mut self.opt.strong_leaves,
@@ -456,6 +478,7 @@ impl NodeStore for FsTx<'_> {
         let step = self.tx.read(b, |d| {
             super::tree::node::raw_step(d, blkno, tree, level, key)
         })?;
+        self.trees_read |= 1 << tree;
         if self.optimistic {
             match &step {
                 RawStep::Child(_) if !self.opt.interior.contains(&blkno) => {

@@ -404,6 +404,14 @@ impl Journal {
             .then(|| Transaction::new(self, r.unit_bytes)))
     }
 
+    /// A transaction without log space yet (`Transaction::reserve`): an optimistic operation
+    /// builds its changes first and reserves only to commit them, so that it never holds log
+    /// space while it waits for a lock.
+    pub fn begin_unreserved(&self) -> Result<Transaction<'_>, JournalError> {
+        self.check_alive()?;
+        Ok(Transaction::new(self, 0))
+    }
+
     /// Waits until a reservation of `r` has been granted (making space as `begin` does), then
     /// gives it back: for a caller that must not wait while holding its locks, before it tries
     /// again with `try_begin`.

@@ -228,22 +228,6 @@ impl<'j> Transaction<'j> {
             .collect()
     }
 
-    /// Takes the current version of the blocks in `blknos` as the one first seen: the caller
-    /// found that their changes do not touch what this transaction decided.
-    pub fn accept_versions(&mut self, blknos: &[u64]) {
-        for h in self
-            .held
-            .iter_mut()
-            .filter(|h| blknos.contains(&h.buf.blkno()))
-        {
-            debug_assert!(
-                h.data.is_none(),
-                "a block this transaction changed moved under it"
-            );
-            h.version = h.buf.lock().version;
-        }
-    }
-
     /// Blocks this transaction changes (debug checks).
     pub fn changed_blocks(&self) -> Vec<u64> {
         self.held
@@ -256,6 +240,19 @@ impl<'j> Transaction<'j> {
     /// Whether this transaction already holds block `blkno`.
     pub fn holds(&self, blkno: u64) -> bool {
         self.held.iter().any(|h| h.buf.blkno() == blkno)
+    }
+
+    /// Reserves `r` for a transaction begun without log space (`Journal::begin_unreserved`):
+    /// now if it is there (false if not), or waiting for it when `wait`.
+    pub fn reserve(&mut self, r: Reservation, wait: bool) -> Result<bool, JournalError> {
+        assert_eq!(self.unit, 0, "a transaction reserves log space once");
+        if wait {
+            self.journal.reserve(r.unit_bytes)?;
+        } else if !self.journal.try_reserve(r.unit_bytes)? {
+            return Ok(false);
+        }
+        self.unit = r.unit_bytes;
+        Ok(true)
     }
 
     /// Buffers this transaction has logged so far (to check it stays within its reservation).
