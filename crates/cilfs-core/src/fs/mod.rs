@@ -206,6 +206,11 @@ impl Default for FsOptions {
 
 /// An inode in memory: the authoritative copy while cached (changes happen under the
 /// filesystem's write lock), its change counter, and who holds it open.
+/// The inodes in memory, each boxed: growing the table moves 16 bytes an entry instead of a
+/// whole inode, and it grows under the exclusive state lock (a doubling at a million inodes
+/// moved some 200 MB there, 8% of a two-thread create run).
+pub(crate) type InodeTable = HashMap<u64, Box<InodeMem>>;
+
 #[derive(Debug)]
 pub(crate) struct InodeMem {
     pub inode: Inode,
@@ -221,7 +226,7 @@ pub(crate) struct InodeMem {
 #[derive(Debug)]
 pub(crate) struct FsState {
     pub hdr: Header,
-    pub inodes: HashMap<u64, InodeMem>,
+    pub inodes: InodeTable,
     pub cache: pagecache::PageCache,
 }
 
@@ -381,7 +386,7 @@ impl Fs {
     pub(crate) fn with_tx<R>(
         &self,
         st: &mut FsState,
-        f: impl FnOnce(&mut FsTx<'_>, &mut HashMap<u64, InodeMem>) -> FsResult<(R, Vec<u64>)>,
+        f: impl FnOnce(&mut FsTx<'_>, &mut InodeTable) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.with_tx_sync(st, true, f)
     }
@@ -392,7 +397,7 @@ impl Fs {
         &self,
         st: &mut FsState,
         may_force: bool,
-        f: impl FnOnce(&mut FsTx<'_>, &mut HashMap<u64, InodeMem>) -> FsResult<(R, Vec<u64>)>,
+        f: impl FnOnce(&mut FsTx<'_>, &mut InodeTable) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.check_writable()?;
         self.trim_cache(st);
@@ -434,20 +439,20 @@ impl Fs {
     /// An inode, from the cache or read through `t` (a transaction or a read view).
     pub(crate) fn inode_mut<'m>(
         t: &mut dyn TreeRead,
-        inodes: &'m mut HashMap<u64, InodeMem>,
+        inodes: &'m mut InodeTable,
         ino: u64,
     ) -> FsResult<&'m mut InodeMem> {
         match inodes.entry(ino) {
             std::collections::hash_map::Entry::Occupied(o) => Ok(o.into_mut()),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let inode = read_inode(t, ino)?;
-                Ok(v.insert(InodeMem {
+                Ok(v.insert(Box::new(InodeMem {
                     change: ChangeCounter::loaded(inode.change),
                     inode,
                     open: 0,
                     last_seq: 0,
                     unlogged: false,
-                }))
+                })))
             }
         }
     }

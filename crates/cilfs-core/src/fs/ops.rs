@@ -18,8 +18,8 @@ use super::types::{
     Cred, Reserve, SetAttr, SetTime, StatFs, LINK_MAX, RESERVE_BLOCKS, SYMLINK_CHUNK, SYMLINK_MAX,
 };
 use super::xattr::{self, XattrFlags};
+use super::InodeTable;
 use super::{log_inode, Fs, InodeMem};
-use std::collections::HashMap;
 
 /// Whether `ino` has no item in the fs tree but its inode item: no extents, xattrs or symlink
 /// target.
@@ -335,7 +335,7 @@ impl Fs {
             },
         )?;
         let attr = m.inode.attr(bs);
-        inodes.insert(ino, m);
+        inodes.insert(ino, Box::new(m));
         let pm = Fs::inode_mut(t, inodes, parent)?;
         pm.inode.mtime = now;
         pm.inode.size += 1;
@@ -526,7 +526,7 @@ impl Fs {
     pub(crate) fn entry_removed(
         &self,
         t: &mut FsTx<'_>,
-        inodes: &mut HashMap<u64, InodeMem>,
+        inodes: &mut InodeTable,
         dir: u64,
         was_dir: bool,
         now: Timespec,
@@ -546,7 +546,7 @@ impl Fs {
     pub(crate) fn drop_link(
         &self,
         t: &mut FsTx<'_>,
-        inodes: &mut HashMap<u64, InodeMem>,
+        inodes: &mut InodeTable,
         ino: u64,
         now: Timespec,
     ) -> FsResult<()> {

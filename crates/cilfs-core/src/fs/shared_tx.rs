@@ -28,7 +28,7 @@ use super::error::{FsError, FsResult};
 use super::inode::Inode;
 use super::tx::FsTx;
 use super::types::Reserve;
-use super::{Fs, FsState, InodeMem, SyncMode};
+use super::{Fs, FsState, InodeMem, InodeTable, SyncMode};
 
 use std::collections::HashMap;
 
@@ -39,7 +39,7 @@ const CONFLICTS_MAX: u32 = 8;
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     /// The working copies (what `with_tx` bodies take as `inodes`).
-    pub inodes: HashMap<u64, InodeMem>,
+    pub inodes: InodeTable,
     /// For each copy of an inode that existed: the inode and change value it was copied from,
     /// and whether it was copied from memory (else read from the tree).
     before: HashMap<u64, (Inode, u64, bool)>,
@@ -92,7 +92,7 @@ impl Scratch {
             };
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), from_memory));
-            self.inodes.insert(ino, m);
+            self.inodes.insert(ino, Box::new(m));
         }
         match self.inodes.get_mut(&ino) {
             Some(m) => Ok(m),
@@ -105,7 +105,7 @@ impl Scratch {
         if let Some(m) = cached_copy(st, ino) {
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), true));
-            self.inodes.insert(ino, m);
+            self.inodes.insert(ino, Box::new(m));
         }
     }
 
@@ -139,7 +139,7 @@ impl Scratch {
 
     /// Makes the copies the inodes in memory (exclusive lock held, after the commit).
     fn publish(self, st: &mut FsState, seq: u64) {
-        for (ino, m) in self.inodes {
+        for (ino, mut m) in self.inodes {
             if self.freed.contains(&ino) {
                 continue;
             }
@@ -151,14 +151,9 @@ impl Scratch {
                     cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
                 }
                 None => {
-                    st.inodes.insert(
-                        ino,
-                        InodeMem {
-                            last_seq: m.last_seq.max(seq),
-                            open: 0,
-                            ..m
-                        },
-                    );
+                    m.last_seq = m.last_seq.max(seq);
+                    m.open = 0;
+                    st.inodes.insert(ino, m);
                 }
             }
         }
