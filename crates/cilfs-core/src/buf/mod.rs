@@ -12,7 +12,7 @@ use crate::trans::item::{ItemKey, LogItem, WriteBack};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, RawMutex};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub type BufGuard = parking_lot::lock_api::ArcMutexGuard<RawMutex, BufData>;
@@ -118,6 +118,10 @@ impl std::hash::Hasher for BlockHasher {
 
 type BlockMap = HashMap<u64, Arc<Buf>, std::hash::BuildHasherDefault<BlockHasher>>;
 
+/// Maps the buffers are spread over by block number: one map behind one lock was taken some
+/// fifty times by every create, from every thread.
+const MAP_SHARDS: usize = 16;
+
 /// All buffers in memory. Buffers that only the cache holds (not in a transaction, the CIL or
 /// the AIL, hence clean and unpinned) are evicted when the cache passes `max_bytes`.
 #[derive(Debug)]
@@ -125,14 +129,16 @@ pub struct BufCache {
     dev: Arc<dyn Device>,
     block_size: u32,
     max_buffers: usize,
-    bufs: Mutex<BlockMap>,
+    bufs: [Mutex<BlockMap>; MAP_SHARDS],
+    /// Buffers in all the maps (changed under the map's lock).
+    count: AtomicUsize,
     /// Bumped by every eviction pass: a read that raced with one may be older than what was
     /// evicted, and is retried.
     evictions: std::sync::atomic::AtomicU64,
     evicted: std::sync::atomic::AtomicU64,
     /// The next eviction pass runs when the cache holds more than this many buffers: a pass
     /// that finds little to evict (everything dirty) is not repeated on every insert.
-    next_pass_at: std::sync::atomic::AtomicUsize,
+    next_pass_at: AtomicUsize,
 }
 
 impl BufCache {
@@ -141,26 +147,32 @@ impl BufCache {
             dev,
             block_size,
             max_buffers: (max_bytes / u64::from(block_size)).max(16) as usize,
-            bufs: Mutex::new(BlockMap::default()),
+            bufs: std::array::from_fn(|_| Mutex::new(BlockMap::default())),
+            count: AtomicUsize::new(0),
             evictions: std::sync::atomic::AtomicU64::new(0),
             evicted: std::sync::atomic::AtomicU64::new(0),
-            next_pass_at: std::sync::atomic::AtomicUsize::new(
-                (max_bytes / u64::from(block_size)).max(16) as usize,
-            ),
+            next_pass_at: AtomicUsize::new((max_bytes / u64::from(block_size)).max(16) as usize),
         }
+    }
+
+    /// The map that holds `blkno`.
+    fn map(&self, blkno: u64) -> &Mutex<BlockMap> {
+        // The high bits of a multiplicative hash: neighbouring blocks land in different maps.
+        let i = (blkno.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % MAP_SHARDS;
+        &self.bufs[i]
     }
 
     /// The buffer of `blkno`, read from the device on first use.
     pub fn get(&self, blkno: u64) -> Result<Arc<Buf>, DeviceError> {
         loop {
-            if let Some(b) = self.bufs.lock().get(&blkno) {
+            if let Some(b) = self.map(blkno).lock().get(&blkno) {
                 return Ok(Arc::clone(b));
             }
             let epoch = self.evictions.load(Ordering::Acquire);
             let mut data = AlignedBuf::zeroed(self.block_size as usize);
             self.dev
                 .read(blkno * u64::from(self.block_size), &mut data)?;
-            let mut bufs = self.bufs.lock();
+            let mut bufs = self.map(blkno).lock();
             if let Some(b) = bufs.get(&blkno) {
                 // Another thread read it meanwhile: its copy (perhaps already modified) wins.
                 return Ok(Arc::clone(b));
@@ -181,10 +193,10 @@ impl BufCache {
                 pins: AtomicU32::new(0),
             });
             bufs.insert(blkno, Arc::clone(&b));
-            if bufs.len() > self.next_pass_at.load(Ordering::Relaxed) {
-                self.evict(&mut bufs);
-                let again = bufs.len().max(self.max_buffers) + self.max_buffers / 8;
-                self.next_pass_at.store(again, Ordering::Relaxed);
+            let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+            drop(bufs);
+            if count > self.next_pass_at.load(Ordering::Relaxed) {
+                self.evict_pass();
             }
             return Ok(b);
         }
@@ -192,44 +204,54 @@ impl BufCache {
 
     /// Block `blkno` if it is in memory (no read of the device needed).
     pub fn cached(&self, blkno: u64) -> Option<Arc<Buf>> {
-        self.bufs.lock().get(&blkno).map(Arc::clone)
+        self.map(blkno).lock().get(&blkno).map(Arc::clone)
     }
 
-    /// Drops buffers only the cache holds until the cache is at 7/8 of its limit.
-    fn evict(&self, bufs: &mut BlockMap) {
-        self.evictions.fetch_add(1, Ordering::AcqRel);
-        let target = self.max_buffers / 8 * 7;
-        let excess = bufs.len().saturating_sub(target);
-        let victims: Vec<u64> = bufs
-            .iter()
-            // Clones are only made under the map lock, which we hold: a count of 1 stays 1.
-            .filter(|(_, b)| Arc::strong_count(b) == 1)
-            .map(|(k, _)| *k)
-            .take(excess)
-            .collect();
-        for k in victims {
-            if let Some(b) = bufs.remove(&k) {
-                self.evicted.fetch_add(1, Ordering::Relaxed);
-                debug_assert_eq!(
-                    b.pins.load(Ordering::Acquire),
-                    0,
-                    "evicting a pinned buffer"
-                );
-                debug_assert!(
-                    b.state.try_lock().is_none_or(|g| g.dirty.is_empty()),
-                    "evicting a dirty buffer"
-                );
+    /// Drops buffers only the cache holds until the cache is at 7/8 of its limit, each map
+    /// down to its share, and sets when the next pass runs.
+    fn evict_pass(&self) {
+        let target = self.max_buffers / 8 * 7 / MAP_SHARDS;
+        for map in &self.bufs {
+            let mut bufs = map.lock();
+            let excess = bufs.len().saturating_sub(target);
+            let victims: Vec<u64> = bufs
+                .iter()
+                // Clones are only made under the map's lock, which we hold: a count of 1
+                // stays 1.
+                .filter(|(_, b)| Arc::strong_count(b) == 1)
+                .map(|(k, _)| *k)
+                .take(excess)
+                .collect();
+            if victims.is_empty() {
+                continue;
+            }
+            // Under the map's lock, as the removals: a read of one of these blocks that began
+            // before them finds the count moved when it comes to insert.
+            self.evictions.fetch_add(1, Ordering::AcqRel);
+            for k in victims {
+                if let Some(b) = bufs.remove(&k) {
+                    self.count.fetch_sub(1, Ordering::Relaxed);
+                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                    debug_assert_eq!(
+                        b.pins.load(Ordering::Acquire),
+                        0,
+                        "evicting a pinned buffer"
+                    );
+                    debug_assert!(
+                        b.state.try_lock().is_none_or(|g| g.dirty.is_empty()),
+                        "evicting a dirty buffer"
+                    );
+                }
             }
         }
+        let again = self.len().max(self.max_buffers) + self.max_buffers / 8;
+        self.next_pass_at.store(again, Ordering::Relaxed);
     }
 
     /// Evicts what it can if the cache is over its limit (after the AIL wrote buffers back).
     pub fn trim(&self) {
-        let mut bufs = self.bufs.lock();
-        if bufs.len() > self.max_buffers {
-            self.evict(&mut bufs);
-            let again = bufs.len().max(self.max_buffers) + self.max_buffers / 8;
-            self.next_pass_at.store(again, Ordering::Relaxed);
+        if self.len() > self.max_buffers {
+            self.evict_pass();
         }
     }
 
@@ -244,7 +266,7 @@ impl BufCache {
     }
 
     pub fn len(&self) -> usize {
-        self.bufs.lock().len()
+        self.count.load(Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
