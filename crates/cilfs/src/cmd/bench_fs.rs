@@ -45,6 +45,9 @@ pub struct FsArgs {
     /// Threads running the workload
     #[arg(long, default_value_t = 1)]
     threads: u64,
+    /// All threads work in one directory instead of one each
+    #[arg(long)]
+    shared_dir: bool,
     /// Run time, unless --ops is reached first
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -107,13 +110,25 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
     let c = Cred::ROOT;
     // Per-thread setup: a directory, and the file the thread writes or the files it unlinks.
     let mut targets = Vec::new();
-    for t in 0..a.threads {
+    let shared = if a.shared_dir {
         let d = fs
-            .mkdir(c, ROOT_INO, format!("t{t}").as_bytes(), 0o755)
-            .map_err(Failure::usage)?
-            .ino;
+            .mkdir(c, ROOT_INO, b"shared", 0o755)
+            .map_err(Failure::usage)?;
+        Some(d.ino)
+    } else {
+        None
+    };
+    for t in 0..a.threads {
+        let d = match shared {
+            Some(d) => d,
+            None => {
+                fs.mkdir(c, ROOT_INO, format!("t{t}").as_bytes(), 0o755)
+                    .map_err(Failure::usage)?
+                    .ino
+            }
+        };
         let f = fs
-            .mknod(c, d, b"file", 0o100_644, 0)
+            .mknod(c, d, format!("file{t}").as_bytes(), 0o100_644, 0)
             .map_err(Failure::usage)?
             .ino;
         if matches!(a.workload, Workload::Write1) {
@@ -125,9 +140,9 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
     let prepared = if a.workload == Workload::Unlink {
         let per = a.ops.map_or(200_000, |n| n.div_ceil(a.threads));
         eprintln!("bench fs: creating {} files to unlink", per * a.threads);
-        for &(d, _) in &targets {
+        for (t, &(d, _)) in targets.iter().enumerate() {
             for i in 0..per {
-                fs.mknod(c, d, format!("u{i}").as_bytes(), 0o100_644, 0)
+                fs.mknod(c, d, format!("u{t}-{i}").as_bytes(), 0o100_644, 0)
                     .map_err(Failure::usage)?;
             }
         }
@@ -147,9 +162,14 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
     let limit = a.ops.unwrap_or(u64::MAX);
     let deadline = Duration::from_secs_f64(a.seconds);
     eprintln!(
-        "bench fs: {:?} on {} threads{} for {} s",
+        "bench fs: {:?} on {} threads{}{} for {} s",
         a.workload,
         a.threads,
+        if a.shared_dir {
+            " in one directory"
+        } else {
+            ""
+        },
         if a.querier { " with a querier" } else { "" },
         a.seconds
     );
@@ -163,13 +183,13 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
                 while !stop.load(Ordering::Relaxed) {
                     let r = match a.workload {
                         Workload::Create => fs
-                            .mknod(c, d, format!("c{i}").as_bytes(), 0o100_644, 0)
+                            .mknod(c, d, format!("c{t}-{i}").as_bytes(), 0o100_644, 0)
                             .map(|_| ()),
                         Workload::Unlink => {
                             if i >= prepared {
                                 break;
                             }
-                            fs.unlink(d, format!("u{i}").as_bytes())
+                            fs.unlink(d, format!("u{t}-{i}").as_bytes())
                         }
                         Workload::Write1 => fs.write(c, f, i % (1 << 20), &[i as u8]).map(|_| ()),
                         Workload::Fsync => fs
@@ -237,6 +257,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
             "workload": format!("{:?}", a.workload).to_lowercase(),
             "iversion": format!("{:?}", a.iversion).to_lowercase(),
             "querier": a.querier, "threads": a.threads, "seconds": a.seconds,
+            "shared_dir": a.shared_dir,
             "tsgran_ns": fs.options().tsgran_ns,
         },
         "elapsed_s": elapsed,
