@@ -210,7 +210,7 @@ impl BufCache {
     /// Drops buffers only the cache holds until the cache is at 7/8 of its limit, each map
     /// down to its share, and sets when the next pass runs.
     fn evict_pass(&self) {
-        let target = self.max_buffers / 8 * 7 / MAP_SHARDS;
+        let target = (self.max_buffers / 8 * 7).div_ceil(MAP_SHARDS);
         for map in &self.bufs {
             let mut bufs = map.lock();
             let excess = bufs.len().saturating_sub(target);
@@ -271,5 +271,39 @@ impl BufCache {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use cilfs_device::SimDevice;
+
+    /// The cache stays near its limit over its maps, evicts only buffers nobody else holds,
+    /// and a block read again after eviction comes back from the device.
+    #[test]
+    fn eviction_keeps_the_cache_near_its_limit_and_spares_held_buffers() {
+        let dev = Arc::new(SimDevice::new(4096 * 1024, 7));
+        let cache = BufCache::new(dev, 4096, 64 * 4096);
+        let held: Vec<Arc<Buf>> = (0..8).map(|b| cache.get(b).unwrap()).collect();
+        held[0].lock().data[0] = 0xAB;
+        for b in 8..1000 {
+            cache.get(b).unwrap();
+            assert!(cache.len() <= 64 + 64 / 8 + 1, "{} buffers", cache.len());
+        }
+        assert!(cache.evicted() >= 1000 - 64 - 64 / 8 - 1);
+        for h in &held {
+            let again = cache.cached(h.blkno()).unwrap();
+            assert!(
+                Arc::ptr_eq(h, &again),
+                "block {} was evicted while held",
+                h.blkno()
+            );
+        }
+        assert_eq!(cache.get(0).unwrap().lock().data[0], 0xAB);
+        // An evicted block is no longer in memory and is read again from the device.
+        assert!(cache.cached(500).is_none());
+        assert_eq!(cache.get(500).unwrap().lock().data[0], 0);
     }
 }
