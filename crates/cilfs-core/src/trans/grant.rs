@@ -84,9 +84,12 @@ impl GrantHead {
                 g.waiters.pop_front();
                 g.reserved += unit;
                 g.version += 1;
+                let next_in_line = !g.waiters.is_empty();
                 drop(g);
                 // The next in line may fit too.
-                self.changed.notify_all();
+                if next_in_line {
+                    self.changed.notify_all();
+                }
                 return Ok(waiting_since.map(|t: std::time::Instant| t.elapsed()));
             }
             waiting_since.get_or_insert_with(std::time::Instant::now);
@@ -133,13 +136,19 @@ impl GrantHead {
     }
 
     /// Changes the state (reservations returned, space freed or taken) and wakes the waiters.
+    ///
+    /// Only a queue with someone in it is woken: every commit comes through here, and a
+    /// wakeup is a system call even when nobody sleeps. A waiter is in the queue before it
+    /// first looks at the state, under the same lock, so none can miss this change.
     pub fn update<R>(&self, f: impl FnOnce(&mut GrantState) -> R) -> R {
-        let r = {
+        let (r, waiters) = {
             let mut g = lock(&self.state);
             g.version += 1;
-            f(&mut g)
+            (f(&mut g), !g.waiters.is_empty())
         };
-        self.changed.notify_all();
+        if waiters {
+            self.changed.notify_all();
+        }
         r
     }
 
