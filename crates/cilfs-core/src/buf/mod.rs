@@ -5,7 +5,7 @@ mod ranges;
 
 pub use ranges::RangeSet;
 
-use crate::log::item_format::encode_buf_item;
+use crate::log::item_format::{buf_item_len, encode_buf_item_into};
 use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
@@ -53,15 +53,21 @@ impl Buf {
         self.state.try_lock_arc()
     }
 
-    /// The item payload a checkpoint logs for this block now.
-    pub fn format(&self, g: &BufData) -> Vec<u8> {
-        encode_buf_item(
+    /// Formats the item payload a checkpoint logs for this block now into `out`.
+    pub fn format_into(&self, g: &BufData, out: &mut Vec<u8>) {
+        encode_buf_item_into(
+            out,
             self.blkno,
             g.cancelled,
             g.lsn_offset,
             &g.data,
             g.dirty.ranges(),
-        )
+        );
+    }
+
+    /// The length of that payload.
+    pub fn formatted_len(g: &BufData) -> usize {
+        buf_item_len(g.dirty.ranges().iter().map(|r| r.1 as usize))
     }
 }
 

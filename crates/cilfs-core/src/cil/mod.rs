@@ -43,20 +43,33 @@ impl CilCtx {
         self.items.is_empty()
     }
 
-    /// Inserts or relogs an item's image. Pins the item the first time this context holds it.
-    pub fn insert(&mut self, item: Arc<dyn LogItem>, image: Vec<u8>) {
-        let new_len = (OP_HEADER_BYTES + image.len()) as u64;
-        match self.items.get_mut(&item.key()) {
-            Some(e) => {
+    /// Inserts or relogs the item of `key`, its image written by `fill` into the vector of the
+    /// image it replaces (empty for an item new to this context, which `item` then gives). Pins
+    /// the item the first time this context holds it.
+    pub fn insert_with(
+        &mut self,
+        key: ItemKey,
+        item: impl FnOnce() -> Arc<dyn LogItem>,
+        fill: impl FnOnce(&mut Vec<u8>),
+    ) {
+        let e = match self.items.entry(key) {
+            std::collections::btree_map::Entry::Occupied(o) => {
+                let e = o.into_mut();
                 self.stream_bytes -= (OP_HEADER_BYTES + e.image.len()) as u64;
-                e.image = image;
+                e
             }
-            None => {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                let item = item();
+                debug_assert_eq!(item.key(), key);
                 item.pins().fetch_add(1, Ordering::AcqRel);
-                self.items.insert(item.key(), CilEntry { item, image });
+                v.insert(CilEntry {
+                    item,
+                    image: Vec::new(),
+                })
             }
-        }
-        self.stream_bytes += new_len;
+        };
+        fill(&mut e.image);
+        self.stream_bytes += (OP_HEADER_BYTES + e.image.len()) as u64;
     }
 }
 

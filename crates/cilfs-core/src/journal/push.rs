@@ -1,7 +1,7 @@
 //! Committing into the CIL, pushing checkpoints, and log forces.
 
 use super::{Journal, JournalError, PushMode};
-use crate::buf::Buf;
+use crate::buf::{Buf, BufData};
 use crate::cil::CilCtx;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
@@ -13,12 +13,12 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 impl Journal {
-    /// Puts formatted images into the current CIL context (relogging replaces older images) and
+    /// Formats the locked buffers into the current CIL context (relogging replaces older images) and
     /// moves the transaction's reservation into the context's charge.
     pub(crate) fn commit_images(
         &self,
         unit: u64,
-        images: Vec<(Arc<Buf>, Vec<u8>)>,
+        bufs: &[(&Arc<Buf>, &BufData)],
     ) -> Result<u64, JournalError> {
         if let Err(e) = self.check_alive() {
             self.release_reservation(unit);
@@ -30,9 +30,9 @@ impl Journal {
         if self.cfg.push_mode == PushMode::Background {
             // Committers block at 2S (before adding, so the context never passes it) until the
             // push has switched contexts; a transaction larger than 2S goes into an empty one.
-            let adding: u64 = images
+            let adding: u64 = bufs
                 .iter()
-                .map(|(_, i)| (OP_HEADER_BYTES + i.len()) as u64)
+                .map(|(_, g)| (OP_HEADER_BYTES + Buf::formatted_len(g)) as u64)
                 .sum();
             let mut blocked_since = None;
             while !cil.is_empty()
@@ -54,8 +54,12 @@ impl Journal {
             }
         }
         let seq = cil.seq;
-        for (buf, image) in images {
-            cil.insert(buf as Arc<dyn LogItem>, image);
+        for &(buf, g) in bufs {
+            cil.insert_with(
+                buf.blkno(),
+                || Arc::clone(buf) as Arc<dyn LogItem>,
+                |out| buf.format_into(g, out),
+            );
         }
         let charge = self.charge_for(cil.stream_bytes);
         let delta = charge.saturating_sub(cil.charge);

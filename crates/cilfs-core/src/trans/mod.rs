@@ -301,17 +301,18 @@ impl<'j> Transaction<'j> {
             }
             guards.push((i, g));
         }
-        let mut images: Vec<(Arc<Buf>, Vec<u8>)> = Vec::with_capacity(guards.len());
         for (i, g) in &mut guards {
-            let h = &self.held[*i];
-            publish(h, g);
-            if h.logged {
-                images.push((Arc::clone(&h.buf), h.buf.format(g)));
-            }
+            publish(&self.held[*i], g);
         }
-        // Insert while the buffers are still locked, so the CIL never holds a state that a
-        // later transaction's half-done change could leak into.
-        let r = self.journal.commit_images(self.unit, images);
+        let logged: Vec<(&Arc<Buf>, &BufData)> = guards
+            .iter()
+            .filter(|(i, _)| self.held[*i].logged)
+            .map(|(i, g)| (&self.held[*i].buf, &**g))
+            .collect();
+        // Formatted and inserted while the buffers are still locked, so the CIL never holds a
+        // state that a later transaction's half-done change could leak into.
+        let r = self.journal.commit_images(self.unit, &logged);
+        drop(logged);
         drop(guards);
         self.held.clear();
         r
