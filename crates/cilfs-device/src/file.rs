@@ -57,6 +57,10 @@ pub struct FileDevice {
     read_only: bool,
     counters: Arc<IoCounters>,
     volatile: Arc<VolatileTracker>,
+    /// Held across a flush: a flush asked for while another runs waits for it and then
+    /// finds its writes stable (elided) if that one began after they completed, instead of
+    /// issuing a second sync beside it. This is how several threads' fsyncs share a flush.
+    flushing: parking_lot::Mutex<()>,
 }
 
 /// Opens with O_NONBLOCK: a FIFO (or a terminal or another character device) would otherwise
@@ -124,6 +128,7 @@ impl FileDevice {
             read_only: opts.read_only,
             counters: Arc::default(),
             volatile: Arc::default(),
+            flushing: parking_lot::Mutex::new(()),
         })
     }
 
@@ -155,6 +160,12 @@ impl FileDevice {
     }
 
     fn flush_if_needed(&self) -> Result<()> {
+        if self.elide && self.volatile.flush_needed().is_none() {
+            self.counters.flush_elided();
+            return Ok(());
+        }
+        let _one_at_a_time = self.flushing.lock();
+        // Sampled under the lock: a flush that ran while this one waited may have covered it.
         let needed = match self.volatile.flush_needed() {
             None if !self.elide => Some(self.volatile.current()),
             n => n,
