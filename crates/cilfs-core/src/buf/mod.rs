@@ -12,7 +12,7 @@ use crate::trans::item::{ItemKey, LogItem, WriteBack};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, RawMutex};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub type BufGuard = parking_lot::lock_api::ArcMutexGuard<RawMutex, BufData>;
@@ -38,6 +38,10 @@ pub struct Buf {
     blkno: u64,
     state: Arc<Mutex<BufData>>,
     pins: AtomicU32,
+    /// `BufData::version`, readable without the lock: a commit checking what it read looks at
+    /// every block it touched (some twenty for a create), under the filesystem's exclusive
+    /// lock, where no commit can move a version, so the lock would only cost time there.
+    version: AtomicU64,
 }
 
 impl Buf {
@@ -51,6 +55,17 @@ impl Buf {
 
     pub fn try_lock(&self) -> Option<BufGuard> {
         self.state.try_lock_arc()
+    }
+
+    /// The block's version as last published (see `version`).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// A commit changed the block (its lock held as `g`): a new version.
+    pub fn bump_version(&self, g: &mut BufData) {
+        g.version += 1;
+        self.version.store(g.version, Ordering::Release);
     }
 
     /// Formats the item payload a checkpoint logs for this block now into `out`.
@@ -197,6 +212,7 @@ impl BufCache {
                     version: 0,
                 })),
                 pins: AtomicU32::new(0),
+                version: AtomicU64::new(0),
             });
             bufs.insert(blkno, Arc::clone(&b));
             let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;

@@ -203,13 +203,9 @@ impl<'j> Transaction<'j> {
     /// before it trusts what it read: what it decided, and any error it met, may come from
     /// blocks of two different states.
     pub fn stale(&self) -> Option<u64> {
-        self.held.iter().find_map(|h| {
-            let g = self
-                .journal
-                .buf_waits
-                .acquire(|| h.buf.try_lock(), || h.buf.lock());
-            (g.version != h.version).then(|| h.buf.blkno())
-        })
+        self.held
+            .iter()
+            .find_map(|h| (h.buf.version() != h.version).then(|| h.buf.blkno()))
     }
 
     /// Every block this transaction touched that a commit has changed since, with whether
@@ -217,13 +213,7 @@ impl<'j> Transaction<'j> {
     pub fn stale_blocks(&self) -> Vec<(u64, bool)> {
         self.held
             .iter()
-            .filter(|h| {
-                let g = self
-                    .journal
-                    .buf_waits
-                    .acquire(|| h.buf.try_lock(), || h.buf.lock());
-                g.version != h.version
-            })
+            .filter(|h| h.buf.version() != h.version)
             .map(|h| (h.buf.blkno(), h.logged || h.stamp_declared))
             .collect()
     }
@@ -353,7 +343,7 @@ fn publish(h: &Held, g: &mut BufData) {
         }
         g.lsn_offset = h.lsn_offset;
     }
-    g.version += 1;
+    h.buf.bump_version(g);
 }
 
 impl Drop for Transaction<'_> {
