@@ -8,6 +8,7 @@ use super::tests::{assert_clean, new_dev, TestClock};
 use super::types::{Cred, RenameFlags};
 use super::xattr::XattrFlags;
 use super::*;
+use cilfs_device::SimDevice;
 use std::sync::Barrier;
 
 const U: Cred = Cred::user(1000, 1000);
@@ -18,6 +19,16 @@ fn opts(clock: &TestClock) -> FsOptions {
         clock: clock.clock(),
         ..FsOptions::default()
     }
+}
+
+/// A fresh filesystem on device `seed` (with the clock and device, to mount it again) and a
+/// directory under its root named `dir`.
+fn fresh_with(seed: u64, dir: &[u8]) -> (TestClock, Arc<SimDevice>, Arc<Fs>, u64) {
+    let clock = TestClock::new();
+    let dev = new_dev(seed);
+    let fs = super::tests::mount(&dev, opts(&clock));
+    let d = fs.mkdir(U, ROOT_INO, dir, 0o755).unwrap().ino;
+    (clock, dev, fs, d)
 }
 
 fn names(fs: &Fs, dir: u64) -> Vec<String> {
@@ -39,10 +50,7 @@ fn names(fs: &Fs, dir: u64) -> Vec<String> {
 #[test]
 fn racing_creates_and_unlinks_of_the_same_names_each_win_once() {
     const N: usize = 300;
-    let clock = TestClock::new();
-    let dev = new_dev(1701);
-    let fs = super::tests::mount(&dev, opts(&clock));
-    let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
+    let (clock, dev, fs, d) = fresh_with(1701, b"d");
     let inodes_before = fs.read_state().hdr.inode_count;
     let barrier = Barrier::new(THREADS);
     let wins: Vec<Vec<bool>> = std::thread::scope(|s| {
@@ -189,10 +197,7 @@ fn expected(t: usize) -> (Vec<String>, Vec<String>) {
 /// open file unlinked while another thread creates beside it lives until released.
 #[test]
 fn threads_in_their_own_and_a_shared_directory_end_in_the_serial_result() {
-    let clock = TestClock::new();
-    let dev = new_dev(1702);
-    let fs = super::tests::mount(&dev, opts(&clock));
-    let shared = fs.mkdir(U, ROOT_INO, b"shared", 0o755).unwrap().ino;
+    let (clock, dev, fs, shared) = fresh_with(1702, b"shared");
     let own: Vec<u64> = (0..THREADS)
         .map(|t| {
             fs.mkdir(U, ROOT_INO, format!("own{t}").as_bytes(), 0o755)
@@ -299,10 +304,7 @@ fn creates_side_by_side_on_a_growing_tree_keep_every_key_in_place() {
 /// entry. Whatever the interleaving, the checker finds the trees and counts consistent.
 #[test]
 fn creates_racing_the_removal_of_their_directory_leave_no_nameless_directory() {
-    let clock = TestClock::new();
-    let dev = new_dev(1705);
-    let fs = super::tests::mount(&dev, opts(&clock));
-    let base = fs.mkdir(U, ROOT_INO, b"base", 0o755).unwrap().ino;
+    let (_clock, _dev, fs, base) = fresh_with(1705, b"base");
     let inodes_before = fs.read_state().hdr.inode_count;
     std::thread::scope(|s| {
         let fs = &fs;
@@ -345,10 +347,7 @@ fn creates_racing_the_removal_of_their_directory_leave_no_nameless_directory() {
 /// entry. It did, when a copy from memory that was no longer in memory counted as unchanged.
 #[test]
 fn a_create_whose_directory_was_removed_after_it_copied_it_finds_it_gone() {
-    let clock = TestClock::new();
-    let dev = new_dev(1706);
-    let fs = super::tests::mount(&dev, opts(&clock));
-    let base = fs.mkdir(U, ROOT_INO, b"base", 0o755).unwrap().ino;
+    let (_clock, _dev, fs, base) = fresh_with(1706, b"base");
     let d = fs.mkdir(U, base, b"d", 0o755).unwrap().ino;
     let inodes_before = fs.read_state().hdr.inode_count;
     let fs2 = Arc::clone(&fs);
