@@ -415,6 +415,18 @@ fn serve_logged(
             Session::Fuser(session)
         }
         Transport::Native => {
+            // A user's mount goes through fusermount3, which says why it failed in words of
+            // its own: the usual obstacle, a /dev/fuse the user may not open, is explained
+            // here first, as for fuser.
+            if !rustix::process::geteuid().is_root() {
+                if let Err(e) = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/fuse")
+                {
+                    return Err(Failure::usage(mount_error(&a.dir, e)));
+                }
+            }
             super::transport::mount_native(&a.image, &a.dir, opts, &fs, &invalidator)?
         }
     };

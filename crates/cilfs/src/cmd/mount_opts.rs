@@ -38,7 +38,7 @@ pub struct MountOpts {
     /// `dirsync`: every change of a directory.
     pub sync: bool,
     pub dirsync: bool,
-    /// `transport=fuser` (the default) or `transport=native`: which FUSE implementation serves.
+    /// `transport=native` (the default) or `transport=fuser`: which FUSE implementation serves.
     pub transport: super::transport::Transport,
     /// With `transport=native`: requests through io_uring queues where the kernel allows
     /// (`uring=auto`, the default), always (`on`: or no mount), never (`off`: /dev/fuse reads).
@@ -70,7 +70,7 @@ impl Default for MountOpts {
             diratime: true,
             sync: false,
             dirsync: false,
-            transport: super::transport::Transport::Fuser,
+            transport: super::transport::Transport::default(),
             uring: cilfs_fuse::native::UringMode::Auto,
         }
     }

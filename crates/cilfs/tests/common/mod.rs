@@ -32,12 +32,13 @@ pub fn transport_opts(t: &str) -> String {
     }
 }
 
-/// The transport the suite runs over (CILFS_TEST_TRANSPORT), `fuser` by default.
+/// The transport the suite runs over (CILFS_TEST_TRANSPORT): `default` when unset, cilfs's own
+/// with `uring=auto` (io_uring queues or /dev/fuse reads, as the kernel's switch says).
 pub fn test_transport() -> String {
-    std::env::var("CILFS_TEST_TRANSPORT").unwrap_or_else(|_| "fuser".into())
+    std::env::var("CILFS_TEST_TRANSPORT").unwrap_or_else(|_| "default".into())
 }
 
-/// The cilfs command; with CILFS_TEST_TRANSPORT=native, uring (or fuser) in the environment
+/// The cilfs command; with CILFS_TEST_TRANSPORT=fuser, native or uring in the environment
 /// every mount gets its `-o` options ([`transport_opts`]), so that a whole suite runs over
 /// each FUSE transport.
 pub fn transported(args: &[&str]) -> Command {
