@@ -33,7 +33,6 @@ mod retry;
 mod setid;
 mod shared_tx;
 pub mod stats;
-mod sync_batch;
 pub mod tenant;
 pub mod tree;
 pub mod tx;
@@ -252,8 +251,6 @@ pub struct Fs {
     /// Raised by every recovery; folded into the change attribute users see.
     pub(crate) epoch: u64,
     pub(crate) stats: stats::FsCounters,
-    /// Fsyncs of several threads gathered to share a flush.
-    pub(crate) sync_batch: sync_batch::SyncBatch,
 }
 
 /// The change attribute users see: the unclean-mount epoch above the counter, so a value
@@ -300,7 +297,6 @@ impl Fs {
             bs,
             epoch,
             stats: stats::FsCounters::default(),
-            sync_batch: sync_batch::SyncBatch::default(),
         });
         if !fs.opts.read_only {
             fs.reclaim_orphans()?;

@@ -28,10 +28,6 @@ pub struct FsCounters {
     /// Optimistic runs that found what they read changed and ran again (`shared_tx.rs`).
     pub conflicts: AtomicU64,
     pub deferred_sync_forces: AtomicU64,
-    /// Fsyncs that waited for another thread's to share a flush (`sync_batch.rs`), and those
-    /// whose wait ended with nobody come.
-    pub fsync_batch_waits: AtomicU64,
-    pub fsync_batch_timeouts: AtomicU64,
 }
 
 /// A snapshot of the counters.
@@ -54,8 +50,6 @@ pub struct FsStats {
     pub retries_read: u64,
     pub conflicts: u64,
     pub deferred_sync_forces: u64,
-    pub fsync_batch_waits: u64,
-    pub fsync_batch_timeouts: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
     pub busy_blocks: u64,
@@ -82,8 +76,6 @@ impl FsCounters {
             retries_read: g(&self.retries_read),
             conflicts: g(&self.conflicts),
             deferred_sync_forces: g(&self.deferred_sync_forces),
-            fsync_batch_waits: g(&self.fsync_batch_waits),
-            fsync_batch_timeouts: g(&self.fsync_batch_timeouts),
             ..FsStats::default()
         }
     }
@@ -137,8 +129,6 @@ impl super::Fs {
             ("retries_read", f.retries_read),
             ("conflicts", f.conflicts),
             ("deferred_sync_forces", f.deferred_sync_forces),
-            ("fsync_batch_waits", f.fsync_batch_waits),
-            ("fsync_batch_timeouts", f.fsync_batch_timeouts),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),
             ("busy_blocks", f.busy_blocks),

@@ -6,7 +6,6 @@ use super::error::FsResult;
 use super::extent::extents_in;
 use super::iolock::IoMode;
 use super::stats::bump;
-use super::sync_batch::Gathered;
 use super::{log_inode, Fs, FsState};
 use cilfs_device::AlignedBuf;
 
@@ -183,21 +182,10 @@ impl Fs {
             self.writeback_locked(ino)?;
             self.read_state().inodes.get(&ino).map_or(0, |m| m.last_seq)
         };
-        // Concurrent fsyncs of other threads share the force and the flush below.
-        match self.sync_batch.gather() {
-            Gathered::Alone | Gathered::Joined => {}
-            Gathered::Companion => bump(&self.stats.fsync_batch_waits),
-            Gathered::TimedOut => {
-                bump(&self.stats.fsync_batch_waits);
-                bump(&self.stats.fsync_batch_timeouts);
-            }
-        }
-        let started = std::time::Instant::now();
         if seq > self.journal.completed_seq() {
             self.journal.force(seq)?;
         }
         self.journal.data.flush()?;
-        self.sync_batch.done(started);
         Ok(())
     }
 

@@ -272,8 +272,6 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "transactions": st.transactions - base.transactions,
         "conflicts": st.conflicts - base.conflicts,
         "retries_read": st.retries_read - base.retries_read,
-        "fsync_batch_waits": st.fsync_batch_waits - base.fsync_batch_waits,
-        "fsync_batch_timeouts": st.fsync_batch_timeouts - base.fsync_batch_timeouts,
         "checkpoints": d(js.log.checkpoints, base_j.log.checkpoints),
         "iclog_writes": d(js.log.iclog_writes, base_j.log.iclog_writes),
         "log_bytes": d(js.log.log_bytes, base_j.log.log_bytes),
