@@ -169,17 +169,7 @@ pub fn get(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Op
 /// The leaf that holds (or would hold) `key`, found with binary searches in the encoded interior
 /// nodes; only the leaf is decoded.
 fn leaf_for(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Node> {
-    let mut blk = root.blkno;
-    let mut level = root.level;
-    while level > 0 {
-        match s.raw_step(blk, tree, level, key)? {
-            RawStep::Child(c) => {
-                blk = c;
-                level -= 1;
-            }
-            _ => return Err(FsError::corrupt(blk, "interior node without children")),
-        }
-    }
+    let blk = leaf_blkno(s, root, tree, key)?;
     let n = s.read_node(blk, tree)?;
     if n.level != 0 {
         return Err(FsError::corrupt(blk, "leaf expected"));
