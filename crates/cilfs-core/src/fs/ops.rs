@@ -271,8 +271,7 @@ impl Fs {
             .flatten()
             .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
             .sum();
-        sc.space = Some((4 + acl_blocks, Reserve::Keep));
-        self.space_check(&t.hdr, 4 + acl_blocks, Reserve::Keep)?;
+        sc.need_space(self, &t.hdr, 4 + acl_blocks, Reserve::Keep)?;
         let now = self.now();
         let bs = self.bs;
         let inodes = &mut sc.inodes;
@@ -497,8 +496,7 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         // Unlinking gives space back, but may split a node for the orphan entry first.
-        sc.space = Some((4, Reserve::Use));
-        self.space_check(&t.hdr, 4, Reserve::Use)?;
+        sc.need_space(self, &t.hdr, 4, Reserve::Use)?;
         let now = self.now();
         let m = sc.load(st, t, e.ino)?;
         let last_link = m.inode.is_dir() || m.inode.nlink <= 1;

@@ -25,6 +25,7 @@
 //! optimistic build that read what such an operation changed finds it at its own commit.
 
 use super::error::{FsError, FsResult};
+use super::header::Header;
 use super::inode::Inode;
 use super::tx::FsTx;
 use super::types::Reserve;
@@ -47,7 +48,7 @@ pub(crate) struct Scratch {
     /// anyone opened them meanwhile.
     pub freed: Vec<u64>,
     /// The free space it needs (`Fs::space_check`), checked again at publish.
-    pub space: Option<(u64, Reserve)>,
+    space: Option<(u64, Reserve)>,
 }
 
 /// How an optimistic operation reaches the filesystem state: by taking the lock shared for a
@@ -67,6 +68,19 @@ impl StateRef<'_> {
 }
 
 impl Scratch {
+    /// Checks that the operation's `blocks` are free in `hdr` (`Fs::space_check`), and keeps
+    /// the need so that the check runs again at publish, against the header as it is then.
+    pub(crate) fn need_space(
+        &mut self,
+        fs: &Fs,
+        hdr: &Header,
+        blocks: u64,
+        reserve: Reserve,
+    ) -> FsResult<()> {
+        self.space = Some((blocks, reserve));
+        fs.space_check(hdr, blocks, reserve)
+    }
+
     /// The working copy of `ino`: from the inode cache, or read through the transaction.
     /// Every inode the operation changes is loaded this way before it is changed.
     pub(crate) fn load<'s>(
@@ -263,8 +277,7 @@ impl Fs {
         touched: &[u64],
     ) -> FsResult<Option<u64>> {
         let roots_moved = t.roots_moved(&st.hdr);
-        let cur = st.hdr.clone();
-        let current = t.merge_header(&cur) && t.still_current(&cur, roots_moved);
+        let current = t.merge_header(&st.hdr) && t.still_current(&st.hdr, roots_moved);
         // Blocks it took from the free trees were free, not busy and not reserved when it
         // looked; a commit since may have freed them (busy until stable) or a write reserved
         // them without changing the trees.
