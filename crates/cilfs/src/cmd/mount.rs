@@ -418,14 +418,8 @@ fn serve_logged(
             // A user's mount goes through fusermount3, which says why it failed in words of
             // its own: the usual obstacle, a /dev/fuse the user may not open, is explained
             // here first, as for fuser.
-            if !rustix::process::geteuid().is_root() {
-                if let Err(e) = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/fuse")
-                {
-                    return Err(Failure::usage(mount_error(&a.dir, e)));
-                }
+            if let Some(e) = user_cannot_open_dev_fuse(&a.dir) {
+                return Err(Failure::usage(e));
             }
             super::transport::mount_native(&a.image, &a.dir, opts, &fs, &invalidator)?
         }
@@ -587,7 +581,6 @@ fn mount_error(dir: &Path, e: std::io::Error) -> anyhow::Error {
     let text = e.to_string();
     let text = text.trim();
     let fuse = Path::new("/dev/fuse");
-    let is_root = rustix::process::geteuid().is_root();
     if !fuse.exists() {
         return anyhow!(
             "mounting on {}: {text}: /dev/fuse does not exist: load the fuse module (modprobe \
@@ -595,17 +588,27 @@ fn mount_error(dir: &Path, e: std::io::Error) -> anyhow::Error {
             dir.display()
         );
     }
-    let opens = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(fuse);
-    if let (false, Err(o)) = (is_root, opens) {
-        return anyhow!(
-            "mounting on {}: cannot open /dev/fuse ({o}): a mount by a user needs /dev/fuse \
-             readable and writable by that user (mode 0666, as the fuse3 package's udev rule \
-             sets it); ask an administrator to chmod 0666 /dev/fuse, or mount as root",
-            dir.display()
-        );
+    if let Some(e) = user_cannot_open_dev_fuse(dir) {
+        return e;
     }
     anyhow!("mounting on {}: {}", dir.display(), text.replace('\n', " "))
+}
+
+/// For a mount by a user (not root), why it cannot be made if /dev/fuse will not open for
+/// reading and writing, and what to do about it; None for root or an open that succeeds.
+fn user_cannot_open_dev_fuse(dir: &Path) -> Option<anyhow::Error> {
+    if rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let o = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+        .err()?;
+    Some(anyhow!(
+        "mounting on {}: cannot open /dev/fuse ({o}): a mount by a user needs /dev/fuse \
+         readable and writable by that user (mode 0666, as the fuse3 package's udev rule \
+         sets it); ask an administrator to chmod 0666 /dev/fuse, or mount as root",
+        dir.display()
+    ))
 }
