@@ -219,6 +219,11 @@ impl Session {
                     );
                     1
                 }
+                // Unmounted before the queues registered: the session ends as any other does.
+                Err(Unavailable::Gone) => {
+                    stop.store(true, Ordering::Release);
+                    return Ok(());
+                }
                 Err(why) if cfg.uring == UringMode::On => {
                     stop.store(true, Ordering::Release);
                     return Err(SessionError::Uring(why));

@@ -110,6 +110,9 @@ pub enum Unavailable {
         error: io::Error,
     },
     Thread(io::Error),
+    /// The connection ended (the filesystem was unmounted) before the queues registered:
+    /// nothing is unavailable, the session is simply over.
+    Gone,
 }
 
 impl std::error::Error for Unavailable {}
@@ -132,6 +135,7 @@ impl std::fmt::Display for Unavailable {
                 write!(f, "FUSE_IO_URING_CMD_REGISTER on queue {qid}: {error}")
             }
             Unavailable::Thread(e) => write!(f, "cannot start a queue thread: {e}"),
+            Unavailable::Gone => write!(f, "the connection ended before the queues registered"),
         }
     }
 }
@@ -290,6 +294,13 @@ pub(super) fn start<'scope, 'env>(
         });
     }
     stop.store(true, Ordering::Release);
+    // An unmount right after INIT ends the connection while the entries register: every
+    // registration then fails with the connection gone, and there is nothing to turn off.
+    if let Some(Unavailable::Register { error, .. }) = &first_error {
+        if error.raw_os_error().is_some_and(gone) {
+            return Err(Unavailable::Gone);
+        }
+    }
     // A failed registration already turned the ring off; a thread that failed before
     // registering did not, and the kernel would hold every request back for a ring that will
     // never be ready.
