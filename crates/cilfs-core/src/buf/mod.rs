@@ -143,10 +143,34 @@ type BlockMap = HashMap<u64, Arc<Buf>, std::hash::BuildHasherDefault<BlockHasher
 /// fifty times by every create, from every thread.
 const MAP_SHARDS: usize = 16;
 
+/// Slots of a thread's recently used buffers (`HOT`), direct-mapped by block number.
+const HOT_SLOTS: usize = 64;
+
+/// A cache's identity in `HOT` (caches of several filesystems share the threads).
+static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
+
+type HotSlot = Option<(u64, u64, Arc<Buf>)>;
+
+thread_local! {
+    /// Each thread's recently used buffers: (cache id, block, buffer). The upper tree nodes
+    /// are looked up by every descent of every thread; finding them here saves taking a
+    /// map's lock, whose cache line the cores otherwise pass between them on every lookup.
+    /// A buffer held here has a second holder, so eviction (which drops only a buffer the
+    /// map alone holds) leaves it in the map: the slot and the map agree on the buffer of a
+    /// block for as long as the slot keeps it.
+    static HOT: std::cell::RefCell<[HotSlot; HOT_SLOTS]> =
+        const { std::cell::RefCell::new([const { None }; HOT_SLOTS]) };
+}
+
+fn hot_slot(blkno: u64) -> usize {
+    (blkno.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % HOT_SLOTS
+}
+
 /// All buffers in memory. Buffers that only the cache holds (not in a transaction, the CIL or
 /// the AIL, hence clean and unpinned) are evicted when the cache passes `max_bytes`.
 #[derive(Debug)]
 pub struct BufCache {
+    id: u64,
     dev: Arc<dyn Device>,
     block_size: u32,
     max_buffers: usize,
@@ -165,6 +189,7 @@ pub struct BufCache {
 impl BufCache {
     pub fn new(dev: Arc<dyn Device>, block_size: u32, max_bytes: u64) -> Self {
         Self {
+            id: NEXT_CACHE_ID.fetch_add(1, Ordering::Relaxed),
             dev,
             block_size,
             max_buffers: (max_bytes / u64::from(block_size)).max(16) as usize,
@@ -185,6 +210,24 @@ impl BufCache {
 
     /// The buffer of `blkno`, read from the device on first use.
     pub fn get(&self, blkno: u64) -> Result<Arc<Buf>, DeviceError> {
+        let slot = hot_slot(blkno);
+        let hot = HOT.with(|h| match &h.borrow()[slot] {
+            Some((id, b, buf)) if *id == self.id && *b == blkno => Some(Arc::clone(buf)),
+            _ => None,
+        });
+        if let Some(b) = hot {
+            return Ok(b);
+        }
+        let b = self.get_from_map(blkno)?;
+        // Replaced outside the borrow: dropping the old buffer takes no lock, but keep the
+        // slot's borrow as short as can be.
+        let old = HOT.with(|h| h.borrow_mut()[slot].replace((self.id, blkno, Arc::clone(&b))));
+        drop(old);
+        Ok(b)
+    }
+
+    /// `get` through the maps.
+    fn get_from_map(&self, blkno: u64) -> Result<Arc<Buf>, DeviceError> {
         loop {
             if let Some(b) = self.map(blkno).lock().get(&blkno) {
                 return Ok(Arc::clone(b));
@@ -238,8 +281,8 @@ impl BufCache {
             let excess = bufs.len().saturating_sub(target);
             let victims: Vec<u64> = bufs
                 .iter()
-                // Clones are only made under the map's lock, which we hold: a count of 1
-                // stays 1.
+                // Clones are made under the map's lock, which we hold, or from a thread's
+                // hot slot, which is a holder itself: a count of 1 stays 1.
                 .filter(|(_, b)| Arc::strong_count(b) == 1)
                 .map(|(k, _)| *k)
                 .take(excess)
@@ -302,19 +345,27 @@ mod tests {
     use super::*;
     use cilfs_device::SimDevice;
 
-    /// The cache stays near its limit over its maps, evicts only buffers nobody else holds,
-    /// and a block read again after eviction comes back from the device.
+    /// The cache stays near its limit over its maps (plus what the thread's hot slots keep),
+    /// evicts only buffers nobody else holds, and a block read again after eviction comes
+    /// back from the device.
     #[test]
     fn eviction_keeps_the_cache_near_its_limit_and_spares_held_buffers() {
         let dev = Arc::new(SimDevice::new(4096 * 1024, 7));
-        let cache = BufCache::new(dev, 4096, 64 * 4096);
+        let cache = Arc::new(BufCache::new(dev, 4096, 64 * 4096));
         let held: Vec<Arc<Buf>> = (0..8).map(|b| cache.get(b).unwrap()).collect();
         held[0].lock().data[0] = 0xAB;
-        for b in 8..1000 {
-            cache.get(b).unwrap();
-            assert!(cache.len() <= 64 + 64 / 8 + 1, "{} buffers", cache.len());
-        }
-        assert!(cache.evicted() >= 1000 - 64 - 64 / 8 - 1);
+        // Another thread reads the rest: its hot slots go with it.
+        let reader = Arc::clone(&cache);
+        std::thread::spawn(move || {
+            for b in 8..1000 {
+                reader.get(b).unwrap();
+                let limit = 64 + 64 / 8 + 1 + 2 * HOT_SLOTS;
+                assert!(reader.len() <= limit, "{} buffers", reader.len());
+            }
+        })
+        .join()
+        .unwrap();
+        assert!(cache.evicted() >= 1000 - 64 - 64 / 8 - 1 - 2 * HOT_SLOTS as u64);
         for h in &held {
             let again = cache.cached(h.blkno()).unwrap();
             assert!(
@@ -325,7 +376,28 @@ mod tests {
         }
         assert_eq!(cache.get(0).unwrap().lock().data[0], 0xAB);
         // An evicted block is no longer in memory and is read again from the device.
-        assert!(cache.cached(500).is_none());
-        assert_eq!(cache.get(500).unwrap().lock().data[0], 0);
+        let evicted = (8..1000).find(|b| cache.cached(*b).is_none()).unwrap();
+        assert_eq!(cache.get(evicted).unwrap().lock().data[0], 0);
+    }
+
+    /// A thread's hot slots keep the buffer of a block only for the cache it came from: two
+    /// filesystems in one process share the threads.
+    #[test]
+    fn hot_slots_serve_only_their_own_cache() {
+        let caches: Vec<BufCache> = (0..2u8)
+            .map(|i| {
+                let dev = Arc::new(SimDevice::new(4096 * 64, 7));
+                dev.write(3 * 4096, &[i + 1; 4096], cilfs_device::WriteFlags::NONE)
+                    .unwrap();
+                BufCache::new(dev, 4096, 16 * 4096)
+            })
+            .collect();
+        for _ in 0..3 {
+            for (i, c) in caches.iter().enumerate() {
+                let b = c.get(3).unwrap();
+                assert_eq!(b.lock().data[0], i as u8 + 1);
+                assert!(Arc::ptr_eq(&b, &c.cached(3).unwrap()));
+            }
+        }
     }
 }

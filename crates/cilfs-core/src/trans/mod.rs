@@ -90,20 +90,23 @@ impl<'j> Transaction<'j> {
         }
         let buf = self.journal.buf(blkno)?;
         let held = {
-            let g = self
-                .journal
-                .buf_waits
-                .acquire(|| buf.try_lock(), || buf.lock());
+            let (version, lsn_offset, cancelled) = {
+                let g = self
+                    .journal
+                    .buf_waits
+                    .acquire(|| buf.try_lock(), || buf.lock());
+                (g.version, g.lsn_offset, g.cancelled)
+            };
             Held {
                 data: None,
-                version: g.version,
+                version,
                 dirty: RangeSet::default(),
-                lsn_offset: g.lsn_offset,
-                cancelled: g.cancelled,
+                lsn_offset,
+                cancelled,
                 was_cancelled: false,
                 logged: false,
                 stamp_declared: false,
-                buf: Arc::clone(&buf),
+                buf,
             }
         };
         self.held.push(held);
