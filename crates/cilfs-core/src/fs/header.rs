@@ -35,9 +35,14 @@ pub struct Header {
     pub freelist: Vec<u64>,
 }
 
+/// The most entries the free list holds.
+const FREELIST_MAX: usize = 128;
+/// The bytes of the header block an encoding sets: past them the block is zero.
+pub const HEADER_ENCODED_BYTES: usize = FREELIST_OFFSET + 8 * FREELIST_MAX;
+
 /// Entries the free list holds in a block of `bs` bytes.
 pub fn freelist_capacity(bs: usize) -> usize {
-    ((bs - FREELIST_OFFSET) / 8).min(128)
+    ((bs - FREELIST_OFFSET) / 8).min(FREELIST_MAX)
 }
 
 fn put_root(out: &mut [u8], r: Root) {

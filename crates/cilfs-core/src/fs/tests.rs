@@ -1843,3 +1843,81 @@ fn lookup_of_dot_finds_any_inode_by_number() {
     fs.unlink(ROOT_INO, b"f").unwrap();
     assert!(matches!(fs.lookup(f.ino, b"."), Err(FsError::NotFound)));
 }
+
+/// The header block in memory always decodes to the header the filesystem works with: a
+/// commit writes only the bytes of the header that changed (counters, roots, the free list
+/// growing and shrinking), against what the block held.
+#[test]
+fn the_header_block_holds_the_header_through_every_kind_of_change() {
+    let clock = TestClock::new();
+    let dev = new_dev(41);
+    let fs = mount(&dev, opts(&clock));
+    let assert_block_holds_header = |what: &str| {
+        let buf = fs.journal.buf(fs.hdr_blk).unwrap();
+        let on_block = header::Header::decode(&buf.lock().data, fs.hdr_blk).unwrap();
+        assert_eq!(on_block, fs.read_state().hdr, "after {what}");
+    };
+    let start = fs.read_state().hdr.clone();
+    // Many names in a few directories: leaves split and the fs tree's root moves up.
+    let dirs: Vec<u64> = (0..4)
+        .map(|d| {
+            fs.mkdir(U, ROOT_INO, format!("d{d}").as_bytes(), 0o755)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    for i in 0..600 {
+        let name = format!("a-fairly-long-file-name-to-fill-leaves-{i:05}");
+        fs.mknod(U, dirs[i % 4], name.as_bytes(), inode::S_IFREG | 0o644, 0)
+            .unwrap();
+    }
+    assert_block_holds_header("creates");
+    assert_ne!(fs.read_state().hdr.fs_root, start.fs_root, "the root moved");
+    // One-block files, every other one removed: free space in many pieces, so the
+    // free-space trees grow and take nodes from their free list.
+    let files: Vec<u64> = (0..800)
+        .map(|i| {
+            let f = fs
+                .mknod(
+                    U,
+                    ROOT_INO,
+                    format!("f{i}").as_bytes(),
+                    inode::S_IFREG | 0o644,
+                    0,
+                )
+                .unwrap()
+                .ino;
+            fs.write(U, f, 0, &[7u8; 100]).unwrap();
+            f
+        })
+        .collect();
+    fs.sync().unwrap();
+    assert_block_holds_header("small files");
+    fs.setattr(
+        U,
+        files[1],
+        SetAttr {
+            size: Some(0),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    assert_block_holds_header("a truncate");
+    for i in (0..800).step_by(2) {
+        fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
+    }
+    fs.sync().unwrap();
+    assert_block_holds_header("unlinks of files");
+    for i in (0..600).step_by(2) {
+        let name = format!("a-fairly-long-file-name-to-fill-leaves-{i:05}");
+        fs.unlink(dirs[i % 4], name.as_bytes()).unwrap();
+    }
+    assert_block_holds_header("unlinks");
+    let hdr = fs.read_state().hdr.clone();
+    assert_ne!(hdr.freelist, start.freelist, "the free list changed");
+    assert_clean(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    assert_eq!(fs.read_state().hdr, hdr, "after a remount");
+}

@@ -4,7 +4,9 @@
 
 use super::alloc::BusyExtents;
 use super::error::{FsError, FsResult};
-use super::header::{Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use super::header::{
+    Header, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
+};
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{Key, Node, RawStep, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
@@ -293,11 +295,34 @@ impl<'a> FsTx<'a> {
     /// checkpoint is stable. Returns the checkpoint sequence and the new header.
     pub(crate) fn commit(mut self) -> FsResult<(u64, Header)> {
         self.fix_freelist()?;
-        if self.hdr != self.hdr_before || self.force_header {
+        if self.force_header {
             let b = self.tx.buf(self.hdr_blk)?;
             let mut block = self.tx.read(b, <[u8]>::to_vec);
             self.hdr.encode_into(&mut block);
-            write_diff(&mut self.tx, b, block, self.force_header);
+            write_diff(&mut self.tx, b, block, true);
+            self.tx.set_lsn_offset(b, HEADER_LSN_OFFSET);
+        } else if self.hdr != self.hdr_before {
+            // The block holds `hdr_before` (the header as last committed: the one this
+            // transaction began with under the exclusive lock, or the one `merge_header`
+            // brought it up to). Only the bytes that differ are written: a create changes a
+            // counter or two, and encoding and comparing the whole block took half of what
+            // a commit spends under the exclusive lock.
+            let b = self.tx.buf(self.hdr_blk)?;
+            debug_assert!(
+                self.tx.read(b, |blk| {
+                    let mut e = blk.to_vec();
+                    self.hdr_before.encode_into(&mut e);
+                    e == blk
+                }),
+                "the header block does not hold the header this transaction started from"
+            );
+            let mut was = [0u8; HEADER_ENCODED_BYTES];
+            let mut now = [0u8; HEADER_ENCODED_BYTES];
+            self.hdr_before.encode_into(&mut was);
+            self.hdr.encode_into(&mut now);
+            if let Some((lo, last)) = differing_range(&was, &now) {
+                self.tx.write(b, lo, &now[lo..=last]);
+            }
             self.tx.set_lsn_offset(b, HEADER_LSN_OFFSET);
         }
         // Over its reservation the log-space accounting would run behind what the CIL holds;
