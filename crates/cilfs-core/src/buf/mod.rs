@@ -86,6 +86,46 @@ impl Buf {
     }
 }
 
+/// Bytes a checkpoint writes into a block when it is pushed, rather than a transaction at its
+/// commit. A context keeps the newest of a block's late writes, so its checkpoint logs the
+/// block as the last commit of the context left it, and commits never lock or copy it: the
+/// filesystem header, which nearly every commit changes (`fs/tx.rs`), is written this way.
+/// Commits that write a block late must reach the CIL in the order their bytes were made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateWrite {
+    pub offset: usize,
+    pub bytes: Vec<u8>,
+    /// Where the block keeps its LSN stamp, which the bytes never overwrite.
+    pub lsn_offset: u16,
+}
+
+impl Buf {
+    /// Applies `w` to the block and formats into `out` what a checkpoint logs for it now (the
+    /// push, for the context it is writing; no commit changes a block written late).
+    pub fn apply_late(&self, w: &LateWrite, out: &mut Vec<u8>) {
+        let mut g = self.lock();
+        let (a, b) = (w.offset, w.offset + w.bytes.len());
+        assert!(
+            b <= g.data.len(),
+            "a late write past the end of block {}",
+            self.blkno
+        );
+        // The stamp in the buffer may be newer than anything the bytes could carry (write
+        // back stamps it in place).
+        let o = usize::from(w.lsn_offset);
+        let end = (o + crate::log::recover::LSN_STAMP_BYTES).min(g.data.len());
+        let stamp = g.data[o..end].to_vec();
+        g.data[a..b].copy_from_slice(&w.bytes);
+        g.data[o..end].copy_from_slice(&stamp);
+        g.dirty.insert(a as u32, (b - a) as u32);
+        g.cancelled = false;
+        g.lsn_offset = Some(w.lsn_offset);
+        self.bump_version(&mut g);
+        out.clear();
+        self.format_into(&g, out);
+    }
+}
+
 impl LogItem for Buf {
     fn key(&self) -> ItemKey {
         self.blkno

@@ -2,6 +2,8 @@
 //! image of its latest state. Relogging an item replaces its image, so an object changed many
 //! times between checkpoints is written to the log once, in its newest state.
 
+use crate::buf::{Buf, LateWrite};
+use crate::log::item_format::buf_item_len;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::LogConfig;
 use crate::trans::item::{ItemKey, LogItem};
@@ -16,6 +18,8 @@ pub const CHECKPOINT_FIXED_STREAM: u64 = 2 * OP_HEADER_BYTES as u64 + 16;
 pub struct CilEntry {
     pub item: Arc<dyn LogItem>,
     pub image: Vec<u8>,
+    /// A block written late (`LateWrite`): its image is made when the context is pushed.
+    pub late: Option<(Arc<Buf>, LateWrite)>,
 }
 
 /// One checkpoint context: the sequence it will be written as, and its items.
@@ -55,6 +59,12 @@ impl CilCtx {
         let e = match self.items.entry(key) {
             std::collections::btree_map::Entry::Occupied(o) => {
                 let e = o.into_mut();
+                // Its push would format the buffer as it is then, with this commit's change
+                // and perhaps a later context's.
+                assert!(
+                    e.late.is_none(),
+                    "block {key} committed in place and written late"
+                );
                 self.stream_bytes -= (OP_HEADER_BYTES + e.image.len()) as u64;
                 e
             }
@@ -65,12 +75,48 @@ impl CilCtx {
                 v.insert(CilEntry {
                     item,
                     image: Vec::new(),
+                    late: None,
                 })
             }
         };
         fill(&mut e.image);
         self.stream_bytes += (OP_HEADER_BYTES + e.image.len()) as u64;
     }
+
+    /// Makes `w` the late write of `buf` in this context (replacing an older one), pinning
+    /// the buffer the first time. Counted as the whole block formatted: what the push logs is
+    /// the buffer's dirty range, which late writes keep to one range of the block.
+    pub fn set_late(&mut self, buf: &Arc<Buf>, w: &LateWrite, block_size: usize) {
+        let key = buf.blkno();
+        match self.items.entry(key) {
+            std::collections::btree_map::Entry::Occupied(o) => {
+                let e = o.into_mut();
+                match &mut e.late {
+                    Some((_, old)) => {
+                        old.offset = w.offset;
+                        old.lsn_offset = w.lsn_offset;
+                        old.bytes.clear();
+                        old.bytes.extend_from_slice(&w.bytes);
+                    }
+                    None => panic!("block {key} committed in place and written late"),
+                }
+            }
+            std::collections::btree_map::Entry::Vacant(v) => {
+                buf.pins().fetch_add(1, Ordering::AcqRel);
+                v.insert(CilEntry {
+                    item: Arc::clone(buf) as Arc<dyn LogItem>,
+                    image: Vec::new(),
+                    late: Some((Arc::clone(buf), w.clone())),
+                });
+                self.stream_bytes += late_bound(block_size);
+            }
+        }
+    }
+}
+
+/// The op-stream bytes a late-written block is counted at: its whole block as one range.
+pub fn late_bound(block_size: usize) -> u64 {
+    (OP_HEADER_BYTES + buf_item_len(std::iter::once(block_size))) as u64
 }
 
 /// When the CIL is pushed in the background (`space_limit`, S) and when committers block

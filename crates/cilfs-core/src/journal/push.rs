@@ -1,8 +1,8 @@
 //! Committing into the CIL, pushing checkpoints, and log forces.
 
 use super::{Journal, JournalError, PushMode};
-use crate::buf::{Buf, BufData};
-use crate::cil::CilCtx;
+use crate::buf::{Buf, BufData, LateWrite};
+use crate::cil::{late_bound, CilCtx};
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
 use crate::log::{LogWriter, Lsn};
@@ -15,10 +15,12 @@ use std::thread::JoinHandle;
 impl Journal {
     /// Formats the locked buffers into the current CIL context (relogging replaces older images) and
     /// moves the transaction's reservation into the context's charge.
+    /// `late`: a block the transaction writes late (`LateWrite`), kept in the same context.
     pub(crate) fn commit_images(
         &self,
         unit: u64,
         bufs: &[(&Arc<Buf>, &BufData)],
+        late: Option<(&Arc<Buf>, &LateWrite)>,
     ) -> Result<u64, JournalError> {
         if let Err(e) = self.check_alive() {
             self.release_reservation(unit);
@@ -33,7 +35,8 @@ impl Journal {
             let adding: u64 = bufs
                 .iter()
                 .map(|(_, g)| (OP_HEADER_BYTES + Buf::formatted_len(g)) as u64)
-                .sum();
+                .sum::<u64>()
+                + late.map_or(0, |_| late_bound(self.block_size() as usize));
             let mut blocked_since = None;
             while !cil.is_empty()
                 && cil.stream_bytes + adding > self.limits.hard_limit
@@ -60,6 +63,9 @@ impl Journal {
                 || Arc::clone(buf) as Arc<dyn LogItem>,
                 |out| buf.format_into(g, out),
             );
+        }
+        if let Some((buf, w)) = late {
+            cil.set_late(buf, w, self.block_size() as usize);
         }
         let charge = self.charge_for(cil.stream_bytes);
         let delta = charge.saturating_sub(cil.charge);
@@ -240,8 +246,24 @@ impl Journal {
                 }
             }
             let nitems = ctx.items.len() as u64;
-            let (items, images): (Vec<_>, Vec<_>) =
-                ctx.items.into_values().map(|e| (e.item, e.image)).unzip();
+            let bound = late_bound(self.block_size() as usize) as usize - OP_HEADER_BYTES;
+            let (items, images): (Vec<_>, Vec<_>) = ctx
+                .items
+                .into_values()
+                .map(|mut e| {
+                    if let Some((buf, w)) = &e.late {
+                        buf.apply_late(w, &mut e.image);
+                        // What the context was charged for: more would overrun the log.
+                        assert!(
+                            e.image.len() <= bound,
+                            "block {} logged late as {} bytes, counted as {bound}",
+                            buf.blkno(),
+                            e.image.len()
+                        );
+                    }
+                    (e.item, e.image)
+                })
+                .unzip();
             // Until the checkpoint in flight completes its items are not in the AIL, so the
             // tail this one stamps must not pass its start. The cap stays for the commit
             // record's sample even if that one completed meanwhile (safe, if less fresh).

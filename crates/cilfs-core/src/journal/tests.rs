@@ -1086,3 +1086,55 @@ fn a_commit_keeps_a_stamp_written_after_its_copy() {
     assert_eq!(g.data[0..8], [8; 8]);
     assert_eq!(g.data[36..64], [8; 28]);
 }
+
+/// A block written late (`LateWrite`, the filesystem header) is logged as the newest late
+/// write of its checkpoint, in the same checkpoint as the rest of that commit: after any
+/// crash it matches the blocks committed with it, and never carries an older late write.
+#[test]
+fn late_writes_land_with_their_commits_newest_first() {
+    let dev = fresh(51);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let commit = |blkno: u64, byte: u8| {
+        let mut tx = j.begin(Reservation::for_buffers(2, BS)).unwrap();
+        let b = tx.buf(blkno).unwrap();
+        tx.write(b, 100, &[byte; 200]);
+        tx.write_late(500, 0, vec![byte; 600], 8).unwrap();
+        tx.commit().unwrap()
+    };
+    commit(400, 1);
+    let seq = commit(401, 2);
+    j.force(seq).unwrap();
+    {
+        let g = j.buf(500).unwrap();
+        let g = g.lock();
+        assert_eq!(g.data[150], 2, "the push wrote the newest late bytes");
+        assert_ne!(
+            g.data[8..36],
+            [2; 28],
+            "late bytes never carry over the stamp"
+        );
+    }
+    commit(402, 3);
+    j.push(j.current_seq()).unwrap();
+    let n = dev.volatile_writes();
+    for mask in 0..(1u32 << n.min(10)) {
+        let crashed = Arc::new(dev.crash_with(&mut |i, _| {
+            if mask & (1 << i) != 0 {
+                Survival::Kept
+            } else {
+                Survival::Lost
+            }
+        }));
+        let _j = open(&crashed, FlushPolicy::Reduced);
+        assert_eq!(
+            read_byte(&crashed, 401),
+            2,
+            "mask {mask:b}: forced commit lost"
+        );
+        let (late, third) = (read_byte(&crashed, 500), read_byte(&crashed, 402));
+        assert!(
+            (late, third) == (2, 0) || (late, third) == (3, 3),
+            "mask {mask:b}: late block {late} beside commit {third}"
+        );
+    }
+}

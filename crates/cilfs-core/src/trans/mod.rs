@@ -4,7 +4,7 @@
 pub mod grant;
 pub mod item;
 
-use crate::buf::{Buf, BufData, BufGuard, RangeSet};
+use crate::buf::{Buf, BufData, BufGuard, LateWrite, RangeSet};
 use crate::journal::{Journal, JournalError};
 use crate::log::record::OP_HEADER_BYTES;
 use std::sync::Arc;
@@ -70,6 +70,8 @@ pub struct Transaction<'j> {
     pub(crate) journal: &'j Journal,
     pub(crate) unit: u64,
     held: Vec<Held>,
+    /// A block written late (`LateWrite`), never held.
+    late: Option<(Arc<Buf>, LateWrite)>,
     finished: bool,
 }
 
@@ -79,6 +81,7 @@ impl<'j> Transaction<'j> {
             journal,
             unit,
             held: Vec::new(),
+            late: None,
             finished: false,
         }
     }
@@ -170,6 +173,29 @@ impl<'j> Transaction<'j> {
         h.dirty.insert(offset as u32, bytes.len() as u32);
         h.cancelled = false;
         h.logged = true;
+    }
+
+    /// Writes `bytes` at `offset` of block `blkno` when the checkpoint that holds this commit
+    /// is pushed, instead of at commit (`LateWrite`); a later call replaces the bytes. The
+    /// block must never be held by a transaction: the header is written only this way.
+    pub fn write_late(
+        &mut self,
+        blkno: u64,
+        offset: usize,
+        bytes: Vec<u8>,
+        lsn_offset: u16,
+    ) -> Result<(), JournalError> {
+        assert!(!self.holds(blkno), "block {blkno} is held and written late");
+        let buf = self.journal.buf(blkno)?;
+        self.late = Some((
+            buf,
+            LateWrite {
+                offset,
+                bytes,
+                lsn_offset,
+            },
+        ));
+        Ok(())
     }
 
     /// Declares that the block keeps an LSN stamp at `offset` (28 bytes: LSN, fs UUID, block CRC).
@@ -304,7 +330,8 @@ impl<'j> Transaction<'j> {
             .collect();
         // Formatted and inserted while the buffers are still locked, so the CIL never holds a
         // state that a later transaction's half-done change could leak into.
-        let r = self.journal.commit_images(self.unit, &logged);
+        let late = self.late.as_ref().map(|(b, w)| (b, w));
+        let r = self.journal.commit_images(self.unit, &logged, late);
         drop(logged);
         drop(guards);
         self.held.clear();
