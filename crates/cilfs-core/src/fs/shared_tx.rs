@@ -281,7 +281,7 @@ impl Fs {
         // Blocks it took from the free trees were free, not busy and not reserved when it
         // looked; a commit since may have freed them (busy until stable) or a write reserved
         // them without changing the trees.
-        let blocks_still_free = {
+        let blocks_still_free = t.allocated.is_empty() || {
             let busy = self.lock_busy();
             !t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l))
         };

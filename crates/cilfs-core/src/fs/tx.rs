@@ -278,9 +278,11 @@ impl<'a> FsTx<'a> {
         self.under_lock = true;
     }
 
-    /// Block `blkno` as this transaction sees it. One built under the filesystem lock gives up
-    /// for a block that is not in the buffer cache rather than read it there.
-    fn node_buf(&mut self, blkno: u64) -> FsResult<crate::trans::BufRef> {
+    /// `f` on block `blkno` as this transaction sees it, read in the same hold of the buffer's
+    /// lock that notes its version when the block is new to the transaction. One built under
+    /// the filesystem lock gives up for a block that is not in the buffer cache rather than
+    /// read it there.
+    fn node_read<R>(&mut self, blkno: u64, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
         if self.under_lock
             && !self.tx.holds(blkno)
             && self.tx.journal.cached_buf(blkno).is_none()
@@ -288,7 +290,7 @@ impl<'a> FsTx<'a> {
         {
             return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
         }
-        Ok(self.tx.buf(blkno)?)
+        Ok(self.tx.buf_read(blkno, f)?.1)
     }
 
     /// Writes the header if it changed, commits, and marks freed extents busy until the
@@ -459,8 +461,7 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        let b = self.node_buf(blkno)?;
-        let n = self.tx.read(b, |d| Node::decode(d, blkno, tree))?;
+        let n = self.node_read(blkno, |d| Node::decode(d, blkno, tree))??;
         self.trees_read |= 1 << tree;
         if self.optimistic {
             let set = match n.level {
@@ -485,10 +486,9 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        let b = self.node_buf(blkno)?;
-        let step = self.tx.read(b, |d| {
+        let step = self.node_read(blkno, |d| {
             super::tree::node::raw_step(d, blkno, tree, level, key)
-        })?;
+        })??;
         self.trees_read |= 1 << tree;
         if self.optimistic {
             match &step {
