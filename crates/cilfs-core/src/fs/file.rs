@@ -272,6 +272,8 @@ impl Fs {
                 drop_caps(t, ino)?;
                 let m = Fs::inode_mut(t, inodes, ino)?;
                 m.inode.blocks += allocated;
+                // Blocks fallocate maps past the end are the caller's to keep.
+                m.spec_prealloc = false;
                 let kill = self.privileges_to_kill(cred, &m.inode);
                 m.inode.mode &= !kill;
                 if !keep_size && end > m.inode.size {

@@ -221,6 +221,10 @@ pub(crate) struct InodeMem {
     pub last_seq: u64,
     /// The in-memory inode is ahead of the log (a size grown by a write, not yet logged).
     pub unlogged: bool,
+    /// A write mapped blocks past the end of the file for the appends to come (speculative
+    /// preallocation, `write.rs`): the last release frees what is still past the end, as XFS
+    /// trims its post-EOF blocks at close. Cleared by fallocate, whose blocks stay.
+    pub spec_prealloc: bool,
 }
 
 #[derive(Debug)]
@@ -452,6 +456,7 @@ impl Fs {
                     open: 0,
                     last_seq: 0,
                     unlogged: false,
+                    spec_prealloc: false,
                 })))
             }
         }

@@ -316,6 +316,7 @@ impl Fs {
             open: 0,
             last_seq: 0,
             unlogged: false,
+            spec_prealloc: false,
         };
         log_inode(t, &mut m, &self.stats)?;
         if let Some(target) = target {

@@ -130,7 +130,8 @@ impl Fs {
         Ok(m.inode.attr(self.bs))
     }
 
-    /// The last release of an unlinked inode frees it.
+    /// The last release of an unlinked inode frees it; that of a linked one frees the
+    /// blocks speculative preallocation left past its end.
     pub fn release_inode(&self, ino: u64) -> FsResult<()> {
         self.op();
         let mut st = self.write_state();
@@ -138,7 +139,29 @@ impl Fs {
             return Ok(());
         };
         m.open = m.open.saturating_sub(1);
+        let trim = m.open == 0 && m.inode.nlink > 0 && m.spec_prealloc;
         drop(st);
+        if trim {
+            self.trim_prealloc(ino)?;
+        }
         self.reclaim_unused(ino)
+    }
+
+    /// Frees the blocks past the end of `ino` that speculative preallocation mapped, unless
+    /// it was opened again meanwhile (its writer would append into them).
+    fn trim_prealloc(&self, ino: u64) -> FsResult<()> {
+        let _io = self.io.lock(ino, super::iolock::IoMode::Exclusive);
+        let keep = {
+            let mut st = self.write_state();
+            let Some(m) = st.inodes.get_mut(&ino) else {
+                return Ok(());
+            };
+            if m.open > 0 || m.inode.nlink == 0 || !m.spec_prealloc {
+                return Ok(());
+            }
+            m.spec_prealloc = false;
+            m.inode.size.div_ceil(u64::from(self.bs))
+        };
+        self.free_range(ino, keep, super::tree::keys::OFFSET_MAX)
     }
 }

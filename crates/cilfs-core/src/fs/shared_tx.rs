@@ -100,6 +100,7 @@ impl Scratch {
                         open: 0,
                         last_seq: 0,
                         unlogged: false,
+                        spec_prealloc: false,
                     };
                     (m, false)
                 }
@@ -185,6 +186,7 @@ fn cached_copy(st: &FsState, ino: u64) -> Option<InodeMem> {
         open: m.open,
         last_seq: m.last_seq,
         unlogged: m.unlogged,
+        spec_prealloc: m.spec_prealloc,
     })
 }
 

@@ -1924,3 +1924,56 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
     let fs = mount(&dev, opts(&clock));
     assert_eq!(fs.read_state().hdr, hdr, "after a remount");
 }
+
+/// Speculative preallocation serves appends and goes at the last release: an appended file
+/// keeps no blocks past its end once closed, a write far past the end preallocates nothing,
+/// and blocks fallocate mapped past the end stay.
+#[test]
+fn speculative_preallocation_is_trimmed_at_the_last_release() {
+    let clock = TestClock::new();
+    let dev = new_dev(42);
+    let fs = mount(&dev, opts(&clock));
+    let bs = u64::from(BS);
+    let blocks = |ino| fs.getattr(ino).unwrap().blocks_512 / (bs / 512);
+    let f = fs
+        .mknod(U, ROOT_INO, b"log", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.open_inode(f).unwrap();
+    for i in 0..100u64 {
+        fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
+    }
+    assert!(blocks(f) > 100, "appends preallocated past the end");
+    // Another handle keeps it: its writer may append into the blocks.
+    fs.open_inode(f).unwrap();
+    fs.release_inode(f).unwrap();
+    assert!(blocks(f) > 100, "trimmed while still open");
+    fs.release_inode(f).unwrap();
+    assert_eq!(blocks(f), 100, "blocks past the end after the last release");
+    assert_eq!(fs.read(f, 99 * bs, 4).unwrap(), vec![99u8; 4]);
+    // A write far past the end leaves a hole and preallocates nothing.
+    fs.open_inode(f).unwrap();
+    fs.write(U, f, 1 << 30, b"far").unwrap();
+    assert_eq!(blocks(f), 101);
+    fs.release_inode(f).unwrap();
+    // fallocate's blocks past the end are the caller's.
+    let g = fs
+        .mknod(U, ROOT_INO, b"reserved", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.open_inode(g).unwrap();
+    for i in 0..40u64 {
+        fs.write(U, g, i * bs, &[1; BS as usize]).unwrap();
+    }
+    fs.fallocate(U, g, 40 * bs, 64 * bs, true, false).unwrap();
+    fs.release_inode(g).unwrap();
+    assert_eq!(blocks(g), 104, "fallocated blocks past the end kept");
+    assert_eq!(fs.getattr(g).unwrap().size, 40 * bs);
+    assert_clean(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    assert_eq!(fs.getattr(f).unwrap().blocks_512 / (bs / 512), 101);
+    assert_eq!(fs.getattr(g).unwrap().blocks_512 / (bs / 512), 104);
+    assert_clean(&fs);
+}

@@ -138,20 +138,22 @@ impl Fs {
         if m.inode.is_dir() {
             return Err(FsError::IsDir);
         }
-        let (old_size, project) = (m.inode.size, m.inode.project);
+        let (old_size, project, owned) = (m.inode.size, m.inode.project, m.inode.blocks);
         let first = off / bs;
         let last = (end - 1) / bs;
         let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
         if hole_blocks > 0 {
             self.space_check(&st.hdr, hole_blocks + 8, Reserve::Keep)?;
         }
-        // Speculative preallocation (as XFS does): a write that extends the file also maps a
-        // run of blocks past its end, zeroed now in one IO, so the appends that follow land in
-        // blocks the file owns (the page cache) instead of allocating and writing each block
-        // synchronously. Only for files already 16 blocks long (small files stay exact); as
-        // many blocks as the file has, up to 256.
-        let prealloc = if hole_blocks > 0 && end > old_size && old_size >= 16 * bs {
-            let want = (old_size / bs).min(256);
+        // Speculative preallocation (as XFS does): a write that appends to the file also maps
+        // a run of blocks past its end, zeroed now in one IO, so the appends that follow land
+        // in blocks the file owns (the page cache) instead of allocating and writing each
+        // block synchronously. Only for appends (a write far past the end leaves a hole, and
+        // says nothing of what follows it) to files that own 16 blocks or more (small files
+        // stay exact); as many blocks as the file owns, up to 256. The last release frees
+        // what is still past the end (`Fs::trim_prealloc`).
+        let prealloc = if hole_blocks > 0 && end > old_size && off <= old_size && owned >= 16 {
+            let want = owned.min(256);
             let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
                 && self
                     .space_check(&st.hdr, hole_blocks + want + 8, Reserve::Keep)
@@ -194,6 +196,11 @@ impl Fs {
         } else {
             None
         };
+        if prealloc > 0 {
+            if let Some(m) = st.inodes.get_mut(&ino) {
+                m.spec_prealloc = true;
+            }
+        }
         let fresh = if hole_blocks > 0 {
             let end_fb = last + 1 + prealloc;
             let all = if prealloc > 0 {
