@@ -322,6 +322,28 @@ fn xattrs_and_the_change_xattr() {
         .unwrap();
     fs.setxattr(f, b"user.b", &[9u8; 300], XattrFlags::default())
         .unwrap();
+    // Names outside Linux's namespaces are refused as ext4 and XFS refuse them.
+    for (name, unsupported) in [
+        (&b"bogus.a"[..], true),
+        (b"userx", true),
+        (b"system.foo", true),
+        (b"user.", false),
+    ] {
+        let r = fs.setxattr(f, name, b"1", XattrFlags::default());
+        let g = fs.getxattr(f, name);
+        for r in [r.map(|_| ()), g.map(|_| ())] {
+            match r {
+                Err(FsError::NotSupported(_)) if unsupported => {}
+                Err(FsError::Invalid(_)) if !unsupported => {}
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(name)),
+            }
+        }
+    }
+    for name in [&b"trusted.t"[..], b"security.s"] {
+        fs.setxattr(f, name, b"1", XattrFlags::default()).unwrap();
+        assert_eq!(fs.getxattr(f, name).unwrap(), b"1");
+        fs.removexattr(f, name).unwrap();
+    }
     assert!(matches!(
         fs.setxattr(
             f,

@@ -113,12 +113,28 @@ pub fn decode(b: &[u8], ino: u64) -> FsResult<Vec<Entry>> {
     Ok(out)
 }
 
+/// The namespaces xattrs live in on Linux. FUSE passes any name through; ext4, XFS and tmpfs
+/// refuse one outside these with EOPNOTSUPP, and so does cilfs.
+const NAMESPACES: [&[u8]; 4] = [b"user.", b"trusted.", b"security.", b"system."];
+
 fn check_name(name: &[u8]) -> FsResult<()> {
     if name.is_empty() {
         return Err(FsError::Invalid("empty xattr name"));
     }
     if name.len() > XATTR_NAME_MAX {
         return Err(FsError::NameTooLong);
+    }
+    let Some(ns) = NAMESPACES.iter().find(|p| name.starts_with(p)) else {
+        return Err(FsError::NotSupported("xattr namespace"));
+    };
+    if name.len() == ns.len() {
+        return Err(FsError::Invalid(
+            "xattr name with nothing after its namespace",
+        ));
+    }
+    // system.* names are the kernel's own: cilfs keeps the POSIX ACLs of them.
+    if *ns == b"system." && name != super::acl::ACCESS && name != super::acl::DEFAULT {
+        return Err(FsError::NotSupported("xattr of the system namespace"));
     }
     Ok(())
 }
