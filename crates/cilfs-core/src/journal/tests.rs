@@ -1138,3 +1138,58 @@ fn late_writes_land_with_their_commits_newest_first() {
         );
     }
 }
+
+/// A block committed several times in one checkpoint is logged with every range changed
+/// since it was last written back, each as its last commit left it: ranges copied by earlier
+/// commits of the context, overlapping ones, a cancel and reuse, and the ranges an earlier
+/// checkpoint logged, which the next must log again once the tail has passed the earlier one.
+#[test]
+fn a_block_relogged_in_one_checkpoint_carries_every_dirty_range() {
+    let dev = fresh(52);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let write = |blkno: u64, ranges: &[(usize, usize, u8)]| {
+        let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
+        let b = tx.buf(blkno).unwrap();
+        for &(off, len, byte) in ranges {
+            tx.write(b, off, &vec![byte; len]);
+        }
+        tx.commit().unwrap()
+    };
+    write(300, &[(0, 100, 1)]);
+    write(300, &[(200, 100, 2)]);
+    write(300, &[(50, 10, 3), (290, 20, 4)]);
+    // Freed and used again in the same checkpoint: only what follows the cancel is logged.
+    write(301, &[(0, 64, 5)]);
+    {
+        let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
+        let b = tx.buf(301).unwrap();
+        tx.cancel(b);
+        tx.commit().unwrap();
+    }
+    let seq = write(301, &[(100, 8, 6)]);
+    j.force(seq).unwrap();
+    // The next checkpoint changes block 300 again; then a record moves the tail past the
+    // first, with nothing written back in place.
+    let seq = write(300, &[(500, 10, 7)]);
+    j.force(seq).unwrap();
+    j.push_carrying_tail().unwrap();
+    j.force_all().unwrap();
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: false }));
+    drop(j);
+    let _j = open(&crashed, FlushPolicy::Reduced);
+    let mut b = vec![0u8; BS as usize];
+    crashed.read(300 * u64::from(BS), &mut b).unwrap();
+    let mut want = vec![0u8; BS as usize];
+    for (off, len, byte) in [
+        (0, 100, 1),
+        (200, 100, 2),
+        (50, 10, 3),
+        (290, 20, 4),
+        (500, 10, 7),
+    ] {
+        want[off..off + len].fill(byte);
+    }
+    assert_eq!(b[..600], want[..600], "block 300");
+    crashed.read(301 * u64::from(BS), &mut b).unwrap();
+    assert_eq!(b[100..108], [6; 8], "block 301 after its reuse");
+}
