@@ -19,6 +19,7 @@ mod file;
 mod flags;
 mod gate;
 mod image;
+pub mod loopdev;
 mod overlay;
 mod queue;
 mod recorder;

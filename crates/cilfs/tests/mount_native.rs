@@ -163,6 +163,66 @@ fn sync_reaches_cilfs_on_a_block_device_and_survives_sigkill() {
     ok(cilfs(&["check", s(&dev.0)]), "check");
 }
 
+/// An image file mounted with `-o loop` (as mount(8) mounts one): the mount is fuseblk.cilfs
+/// on the loop device, so sync(2) reaches cilfs as on a block device, and files synced before
+/// a SIGKILL of the daemon are there after the remount. A second mount of the image, loop or
+/// not, is refused while the first is up.
+#[test]
+fn an_image_file_mounted_with_loop_passes_sync_on_and_survives_sigkill() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir, dir2) = (
+        tmp.path().join("fs.img"),
+        tmp.path().join("mnt"),
+        tmp.path().join("mnt2"),
+    );
+    fs::create_dir(&dir).unwrap();
+    fs::create_dir(&dir2).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "128M", s(&img)]), "mkfs");
+    ok(
+        cilfs(&["mount", s(&img), s(&dir), "-o", "loop,transport=native"]),
+        "mount",
+    );
+    let _unmount = Unmount(dir.clone());
+    let shown = findmnt(&dir, "FSTYPE,SOURCE");
+    let (fstype, source) = shown.split_once(' ').unwrap();
+    assert_eq!(fstype, "fuseblk.cilfs", "{shown}");
+    assert!(source.starts_with("/dev/loop"), "{shown}");
+    for opts in ["loop,transport=native", "transport=native"] {
+        let o = cilfs(&["mount", s(&img), s(&dir2), "-o", opts]);
+        assert!(
+            !o.status.success(),
+            "a second mount ({opts}) was let through"
+        );
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("in use by another mount"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| {
+            (
+                format!("f{i}"),
+                format!("synced {i}\n").repeat(i + 1).into_bytes(),
+            )
+        })
+        .collect();
+    for (name, data) in &files {
+        fs::write(dir.join(name), data).unwrap();
+    }
+    rustix::fs::sync();
+    kill_daemon(Path::new(source), &dir);
+    ok(
+        cilfs(&["mount", s(&img), s(&dir), "-o", "transport=native"]),
+        "remount",
+    );
+    for (name, data) in &files {
+        assert_eq!(&fs::read(dir.join(name)).unwrap(), data, "{name}");
+    }
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
+    ok(cilfs(&["check", s(&img)]), "check");
+}
+
 /// A user's own mount over the native transport: fusermount3 mounts and passes /dev/fuse
 /// back, the user writes and unmounts. In a private mount namespace with a 0666 /dev/fuse node
 /// bound over the real one, since some containers keep /dev/fuse closed to users.

@@ -37,7 +37,7 @@ pub struct Args {
 /// Set in the environment of the background copy: it reports readiness on stdout.
 const NOTIFY_ENV: &str = "CILFS_MOUNT_NOTIFY";
 
-pub fn run(a: Args) -> Result<(), Failure> {
+pub fn run(mut a: Args) -> Result<(), Failure> {
     let opts = mount_opts::parse(&a.options).map_err(|e| Failure::usage(anyhow!(e)))?;
     if opts
         .logdev
@@ -75,6 +75,15 @@ pub fn run(a: Args) -> Result<(), Failure> {
             "option norecovery needs ro: a read-write mount must replay the log"
         )));
     }
+    // `loop`: from here on the image is the loop device; this process holds it until the
+    // mount is up (in the background) or over (in the foreground).
+    let _loop = if opts.loop_dev && std::fs::metadata(&a.image).is_ok_and(|m| m.is_file()) {
+        let l = cilfs_device::loopdev::attach(&a.image, opts.ro).map_err(Failure::usage)?;
+        a.image = l.path.clone();
+        Some(l)
+    } else {
+        None
+    };
     if a.foreground {
         serve(&a, &opts)
     } else {
@@ -269,6 +278,22 @@ fn serve_logged(
         .ok_or_else(|| {
             Failure::usage(anyhow!("{} is in use by another mount", a.image.display()))
         })?;
+    // Through a loop device (`-o loop`, or one mount(8) set up), the image file is the one
+    // that must not be mounted twice.
+    let _backing_lock = match cilfs_device::loopdev::backing_file(&a.image) {
+        Some(f) => Some(
+            lock_image(&f, false)
+                .map_err(Failure::usage)?
+                .ok_or_else(|| {
+                    Failure::usage(anyhow!(
+                        "{} (behind {}) is in use by another mount",
+                        f.display(),
+                        a.image.display()
+                    ))
+                })?,
+        ),
+        None => None,
+    };
     // The log device is written as much as the image: one mount (or mkfs, or check) at a time.
     let _log_lock = match &opts.logdev {
         Some(p) => Some(

@@ -43,6 +43,9 @@ pub struct MountOpts {
     /// With `transport=native`: requests through io_uring queues where the kernel allows
     /// (`uring=auto`, the default), always (`on`: or no mount), never (`off`: /dev/fuse reads).
     pub uring: cilfs_fuse::native::UringMode,
+    /// `loop`: an image file is mounted through a loop device (`loopdev.rs`), as mount(8)'s
+    /// `-o loop`; ignored for a block device.
+    pub loop_dev: bool,
 }
 
 impl Default for MountOpts {
@@ -72,6 +75,7 @@ impl Default for MountOpts {
             dirsync: false,
             transport: super::transport::Transport::default(),
             uring: cilfs_fuse::native::UringMode::Auto,
+            loop_dev: false,
         }
     }
 }
@@ -240,15 +244,26 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.dirsync = true;
             }
+            "loop" => {
+                no_value()?;
+                o.loop_dev = true;
+            }
             "transport" => o.transport = super::transport::Transport::parse(need()?)?,
             "uring" => o.uring = super::transport::parse_uring(need()?)?,
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, transport, uring)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, transport, uring)")),
         }
     }
     if o.uring == cilfs_fuse::native::UringMode::On
         && o.transport == super::transport::Transport::Fuser
     {
         return Err("uring=on needs transport=native (fuser has no FUSE over io_uring)".into());
+    }
+    if o.loop_dev && o.transport == super::transport::Transport::Fuser {
+        return Err(
+            "loop needs transport=native (fuser mounts every image as fuse, which sync(2) \
+             does not reach)"
+                .into(),
+        );
     }
     Ok(o)
 }
@@ -413,6 +428,21 @@ mod tests {
         assert!(parse(&["nosuch".into()])
             .unwrap_err()
             .contains("norecovery"));
+    }
+
+    #[test]
+    fn loop_is_a_flag_of_the_native_transport() {
+        assert!(!parse(&[]).expect("valid").loop_dev);
+        assert!(parse(&["loop".into()]).expect("valid").loop_dev);
+        assert!(
+            parse(&["loop,transport=native".into()])
+                .expect("valid")
+                .loop_dev
+        );
+        assert!(parse(&["loop=1".into()]).is_err());
+        assert!(parse(&["loop,transport=fuser".into()])
+            .unwrap_err()
+            .contains("transport=native"));
     }
 
     #[test]
