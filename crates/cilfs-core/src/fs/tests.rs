@@ -766,6 +766,26 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
 }
 
 /// The blocks the checker finds in `role`, even when it finds problems.
+/// Files `f0`..`f{n-1}` in the root, each holding `data`; their inode numbers.
+fn files_holding(fs: &Fs, n: usize, data: &[u8]) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            let f = fs
+                .mknod(
+                    U,
+                    ROOT_INO,
+                    format!("f{i}").as_bytes(),
+                    inode::S_IFREG | 0o644,
+                    0,
+                )
+                .unwrap()
+                .ino;
+            fs.write(U, f, 0, data).unwrap();
+            f
+        })
+        .collect()
+}
+
 fn blocks_of(fs: &Fs, role: check::Role) -> Vec<u64> {
     check::check(fs)
         .unwrap()
@@ -828,22 +848,7 @@ fn allocation_looks_past_many_busy_small_extents() {
     let dev = new_dev(61);
     let fs = mount_with_a_large_cil(&dev, &clock);
     let block = vec![3u8; BS as usize];
-    let files: Vec<u64> = (0..300)
-        .map(|i| {
-            let f = fs
-                .mknod(
-                    U,
-                    ROOT_INO,
-                    format!("f{i}").as_bytes(),
-                    inode::S_IFREG | 0o644,
-                    0,
-                )
-                .unwrap()
-                .ino;
-            fs.write(U, f, 0, &block).unwrap();
-            f
-        })
-        .collect();
+    let files = files_holding(&fs, 300, &block);
     fs.sync().unwrap();
     let checkpoints = || fs.journal().stats().log.checkpoints;
     let before = checkpoints();
@@ -1900,22 +1905,7 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
     assert_ne!(fs.read_state().hdr.fs_root, start.fs_root, "the root moved");
     // One-block files, every other one removed: free space in many pieces, so the
     // free-space trees grow and take nodes from their free list.
-    let files: Vec<u64> = (0..800)
-        .map(|i| {
-            let f = fs
-                .mknod(
-                    U,
-                    ROOT_INO,
-                    format!("f{i}").as_bytes(),
-                    inode::S_IFREG | 0o644,
-                    0,
-                )
-                .unwrap()
-                .ino;
-            fs.write(U, f, 0, &[7u8; 100]).unwrap();
-            f
-        })
-        .collect();
+    let files = files_holding(&fs, 800, &[7u8; 100]);
     fs.sync().unwrap();
     assert_block_holds_header("small files");
     fs.setattr(
@@ -1957,14 +1947,19 @@ fn speculative_preallocation_is_trimmed_at_the_last_release() {
     let fs = mount(&dev, opts(&clock));
     let bs = u64::from(BS);
     let blocks = |ino| fs.getattr(ino).unwrap().blocks_512 / (bs / 512);
-    let f = fs
-        .mknod(U, ROOT_INO, b"log", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
-    fs.open_inode(f).unwrap();
-    for i in 0..100u64 {
-        fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
-    }
+    // A file opened and appended to a block at a time, block i filled with i.
+    let appended = |name: &[u8], n: u64| {
+        let f = fs
+            .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
+        fs.open_inode(f).unwrap();
+        for i in 0..n {
+            fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
+        }
+        f
+    };
+    let f = appended(b"log", 100);
     assert!(blocks(f) > 100, "appends preallocated past the end");
     // Another handle keeps it: its writer may append into the blocks.
     fs.open_inode(f).unwrap();
@@ -1979,14 +1974,7 @@ fn speculative_preallocation_is_trimmed_at_the_last_release() {
     assert_eq!(blocks(f), 101);
     fs.release_inode(f).unwrap();
     // fallocate's blocks past the end are the caller's.
-    let g = fs
-        .mknod(U, ROOT_INO, b"reserved", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
-    fs.open_inode(g).unwrap();
-    for i in 0..40u64 {
-        fs.write(U, g, i * bs, &[1; BS as usize]).unwrap();
-    }
+    let g = appended(b"reserved", 40);
     fs.fallocate(U, g, 40 * bs, 64 * bs, true, false).unwrap();
     fs.release_inode(g).unwrap();
     assert_eq!(blocks(g), 104, "fallocated blocks past the end kept");

@@ -59,6 +59,17 @@ fn write_block(j: &Journal, blkno: u64, byte: u8) -> u64 {
     tx.commit().unwrap()
 }
 
+/// The device after a crash that kept the volatile writes whose bits are set in `mask`.
+fn crashed_keeping(dev: &SimDevice, mask: u32) -> Arc<SimDevice> {
+    Arc::new(dev.crash_with(&mut |i, _| {
+        if mask & (1 << i) != 0 {
+            Survival::Kept
+        } else {
+            Survival::Lost
+        }
+    }))
+}
+
 fn read_byte(dev: &SimDevice, blkno: u64) -> u8 {
     let mut b = vec![0u8; BS as usize];
     dev.read(blkno * u64::from(BS), &mut b).unwrap();
@@ -96,13 +107,7 @@ fn unforced_commits_are_all_or_nothing_per_checkpoint() {
     // Every fate of the volatile writes gives both blocks or neither.
     let n = dev.volatile_writes();
     for mask in 0..(1u32 << n.min(10)) {
-        let crashed = Arc::new(dev.crash_with(&mut |i, _| {
-            if mask & (1 << i) != 0 {
-                Survival::Kept
-            } else {
-                Survival::Lost
-            }
-        }));
+        let crashed = crashed_keeping(&dev, mask);
         let _j = open(&crashed, FlushPolicy::Reduced);
         let (x, y) = (read_byte(&crashed, 400), read_byte(&crashed, 401));
         assert_eq!(x, y, "mask {mask:b}: half a transaction");
@@ -1118,13 +1123,7 @@ fn late_writes_land_with_their_commits_newest_first() {
     j.push(j.current_seq()).unwrap();
     let n = dev.volatile_writes();
     for mask in 0..(1u32 << n.min(10)) {
-        let crashed = Arc::new(dev.crash_with(&mut |i, _| {
-            if mask & (1 << i) != 0 {
-                Survival::Kept
-            } else {
-                Survival::Lost
-            }
-        }));
+        let crashed = crashed_keeping(&dev, mask);
         let _j = open(&crashed, FlushPolicy::Reduced);
         assert_eq!(
             read_byte(&crashed, 401),
