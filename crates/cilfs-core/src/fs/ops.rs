@@ -499,11 +499,11 @@ impl Fs {
         // Unlinking gives space back, but may split a node for the orphan entry first.
         sc.need_space(self, &t.hdr, 4, Reserve::Use)?;
         let now = self.now();
-        let m = sc.load(st, t, e.ino)?;
+        let (m, has_pages) = sc.load_and(st, t, e.ino, |st| st.cache.has_pages(e.ino))?;
         let last_link = m.inode.is_dir() || m.inode.nlink <= 1;
         let unused = last_link
             && m.open == 0
-            && !st.with(|st| st.cache.has_pages(e.ino))
+            && !has_pages
             && self.io.idle(e.ino)
             && only_inode_item(t, e.ino)?;
         dir_remove(t, parent, name)?;

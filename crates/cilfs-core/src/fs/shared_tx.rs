@@ -90,7 +90,28 @@ impl Scratch {
         ino: u64,
     ) -> FsResult<&'s mut InodeMem> {
         if !self.inodes.contains_key(&ino) {
-            let (m, from_memory) = match st.with(|st| cached_copy(st, ino)) {
+            self.load_and(st, t, ino, |_| ())?;
+        }
+        match self.inodes.get_mut(&ino) {
+            Some(m) => Ok(m),
+            None => unreachable!("loaded above"),
+        }
+    }
+
+    /// `load`, and `f` on the state in the same hold of its lock (each hold is a cache line
+    /// the cores pass between them, and a wait behind a publish).
+    pub(crate) fn load_and<'s, R>(
+        &'s mut self,
+        st: &StateRef<'_>,
+        t: &mut FsTx<'_>,
+        ino: u64,
+        f: impl FnOnce(&FsState) -> R,
+    ) -> FsResult<(&'s mut InodeMem, R)> {
+        let r = if self.inodes.contains_key(&ino) {
+            st.with(f)
+        } else {
+            let (copy, r) = st.with(|st| (cached_copy(st, ino), f(st)));
+            let (m, from_memory) = match copy {
                 Some(m) => (m, true),
                 None => {
                     let inode = super::read_inode(t, ino)?;
@@ -108,9 +129,10 @@ impl Scratch {
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), from_memory));
             self.inodes.insert(ino, Box::new(m));
-        }
+            r
+        };
         match self.inodes.get_mut(&ino) {
-            Some(m) => Ok(m),
+            Some(m) => Ok((m, r)),
             None => unreachable!("inserted above"),
         }
     }
