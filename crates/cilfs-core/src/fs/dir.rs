@@ -1,7 +1,11 @@
 //! Directory entries: fs-tree items keyed by (directory, name hash). A hash bucket holds every
-//! name with that hash (collisions are rare at 56 bits but handled). readdir walks the buckets in
-//! hash order and its cookie is the bucket's hash plus 3 (0, 1 and 2 mean start, after "." and
-//! after ".."), so a cookie stays valid whatever is created or removed meanwhile.
+//! name with that hash (collisions are rare at 56 bits, but anyone can make a pair in a minute
+//! of CPU), in the order they were added, at most `BUCKET_MAX`. readdir walks the buckets in
+//! hash order; the cookie after an entry is its bucket's hash and how many of the bucket's
+//! entries have been returned, plus 3 (0, 1 and 2 mean start, after "." and after ".."), so a
+//! cookie stays valid whatever is created or removed in other buckets meanwhile, and a reader
+//! whose buffer fills inside a bucket resumes at the next entry of it. (One cookie per bucket
+//! skipped the rest of a bucket whenever the kernel's buffer filled after its first entry.)
 
 use super::error::{FsError, FsResult};
 use super::inode::FileType;
@@ -9,6 +13,23 @@ use super::tree::keys::{key, kind_of, name_hash, KIND_DIRENT};
 use super::tree::node::{arr8, Key};
 
 pub const NAME_MAX: usize = 255;
+
+/// The most names one hash bucket holds: a cookie keeps a place in a bucket in 6 bits, and
+/// the cookie of the last bucket must stay below 2^63 (the kernel takes it as a signed offset).
+pub const BUCKET_MAX: usize = 63;
+const PLACE_BITS: u32 = 6;
+
+/// readdir's cookie after the `returned` first entries of bucket `hash` (`returned` >= 1).
+pub fn cookie_after(hash: u64, returned: usize) -> u64 {
+    debug_assert!((1..=BUCKET_MAX).contains(&returned));
+    ((hash << PLACE_BITS) | returned as u64) + 3
+}
+
+/// Where a cookie of 3 or more resumes: the bucket's hash and the entries of it returned.
+pub fn resume_at(cookie: u64) -> (u64, usize) {
+    let v = cookie - 3;
+    (v >> PLACE_BITS, (v & ((1 << PLACE_BITS) - 1)) as usize)
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {

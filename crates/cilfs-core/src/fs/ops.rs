@@ -37,8 +37,11 @@ pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> 
     };
     bucket.push(e.clone());
     let v = dir::encode_bucket(&bucket);
-    if v.len() > super::tree::node::max_value_bytes(t.tx_block_size()) {
-        // Only when several long names share one 56-bit hash.
+    if v.len() > super::tree::node::max_value_bytes(t.tx_block_size())
+        || bucket.len() > dir::BUCKET_MAX
+    {
+        // Only when many names share one 56-bit hash (made on purpose): as ext4 when its
+        // index cannot split a run of one hash.
         return Err(FsError::NoSpace);
     }
     t.insert(TREE_FS, k, &v)?;
@@ -614,26 +617,31 @@ impl Fs {
         if c < 2 {
             return Ok((out, touch));
         }
-        c = c.max(3);
-        let from = c - 3;
+        let (from, returned) = dir::resume_at(c.max(3));
         if from > super::tree::keys::OFFSET_MAX {
             return Ok((out, touch));
         }
         let mut v = self.view(&st);
+        // Every bucket holds an entry: `max` buckets fill the reply, after the one the cookie
+        // points into, whose entries may all have been returned.
         let items = v.scan(
             TREE_FS,
             key(ino, KIND_DIRENT, from),
             key(ino, KIND_DIRENT, super::tree::keys::OFFSET_MAX),
-            max.max(1),
+            max.max(1) + 1,
         )?;
-        for (k, val) in items {
-            let entries = dir::decode_bucket(&val, ino)?;
-            if !out.is_empty() && out.len() + entries.len() > max {
-                break;
-            }
-            let next = offset_of(k) + 4;
-            for e in entries {
-                out.push((e, next));
+        'buckets: for (k, val) in items {
+            let hash = offset_of(k);
+            let skip = if hash == from { returned } else { 0 };
+            for (i, e) in dir::decode_bucket(&val, ino)?
+                .into_iter()
+                .enumerate()
+                .skip(skip)
+            {
+                if out.len() >= max.max(1) {
+                    break 'buckets;
+                }
+                out.push((e, dir::cookie_after(hash, (i + 1).min(dir::BUCKET_MAX))));
             }
         }
         Ok((out, touch))
