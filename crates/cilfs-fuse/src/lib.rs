@@ -806,6 +806,10 @@ impl Filesystem for CilfsFuse {
         reply: ReplyLseek,
     ) {
         requests::count(Opcode::Lseek as u32);
+        // As the native dispatcher: the kernel's cached writes make cilfs's holes unreliable.
+        if self.writeback_cache {
+            return reply.error(Errno::ENOSYS);
+        }
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,

@@ -36,6 +36,8 @@ pub struct Dispatcher {
     fs: Arc<Fs>,
     /// Who opened each file handle, as in lib.rs ([`Openers`]).
     openers: Openers,
+    /// The kernel keeps written pages (`writeback_cache`): data cilfs has not seen yet.
+    writeback_cache: bool,
 }
 
 fn cred(h: &InHeader) -> Cred {
@@ -164,10 +166,11 @@ fn sized(unique: u64, size: u32, v: Vec<u8>) -> Answer {
 }
 
 impl Dispatcher {
-    pub fn new(fs: Arc<Fs>) -> Dispatcher {
+    pub fn new(fs: Arc<Fs>, writeback_cache: bool) -> Dispatcher {
         Dispatcher {
             fs,
             openers: Openers::new(),
+            writeback_cache,
         }
     }
 
@@ -432,6 +435,11 @@ impl Dispatcher {
                     fs.fallocate(cred(h), ino, f.offset, f.length, keep, punch),
                 )
             }
+            // With writeback_cache the kernel may hold written data cilfs has not seen, so
+            // cilfs's holes may not be holes: ENOSYS has the kernel answer SEEK_DATA and
+            // SEEK_HOLE itself from then on (the whole file as data), as for a FUSE server
+            // without LSEEK.
+            Op::Lseek(_) if self.writeback_cache => fail(u, libc::ENOSYS),
             Op::Lseek(l) => {
                 let data = match l.whence as i32 {
                     libc::SEEK_DATA => true,
@@ -619,7 +627,7 @@ mod tests {
         use cilfs_fuse_proto::{CreateIn, Opcode, SyncfsIn, WriteIn};
         use std::ffi::OsStr;
         let dev = sim::new_dev();
-        let d = Dispatcher::new(sim::mount(Arc::clone(&dev)));
+        let d = Dispatcher::new(sim::mount(Arc::clone(&dev)), false);
         let name = OsStr::new("synced");
         let create = CreateIn {
             flags: libc::O_WRONLY as u32,
@@ -659,5 +667,29 @@ mod tests {
         let kept = sim::mount(Arc::new(dev.crash(CrashOptions::default())));
         let a = kept.lookup(ROOT_ID, b"synced").unwrap();
         assert_eq!(kept.read_opts(a.ino, 0, 100, false).unwrap(), data);
+    }
+
+    /// With writeback_cache the kernel may hold data cilfs has not seen: LSEEK is ENOSYS, so
+    /// the kernel answers SEEK_DATA and SEEK_HOLE itself; without it, cilfs answers.
+    #[test]
+    fn lseek_is_left_to_the_kernel_under_writeback_cache() {
+        use cilfs_fuse_proto::{LseekIn, Opcode};
+        for (wbc, want_errno) in [(true, Some(libc::ENOSYS)), (false, None)] {
+            let d = Dispatcher::new(sim::mount(sim::new_dev()), wbc);
+            let l = LseekIn {
+                offset: 0,
+                whence: libc::SEEK_DATA as u32,
+                ..LseekIn::default()
+            };
+            let r = match d.answer(&request(header(Opcode::Lseek, 1, ROOT_ID), Op::Lseek(l))) {
+                Answer::Reply(r) => r,
+                other => panic!("lseek: {other:?}"),
+            };
+            let errno = i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap());
+            match want_errno {
+                Some(e) => assert_eq!(errno, -e, "writeback_cache {wbc}"),
+                None => assert_ne!(errno, -libc::ENOSYS, "writeback_cache {wbc}"),
+            }
+        }
     }
 }

@@ -188,7 +188,7 @@ impl Session {
             return Ok(());
         };
         drop(buf);
-        let dispatcher = Dispatcher::new(fs);
+        let dispatcher = Dispatcher::new(fs, cfg.writeback_cache);
         let threads = cfg.threads.max(1);
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
