@@ -301,13 +301,23 @@ impl Fs {
         if off < end {
             let first_full = off.div_ceil(bs);
             let end_full = end / bs;
+            // Zeroes `[a, b)` in place, block by block, where the file has a block: a hole
+            // reads as zeros already, and writing them would allocate it.
             let zero = |a: u64, b: u64| -> FsResult<()> {
-                if a < b {
-                    self.write_locked(cred, ino, a, &vec![0u8; (b - a) as usize])
-                        .map(|_| ())
-                } else {
-                    Ok(())
+                let mut at = a;
+                while at < b {
+                    let fb = at / bs;
+                    let to = b.min((fb + 1) * bs);
+                    let mapped = self.retrying(|| {
+                        let st = self.read_state();
+                        Ok(self.mapping(&st, ino, fb, fb)?.1 == 0)
+                    })?;
+                    if mapped {
+                        self.write_locked(cred, ino, at, &vec![0u8; (to - at) as usize])?;
+                    }
+                    at = to;
                 }
+                Ok(())
             };
             if first_full >= end_full {
                 zero(off, end)?;

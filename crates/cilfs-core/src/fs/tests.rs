@@ -302,6 +302,25 @@ fn file_data_sparse_truncate_fallocate_seek() {
     );
     assert!(back[11_000..].iter().all(|&b| b == 7));
     assert_eq!(fs.getattr(f).unwrap().size, 20_000);
+    // Punching holes into a sparse file allocates nothing, edges included.
+    let sp = fs
+        .mknod(U, ROOT_INO, b"sparse", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.setattr(
+        U,
+        sp,
+        SetAttr {
+            size: Some(100_000),
+            ..SetAttr::default()
+        },
+    )
+    .unwrap();
+    fs.fallocate(U, sp, 5000, 50_000, true, true).unwrap();
+    fs.fallocate(U, sp, 0, 5000, true, true).unwrap();
+    fs.fallocate(U, sp, 99_990, 5, true, true).unwrap();
+    assert_eq!(fs.getattr(sp).unwrap().blocks_512, 0, "blocks for a hole");
+    assert_eq!(fs.read(sp, 0, 100).unwrap(), vec![0u8; 100]);
     // Unlinking gives every block back (after the freeing checkpoint is stable).
     fs.unlink(ROOT_INO, b"f").unwrap();
     fs.sync().unwrap();
