@@ -15,9 +15,10 @@ use cilfs_core::fs::{Attr, AttrsChanged, FileType as CoreType, Fs, FsError, Time
 use cilfs_fuse_proto::Opcode;
 use fuser::{
     AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner, Notifier, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyIoctl, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use openers::{caller, Openers};
 use std::ffi::OsStr;
@@ -794,6 +795,24 @@ impl Filesystem for CilfsFuse {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(err(e)),
         }
+    }
+
+    /// No ioctls, answered as the native dispatcher answers them and without the warning
+    /// fuser's default logs for each: Python's isatty() on every open() sends one (27,815
+    /// lines in one stress session's log).
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        requests::count(Opcode::Ioctl as u32);
+        reply.error(Errno::ENOSYS);
     }
 
     fn lseek(
