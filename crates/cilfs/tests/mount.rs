@@ -1233,13 +1233,15 @@ fn attributes_stay_right_with_long_lifetimes() {
     assert_eq!(size(&f), 100_100);
     assert!(blocks(&f) >= 100_100 / 512, "{}", blocks(&f));
     assert_ne!(mtime(&f), before, "a write changes the mtime");
-    let had = blocks(&f);
+    // Not against the count before: blocks the appends preallocated past the end go at the
+    // last release, which the kernel sends after close returns.
     let h = OpenOptions::new().write(true).open(&f).unwrap();
     rustix::fs::fallocate(&h, FallocateFlags::KEEP_SIZE, 1 << 20, 1 << 20).unwrap();
     assert_eq!(size(&f), 100_100, "KEEP_SIZE keeps the size");
     assert!(
-        blocks(&f) >= had + (1 << 20) / 512,
-        "fallocate's blocks show"
+        blocks(&f) >= 100_100 / 512 + (1 << 20) / 512,
+        "fallocate's blocks show: {}",
+        blocks(&f)
     );
     h.set_len(10).unwrap();
     drop(h);
