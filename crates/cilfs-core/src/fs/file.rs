@@ -237,6 +237,8 @@ impl Fs {
             if m.inode.is_dir() {
                 return Err(FsError::IsDir);
             }
+            // The range is the caller's now, blocks speculation mapped in it included.
+            super::write::forget_spec_range(&mut m.spec_prealloc, first, last + 1);
             let inode = m.inode.clone();
             let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
             self.space_check(&st.hdr, hole_blocks + 8, Reserve::Keep)?;
@@ -272,8 +274,6 @@ impl Fs {
                 drop_caps(t, ino)?;
                 let m = Fs::inode_mut(t, inodes, ino)?;
                 m.inode.blocks += allocated;
-                // Blocks fallocate maps past the end are the caller's to keep.
-                m.spec_prealloc = false;
                 let kill = self.privileges_to_kill(cred, &m.inode);
                 m.inode.mode &= !kill;
                 if !keep_size && end > m.inode.size {

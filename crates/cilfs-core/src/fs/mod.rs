@@ -221,10 +221,12 @@ pub(crate) struct InodeMem {
     pub last_seq: u64,
     /// The in-memory inode is ahead of the log (a size grown by a write, not yet logged).
     pub unlogged: bool,
-    /// A write mapped blocks past the end of the file for the appends to come (speculative
-    /// preallocation, `write.rs`): the last release frees what is still past the end, as XFS
-    /// trims its post-EOF blocks at close. Cleared by fallocate, whose blocks stay.
-    pub spec_prealloc: bool,
+    /// File-block ranges `[a, b)` that writes mapped past the end of the file for the
+    /// appends to come (speculative preallocation, `write.rs`), noted once the write mapped
+    /// them: the last release frees what of them is still past the end, as XFS trims its
+    /// post-EOF blocks at close. Only these: a fallocate takes its range out of them, so
+    /// blocks it asked for stay.
+    pub spec_prealloc: Vec<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -456,7 +458,7 @@ impl Fs {
                     open: 0,
                     last_seq: 0,
                     unlogged: false,
-                    spec_prealloc: false,
+                    spec_prealloc: Vec::new(),
                 })))
             }
         }

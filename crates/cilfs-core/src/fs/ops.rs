@@ -319,7 +319,7 @@ impl Fs {
             open: 0,
             last_seq: 0,
             unlogged: false,
-            spec_prealloc: false,
+            spec_prealloc: Vec::new(),
         };
         log_inode(t, &mut m, &self.stats)?;
         if let Some(target) = target {

@@ -139,29 +139,37 @@ impl Fs {
             return Ok(());
         };
         m.open = m.open.saturating_sub(1);
-        let trim = m.open == 0 && m.inode.nlink > 0 && m.spec_prealloc;
+        let trim = m.open == 0 && m.inode.nlink > 0 && !m.spec_prealloc.is_empty();
         drop(st);
-        if trim {
-            self.trim_prealloc(ino)?;
-        }
-        self.reclaim_unused(ino)
+        let trimmed = if trim {
+            self.trim_prealloc(ino)
+        } else {
+            Ok(())
+        };
+        self.reclaim_unused(ino)?;
+        trimmed
     }
 
-    /// Frees the blocks past the end of `ino` that speculative preallocation mapped, unless
-    /// it was opened again meanwhile (its writer would append into them).
+    /// Frees the blocks past the end of `ino` that speculative preallocation mapped (and only
+    /// those), unless it was opened again meanwhile (its writer would append into them).
     fn trim_prealloc(&self, ino: u64) -> FsResult<()> {
         let _io = self.io.lock(ino, super::iolock::IoMode::Exclusive);
-        let keep = {
+        let (keep, ranges) = {
             let mut st = self.write_state();
             let Some(m) = st.inodes.get_mut(&ino) else {
                 return Ok(());
             };
-            if m.open > 0 || m.inode.nlink == 0 || !m.spec_prealloc {
+            if m.open > 0 || m.inode.nlink == 0 {
                 return Ok(());
             }
-            m.spec_prealloc = false;
-            m.inode.size.div_ceil(u64::from(self.bs))
+            let ranges = std::mem::take(&mut m.spec_prealloc);
+            (m.inode.size.div_ceil(u64::from(self.bs)), ranges)
         };
-        self.free_range(ino, keep, super::tree::keys::OFFSET_MAX)
+        for (a, b) in ranges {
+            if a.max(keep) < b {
+                self.free_range(ino, a.max(keep), b)?;
+            }
+        }
+        Ok(())
     }
 }

@@ -121,7 +121,7 @@ impl Scratch {
                         open: 0,
                         last_seq: 0,
                         unlogged: false,
-                        spec_prealloc: false,
+                        spec_prealloc: Vec::new(),
                     };
                     (m, false)
                 }
@@ -208,7 +208,7 @@ fn cached_copy(st: &FsState, ino: u64) -> Option<InodeMem> {
         open: m.open,
         last_seq: m.last_seq,
         unlogged: m.unlogged,
-        spec_prealloc: m.spec_prealloc,
+        spec_prealloc: m.spec_prealloc.clone(),
     })
 }
 

@@ -1998,6 +1998,13 @@ fn speculative_preallocation_is_trimmed_at_the_last_release() {
     fs.release_inode(g).unwrap();
     assert_eq!(blocks(g), 104, "fallocated blocks past the end kept");
     assert_eq!(fs.getattr(g).unwrap().size, 40 * bs);
+    // An append after a fallocate far past the end preallocates again; the release frees
+    // only what that append reserved, not the fallocated blocks.
+    let h = appended(b"reserved-far", 20);
+    fs.fallocate(U, h, 100 * bs, 64 * bs, true, false).unwrap();
+    fs.write(U, h, 20 * bs, &[9; BS as usize]).unwrap();
+    fs.release_inode(h).unwrap();
+    assert_eq!(blocks(h), 20 + 1 + 64, "only speculative blocks trimmed");
     assert_clean(&fs);
     fs.unmount().unwrap();
     drop(fs);

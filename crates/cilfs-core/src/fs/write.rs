@@ -59,6 +59,8 @@ struct Plan {
     exts: Vec<Extent>,
     /// Reserved for the holes of `[first, last]` and the preallocation past it.
     fresh: Vec<Extent>,
+    /// File-block ranges of `fresh` past the write (speculative preallocation).
+    spec: Vec<(u64, u64)>,
     edges: Vec<Edge>,
     eof: Option<EofTail>,
 }
@@ -105,6 +107,14 @@ impl Fs {
         let mut plan = self.retrying(|| self.plan_write(ino, off, end))?;
         let r = self.stage_and_commit(cred, &mut plan, data);
         self.unreserve(&plan.fresh);
+        if r.is_ok() && !plan.spec.is_empty() {
+            // Mapped now: the last release frees what of them is still past the end.
+            if let Some(m) = self.write_state().inodes.get_mut(&ino) {
+                for &(a, b) in &plan.spec {
+                    note_spec_range(&mut m.spec_prealloc, a, b);
+                }
+            }
+        }
         r
     }
 
@@ -196,11 +206,6 @@ impl Fs {
         } else {
             None
         };
-        if prealloc > 0 {
-            if let Some(m) = st.inodes.get_mut(&ino) {
-                m.spec_prealloc = true;
-            }
-        }
         let fresh = if hole_blocks > 0 {
             let end_fb = last + 1 + prealloc;
             let all = if prealloc > 0 {
@@ -212,6 +217,12 @@ impl Fs {
         } else {
             Vec::new()
         };
+        // The blocks this write reserves past itself, and only those.
+        let spec = fresh
+            .iter()
+            .filter(|e| prealloc > 0 && e.end() > last + 1)
+            .map(|e| (e.file.max(last + 1), e.end()))
+            .collect();
         Ok(Plan {
             ino,
             project,
@@ -221,6 +232,7 @@ impl Fs {
             last,
             exts,
             fresh,
+            spec,
             edges,
             eof,
         })
@@ -422,4 +434,35 @@ fn copy_overlap(buf: &mut [u8], buf_off: u64, data_off: u64, data: &[u8]) {
         );
         buf[bi..bi + n].copy_from_slice(&data[di..di + n]);
     }
+}
+
+/// Adds `[a, b)` to the speculative ranges of an inode, merged with one it touches; at most
+/// 16 are kept (an older one forgotten stays allocated until a truncate or unlink).
+fn note_spec_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) {
+    if let Some(r) = ranges.iter_mut().find(|r| r.0 <= b && a <= r.1) {
+        *r = (r.0.min(a), r.1.max(b));
+        return;
+    }
+    if ranges.len() >= 16 {
+        ranges.remove(0);
+    }
+    ranges.push((a, b));
+}
+
+/// Takes `[a, b)` out of the speculative ranges of an inode (fallocate asked for it).
+pub(crate) fn forget_spec_range(ranges: &mut Vec<(u64, u64)>, a: u64, b: u64) {
+    let mut kept = Vec::with_capacity(ranges.len() + 1);
+    for &(x, y) in ranges.iter() {
+        if y <= a || b <= x {
+            kept.push((x, y));
+            continue;
+        }
+        if x < a {
+            kept.push((x, a));
+        }
+        if b < y {
+            kept.push((b, y));
+        }
+    }
+    *ranges = kept;
 }
