@@ -32,16 +32,15 @@ fn only_inode_item(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
 pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
     let k = key(dir, KIND_DIRENT, super::tree::keys::name_hash(&e.name));
     let mut bucket = match t.get(TREE_FS, k)? {
-        Some(v) => dir::decode_bucket(&v, dir)?,
+        Some(v) => dir::decode_slotted(&v, dir)?,
         None => Vec::new(),
     };
-    bucket.push(e.clone());
+    // Only when many names share one 56-bit hash (made on purpose): as ext4 when its index
+    // cannot split a run of one hash.
+    let slot = dir::free_slot(&bucket).ok_or(FsError::NoSpace)?;
+    bucket.push((slot, e.clone()));
     let v = dir::encode_bucket(&bucket);
-    if v.len() > super::tree::node::max_value_bytes(t.tx_block_size())
-        || bucket.len() > dir::BUCKET_MAX
-    {
-        // Only when many names share one 56-bit hash (made on purpose): as ext4 when its
-        // index cannot split a run of one hash.
+    if v.len() > super::tree::node::max_value_bytes(t.tx_block_size()) {
         return Err(FsError::NoSpace);
     }
     t.insert(TREE_FS, k, &v)?;
@@ -53,11 +52,13 @@ pub(crate) fn dir_remove(t: &mut FsTx<'_>, dir: u64, name: &[u8]) -> FsResult<Di
     let Some(v) = t.get(TREE_FS, k)? else {
         return Err(FsError::NotFound);
     };
-    let mut bucket = dir::decode_bucket(&v, dir)?;
-    let Some(i) = bucket.iter().position(|e| e.name == name) else {
+    // The others keep their slots: a reader's cookie names a slot, and a removal must not
+    // move an entry it has not returned yet below it.
+    let mut bucket = dir::decode_slotted(&v, dir)?;
+    let Some(i) = bucket.iter().position(|(_, e)| e.name == name) else {
         return Err(FsError::NotFound);
     };
-    let e = bucket.remove(i);
+    let (_, e) = bucket.remove(i);
     if bucket.is_empty() {
         t.remove(TREE_FS, k)?;
     } else {
@@ -617,7 +618,7 @@ impl Fs {
         if c < 2 {
             return Ok((out, touch));
         }
-        let (from, returned) = dir::resume_at(c.max(3));
+        let (from, first_slot) = dir::resume_at(c.max(3));
         if from > super::tree::keys::OFFSET_MAX {
             return Ok((out, touch));
         }
@@ -632,16 +633,14 @@ impl Fs {
         )?;
         'buckets: for (k, val) in items {
             let hash = offset_of(k);
-            let skip = if hash == from { returned } else { 0 };
-            for (i, e) in dir::decode_bucket(&val, ino)?
-                .into_iter()
-                .enumerate()
-                .skip(skip)
-            {
+            for (slot, e) in dir::decode_slotted(&val, ino)? {
+                if hash == from && usize::from(slot) < first_slot {
+                    continue;
+                }
                 if out.len() >= max.max(1) {
                     break 'buckets;
                 }
-                out.push((e, dir::cookie_after(hash, (i + 1).min(dir::BUCKET_MAX))));
+                out.push((e, dir::cookie_after(hash, slot)));
             }
         }
         Ok((out, touch))

@@ -2015,8 +2015,8 @@ fn speculative_preallocation_is_trimmed_at_the_last_release() {
 }
 
 /// Two names with one 56-bit hash share a bucket. A reader whose buffer holds one entry at a
-/// time (the kernel's fills wherever it fills) still gets every name exactly once, and a
-/// bucket takes at most `BUCKET_MAX` names.
+/// time (the kernel's fills wherever it fills) still gets every name exactly once, also when
+/// it removes each name as it gets it.
 #[test]
 fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
     use super::tree::keys::name_hash;
@@ -2049,6 +2049,22 @@ fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
         w.sort();
         assert_eq!(got, w, "batches of {step}, one entry taken from each");
     }
+    // A reader that removes each name it is given (rm -r, Go's RemoveAll) one entry at a
+    // time: the removals must not hide a name not yet returned.
+    let e = fs.mkdir(U, ROOT_INO, b"e", 0o755).unwrap().ino;
+    for n in &want {
+        fs.mknod(U, e, n, inode::S_IFREG | 0o644, 0).unwrap();
+    }
+    let (mut removed, mut cookie) = (0, 0);
+    while let Some((entry, next)) = fs.readdir(e, cookie, 1).unwrap().into_iter().next() {
+        if entry.name != b"." && entry.name != b".." {
+            fs.unlink(e, &entry.name).unwrap();
+            removed += 1;
+        }
+        cookie = next;
+    }
+    assert_eq!(removed, want.len(), "names hidden by removals");
+    fs.rmdir(ROOT_INO, b"e").unwrap();
     // Unlinking the first name of the bucket leaves the second listed.
     fs.unlink(d, a).unwrap();
     let names: Vec<Vec<u8>> = fs
