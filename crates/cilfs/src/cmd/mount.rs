@@ -279,19 +279,21 @@ fn serve_logged(
             Failure::usage(anyhow!("{} is in use by another mount", a.image.display()))
         })?;
     // Through a loop device (`-o loop`, or one mount(8) set up), the image file is the one
-    // that must not be mounted twice.
+    // that must not be mounted twice. A file this process cannot open (deleted since it was
+    // bound, unreadable to this user, in another mount namespace) cannot be mounted by
+    // another path either: the device's own lock is enough then.
     let _backing_lock = match cilfs_device::loopdev::backing_file(&a.image) {
-        Some(f) => Some(
-            lock_image(&f, false)
-                .map_err(Failure::usage)?
-                .ok_or_else(|| {
-                    Failure::usage(anyhow!(
-                        "{} (behind {}) is in use by another mount",
-                        f.display(),
-                        a.image.display()
-                    ))
-                })?,
-        ),
+        Some(f) => match lock_image(&f, false) {
+            Ok(Some(l)) => Some(l),
+            Ok(None) => {
+                return Err(Failure::usage(anyhow!(
+                    "{} (behind {}) is in use by another mount",
+                    f.display(),
+                    a.image.display()
+                )))
+            }
+            Err(_) => None,
+        },
         None => None,
     };
     // The log device is written as much as the image: one mount (or mkfs, or check) at a time.
