@@ -166,7 +166,7 @@ fn sync_reaches_cilfs_on_a_block_device_and_survives_sigkill() {
 /// An image file mounted with `-o loop` (as mount(8) mounts one): the mount is fuseblk.cilfs
 /// on the loop device, so sync(2) reaches cilfs as on a block device, and files synced before
 /// a SIGKILL of the daemon are there after the remount. A second mount of the image, loop or
-/// not, is refused while the first is up.
+/// not, is refused while the first is up, and so is a check through another loop device.
 #[test]
 fn an_image_file_mounted_with_loop_passes_sync_on_and_survives_sigkill() {
     let tmp = tempfile::tempdir().unwrap();
@@ -196,6 +196,16 @@ fn an_image_file_mounted_with_loop_passes_sync_on_and_survives_sigkill() {
         assert!(
             String::from_utf8_lossy(&o.stderr).contains("in use by another mount"),
             "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // The image behind a second loop device is the same image: a tool refuses it too.
+    {
+        let second = Loop::attach(&img);
+        let o = cilfs(&["check", s(&second.0)]);
+        assert!(
+            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is mounted"),
+            "check through a second loop device: {}",
             String::from_utf8_lossy(&o.stderr)
         );
     }

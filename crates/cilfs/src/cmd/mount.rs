@@ -177,15 +177,48 @@ fn spawn_background(a: &Args) -> Result<(), Failure> {
     })
 }
 
-/// Takes the image's exclusive lock: one mount (or unmount waiting for it) at a time.
-pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<File>> {
+/// An image's exclusive lock, held as long as this lives.
+#[derive(Debug)]
+pub struct ImageLock {
+    _image: File,
+    /// The file behind a loop device, locked too: one image reached through two names (the
+    /// file, a loop device, another loop device) is still one.
+    _backing: Option<File>,
+}
+
+/// Takes the image's exclusive lock: one mount (or unmount waiting for it, or a tool) at a
+/// time. On a loop device, also the lock of the file behind it, when this process can open
+/// that file (deleted since it was bound, unreadable to this user or in another mount
+/// namespace, nobody can open it by that path either, and the device's lock stands alone).
+/// `None`: held by someone else.
+pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<ImageLock>> {
+    let Some(f) = flock_path(image, wait)? else {
+        return Ok(None);
+    };
+    let backing = match cilfs_device::loopdev::backing_file(image) {
+        Some(b) => match flock_path(&b, wait) {
+            Ok(Some(l)) => Some(l),
+            Ok(None) => return Ok(None),
+            Err(_) => None,
+        },
+        None => None,
+    };
+    Ok(Some(ImageLock {
+        _image: f,
+        _backing: backing,
+    }))
+}
+
+/// `path` opened and locked exclusively (waiting for it when `wait`), or `None` when another
+/// holds it.
+fn flock_path(path: &Path, wait: bool) -> std::io::Result<Option<File>> {
     use rustix::fs::{flock, FlockOperation};
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: never wait in open() (for a FIFO's writer); flock does not look at it.
     let f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(image)?;
+        .open(path)?;
     let op = if wait {
         FlockOperation::LockExclusive
     } else {
@@ -201,7 +234,7 @@ pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<File>> {
 /// Takes the lock of an image or log device that a tool is about to read or write, refusing
 /// one that a mount holds (as mkfs.xfs and xfs_repair refuse a mounted device): `doing` says
 /// what the tool would do. A path that cannot be opened is left to the tool to report.
-pub fn refuse_mounted(path: &Path, doing: &str) -> Result<Option<File>, Failure> {
+pub fn refuse_mounted(path: &Path, doing: &str) -> Result<Option<ImageLock>, Failure> {
     match lock_image(path, false) {
         Ok(Some(f)) => Ok(Some(f)),
         Ok(None) => Err(Failure::usage(anyhow!(
@@ -278,24 +311,6 @@ fn serve_logged(
         .ok_or_else(|| {
             Failure::usage(anyhow!("{} is in use by another mount", a.image.display()))
         })?;
-    // Through a loop device (`-o loop`, or one mount(8) set up), the image file is the one
-    // that must not be mounted twice. A file this process cannot open (deleted since it was
-    // bound, unreadable to this user, in another mount namespace) cannot be mounted by
-    // another path either: the device's own lock is enough then.
-    let _backing_lock = match cilfs_device::loopdev::backing_file(&a.image) {
-        Some(f) => match lock_image(&f, false) {
-            Ok(Some(l)) => Some(l),
-            Ok(None) => {
-                return Err(Failure::usage(anyhow!(
-                    "{} (behind {}) is in use by another mount",
-                    f.display(),
-                    a.image.display()
-                )))
-            }
-            Err(_) => None,
-        },
-        None => None,
-    };
     // The log device is written as much as the image: one mount (or mkfs, or check) at a time.
     let _log_lock = match &opts.logdev {
         Some(p) => Some(
