@@ -33,6 +33,26 @@ pub struct BufData {
     pub version: u64,
 }
 
+impl BufData {
+    /// Runs `write` on the block, then puts back the LSN stamp that was at `stamp_at`: the
+    /// stamp in the buffer may be newer than anything the written bytes carry (write back
+    /// stamps it in place), and they never overwrite it.
+    pub fn keeping_stamp(&mut self, stamp_at: Option<u16>, write: impl FnOnce(&mut BufData)) {
+        const N: usize = crate::log::recover::LSN_STAMP_BYTES;
+        let saved = stamp_at.map(|o| {
+            let o = usize::from(o);
+            let end = (o + N).min(self.data.len());
+            let mut bytes = [0u8; N];
+            bytes[..end - o].copy_from_slice(&self.data[o..end]);
+            (o, end, bytes)
+        });
+        write(self);
+        if let Some((o, end, bytes)) = saved {
+            self.data[o..end].copy_from_slice(&bytes[..end - o]);
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Buf {
     blkno: u64,
@@ -110,13 +130,9 @@ impl Buf {
             "a late write past the end of block {}",
             self.blkno
         );
-        // The stamp in the buffer may be newer than anything the bytes could carry (write
-        // back stamps it in place).
-        let o = usize::from(w.lsn_offset);
-        let end = (o + crate::log::recover::LSN_STAMP_BYTES).min(g.data.len());
-        let stamp = g.data[o..end].to_vec();
-        g.data[a..b].copy_from_slice(&w.bytes);
-        g.data[o..end].copy_from_slice(&stamp);
+        g.keeping_stamp(Some(w.lsn_offset), |g| {
+            g.data[a..b].copy_from_slice(&w.bytes);
+        });
         g.dirty.insert(a as u32, (b - a) as u32);
         g.cancelled = false;
         g.lsn_offset = Some(w.lsn_offset);
@@ -202,8 +218,14 @@ thread_local! {
         const { std::cell::RefCell::new([const { None }; HOT_SLOTS]) };
 }
 
+/// A block number's bits spread by a multiplicative hash: its high bits choose a map and a
+/// hot slot, so neighbouring blocks land in different ones.
+fn spread(blkno: u64) -> u64 {
+    blkno.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
 fn hot_slot(blkno: u64) -> usize {
-    (blkno.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % HOT_SLOTS
+    (spread(blkno) >> 58) as usize % HOT_SLOTS
 }
 
 /// All buffers in memory. Buffers that only the cache holds (not in a transaction, the CIL or
@@ -243,8 +265,7 @@ impl BufCache {
 
     /// The map that holds `blkno`.
     fn map(&self, blkno: u64) -> &Mutex<BlockMap> {
-        // The high bits of a multiplicative hash: neighbouring blocks land in different maps.
-        let i = (blkno.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % MAP_SHARDS;
+        let i = (spread(blkno) >> 60) as usize % MAP_SHARDS;
         &self.bufs[i]
     }
 

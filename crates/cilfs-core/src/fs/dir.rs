@@ -75,9 +75,9 @@ pub fn decode_bucket(b: &[u8], dir: u64) -> FsResult<Vec<DirEntry>> {
 /// The entries of a bucket with their slots, in slot order. A bucket written before slots
 /// (every entry in slot 0) gets its entries' places as slots.
 pub fn decode_slotted(b: &[u8], dir: u64) -> FsResult<Vec<(u8, DirEntry)>> {
-    let mut v: Vec<(u8, DirEntry)> = Vec::new();
-    let mut slots = 0u32;
-    for (code, e) in decode_raw(b, dir)? {
+    let raw = decode_raw(b, dir)?;
+    let (mut seen, mut twice) = (0u32, false);
+    for (code, _) in &raw {
         let slot = code >> SLOT_SHIFT;
         if usize::from(slot) >= BUCKET_MAX {
             return Err(FsError::corrupt(
@@ -85,17 +85,22 @@ pub fn decode_slotted(b: &[u8], dir: u64) -> FsResult<Vec<(u8, DirEntry)>> {
                 format!("directory {dir}: entry in slot {slot} of a hash bucket"),
             ));
         }
-        if slots & (1 << slot) != 0 {
-            // A slot seen twice: a bucket from before slots. Places as slots.
-            return Ok(decode_raw(b, dir)?
-                .into_iter()
-                .enumerate()
-                .map(|(k, (_, e))| (k.min(BUCKET_MAX - 1) as u8, e))
-                .collect());
-        }
-        slots |= 1 << slot;
-        v.push((slot, e));
+        twice |= seen & (1 << slot) != 0;
+        seen |= 1 << slot;
     }
+    // A slot seen twice: a bucket from before slots, whose places serve as slots.
+    let mut v: Vec<(u8, DirEntry)> = raw
+        .into_iter()
+        .enumerate()
+        .map(|(k, (code, e))| {
+            let slot = if twice {
+                k.min(BUCKET_MAX - 1) as u8
+            } else {
+                code >> SLOT_SHIFT
+            };
+            (slot, e)
+        })
+        .collect();
     v.sort_by_key(|(s, _)| *s);
     Ok(v)
 }

@@ -361,26 +361,17 @@ fn publish(h: &Held, g: &mut BufData) {
         g.cancelled = true;
         g.lsn_offset = None;
     } else {
-        // The LSN stamp in the buffer may be newer than the copy's (write back stamps it in
-        // place): the changed ranges never carry the copy's over it.
-        let stamp = h
-            .lsn_offset
-            .filter(|_| g.lsn_offset == h.lsn_offset)
-            .map(|o| {
-                let o = usize::from(o);
-                let end = (o + crate::log::recover::LSN_STAMP_BYTES).min(g.data.len());
-                (o, g.data[o..end].to_vec())
-            });
-        if let Some(data) = &h.data {
-            for &(off, len) in h.dirty.ranges() {
-                let (a, b) = (off as usize, (off + len) as usize);
-                g.data[a..b].copy_from_slice(&data[a..b]);
-                g.dirty.insert(off, len);
+        // The changed ranges never carry the copy's stamp over the buffer's.
+        let stamp_at = h.lsn_offset.filter(|_| g.lsn_offset == h.lsn_offset);
+        g.keeping_stamp(stamp_at, |g| {
+            if let Some(data) = &h.data {
+                for &(off, len) in h.dirty.ranges() {
+                    let (a, b) = (off as usize, (off + len) as usize);
+                    g.data[a..b].copy_from_slice(&data[a..b]);
+                    g.dirty.insert(off, len);
+                }
             }
-        }
-        if let Some((o, bytes)) = stamp {
-            g.data[o..o + bytes.len()].copy_from_slice(&bytes);
-        }
+        });
         if h.logged {
             g.cancelled = false;
         }
