@@ -10,7 +10,7 @@ use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
-use parking_lot::{Mutex, RawMutex};
+use parking_lot::{Mutex, MutexGuard, RawMutex};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -297,7 +297,7 @@ impl BufCache {
             let mut data = AlignedBuf::zeroed(self.block_size as usize);
             self.dev
                 .read(blkno * u64::from(self.block_size), &mut data)?;
-            let mut bufs = self.map(blkno).lock();
+            let bufs = self.map(blkno).lock();
             if let Some(b) = bufs.get(&blkno) {
                 // Another thread read it meanwhile: its copy (perhaps already modified) wins.
                 return Ok(Arc::clone(b));
@@ -306,26 +306,44 @@ impl BufCache {
                 // A newer version may have been written back and evicted while we read.
                 continue;
             }
-            let b = Arc::new(Buf {
-                blkno,
-                state: Arc::new(Mutex::new(BufData {
-                    data,
-                    dirty: RangeSet::default(),
-                    lsn_offset: None,
-                    cancelled: false,
-                    version: 0,
-                })),
-                pins: AtomicU32::new(0),
-                version: AtomicU64::new(0),
-            });
-            bufs.insert(blkno, Arc::clone(&b));
-            let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
-            drop(bufs);
-            if count > self.next_pass_at.load(Ordering::Relaxed) {
-                self.evict_pass();
-            }
-            return Ok(b);
+            return Ok(self.insert(bufs, blkno, data));
         }
+    }
+
+    /// Block `blkno`, to be written whole: a block not in memory is not read but starts
+    /// zeroed. Only for a block its caller allocated (no one else can be reading it for its
+    /// contents); one still in memory, from before it was freed, is returned as it is.
+    pub fn get_fresh(&self, blkno: u64) -> Arc<Buf> {
+        let bufs = self.map(blkno).lock();
+        if let Some(b) = bufs.get(&blkno) {
+            return Arc::clone(b);
+        }
+        let data = AlignedBuf::zeroed(self.block_size as usize);
+        self.insert(bufs, blkno, data)
+    }
+
+    /// Adds a buffer for `blkno` holding `data` to its map (whose lock `bufs` is), and runs an
+    /// eviction pass when the cache has grown past its mark.
+    fn insert(&self, mut bufs: MutexGuard<'_, BlockMap>, blkno: u64, data: AlignedBuf) -> Arc<Buf> {
+        let b = Arc::new(Buf {
+            blkno,
+            state: Arc::new(Mutex::new(BufData {
+                data,
+                dirty: RangeSet::default(),
+                lsn_offset: None,
+                cancelled: false,
+                version: 0,
+            })),
+            pins: AtomicU32::new(0),
+            version: AtomicU64::new(0),
+        });
+        bufs.insert(blkno, Arc::clone(&b));
+        let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;
+        drop(bufs);
+        if count > self.next_pass_at.load(Ordering::Relaxed) {
+            self.evict_pass();
+        }
+        b
     }
 
     /// Block `blkno` if it is in memory (no read of the device needed).

@@ -2076,3 +2076,40 @@ fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
     assert!(names.iter().any(|n| n == b));
     assert_clean(&fs);
 }
+
+/// A tree node a transaction allocates is written whole, so its block is never read from the
+/// device first (a synchronous read per split, in the middle of a create).
+#[test]
+fn new_tree_nodes_are_not_read_from_the_device() {
+    let dev = new_dev(61);
+    let fs = mount(&dev, FsOptions::default());
+    let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
+    // Until a first split has read the free-space trees' leaves.
+    for i in 0..100 {
+        fs.mknod(
+            U,
+            d,
+            format!("w{i:03}").as_bytes(),
+            inode::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
+    }
+    let levels = fs.tree_levels();
+    let reads = dev.stats().reads;
+    // Enough names (with the inodes beside them) to split leaves many times over, and the
+    // tree to grow a level, all within a cache that holds the whole tree.
+    for i in 0..600 {
+        fs.mknod(
+            U,
+            d,
+            format!("n{i:04}").as_bytes(),
+            inode::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
+    }
+    assert!(fs.tree_levels() > levels, "the tree did not grow");
+    assert_eq!(dev.stats().reads, reads, "blocks read while creating");
+    assert_clean(&fs);
+}

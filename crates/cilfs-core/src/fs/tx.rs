@@ -507,15 +507,21 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn write_node(&mut self, blkno: u64, node: &Node) -> FsResult<()> {
-        let b = self.tx.buf(blkno)?;
-        let mut block = self.tx.read(b, <[u8]>::to_vec);
-        node.encode_into(blkno, &mut block);
+        // A node this transaction allocated is written whole: what its block held before is
+        // not read.
         let whole = if let Some(i) = self.fresh.iter().position(|&f| f == blkno) {
             self.fresh.swap_remove(i);
             true
         } else {
             false
         };
+        let b = if whole {
+            self.tx.buf_fresh(blkno)?
+        } else {
+            self.tx.buf(blkno)?
+        };
+        let mut block = self.tx.read(b, <[u8]>::to_vec);
+        node.encode_into(blkno, &mut block);
         write_diff(&mut self.tx, b, block, whole);
         self.tx.set_lsn_offset(b, NODE_LSN_OFFSET);
         Ok(())

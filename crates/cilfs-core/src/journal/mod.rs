@@ -441,6 +441,19 @@ impl Journal {
         Ok(self.cache.get(blkno)?)
     }
 
+    /// `buf` for a block about to be written whole (a newly allocated node): not read from the
+    /// device when it is not in memory.
+    pub fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        if blkno < self.meta_first || blkno >= self.meta_end {
+            return Err(JournalError::BlockOutOfRange {
+                blkno,
+                first: self.meta_first,
+                end: self.meta_end,
+            });
+        }
+        Ok(self.cache.get_fresh(blkno))
+    }
+
     pub(crate) fn check_alive(&self) -> Result<(), JournalError> {
         if self.shut_down.load(Ordering::Acquire) {
             Err(JournalError::Shutdown)

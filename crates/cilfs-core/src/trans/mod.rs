@@ -104,6 +104,22 @@ impl<'j> Transaction<'j> {
             return Ok((BufRef(i), r));
         }
         let buf = self.journal.buf(blkno)?;
+        Ok(self.hold(buf, f))
+    }
+
+    /// `buf` for a block this transaction allocated and will write whole: what the device
+    /// holds there is not read (XFS's `xfs_trans_get_buf`), a buffer not in memory starts
+    /// zeroed.
+    pub fn buf_fresh(&mut self, blkno: u64) -> Result<BufRef, JournalError> {
+        if let Some(i) = self.held.iter().position(|h| h.buf.blkno() == blkno) {
+            return Ok(BufRef(i));
+        }
+        let buf = self.journal.buf_fresh(blkno)?;
+        Ok(self.hold(buf, |_| ()).0)
+    }
+
+    /// Holds `buf`, noting its version and running `f` on it in one hold of its lock.
+    fn hold<R>(&mut self, buf: Arc<Buf>, f: impl FnOnce(&[u8]) -> R) -> (BufRef, R) {
         let (held, r) = {
             let (version, lsn_offset, cancelled, r) = {
                 let g = self
@@ -126,7 +142,7 @@ impl<'j> Transaction<'j> {
             (held, r)
         };
         self.held.push(held);
-        Ok((BufRef(self.held.len() - 1), r))
+        (BufRef(self.held.len() - 1), r)
     }
 
     /// Runs `f` on the block as this transaction sees it.
