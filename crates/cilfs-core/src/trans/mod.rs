@@ -183,14 +183,17 @@ impl<'j> Transaction<'j> {
         }
     }
 
-    /// Makes `block` the transaction's copy of the block, logging `[lo, hi)`: the caller built
-    /// it from the block as this transaction sees it, and nothing outside that range differs.
+    /// Makes `block` the transaction's copy of the block, logging `ranges` (each `[lo, hi)`):
+    /// the caller built it from the block as this transaction sees it, and nothing outside
+    /// them differs.
     /// Saves copying the block twice when a whole new image is at hand (tree nodes, header).
-    pub fn replace(&mut self, b: BufRef, block: Vec<u8>, lo: usize, hi: usize) {
+    pub fn replace(&mut self, b: BufRef, block: Vec<u8>, ranges: &[(usize, usize)]) {
         let h = &mut self.held[b.0];
         assert_eq!(block.len(), self.journal.block_size() as usize);
         h.data = Some(block);
-        h.dirty.insert(lo as u32, (hi - lo) as u32);
+        for &(lo, hi) in ranges {
+            h.dirty.insert(lo as u32, (hi - lo) as u32);
+        }
         h.cancelled = false;
         h.logged = true;
     }
