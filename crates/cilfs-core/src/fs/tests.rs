@@ -2099,7 +2099,7 @@ fn new_tree_nodes_are_not_read_from_the_device() {
     let reads = dev.stats().reads;
     // Enough names (with the inodes beside them) to split leaves many times over, and the
     // tree to grow a level, all within a cache that holds the whole tree.
-    for i in 0..600 {
+    for i in 0..1500 {
         fs.mknod(
             U,
             d,

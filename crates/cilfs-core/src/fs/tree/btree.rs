@@ -272,6 +272,10 @@ pub fn insert(
     );
     let mut path = descend(s, *root, tree, key)?;
     let old;
+    // The new key goes past every key of its leaf: a run of ascending keys (inode numbers
+    // handed out in runs, file blocks) is being appended, and a split keeps the full leaf as
+    // it is instead of leaving two halves the run never comes back to fill.
+    let mut appending = false;
     {
         let Some(leaf) = path.last_mut() else {
             return Err(FsError::corrupt(root.blkno, "empty path"));
@@ -287,6 +291,7 @@ pub fn insert(
             old = Some(std::mem::replace(&mut items[idx].1, val.to_vec()));
         } else {
             old = None;
+            appending = idx == items.len();
             items.insert(idx, (key, val.to_vec()));
         }
     }
@@ -297,13 +302,18 @@ pub fn insert(
             let Body::Interior(items) = &mut step.node.body else {
                 return Err(FsError::corrupt(step.blkno, "interior node expected"));
             };
+            appending = step.idx + 1 == items.len();
             items.insert(step.idx + 1, entry);
         }
         if step.node.encoded_bytes() <= bs {
             s.write_node(step.blkno, &step.node)?;
             return Ok(old);
         }
-        let right = split(&mut step.node);
+        let right = if appending {
+            split_last(&mut step.node)
+        } else {
+            split(&mut step.node)
+        };
         let right_blk = s.alloc_node(tree)?;
         s.write_node(step.blkno, &step.node)?;
         s.write_node(right_blk, &right)?;
@@ -336,6 +346,20 @@ fn first_key(n: &Node) -> Key {
         Body::Interior(v) => v.first().map(|e| e.0),
     }
     .unwrap_or(Key::MIN)
+}
+
+/// Splits an overfull node whose last entry was just appended: the rest, which fitted before,
+/// stays; returns a node of that entry alone.
+fn split_last(n: &mut Node) -> Node {
+    let body = match &mut n.body {
+        Body::Leaf(items) => Body::Leaf(items.split_off(items.len() - 1)),
+        Body::Interior(items) => Body::Interior(items.split_off(items.len() - 1)),
+    };
+    Node {
+        tree: n.tree,
+        level: n.level,
+        body,
+    }
 }
 
 /// Splits an overfull node in two by bytes; returns the right half.
@@ -670,6 +694,35 @@ pub(crate) mod tests {
             walk(&mut s, root, 1, &mut |_, _| { reachable += 1; Ok(()) }).expect("walk");
             prop_assert_eq!(reachable, s.blocks.len(), "every allocated node is reachable");
         }
+    }
+
+    /// Ascending keys (inode numbers in a run, file blocks) fill each node before the next:
+    /// halves left behind by splits would never be filled again.
+    #[test]
+    fn appended_keys_fill_their_nodes() {
+        let (mut s, mut root) = new_tree(4096);
+        use crate::fs::tree::node::{LEAF_ENTRY_BYTES, NODE_HEADER_BYTES};
+        let per_leaf = (4096 - NODE_HEADER_BYTES) / (LEAF_ENTRY_BYTES + 8);
+        let n = 100 * per_leaf as u64;
+        for i in 0..n {
+            insert(&mut s, &mut root, 1, Key::new(1, i), &i.to_le_bytes()).expect("insert");
+        }
+        let mut leaves = 0;
+        walk(&mut s, root, 1, &mut |_, node| {
+            leaves += usize::from(node.level == 0);
+            Ok(())
+        })
+        .expect("walk");
+        assert_eq!(leaves, 100, "{n} items of {per_leaf} a leaf");
+        // A full leaf growing inside still splits in halves.
+        insert(&mut s, &mut root, 1, Key::new(1, 10), &[7; 64]).expect("insert");
+        let mut leaves = 0;
+        walk(&mut s, root, 1, &mut |_, node| {
+            leaves += usize::from(node.level == 0);
+            Ok(())
+        })
+        .expect("walk");
+        assert_eq!(leaves, 101);
     }
 
     #[test]
