@@ -2113,3 +2113,45 @@ fn new_tree_nodes_are_not_read_from_the_device() {
     assert_eq!(dev.stats().reads, reads, "blocks read while creating");
     assert_clean(&fs);
 }
+
+/// A filesystem of 64 KiB blocks works: its free-space leaves hold empty values, whose offset
+/// (the end of the block) a u16 cannot hold, and mkfs wrote leaves that every later read
+/// refused as corrupt.
+#[test]
+fn a_filesystem_of_64k_blocks_creates_writes_and_checks_clean() {
+    let bs = 65536u32;
+    let layout = Layout {
+        block_size: bs,
+        data_blocks: 512,
+        log_blocks: 64,
+        ..layout()
+    };
+    let dev = Arc::new(SimDevice::new(
+        (layout.data_blocks + layout.log_blocks + 8) * u64::from(bs),
+        64,
+    ));
+    write_filesystem(&*dev, None, &layout, &mut |_, _| {}).unwrap();
+    let cfg = JournalConfig {
+        log: LogConfig {
+            logbsize: 256 * 1024,
+            ..jcfg().log
+        },
+        cache_bytes_max: Some(64 << 20),
+        ..jcfg()
+    };
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg.clone()).unwrap();
+    mkfs::format(&j, 0, 0).unwrap();
+    j.unmount().unwrap();
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    let fs = Fs::open(j, FsOptions::default()).unwrap();
+    let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
+    for i in 0..50 {
+        let f = fs
+            .mknod(U, d, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
+        fs.write(U, f, i * 1000, &[i as u8; 3000]).unwrap();
+    }
+    fs.unlink(d, b"f7").unwrap();
+    assert_clean(&fs);
+}

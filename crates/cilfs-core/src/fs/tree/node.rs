@@ -124,7 +124,12 @@ impl Node {
                     vend -= v.len();
                     out[vend..vend + v.len()].copy_from_slice(v);
                     put_key(&mut out[p..], *k);
-                    out[p + 16..p + 18].copy_from_slice(&(vend as u16).to_le_bytes());
+                    let off = if v.is_empty() {
+                        empty_value_offset(bs)
+                    } else {
+                        vend
+                    };
+                    out[p + 16..p + 18].copy_from_slice(&(off as u16).to_le_bytes());
                     out[p + 18..p + 20].copy_from_slice(&(v.len() as u16).to_le_bytes());
                     p += LEAF_ENTRY_BYTES;
                 }
@@ -176,7 +181,7 @@ impl Node {
                 let k = get_key(&block[p..]);
                 let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
                 let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
-                if off < entries_end || off + len > bs {
+                if len > 0 && (off < entries_end || off + len > bs) {
                     return Err(bad(format!("value {i} at {off}+{len} outside the block")));
                 }
                 items.push((k, block[off..off + len].to_vec()));
@@ -204,6 +209,14 @@ impl Node {
         }
         Ok(Node { tree, level, body })
     }
+}
+
+/// Where an empty value points: the end of the block, which a u16 holds up to 32 KiB blocks,
+/// and one byte short of it in a 64 KiB block (entries end at 65,528 there at most). Its
+/// offset says nothing (no byte is read), so decoding accepts any: 64 KiB filesystems made
+/// before this stored 65,536 as 0, and every value of the free-space trees is empty.
+fn empty_value_offset(bs: usize) -> usize {
+    bs.min(usize::from(u16::MAX))
 }
 
 /// What one step of a point lookup finds in an encoded node, without decoding all of it.
@@ -271,7 +284,7 @@ pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsRe
     let p = NODE_HEADER_BYTES + (lo - 1) * esize;
     let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
     let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
-    if off < NODE_HEADER_BYTES + count * esize || off + len > bs {
+    if len > 0 && (off < NODE_HEADER_BYTES + count * esize || off + len > bs) {
         return Err(bad(format!("value at {off}+{len} outside the block")));
     }
     Ok(RawStep::Found(block[off..off + len].to_vec()))
@@ -329,6 +342,30 @@ mod tests {
         };
         i.encode_into(5, &mut block);
         assert_eq!(Node::decode(&block, 5, 1).expect("decodes"), i);
+    }
+
+    /// Empty values (every value of the free-space trees) encode and decode in blocks of every
+    /// size, 64 KiB included, where the end of the block does not fit an offset's u16.
+    #[test]
+    fn empty_values_round_trip_in_every_block_size() {
+        for bs in [512usize, 2048, 32768, 65536] {
+            let mut block = vec![0u8; bs];
+            let n = Node {
+                tree: 2,
+                level: 0,
+                body: Body::Leaf(vec![
+                    (Key::new(1, 1), vec![]),
+                    (Key::new(2, 2), vec![3; 10]),
+                    (Key::new(3, 3), vec![]),
+                ]),
+            };
+            n.encode_into(4, &mut block);
+            assert_eq!(Node::decode(&block, 4, 2).expect("decodes"), n, "{bs}");
+            assert_eq!(
+                raw_step(&block, 4, 2, 0, Key::new(1, 1)).expect("steps"),
+                RawStep::Found(vec![])
+            );
+        }
     }
 
     /// Sorted keys drawn from a few owners, some with offsets spread over the whole range
