@@ -2139,7 +2139,7 @@ fn a_filesystem_of_64k_blocks_creates_writes_and_checks_clean() {
         cache_bytes_max: Some(64 << 20),
         ..jcfg()
     };
-    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg.clone()).unwrap();
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
     mkfs::format(&j, 0, 0).unwrap();
     j.unmount().unwrap();
     let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
