@@ -256,6 +256,41 @@ pub fn seek_le(
     Ok(None)
 }
 
+/// The interior nodes a descent for `key` passed (root first) and the leaf it reached, decoded.
+/// The interior nodes are only stepped through (`NodeStore::raw_step`), not decoded: an insert
+/// needs one whole only when a split below it carries a new entry up, and decoding the two or
+/// three a create's descents pass was a fifth of its instructions.
+fn descend_to_leaf(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    key: Key,
+) -> FsResult<(Vec<u64>, Step)> {
+    let mut interiors = Vec::with_capacity(usize::from(root.level));
+    let mut blkno = root.blkno;
+    let mut level = root.level;
+    while level > 0 {
+        match s.raw_step(blkno, tree, level, key)? {
+            RawStep::Child(c) => {
+                interiors.push(blkno);
+                blkno = c;
+                level -= 1;
+            }
+            _ => return Err(FsError::corrupt(blkno, "interior node without children")),
+        }
+    }
+    let node = s.read_node(blkno, tree)?;
+    let Body::Leaf(items) = &node.body else {
+        return Err(FsError::corrupt(
+            blkno,
+            format!("node at level {} where a leaf expected", node.level),
+        ));
+    };
+    let idx = items.partition_point(|(k, _)| *k < key);
+    s.descended(tree, key, blkno);
+    Ok((interiors, Step { blkno, node, idx }))
+}
+
 /// Inserts or replaces; returns the old value.
 pub fn insert(
     s: &mut dyn NodeStore,
@@ -270,22 +305,16 @@ pub fn insert(
         "tree value of {} bytes",
         val.len()
     );
-    let mut path = descend(s, *root, tree, key)?;
+    let (mut interiors, mut step) = descend_to_leaf(s, *root, tree, key)?;
     let old;
     // The new key goes past every key of its leaf: a run of ascending keys (inode numbers
     // handed out in runs, file blocks) is being appended, and a split keeps the full leaf as
     // it is instead of leaving two halves the run never comes back to fill.
     let mut appending = false;
     {
-        let Some(leaf) = path.last_mut() else {
-            return Err(FsError::corrupt(root.blkno, "empty path"));
-        };
-        let idx = leaf.idx;
-        let Body::Leaf(items) = &mut leaf.node.body else {
-            return Err(FsError::corrupt(
-                leaf.blkno,
-                "path ends in an interior node",
-            ));
+        let idx = step.idx;
+        let Body::Leaf(items) = &mut step.node.body else {
+            return Err(FsError::corrupt(step.blkno, "leaf expected"));
         };
         if items.get(idx).is_some_and(|(k, _)| *k == key) {
             old = Some(std::mem::replace(&mut items[idx].1, val.to_vec()));
@@ -295,16 +324,9 @@ pub fn insert(
             items.insert(idx, (key, val.to_vec()));
         }
     }
-    // Walk up: write nodes that fit, split those that do not.
-    let mut carry: Option<(Key, u64)> = None;
-    while let Some(mut step) = path.pop() {
-        if let Some(entry) = carry.take() {
-            let Body::Interior(items) = &mut step.node.body else {
-                return Err(FsError::corrupt(step.blkno, "interior node expected"));
-            };
-            appending = step.idx + 1 == items.len();
-            items.insert(step.idx + 1, entry);
-        }
+    // Walk up: write the node if it fits, else split it and carry the new half's first key
+    // into its parent.
+    loop {
         if step.node.encoded_bytes() <= bs {
             s.write_node(step.blkno, &step.node)?;
             return Ok(old);
@@ -317,27 +339,45 @@ pub fn insert(
         let right_blk = s.alloc_node(tree)?;
         s.write_node(step.blkno, &step.node)?;
         s.write_node(right_blk, &right)?;
-        let sep = first_key(&right);
-        carry = Some((sep, right_blk));
-    }
-    // The root split: a new root above the two halves.
-    if let Some(entry) = carry {
-        if root.level + 1 >= MAX_LEVELS {
-            return Err(FsError::corrupt(root.blkno, "tree too tall"));
+        let entry = (first_key(&right), right_blk);
+        let Some(parent) = interiors.pop() else {
+            // The root split: a new root above the two halves.
+            if root.level + 1 >= MAX_LEVELS {
+                return Err(FsError::corrupt(root.blkno, "tree too tall"));
+            }
+            let new_root = s.alloc_node(tree)?;
+            let node = Node {
+                tree,
+                level: root.level + 1,
+                body: Body::Interior(vec![(Key::MIN, root.blkno), entry]),
+            };
+            s.write_node(new_root, &node)?;
+            *root = Root {
+                blkno: new_root,
+                level: root.level + 1,
+            };
+            return Ok(old);
+        };
+        let mut node = s.read_node(parent, tree)?;
+        if node.level != step.node.level + 1 {
+            return Err(FsError::corrupt(parent, "level out of sequence"));
         }
-        let new_root = s.alloc_node(tree)?;
-        let node = Node {
-            tree,
-            level: root.level + 1,
-            body: Body::Interior(vec![(Key::MIN, root.blkno), entry]),
+        let Body::Interior(items) = &mut node.body else {
+            return Err(FsError::corrupt(parent, "interior node expected"));
         };
-        s.write_node(new_root, &node)?;
-        *root = Root {
-            blkno: new_root,
-            level: root.level + 1,
+        // The child the descent took: this transaction has not changed the parent since.
+        let idx = child_index(items, key);
+        if items[idx].1 != step.blkno {
+            return Err(FsError::corrupt(parent, "child moved under a descent"));
+        }
+        appending = idx + 1 == items.len();
+        items.insert(idx + 1, entry);
+        step = Step {
+            blkno: parent,
+            node,
+            idx,
         };
     }
-    Ok(old)
 }
 
 fn first_key(n: &Node) -> Key {
