@@ -713,6 +713,18 @@ mod diff_tests {
     use crate::fs::tree::node::{Body, Key, Node};
     use proptest::prelude::*;
 
+    /// `a`, and a copy of it with `changes` (position, nonzero delta) added.
+    fn changed<'a>(a: &'a [u8], changes: &[(prop::sample::Index, u8)]) -> (&'a [u8], Vec<u8>) {
+        let mut b = a.to_vec();
+        if !a.is_empty() {
+            for (at, delta) in changes {
+                let i = at.index(a.len());
+                b[i] = b[i].wrapping_add(*delta);
+            }
+        }
+        (a, b)
+    }
+
     /// The range a byte-by-byte comparison finds.
     fn bytewise(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
         let first = a.iter().zip(b).position(|(x, y)| x != y)?;
@@ -729,14 +741,7 @@ mod diff_tests {
             seed in proptest::collection::vec(any::<u8>(), 600),
             changes in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..4),
         ) {
-            let a = &seed[..len];
-            let mut b = a.to_vec();
-            if len > 0 {
-                for (at, delta) in &changes {
-                    let i = at.index(len);
-                    b[i] = b[i].wrapping_add(*delta);
-                }
-            }
+            let (a, b) = changed(&seed[..len], &changes);
             prop_assert_eq!(differing_range(a, &b), bytewise(a, &b));
         }
 
@@ -750,14 +755,7 @@ mod diff_tests {
             changes in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..6),
             hole in proptest::option::of((0usize..700, 0usize..700)),
         ) {
-            let a = &seed[..len];
-            let mut b = a.to_vec();
-            if len > 0 {
-                for (at, delta) in &changes {
-                    let i = at.index(len);
-                    b[i] = b[i].wrapping_add(*delta);
-                }
-            }
+            let (a, b) = changed(&seed[..len], &changes);
             let r = differing_ranges(a, &b, hole);
             let inside = |i: usize| r.iter().any(|&(s, e)| s <= i && i < e);
             for i in 0..len {

@@ -431,19 +431,19 @@ impl Journal {
     }
 
     pub fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
-        if blkno < self.meta_first || blkno >= self.meta_end {
-            return Err(JournalError::BlockOutOfRange {
-                blkno,
-                first: self.meta_first,
-                end: self.meta_end,
-            });
-        }
+        self.check_metadata_block(blkno)?;
         Ok(self.cache.get(blkno)?)
     }
 
     /// `buf` for a block about to be written whole (a newly allocated node): not read from the
     /// device when it is not in memory.
     pub fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        self.check_metadata_block(blkno)?;
+        Ok(self.cache.get_fresh(blkno))
+    }
+
+    /// Refuses a block outside the metadata area.
+    fn check_metadata_block(&self, blkno: u64) -> Result<(), JournalError> {
         if blkno < self.meta_first || blkno >= self.meta_end {
             return Err(JournalError::BlockOutOfRange {
                 blkno,
@@ -451,7 +451,7 @@ impl Journal {
                 end: self.meta_end,
             });
         }
-        Ok(self.cache.get_fresh(blkno))
+        Ok(())
     }
 
     pub(crate) fn check_alive(&self) -> Result<(), JournalError> {
