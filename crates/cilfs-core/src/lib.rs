@@ -12,6 +12,7 @@ pub mod lockstat;
 pub mod log;
 pub mod memory;
 pub mod mkfs;
+pub mod numhash;
 mod sync;
 #[cfg(test)]
 mod test_queue;

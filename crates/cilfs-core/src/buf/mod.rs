@@ -11,7 +11,6 @@ use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, MutexGuard, RawMutex};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -173,27 +172,7 @@ impl LogItem for Buf {
     }
 }
 
-/// Block numbers need no DoS-resistant hashing: a multiply-xorshift is enough and much cheaper
-/// than SipHash on the hot lookup path.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct BlockHasher(u64);
-
-impl std::hash::Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
-        }
-    }
-    fn write_u64(&mut self, x: u64) {
-        let m = (x ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = m ^ (m >> 29);
-    }
-}
-
-type BlockMap = HashMap<u64, Arc<Buf>, std::hash::BuildHasherDefault<BlockHasher>>;
+type BlockMap = crate::numhash::NumberMap<Arc<Buf>>;
 
 /// Maps the buffers are spread over by block number: one map behind one lock was taken some
 /// fifty times by every create, from every thread.

@@ -11,7 +11,6 @@
 //! an unmount are skipped, never reused.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
 
 /// Numbers in a directory's first run, and the most in one: tens of leaves of inode items at
 /// 4 KiB blocks.
@@ -30,7 +29,7 @@ struct Runs {
     /// The first number no run has taken.
     cursor: u64,
     /// Per directory: the next number of its run, the run's end and its length.
-    open: HashMap<u64, (u64, u64, u64)>,
+    open: crate::numhash::NumberMap<(u64, u64, u64)>,
 }
 
 impl InoAlloc {
@@ -39,7 +38,7 @@ impl InoAlloc {
         InoAlloc {
             inner: Mutex::new(Runs {
                 cursor: next_ino,
-                open: HashMap::new(),
+                open: Default::default(),
             }),
         }
     }

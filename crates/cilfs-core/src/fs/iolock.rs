@@ -13,7 +13,6 @@
 
 use crate::lockstat::LockWaits;
 use crate::sync::{lock, wait, Condvar, Mutex};
-use std::collections::HashMap;
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -26,7 +25,7 @@ struct Entry {
 
 #[derive(Debug)]
 pub(crate) struct IoLocks {
-    table: Mutex<HashMap<u64, Entry>>,
+    table: Mutex<crate::numhash::NumberMap<Entry>>,
     released: Condvar,
     pub(crate) waits: LockWaits,
 }
@@ -64,7 +63,7 @@ fn grant(e: &mut Entry, mode: IoMode) {
 impl IoLocks {
     pub(crate) fn new() -> Self {
         IoLocks {
-            table: Mutex::new(HashMap::new()),
+            table: Mutex::new(Default::default()),
             released: Condvar::new(),
             waits: LockWaits::new("inode IO locks"),
         }

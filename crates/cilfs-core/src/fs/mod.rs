@@ -55,7 +55,6 @@ use tree::keys::{key, KIND_INODE};
 
 use crate::lockstat::{LockWaitStats, LockWaits};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::collections::HashMap;
 use std::sync::Arc;
 use tx::{FsTx, ReadView};
 
@@ -209,7 +208,7 @@ impl Default for FsOptions {
 /// The inodes in memory, each boxed: growing the table moves 16 bytes an entry instead of a
 /// whole inode, and it grows under the exclusive state lock (a doubling at a million inodes
 /// moved some 200 MB there, 8% of a two-thread create run).
-pub(crate) type InodeTable = HashMap<u64, Box<InodeMem>>;
+pub(crate) type InodeTable = crate::numhash::NumberMap<Box<InodeMem>>;
 
 #[derive(Debug)]
 pub(crate) struct InodeMem {
@@ -284,7 +283,7 @@ impl Fs {
             hdr_blk: first,
             state: RwLock::new(FsState {
                 hdr,
-                inodes: HashMap::new(),
+                inodes: InodeTable::default(),
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),

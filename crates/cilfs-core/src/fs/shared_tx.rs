@@ -31,8 +31,6 @@ use super::tx::FsTx;
 use super::types::Reserve;
 use super::{Fs, FsState, InodeMem, InodeTable, SyncMode};
 
-use std::collections::HashMap;
-
 /// Runs in a row that found their view changed before one runs under the exclusive lock.
 const CONFLICTS_MAX: u32 = 8;
 
@@ -43,7 +41,7 @@ pub(crate) struct Scratch {
     pub inodes: InodeTable,
     /// For each copy of an inode that existed: the inode and change value it was copied from,
     /// and whether it was copied from memory (else read from the tree).
-    before: HashMap<u64, (Inode, u64, bool)>,
+    before: crate::numhash::NumberMap<(Inode, u64, bool)>,
     /// Inodes the operation deletes outright: gone from memory at publish, and refused if
     /// anyone opened them meanwhile.
     pub freed: Vec<u64>,
