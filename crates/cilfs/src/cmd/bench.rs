@@ -44,7 +44,7 @@ pub struct JournalArgs {
     #[arg(long, default_value_t = 2)]
     threads: u64,
     /// Run time, unless --commits is reached first
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = positive_seconds)]
     seconds: f64,
     /// Stop after this many commits
     #[arg(long)]
@@ -368,4 +368,13 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         println!("{out:#}");
     }
     Ok(())
+}
+
+/// A run time: a finite number of seconds above zero (what `Duration` can hold); anything else
+/// made the benchmarks panic.
+pub(crate) fn positive_seconds(v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(s) if s > 0.0 && std::time::Duration::try_from_secs_f64(s).is_ok() => Ok(s),
+        _ => Err(format!("{v:?} is not a number of seconds above zero")),
+    }
 }

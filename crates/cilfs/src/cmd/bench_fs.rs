@@ -48,10 +48,11 @@ pub struct FsArgs {
     /// All threads work in one directory instead of one each
     #[arg(long)]
     shared_dir: bool,
-    /// Run time, unless --ops is reached first
-    #[arg(long, default_value_t = 5.0)]
-    seconds: f64,
-    /// Stop after this many operations (all threads together)
+    /// Run time, unless --ops is reached first [default: 5, or none with --ops]
+    #[arg(long, value_parser = super::bench::positive_seconds)]
+    seconds: Option<f64>,
+    /// Stop after this many operations (all threads together): a fixed amount of work, as
+    /// callgrind needs (a run under valgrind is far slower than the 5 s default allows)
     #[arg(long)]
     ops: Option<u64>,
     /// Directory for the image [default: $TMPDIR or /tmp]
@@ -160,9 +161,11 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
     let stop = AtomicBool::new(false);
     let failed: parking_lot::Mutex<Option<String>> = parking_lot::Mutex::new(None);
     let limit = a.ops.unwrap_or(u64::MAX);
-    let deadline = Duration::from_secs_f64(a.seconds);
+    // --ops alone runs to its count, however long it takes.
+    let seconds = a.seconds.or(if a.ops.is_some() { None } else { Some(5.0) });
+    let deadline = seconds.map_or(Duration::MAX, Duration::from_secs_f64);
     eprintln!(
-        "bench fs: {:?} on {} threads{}{} for {} s",
+        "bench fs: {:?} on {} threads{}{} for {}",
         a.workload,
         a.threads,
         if a.shared_dir {
@@ -171,7 +174,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
             ""
         },
         if a.querier { " with a querier" } else { "" },
-        a.seconds
+        seconds.map_or("its operations".to_string(), |s| format!("{s} s"))
     );
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -256,7 +259,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "config": {
             "workload": format!("{:?}", a.workload).to_lowercase(),
             "iversion": format!("{:?}", a.iversion).to_lowercase(),
-            "querier": a.querier, "threads": a.threads, "seconds": a.seconds,
+            "querier": a.querier, "threads": a.threads, "seconds": seconds,
             "shared_dir": a.shared_dir,
             "tsgran_ns": fs.options().tsgran_ns,
         },
