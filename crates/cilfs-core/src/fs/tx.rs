@@ -800,7 +800,7 @@ mod diff_tests {
             level: 0,
             body: Body::Leaf(
                 (0..n)
-                    .map(|i| (Key::new(1, i * 2), vec![i as u8; 30]))
+                    .map(|i| (Key::new(1, i * 2), vec![i as u8; 30].into()))
                     .collect(),
             ),
         };
@@ -808,7 +808,7 @@ mod diff_tests {
         node(40).encode_into(5, &mut a);
         let mut grown = node(40);
         if let Body::Leaf(items) = &mut grown.body {
-            items.insert(20, (Key::new(1, 39), vec![0xEE; 30]));
+            items.insert(20, (Key::new(1, 39), vec![0xEE; 30].into()));
         }
         let mut b = a.clone();
         grown.encode_into(5, &mut b);

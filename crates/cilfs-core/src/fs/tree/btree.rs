@@ -5,7 +5,7 @@
 //! Deletion frees empty nodes but does not merge underfull ones: simple, and the trees here
 //! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
 
-use super::node::{Body, Key, Node, RawStep, MAX_LEVELS};
+use super::node::{Body, Key, Node, RawStep, Value, MAX_LEVELS};
 use crate::fs::error::{FsError, FsResult};
 
 /// Where a tree's root is, and its level (0: the root is a leaf).
@@ -30,7 +30,7 @@ pub trait NodeStore {
         }
         Ok(match &n.body {
             Body::Leaf(items) => match items.binary_search_by(|(k, _)| k.cmp(&key)) {
-                Ok(i) => RawStep::Found(items[i].1.clone()),
+                Ok(i) => RawStep::Found(items[i].1.to_vec()),
                 Err(_) => RawStep::Absent,
             },
             Body::Interior(items) => RawStep::Child(items[child_index(items, key)].1),
@@ -135,7 +135,12 @@ fn descend_edge(
     }
 }
 
-fn leaf_items(n: &Node) -> &[(Key, Vec<u8>)] {
+/// A leaf entry as callers get it: the value copied out of the node's block.
+fn owned(e: &(Key, Value)) -> (Key, Vec<u8>) {
+    (e.0, e.1.to_vec())
+}
+
+fn leaf_items(n: &Node) -> &[(Key, Value)] {
     match &n.body {
         Body::Leaf(v) => v,
         Body::Interior(_) => &[],
@@ -190,14 +195,14 @@ pub fn seek_ge(
     let items = leaf_items(&leaf);
     let i = items.partition_point(|(k, _)| *k < key);
     if let Some(item) = items.get(i) {
-        return Ok(Some(item.clone()));
+        return Ok(Some(owned(item)));
     }
     let path = descend(s, root, tree, key)?;
     let Some(leaf) = path.last() else {
         return Ok(None);
     };
     if let Some(item) = leaf_items(&leaf.node).get(leaf.idx) {
-        return Ok(Some(item.clone()));
+        return Ok(Some(owned(item)));
     }
     // Past this leaf: the leftmost item of the next subtree up the path.
     for d in (0..path.len() - 1).rev() {
@@ -208,7 +213,7 @@ pub fn seek_ge(
             let leaf = descend_edge(s, tree, blk, path[d].node.level - 1, false)?;
             // Leaves below the root are never empty.
             return match leaf_items(&leaf).first() {
-                Some(first) => Ok(Some(first.clone())),
+                Some(first) => Ok(Some(owned(first))),
                 None => Err(FsError::corrupt(blk, "empty leaf below the root")),
             };
         }
@@ -227,7 +232,7 @@ pub fn seek_le(
     let items = leaf_items(&leaf);
     let i = items.partition_point(|(k, _)| *k <= key);
     if i > 0 {
-        return Ok(Some(items[i - 1].clone()));
+        return Ok(Some(owned(&items[i - 1])));
     }
     let path = descend(s, root, tree, key)?;
     let Some(leaf) = path.last() else {
@@ -236,11 +241,11 @@ pub fn seek_le(
     let items = leaf_items(&leaf.node);
     let mut i = leaf.idx;
     if items.get(i).is_some_and(|(k, _)| *k == key) {
-        return Ok(Some(items[i].clone()));
+        return Ok(Some(owned(&items[i])));
     }
     if i > 0 {
         i -= 1;
-        return Ok(Some(items[i].clone()));
+        return Ok(Some(owned(&items[i])));
     }
     for d in (0..path.len() - 1).rev() {
         let items = interior_items(&path[d].node);
@@ -248,7 +253,7 @@ pub fn seek_le(
             let blk = items[path[d].idx - 1].1;
             let leaf = descend_edge(s, tree, blk, path[d].node.level - 1, true)?;
             return match leaf_items(&leaf).last() {
-                Some(last) => Ok(Some(last.clone())),
+                Some(last) => Ok(Some(owned(last))),
                 None => Err(FsError::corrupt(blk, "empty leaf below the root")),
             };
         }
@@ -317,11 +322,11 @@ pub fn insert(
             return Err(FsError::corrupt(step.blkno, "leaf expected"));
         };
         if items.get(idx).is_some_and(|(k, _)| *k == key) {
-            old = Some(std::mem::replace(&mut items[idx].1, val.to_vec()));
+            old = Some(std::mem::replace(&mut items[idx].1, Value::copy_from_slice(val)).to_vec());
         } else {
             old = None;
             appending = idx == items.len();
-            items.insert(idx, (key, val.to_vec()));
+            items.insert(idx, (key, Value::copy_from_slice(val)));
         }
     }
     // Walk up: write the node if it fits, else split it and carry the new half's first key
@@ -465,7 +470,7 @@ pub fn remove(
                 blkno: node.blkno,
                 level: 0,
             };
-            return Ok(Some(old));
+            return Ok(Some(old.to_vec()));
         };
         s.free_node(tree, node.blkno)?;
         if let Body::Interior(pitems) = &mut parent.node.body {
@@ -498,7 +503,7 @@ pub fn remove(
             level: root.level - 1,
         };
     }
-    Ok(Some(old))
+    Ok(Some(old.to_vec()))
 }
 
 /// Items with a key in `[from, to]`, in order, at most `limit`: one descent, then leaf after
@@ -521,7 +526,7 @@ pub fn scan(
             if *k > to || out.len() >= limit {
                 return Ok(out);
             }
-            out.push((*k, v.clone()));
+            out.push((*k, v.to_vec()));
         }
         // The next leaf: up to the first ancestor with a right sibling, then down its left edge.
         path.pop();

@@ -51,9 +51,12 @@ impl Key {
     }
 }
 
+/// A leaf value: decoding shares one copy of the block among a leaf's values.
+pub type Value = bytes::Bytes;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Body {
-    Leaf(Vec<(Key, Vec<u8>)>),
+    Leaf(Vec<(Key, Value)>),
     Interior(Vec<(Key, u64)>),
 }
 
@@ -175,6 +178,7 @@ impl Node {
                 return Err(bad(format!("{count} leaf entries overflow the block")));
             }
             let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+            let shared = Value::copy_from_slice(block);
             let mut items = Vec::with_capacity(count);
             for i in 0..count {
                 let p = NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES;
@@ -184,7 +188,7 @@ impl Node {
                 if len > 0 && (off < entries_end || off + len > bs) {
                     return Err(bad(format!("value {i} at {off}+{len} outside the block")));
                 }
-                items.push((k, block[off..off + len].to_vec()));
+                items.push((k, shared.slice(off..off + len)));
             }
             Body::Leaf(items)
         } else {
@@ -326,9 +330,9 @@ mod tests {
             tree: 2,
             level: 0,
             body: Body::Leaf(vec![
-                (Key::new(1, 2), b"hello".to_vec()),
-                (Key::new(1, 3), vec![]),
-                (Key::new(9, 0), vec![7; 900]),
+                (Key::new(1, 2), b"hello".to_vec().into()),
+                (Key::new(1, 3), vec![].into()),
+                (Key::new(9, 0), vec![7; 900].into()),
             ]),
         };
         n.encode_into(77, &mut block);
@@ -354,9 +358,9 @@ mod tests {
                 tree: 2,
                 level: 0,
                 body: Body::Leaf(vec![
-                    (Key::new(1, 1), vec![]),
-                    (Key::new(2, 2), vec![3; 10]),
-                    (Key::new(3, 3), vec![]),
+                    (Key::new(1, 1), vec![].into()),
+                    (Key::new(2, 2), vec![3; 10].into()),
+                    (Key::new(3, 3), vec![].into()),
                 ]),
             };
             n.encode_into(4, &mut block);
@@ -396,7 +400,7 @@ mod tests {
                 }
                 Node { tree: 1, level: 1, body: Body::Interior(items) }
             } else {
-                Node { tree: 1, level: 0, body: Body::Leaf(keys.iter().map(|&k| (k, k.b.to_le_bytes()[..2].to_vec())).collect()) }
+                Node { tree: 1, level: 0, body: Body::Leaf(keys.iter().map(|&k| (k, k.b.to_le_bytes()[..2].to_vec().into())).collect()) }
             };
             node.encode_into(7, &mut block);
             let mut wanted: Vec<Key> = probes.iter().map(|&(a, h, n, spread)| Key::new(a * 1000 + u64::from(!spread && n == 0), if spread { h } else { n })).collect();
@@ -406,7 +410,7 @@ mod tests {
                 let got = raw_step(&block, 7, 1, node.level, k).expect("valid node");
                 let expect = match &node.body {
                     Body::Leaf(items) => match items.binary_search_by(|(x, _)| x.cmp(&k)) {
-                        Ok(i) => RawStep::Found(items[i].1.clone()),
+                        Ok(i) => RawStep::Found(items[i].1.to_vec()),
                         Err(_) => RawStep::Absent,
                     },
                     Body::Interior(items) => {
