@@ -42,6 +42,34 @@ fn kill_daemon(source: &Path, dir: &Path) {
     );
 }
 
+/// Writes twenty files under `dir` (names starting with `prefix`), calls sync(2) (not fsync),
+/// SIGKILLs the daemon serving `kill_source` (nothing written back, no log forced), remounts
+/// `source` and finds every file with its data; then unmounts and checks `source`.
+fn synced_files_survive_sigkill(dir: &Path, prefix: &str, kill_source: &Path, source: &Path) {
+    let files: Vec<(String, Vec<u8>)> = (0..20)
+        .map(|i| {
+            (
+                format!("{prefix}f{i}"),
+                format!("synced file {i}\n").repeat(i + 1).into_bytes(),
+            )
+        })
+        .collect();
+    for (name, data) in &files {
+        fs::write(dir.join(name), data).unwrap();
+    }
+    rustix::fs::sync();
+    kill_daemon(kill_source, dir);
+    ok(
+        cilfs(&["mount", s(source), s(dir), "-o", "transport=native"]),
+        "remount",
+    );
+    for (name, data) in &files {
+        assert_eq!(&fs::read(dir.join(name)).unwrap(), data, "{name}");
+    }
+    ok(cilfs(&["unmount", s(dir)]), "unmount");
+    ok(cilfs(&["check", s(source)]), "check");
+}
+
 /// Unmounts `dir` when dropped, so that a failed assertion leaves no mount and no daemon
 /// behind (nothing to do, and nothing said, if it is unmounted already).
 struct Unmount(PathBuf);
@@ -139,28 +167,7 @@ fn sync_reaches_cilfs_on_a_block_device_and_survives_sigkill() {
         format!("fuseblk.cilfs {}", dev.0.display())
     );
     fs::create_dir(dir.join("d")).unwrap();
-    let files: Vec<(String, Vec<u8>)> = (0..20)
-        .map(|i| {
-            (
-                format!("d/f{i}"),
-                format!("synced file {i}\n").repeat(i + 1).into_bytes(),
-            )
-        })
-        .collect();
-    for (name, data) in &files {
-        fs::write(dir.join(name), data).unwrap();
-    }
-    rustix::fs::sync();
-    kill_daemon(&dev.0, &dir);
-    ok(
-        cilfs(&["mount", s(&dev.0), s(&dir), "-o", "transport=native"]),
-        "remount",
-    );
-    for (name, data) in &files {
-        assert_eq!(&fs::read(dir.join(name)).unwrap(), data, "{name}");
-    }
-    ok(cilfs(&["unmount", s(&dir)]), "unmount");
-    ok(cilfs(&["check", s(&dev.0)]), "check");
+    synced_files_survive_sigkill(&dir, "d/", &dev.0, &dev.0);
 }
 
 /// An image file mounted with `-o loop` (as mount(8) mounts one): the mount is fuseblk.cilfs
@@ -209,28 +216,7 @@ fn an_image_file_mounted_with_loop_passes_sync_on_and_survives_sigkill() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    let files: Vec<(String, Vec<u8>)> = (0..20)
-        .map(|i| {
-            (
-                format!("f{i}"),
-                format!("synced {i}\n").repeat(i + 1).into_bytes(),
-            )
-        })
-        .collect();
-    for (name, data) in &files {
-        fs::write(dir.join(name), data).unwrap();
-    }
-    rustix::fs::sync();
-    kill_daemon(Path::new(source), &dir);
-    ok(
-        cilfs(&["mount", s(&img), s(&dir), "-o", "transport=native"]),
-        "remount",
-    );
-    for (name, data) in &files {
-        assert_eq!(&fs::read(dir.join(name)).unwrap(), data, "{name}");
-    }
-    ok(cilfs(&["unmount", s(&dir)]), "unmount");
-    ok(cilfs(&["check", s(&img)]), "check");
+    synced_files_survive_sigkill(&dir, "", Path::new(source), &img);
 }
 
 /// A user's own mount over the native transport: fusermount3 mounts and passes /dev/fuse
