@@ -185,7 +185,12 @@ impl Node {
                 let k = get_key(&block[p..]);
                 let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
                 let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
-                if len > 0 && (off < entries_end || off + len > bs) {
+                if len == 0 {
+                    // Its offset is never read (`empty_value_offset`).
+                    items.push((k, Value::new()));
+                    continue;
+                }
+                if off < entries_end || off + len > bs {
                     return Err(bad(format!("value {i} at {off}+{len} outside the block")));
                 }
                 items.push((k, shared.slice(off..off + len)));
@@ -288,7 +293,11 @@ pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsRe
     let p = NODE_HEADER_BYTES + (lo - 1) * esize;
     let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
     let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
-    if len > 0 && (off < NODE_HEADER_BYTES + count * esize || off + len > bs) {
+    if len == 0 {
+        // Its offset is never read (`empty_value_offset`).
+        return Ok(RawStep::Found(Vec::new()));
+    }
+    if off < NODE_HEADER_BYTES + count * esize || off + len > bs {
         return Err(bad(format!("value at {off}+{len} outside the block")));
     }
     Ok(RawStep::Found(block[off..off + len].to_vec()))
@@ -370,6 +379,27 @@ mod tests {
                 RawStep::Found(vec![])
             );
         }
+    }
+
+    /// An empty value's offset is never read, whatever it holds: one past the end of the block
+    /// (a 64 KiB filesystem's 65,535 read in a smaller block, or garbage) decodes and steps as
+    /// an empty value instead of slicing outside the block.
+    #[test]
+    fn an_empty_value_pointing_past_the_block_is_read_as_empty() {
+        let mut block = vec![0u8; 4096];
+        let n = Node {
+            tree: 2,
+            level: 0,
+            body: Body::Leaf(vec![(Key::new(1, 1), vec![].into())]),
+        };
+        n.encode_into(4, &mut block);
+        let p = NODE_HEADER_BYTES;
+        block[p + 16..p + 18].copy_from_slice(&u16::MAX.to_le_bytes());
+        assert_eq!(Node::decode(&block, 4, 2).expect("decodes"), n);
+        assert_eq!(
+            raw_step(&block, 4, 2, 0, Key::new(1, 1)).expect("steps"),
+            RawStep::Found(vec![])
+        );
     }
 
     /// Sorted keys drawn from a few owners, some with offsets spread over the whole range
