@@ -99,9 +99,9 @@ impl<'j> Transaction<'j> {
         blkno: u64,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<(BufRef, R), JournalError> {
-        if let Some(i) = self.held.iter().position(|h| h.buf.blkno() == blkno) {
-            let r = self.read(BufRef(i), f);
-            return Ok((BufRef(i), r));
+        if let Some(b) = self.held_ref(blkno) {
+            let r = self.read(b, f);
+            return Ok((b, r));
         }
         let buf = self.journal.buf(blkno)?;
         Ok(self.hold(buf, f))
@@ -111,8 +111,8 @@ impl<'j> Transaction<'j> {
     /// holds there is not read (XFS's `xfs_trans_get_buf`), a buffer not in memory starts
     /// zeroed.
     pub fn buf_fresh(&mut self, blkno: u64) -> Result<BufRef, JournalError> {
-        if let Some(i) = self.held.iter().position(|h| h.buf.blkno() == blkno) {
-            return Ok(BufRef(i));
+        if let Some(b) = self.held_ref(blkno) {
+            return Ok(b);
         }
         let buf = self.journal.buf_fresh(blkno)?;
         Ok(self.hold(buf, |_| ()).0)
@@ -290,7 +290,15 @@ impl<'j> Transaction<'j> {
 
     /// Whether this transaction already holds block `blkno`.
     pub fn holds(&self, blkno: u64) -> bool {
-        self.held.iter().any(|h| h.buf.blkno() == blkno)
+        self.held_ref(blkno).is_some()
+    }
+
+    /// The handle of block `blkno` if this transaction already holds it.
+    fn held_ref(&self, blkno: u64) -> Option<BufRef> {
+        self.held
+            .iter()
+            .position(|h| h.buf.blkno() == blkno)
+            .map(BufRef)
     }
 
     /// Reserves `r` for a transaction begun without log space (`Journal::begin_unreserved`):

@@ -48,11 +48,24 @@ pub trait NodeStore {
 
 /// The leaf a point descent for `key` reaches.
 pub fn leaf_blkno(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<u64> {
+    step_to_leaf(s, root, tree, key, |_| ())
+}
+
+/// A point descent for `key` through the interior nodes, stepped through on their encoded
+/// blocks (`NodeStore::raw_step`), each passed to `passed` (root first); the leaf it reaches.
+fn step_to_leaf(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    key: Key,
+    mut passed: impl FnMut(u64),
+) -> FsResult<u64> {
     let mut blk = root.blkno;
     let mut level = root.level;
     while level > 0 {
         match s.raw_step(blk, tree, level, key)? {
             RawStep::Child(c) => {
+                passed(blk);
                 blk = c;
                 level -= 1;
             }
@@ -262,7 +275,7 @@ pub fn seek_le(
 }
 
 /// The interior nodes a descent for `key` passed (root first) and the leaf it reached, decoded.
-/// The interior nodes are only stepped through (`NodeStore::raw_step`), not decoded: an insert
+/// The interior nodes are only stepped through (`step_to_leaf`), not decoded: an insert
 /// needs one whole only when a split below it carries a new entry up, and decoding the two or
 /// three a create's descents pass was a fifth of its instructions.
 fn descend_to_leaf(
@@ -272,18 +285,7 @@ fn descend_to_leaf(
     key: Key,
 ) -> FsResult<(Vec<u64>, Step)> {
     let mut interiors = Vec::with_capacity(usize::from(root.level));
-    let mut blkno = root.blkno;
-    let mut level = root.level;
-    while level > 0 {
-        match s.raw_step(blkno, tree, level, key)? {
-            RawStep::Child(c) => {
-                interiors.push(blkno);
-                blkno = c;
-                level -= 1;
-            }
-            _ => return Err(FsError::corrupt(blkno, "interior node without children")),
-        }
-    }
+    let blkno = step_to_leaf(s, root, tree, key, |b| interiors.push(b))?;
     let node = s.read_node(blkno, tree)?;
     let Body::Leaf(items) = &node.body else {
         return Err(FsError::corrupt(
