@@ -8,7 +8,7 @@ use super::header::{
     Header, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
 use super::tree::btree::{self, NodeStore, Root};
-use super::tree::node::{Key, Node, RawStep, NODE_LSN_OFFSET};
+use super::tree::node::{shared_free_middle, Key, Node, RawStep, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{Reservation, Transaction};
 use parking_lot::Mutex;
@@ -417,11 +417,7 @@ fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: Vec<u8>,
         vec![(0, block.len())]
     } else {
         tx.read(b, |cur| {
-            let hole = match (leaf_gap(cur), leaf_gap(&block)) {
-                (Some(x), Some(y)) => Some((x.0.max(y.0), x.1.min(y.1))),
-                _ => None,
-            };
-            differing_ranges(cur, &block, hole)
+            differing_ranges(cur, &block, shared_free_middle(cur, &block))
         })
     };
     if !ranges.is_empty() {
@@ -431,28 +427,6 @@ fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: Vec<u8>,
 
 /// Bytes compared at once by `differing_range` (slice equality is a vectorised memcmp).
 const DIFF_CHUNK: usize = 64;
-
-/// The free middle of an encoded leaf, between its entries and its lowest value (the last
-/// entry's, as a leaf is packed), or None if `block` is not a leaf. Only a hint: whatever it
-/// says is compared before it is trusted.
-fn leaf_gap(block: &[u8]) -> Option<(usize, usize)> {
-    use super::tree::node::{LEAF_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_MAGIC};
-    let header = block.get(..NODE_HEADER_BYTES)?;
-    if header[0..4] != NODE_MAGIC.to_le_bytes() || header[4] != 0 {
-        return None;
-    }
-    let count = usize::from(u16::from_le_bytes([header[6], header[7]]));
-    let end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
-    let low = match count.checked_sub(1) {
-        Some(last) => {
-            let p = NODE_HEADER_BYTES + last * LEAF_ENTRY_BYTES;
-            let e = block.get(p + 16..p + 18)?;
-            usize::from(u16::from_le_bytes([e[0], e[1]]))
-        }
-        None => block.len(),
-    };
-    (end < low && low <= block.len()).then_some((end, low))
-}
 
 /// The byte ranges `[start, end)` where `a` and `b` (of one length) differ, in order, each
 /// beginning and ending with a differing byte. With `hole`, a stretch expected equal (the free
@@ -709,8 +683,8 @@ impl<T: Trees> super::dir::TreeRead for T {
 
 #[cfg(test)]
 mod diff_tests {
-    use super::{differing_range, differing_ranges, leaf_gap, DIFF_CHUNK};
-    use crate::fs::tree::node::{Body, Key, Node};
+    use super::{differing_range, differing_ranges, DIFF_CHUNK};
+    use crate::fs::tree::node::{shared_free_middle, Body, Key, Node};
     use proptest::prelude::*;
 
     /// `a`, and a copy of it with `changes` (position, nonzero delta) added.
@@ -812,8 +786,7 @@ mod diff_tests {
         }
         let mut b = a.clone();
         grown.encode_into(5, &mut b);
-        let (ga, gb) = (leaf_gap(&a).expect("a leaf"), leaf_gap(&b).expect("a leaf"));
-        let hole = (ga.0.max(gb.0), ga.1.min(gb.1));
+        let hole = shared_free_middle(&a, &b).expect("two leaves");
         let r = differing_ranges(&a, &b, Some(hole));
         assert_eq!(r.len(), 2, "{r:?}");
         let logged: usize = r.iter().map(|(s, e)| e - s).sum();

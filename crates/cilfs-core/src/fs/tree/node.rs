@@ -228,6 +228,34 @@ fn empty_value_offset(bs: usize) -> usize {
     bs.min(usize::from(u16::MAX))
 }
 
+/// The free middle of an encoded leaf, between its entries and its lowest value (the last
+/// entry's, as a leaf is packed), or None if `block` is not a leaf. Only a hint: whatever it
+/// says is compared before it is trusted.
+fn free_middle(block: &[u8]) -> Option<(usize, usize)> {
+    let header = block.get(..NODE_HEADER_BYTES)?;
+    if arr4(&header[0..4]) != NODE_MAGIC.to_le_bytes() || header[4] != 0 {
+        return None;
+    }
+    let count = usize::from(u16::from_le_bytes([header[6], header[7]]));
+    let end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+    let low = match count.checked_sub(1) {
+        Some(last) => {
+            let p = NODE_HEADER_BYTES + last * LEAF_ENTRY_BYTES;
+            let e = block.get(p + 16..p + 18)?;
+            usize::from(u16::from_le_bytes([e[0], e[1]]))
+        }
+        None => block.len(),
+    };
+    (end < low && low <= block.len()).then_some((end, low))
+}
+
+/// The stretch free in the middle of both `a` and `b`, two encodings of one leaf (before and
+/// after a change): where a diff of the two need not look (`FsTx::write_node`).
+pub fn shared_free_middle(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
+    let (x, y) = (free_middle(a)?, free_middle(b)?);
+    Some((x.0.max(y.0), x.1.min(y.1)))
+}
+
 /// What one step of a point lookup finds in an encoded node, without decoding all of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawStep {
