@@ -8,7 +8,7 @@ use super::header::{
     Header, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
 use super::tree::btree::{self, NodeStore, Root};
-use super::tree::node::{shared_free_middle, Key, Node, RawStep, NODE_LSN_OFFSET};
+use super::tree::node::{shared_free_middle, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{Reservation, Transaction};
 use parking_lot::Mutex;
@@ -498,6 +498,24 @@ impl NodeStore for FsTx<'_> {
         Ok(n)
     }
 
+    fn raw_seek(
+        &mut self,
+        blkno: u64,
+        tree: u8,
+        key: Key,
+        seek: Seek,
+    ) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let found = self.node_read(blkno, |d| {
+            super::tree::node::raw_seek(d, blkno, tree, key, seek)
+        })??;
+        self.trees_read |= 1 << tree;
+        // The answer rests on the whole leaf, as if it had been decoded.
+        if self.optimistic && !self.opt.strong_leaves.contains(&blkno) {
+            self.opt.strong_leaves.push(blkno);
+        }
+        Ok(found)
+    }
+
     fn descended(&mut self, tree: u8, key: Key, leaf: u64) {
         if self.optimistic {
             self.opt.descents.push((tree, key, leaf));
@@ -610,6 +628,18 @@ impl NodeStore for ReadView<'_> {
         let buf = self.buf(blkno)?;
         let g = buf.lock();
         super::tree::node::raw_step(&g.data, blkno, tree, level, key)
+    }
+
+    fn raw_seek(
+        &mut self,
+        blkno: u64,
+        tree: u8,
+        key: Key,
+        seek: Seek,
+    ) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let buf = self.buf(blkno)?;
+        let g = buf.lock();
+        super::tree::node::raw_seek(&g.data, blkno, tree, key, seek)
     }
 
     fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {

@@ -5,7 +5,7 @@
 //! Deletion frees empty nodes but does not merge underfull ones: simple, and the trees here
 //! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
 
-use super::node::{Body, Key, Node, RawStep, Value, MAX_LEVELS};
+use super::node::{Body, Key, Node, RawStep, Seek, Value, MAX_LEVELS};
 use crate::fs::error::{FsError, FsResult};
 
 /// Where a tree's root is, and its level (0: the root is a leaf).
@@ -35,6 +35,26 @@ pub trait NodeStore {
             },
             Body::Interior(items) => RawStep::Child(items[child_index(items, key)].1),
         })
+    }
+    /// A seek within leaf `blkno` on its encoded block (`node::raw_seek`): the entry found, or
+    /// None when the leaf has none on that side of `key`. The leaf counts as read whole.
+    fn raw_seek(
+        &mut self,
+        blkno: u64,
+        tree: u8,
+        key: Key,
+        seek: Seek,
+    ) -> FsResult<Option<(Key, Vec<u8>)>> {
+        let n = self.read_node(blkno, tree)?;
+        if n.level != 0 {
+            return Err(FsError::corrupt(blkno, "leaf expected"));
+        }
+        let items = leaf_items(&n);
+        let e = match seek {
+            Seek::AtOrAfter => items.get(items.partition_point(|(k, _)| *k < key)),
+            Seek::AtOrBefore => items[..items.partition_point(|(k, _)| *k <= key)].last(),
+        };
+        Ok(e.map(owned))
     }
     /// A descent for `key` ended at leaf `leaf`, which the caller decodes whole. An optimistic
     /// transaction checks at commit that it still would (`FsTx::still_current`), instead of
@@ -184,16 +204,19 @@ pub fn get(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Op
     }
 }
 
-/// The leaf that holds (or would hold) `key`, found with binary searches in the encoded interior
-/// nodes; only the leaf is decoded.
-fn leaf_for(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Node> {
+/// A seek in the leaf that holds (or would hold) `key`, found with binary searches in the
+/// encoded nodes: nothing is decoded.
+fn seek_in_leaf(
+    s: &mut dyn NodeStore,
+    root: Root,
+    tree: u8,
+    key: Key,
+    seek: Seek,
+) -> FsResult<Option<(Key, Vec<u8>)>> {
     let blk = leaf_blkno(s, root, tree, key)?;
-    let n = s.read_node(blk, tree)?;
-    if n.level != 0 {
-        return Err(FsError::corrupt(blk, "leaf expected"));
-    }
+    let found = s.raw_seek(blk, tree, key, seek)?;
     s.descended(tree, key, blk);
-    Ok(n)
+    Ok(found)
 }
 
 /// The first item with a key >= `key`.
@@ -203,12 +226,10 @@ pub fn seek_ge(
     tree: u8,
     key: Key,
 ) -> FsResult<Option<(Key, Vec<u8>)>> {
-    // Most answers are in the key's own leaf; only past its end is the whole path needed.
-    let leaf = leaf_for(s, root, tree, key)?;
-    let items = leaf_items(&leaf);
-    let i = items.partition_point(|(k, _)| *k < key);
-    if let Some(item) = items.get(i) {
-        return Ok(Some(owned(item)));
+    // Most answers are in the key's own leaf, found on its encoded block (an allocation seeks
+    // the free-space trees up to 64 times); only past its end is the whole path needed.
+    if let Some(found) = seek_in_leaf(s, root, tree, key, Seek::AtOrAfter)? {
+        return Ok(Some(found));
     }
     let path = descend(s, root, tree, key)?;
     let Some(leaf) = path.last() else {
@@ -241,11 +262,8 @@ pub fn seek_le(
     tree: u8,
     key: Key,
 ) -> FsResult<Option<(Key, Vec<u8>)>> {
-    let leaf = leaf_for(s, root, tree, key)?;
-    let items = leaf_items(&leaf);
-    let i = items.partition_point(|(k, _)| *k <= key);
-    if i > 0 {
-        return Ok(Some(owned(&items[i - 1])));
+    if let Some(found) = seek_in_leaf(s, root, tree, key, Seek::AtOrBefore)? {
+        return Ok(Some(found));
     }
     let path = descend(s, root, tree, key)?;
     let Some(leaf) = path.last() else {

@@ -264,71 +264,150 @@ pub enum RawStep {
     Absent,
 }
 
+/// An encoded node whose header was checked (magic, tree, block, level, entry count within the
+/// block), read entry by entry without decoding the rest: what binary searches on a node need.
+struct RawNode<'b> {
+    block: &'b [u8],
+    blkno: u64,
+    count: usize,
+    esize: usize,
+}
+
+impl<'b> RawNode<'b> {
+    fn open(block: &'b [u8], blkno: u64, tree: u8, level: u8) -> FsResult<Self> {
+        let bs = block.len();
+        let bad = |what: String| FsError::corrupt(blkno, what);
+        if bs < NODE_HEADER_BYTES || u32::from_le_bytes(arr4(&block[0..4])) != NODE_MAGIC {
+            return Err(bad("bad node magic".into()));
+        }
+        if block[5] != tree || u64::from_le_bytes(arr8(&block[8..16])) != blkno {
+            return Err(bad("node of another tree or block".into()));
+        }
+        if block[4] != level {
+            return Err(bad(format!(
+                "node at level {} where {level} expected",
+                block[4]
+            )));
+        }
+        let count = usize::from(u16::from_le_bytes([block[6], block[7]]));
+        let esize = if level == 0 {
+            LEAF_ENTRY_BYTES
+        } else {
+            INTERIOR_ENTRY_BYTES
+        };
+        if NODE_HEADER_BYTES + count * esize > bs || (level > 0 && count == 0) {
+            return Err(bad(format!("{count} entries overflow the block")));
+        }
+        Ok(RawNode {
+            block,
+            blkno,
+            count,
+            esize,
+        })
+    }
+
+    fn entry(&self, i: usize) -> &'b [u8] {
+        &self.block[NODE_HEADER_BYTES + i * self.esize..]
+    }
+
+    fn key_at(&self, i: usize) -> Key {
+        get_key(self.entry(i))
+    }
+
+    /// Entries with a key <= `key`: a binary search touching only the entries it probes.
+    fn count_le(&self, key: Key) -> usize {
+        let (mut lo, mut hi) = (0, self.count);
+        let touch = |i: usize| {
+            std::hint::black_box(self.block[NODE_HEADER_BYTES + i * self.esize]);
+        };
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            // Load the next probe of either outcome now, so its cache miss overlaps this one's
+            // (a prefetch without unsafe code): at a million names the search's misses dominate.
+            touch((lo + mid) / 2);
+            touch(((mid + 1 + hi) / 2).min(self.count - 1));
+            if self.key_at(mid) <= key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+
+    fn child_at(&self, i: usize) -> u64 {
+        u64::from_le_bytes(arr8(&self.entry(i)[16..24]))
+    }
+
+    /// The value of leaf entry `i`, bounds checked as in `Node::decode`.
+    fn value_at(&self, i: usize) -> FsResult<Vec<u8>> {
+        let e = self.entry(i);
+        let off = usize::from(u16::from_le_bytes([e[16], e[17]]));
+        let len = usize::from(u16::from_le_bytes([e[18], e[19]]));
+        if len == 0 {
+            // Its offset is never read (`empty_value_offset`).
+            return Ok(Vec::new());
+        }
+        if off < NODE_HEADER_BYTES + self.count * self.esize || off + len > self.block.len() {
+            return Err(FsError::corrupt(
+                self.blkno,
+                format!("value at {off}+{len} outside the block"),
+            ));
+        }
+        Ok(self.block[off..off + len].to_vec())
+    }
+}
+
 /// One step of a point lookup on an encoded node: the child to descend into, or the value. Only
 /// the header and the entries binary search touches are read; bounds are checked as in `decode`.
 pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-    let bs = block.len();
-    let bad = |what: String| FsError::corrupt(blkno, what);
-    if bs < NODE_HEADER_BYTES || u32::from_le_bytes(arr4(&block[0..4])) != NODE_MAGIC {
-        return Err(bad("bad node magic".into()));
-    }
-    if block[5] != tree || u64::from_le_bytes(arr8(&block[8..16])) != blkno {
-        return Err(bad("node of another tree or block".into()));
-    }
-    if block[4] != level {
-        return Err(bad(format!(
-            "node at level {} where {level} expected",
-            block[4]
-        )));
-    }
-    let count = usize::from(u16::from_le_bytes([block[6], block[7]]));
-    let esize = if level == 0 {
-        LEAF_ENTRY_BYTES
-    } else {
-        INTERIOR_ENTRY_BYTES
-    };
-    if NODE_HEADER_BYTES + count * esize > bs || (level > 0 && count == 0) {
-        return Err(bad(format!("{count} entries overflow the block")));
-    }
-    let key_at = |i: usize| get_key(&block[NODE_HEADER_BYTES + i * esize..]);
-    // Entries with a key <= the one sought.
-    let (mut lo, mut hi) = (0, count);
-    let touch = |i: usize| {
-        std::hint::black_box(block[NODE_HEADER_BYTES + i * esize]);
-    };
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        // Load the next probe of either outcome now, so its cache miss overlaps this one's (a
-        // prefetch without unsafe code): at a million names the search's misses dominate.
-        touch((lo + mid) / 2);
-        touch(((mid + 1 + hi) / 2).min(count - 1));
-        if key_at(mid) <= key {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
+    let n = RawNode::open(block, blkno, tree, level)?;
+    let le = n.count_le(key);
     if level > 0 {
-        let i = lo.saturating_sub(1);
-        let p = NODE_HEADER_BYTES + i * esize;
-        return Ok(RawStep::Child(u64::from_le_bytes(arr8(
-            &block[p + 16..p + 24],
-        ))));
+        return Ok(RawStep::Child(n.child_at(le.saturating_sub(1))));
     }
-    if lo == 0 || key_at(lo - 1) != key {
+    if le == 0 || n.key_at(le - 1) != key {
         return Ok(RawStep::Absent);
     }
-    let p = NODE_HEADER_BYTES + (lo - 1) * esize;
-    let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
-    let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
-    if len == 0 {
-        // Its offset is never read (`empty_value_offset`).
-        return Ok(RawStep::Found(Vec::new()));
-    }
-    if off < NODE_HEADER_BYTES + count * esize || off + len > bs {
-        return Err(bad(format!("value at {off}+{len} outside the block")));
-    }
-    Ok(RawStep::Found(block[off..off + len].to_vec()))
+    Ok(RawStep::Found(n.value_at(le - 1)?))
+}
+
+/// Which side of a key a seek looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seek {
+    /// The first entry with a key >= the one sought.
+    AtOrAfter,
+    /// The last entry with a key <= the one sought.
+    AtOrBefore,
+}
+
+/// A seek within one encoded leaf, read as `raw_step` reads it: the entry it finds, or None
+/// when the leaf has none on that side of `key` (the answer is then in a neighbouring leaf).
+pub fn raw_seek(
+    block: &[u8],
+    blkno: u64,
+    tree: u8,
+    key: Key,
+    seek: Seek,
+) -> FsResult<Option<(Key, Vec<u8>)>> {
+    let n = RawNode::open(block, blkno, tree, 0)?;
+    let i = match seek {
+        Seek::AtOrBefore => match n.count_le(key).checked_sub(1) {
+            Some(i) => i,
+            None => return Ok(None),
+        },
+        Seek::AtOrAfter => {
+            let le = n.count_le(key);
+            if le > 0 && n.key_at(le - 1) == key {
+                le - 1
+            } else if le < n.count {
+                le
+            } else {
+                return Ok(None);
+            }
+        }
+    };
+    Ok(Some((n.key_at(i), n.value_at(i)?)))
 }
 
 fn put_key(out: &mut [u8], k: Key) {
@@ -479,6 +558,26 @@ mod tests {
             }
         }
 
+        /// A seek on the encoded leaf finds what a partition of the decoded leaf finds, both
+        /// ways, for keys present, absent, and beyond either end.
+        #[test]
+        fn raw_seek_agrees_with_the_decoded_leaf(keys in sorted_keys(), probes in proptest::collection::vec((0u64..4, any::<u64>(), 0u64..64, any::<bool>()), 1..40)) {
+            let mut block = vec![0u8; 4096];
+            let items: Vec<(Key, Value)> = keys.iter().map(|&k| (k, k.b.to_le_bytes()[..(k.b % 3) as usize].to_vec().into())).collect();
+            let node = Node { tree: 1, level: 0, body: Body::Leaf(items.clone()) };
+            node.encode_into(7, &mut block);
+            let mut wanted: Vec<Key> = probes.iter().map(|&(a, h, n, spread)| Key::new(a * 1000 + u64::from(!spread && n == 0), if spread { h } else { n })).collect();
+            wanted.extend(keys.iter().copied().step_by(5));
+            wanted.extend([Key::MIN, Key::MAX]);
+            let owned = |e: &(Key, Value)| (e.0, e.1.to_vec());
+            for k in wanted {
+                let ge = items.get(items.partition_point(|(x, _)| *x < k)).map(owned);
+                let le = items[..items.partition_point(|(x, _)| *x <= k)].last().map(owned);
+                prop_assert_eq!(raw_seek(&block, 7, 1, k, Seek::AtOrAfter).expect("valid leaf"), ge, "key {:?}", k);
+                prop_assert_eq!(raw_seek(&block, 7, 1, k, Seek::AtOrBefore).expect("valid leaf"), le, "key {:?}", k);
+            }
+        }
+
         /// A lookup step on a node whose keys are garbage (out of order) returns something or an
         /// error, never panics.
         #[test]
@@ -489,6 +588,8 @@ mod tests {
             bytes[6..8].copy_from_slice(&count.to_le_bytes());
             bytes[8..16].copy_from_slice(&9u64.to_le_bytes());
             let _ = raw_step(&bytes, 9, 1, level, Key::new(a, b));
+            let _ = raw_seek(&bytes, 9, 1, Key::new(a, b), Seek::AtOrAfter);
+            let _ = raw_seek(&bytes, 9, 1, Key::new(a, b), Seek::AtOrBefore);
         }
 
         /// Arbitrary bytes decode to an error or a node, never a panic.
