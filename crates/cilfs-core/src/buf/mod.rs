@@ -10,11 +10,15 @@ use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
-use parking_lot::{Mutex, MutexGuard, RawMutex};
+use parking_lot::{Mutex, MutexGuard, RawRwLock, RwLock};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-pub type BufGuard = parking_lot::lock_api::ArcMutexGuard<RawMutex, BufData>;
+/// A buffer held to change it: no one else reads or writes it meanwhile.
+pub type BufGuard = parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>;
+/// A buffer held to read it: readers share it (every descent reads the root and the upper
+/// nodes), a writer waits for them.
+pub type BufReadGuard = parking_lot::lock_api::ArcRwLockReadGuard<RawRwLock, BufData>;
 
 /// The contents and log state of one block.
 #[derive(Debug)]
@@ -55,7 +59,7 @@ impl BufData {
 #[derive(Debug)]
 pub struct Buf {
     blkno: u64,
-    state: Arc<Mutex<BufData>>,
+    state: Arc<RwLock<BufData>>,
     pins: AtomicU32,
     /// `BufData::version`, readable without the lock: a commit checking what it read looks at
     /// every block it touched (some twenty for a create), under the filesystem's exclusive
@@ -69,11 +73,19 @@ impl Buf {
     }
 
     pub fn lock(&self) -> BufGuard {
-        self.state.lock_arc()
+        self.state.write_arc()
     }
 
     pub fn try_lock(&self) -> Option<BufGuard> {
-        self.state.try_lock_arc()
+        self.state.try_write_arc()
+    }
+
+    pub fn read(&self) -> BufReadGuard {
+        self.state.read_arc()
+    }
+
+    pub fn try_read(&self) -> Option<BufReadGuard> {
+        self.state.try_read_arc()
     }
 
     /// The block's version as last published (see `version`).
@@ -151,7 +163,7 @@ impl LogItem for Buf {
     }
 
     fn prepare_write_back(&self, lsn: Lsn, uuid: &[u8; 16]) -> WriteBack {
-        let Some(mut g) = self.state.try_lock() else {
+        let Some(mut g) = self.state.try_write() else {
             return WriteBack::Busy;
         };
         if self.pins.load(Ordering::Acquire) > 0 {
@@ -306,7 +318,7 @@ impl BufCache {
     fn insert(&self, mut bufs: MutexGuard<'_, BlockMap>, blkno: u64, data: AlignedBuf) -> Arc<Buf> {
         let b = Arc::new(Buf {
             blkno,
-            state: Arc::new(Mutex::new(BufData {
+            state: Arc::new(RwLock::new(BufData {
                 data,
                 dirty: RangeSet::default(),
                 lsn_offset: None,
@@ -361,7 +373,7 @@ impl BufCache {
                         "evicting a pinned buffer"
                     );
                     debug_assert!(
-                        b.state.try_lock().is_none_or(|g| g.dirty.is_empty()),
+                        b.state.try_read().is_none_or(|g| g.dirty.is_empty()),
                         "evicting a dirty buffer"
                     );
                 }

@@ -544,7 +544,7 @@ fn check_value_blocks(
             }
         };
         c.report.xattr_value_blocks += 1;
-        let g = buf.lock();
+        let g = buf.read();
         for off in [NODE_LSN_OFFSET, HEADER_LSN_OFFSET] {
             if read_lsn_stamp(&g.data, off, uuid).is_some() {
                 c.problem(format!(

@@ -272,7 +272,7 @@ impl Fs {
         let (first, _) = journal.metadata_area();
         let hdr = {
             let buf = journal.buf(first)?;
-            let g = buf.lock();
+            let g = buf.read();
             Header::decode(&g.data, first)?
         };
         let epoch = journal.superblock().unclean_epoch;

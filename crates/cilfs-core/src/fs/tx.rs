@@ -620,13 +620,13 @@ impl NodeStore for ReadView<'_> {
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
         let buf = self.buf(blkno)?;
-        let g = buf.lock();
+        let g = buf.read();
         Node::decode(&g.data, blkno, tree)
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
         let buf = self.buf(blkno)?;
-        let g = buf.lock();
+        let g = buf.read();
         super::tree::node::raw_step(&g.data, blkno, tree, level, key)
     }
 
@@ -638,7 +638,7 @@ impl NodeStore for ReadView<'_> {
         seek: Seek,
     ) -> FsResult<Option<(Key, Vec<u8>)>> {
         let buf = self.buf(blkno)?;
-        let g = buf.lock();
+        let g = buf.read();
         super::tree::node::raw_seek(&g.data, blkno, tree, key, seek)
     }
 

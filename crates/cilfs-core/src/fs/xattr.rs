@@ -271,7 +271,7 @@ impl Fs {
                 let mut out = Vec::with_capacity(*len as usize);
                 for b in *start..start + blocks {
                     let buf = self.journal.buf(b)?;
-                    let g = buf.lock();
+                    let g = buf.read();
                     let need = (*len as usize - out.len()).min(g.data.len());
                     out.extend_from_slice(&g.data[..need]);
                 }

@@ -125,7 +125,7 @@ impl<'j> Transaction<'j> {
                 let g = self
                     .journal
                     .buf_waits
-                    .acquire(|| buf.try_lock(), || buf.lock());
+                    .acquire(|| buf.try_read(), || buf.read());
                 (g.version, g.lsn_offset, g.cancelled, f(&g.data))
             };
             let held = Held {
@@ -154,7 +154,7 @@ impl<'j> Transaction<'j> {
                 let g = self
                     .journal
                     .buf_waits
-                    .acquire(|| h.buf.try_lock(), || h.buf.lock());
+                    .acquire(|| h.buf.try_read(), || h.buf.read());
                 f(&g.data)
             }
         }
@@ -172,7 +172,7 @@ impl<'j> Transaction<'j> {
         if h.data.is_none() {
             let g = journal
                 .buf_waits
-                .acquire(|| h.buf.try_lock(), || h.buf.lock());
+                .acquire(|| h.buf.try_read(), || h.buf.read());
             // If a commit changed the block since the first touch, `version` still says the
             // older one: this transaction's commit is then refused.
             h.data = Some(g.data.to_vec());
