@@ -402,6 +402,9 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 ));
             }
         }
+        if i.flags & !super::inode::INODE_PREALLOC != 0 {
+            c.problem(format!("inode {ino} has unknown flags {:#x}", i.flags));
+        }
         if i.is_dir() {
             c.report.directories += 1;
             let want_refs = usize::from(ino != ROOT_INO && i.nlink > 0);

@@ -280,6 +280,10 @@ impl Fs {
                     m.inode.size = end;
                     m.inode.mtime = now;
                 }
+                if end > m.inode.size {
+                    // Blocks past the end that the caller asked for: no release trims them.
+                    m.inode.flags |= super::inode::INODE_PREALLOC;
+                }
                 self.touch_ctime(m, now);
                 log_inode(t, m, &self.stats)?;
                 Ok((kill, vec![ino]))

@@ -98,6 +98,11 @@ impl FileType {
     }
 }
 
+/// `Inode::flags`: fallocate mapped blocks past the end of the file, which are the caller's
+/// (XFS's XFS_DIFLAG_PREALLOC). Without it, blocks past the end can only be speculative
+/// preallocation that a crash left behind, which the next last release frees.
+pub const INODE_PREALLOC: u32 = 1;
+
 /// An inode as stored, with the change counter's value (without the queried flag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
@@ -115,6 +120,7 @@ pub struct Inode {
     pub crtime: Timespec,
     pub rdev: u64,
     pub change: u64,
+    /// `INODE_PREALLOC` or nothing.
     pub flags: u32,
     /// For a directory, the directory holding it (what ".." names); 0 otherwise.
     pub parent: u64,
@@ -155,6 +161,13 @@ impl Inode {
 
     pub fn is_dir(&self) -> bool {
         self.mode & S_IFMT == S_IFDIR
+    }
+
+    /// Whether a file read from disk may hold blocks past its end that no fallocate asked
+    /// for: speculative preallocation, mapped by a mount that never got to its last release
+    /// (a crash, a killed daemon). The mount that loads it cannot tell from memory.
+    pub fn may_hold_stale_prealloc(&self) -> bool {
+        self.mode & S_IFMT == S_IFREG && self.flags & INODE_PREALLOC == 0 && self.blocks > 0
     }
 
     /// The generation handles carry: the creation time in nanoseconds (never 0, which the

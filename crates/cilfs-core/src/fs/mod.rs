@@ -226,6 +226,10 @@ pub(crate) struct InodeMem {
     /// post-EOF blocks at close. Only these: a fallocate takes its range out of them, so
     /// blocks it asked for stay.
     pub spec_prealloc: Vec<(u64, u64)>,
+    /// Read from disk with blocks and no `INODE_PREALLOC`: blocks past its end may be
+    /// speculative preallocation an earlier mount left (`Inode::may_hold_stale_prealloc`),
+    /// which the next last release looks for and frees.
+    pub stale_prealloc: bool,
 }
 
 #[derive(Debug)]
@@ -453,6 +457,7 @@ impl Fs {
                 let inode = read_inode(t, ino)?;
                 Ok(v.insert(Box::new(InodeMem {
                     change: ChangeCounter::loaded(inode.change),
+                    stale_prealloc: inode.may_hold_stale_prealloc(),
                     inode,
                     open: 0,
                     last_seq: 0,

@@ -321,6 +321,7 @@ impl Fs {
             last_seq: 0,
             unlogged: false,
             spec_prealloc: Vec::new(),
+            stale_prealloc: false,
         };
         log_inode(t, &mut m, &self.stats)?;
         if let Some(target) = target {

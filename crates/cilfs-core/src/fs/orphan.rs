@@ -4,10 +4,12 @@
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
-use super::inode::Attr;
+use super::inode::{Attr, INODE_PREALLOC};
 use super::iolock::IoMode;
 use super::stats::bump;
-use super::tree::keys::{key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, ORPHAN_OWNER};
+use super::tree::keys::{
+    key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, OFFSET_MAX, ORPHAN_OWNER,
+};
 use super::tx::Trees;
 use super::{Fs, FsState};
 
@@ -139,7 +141,8 @@ impl Fs {
             return Ok(());
         };
         m.open = m.open.saturating_sub(1);
-        let trim = m.open == 0 && m.inode.nlink > 0 && !m.spec_prealloc.is_empty();
+        let trim =
+            m.open == 0 && m.inode.nlink > 0 && (!m.spec_prealloc.is_empty() || m.stale_prealloc);
         drop(st);
         let trimmed = if trim {
             self.trim_prealloc(ino)
@@ -151,19 +154,35 @@ impl Fs {
     }
 
     /// Frees the blocks past the end of `ino` that speculative preallocation mapped (and only
-    /// those), unless it was opened again meanwhile (its writer would append into them).
+    /// those), unless it was opened again meanwhile (its writer would append into them). For
+    /// an inode read from disk without `INODE_PREALLOC` that is every block past its end: no
+    /// fallocate asked for them, so an earlier mount's speculation left them (XFS trims the
+    /// same way at close unless the inode has its PREALLOC flag).
     fn trim_prealloc(&self, ino: u64) -> FsResult<()> {
         let _io = self.io.lock(ino, super::iolock::IoMode::Exclusive);
         let (keep, ranges) = {
             let mut st = self.write_state();
-            let Some(m) = st.inodes.get_mut(&ino) else {
+            let FsState { hdr, inodes, .. } = &mut *st;
+            let Some(m) = inodes.get_mut(&ino) else {
                 return Ok(());
             };
             if m.open > 0 || m.inode.nlink == 0 {
                 return Ok(());
             }
-            let ranges = std::mem::take(&mut m.spec_prealloc);
-            (m.inode.size.div_ceil(u64::from(self.bs)), ranges)
+            let keep = m.inode.size.div_ceil(u64::from(self.bs));
+            let mut ranges = std::mem::take(&mut m.spec_prealloc);
+            if std::mem::take(&mut m.stale_prealloc) && m.inode.flags & INODE_PREALLOC == 0 {
+                let mut v = super::tx::ReadView {
+                    journal: &self.journal,
+                    hdr,
+                };
+                let past = super::extent::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
+                if let Some(last) = past.last() {
+                    // Covers every speculative range as well.
+                    ranges = vec![(keep, last.end())];
+                }
+            }
+            (keep, ranges)
         };
         for (a, b) in ranges {
             if a.max(keep) < b {

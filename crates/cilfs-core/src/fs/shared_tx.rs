@@ -115,6 +115,7 @@ impl Scratch {
                     let inode = super::read_inode(t, ino)?;
                     let m = InodeMem {
                         change: super::change::ChangeCounter::loaded(inode.change),
+                        stale_prealloc: inode.may_hold_stale_prealloc(),
                         inode,
                         open: 0,
                         last_seq: 0,
@@ -207,6 +208,7 @@ fn cached_copy(st: &FsState, ino: u64) -> Option<InodeMem> {
         last_seq: m.last_seq,
         unlogged: m.unlogged,
         spec_prealloc: m.spec_prealloc.clone(),
+        stale_prealloc: m.stale_prealloc,
     })
 }
 

@@ -1956,6 +1956,70 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
     assert_eq!(fs.read_state().hdr, hdr, "after a remount");
 }
 
+/// A crash before the last release leaves speculative preallocation mapped past the end of a
+/// file; the mount after it cannot know those blocks from memory, so the next last release
+/// frees every block past the end of a file no fallocate preallocated, and keeps them where
+/// one did (its `INODE_PREALLOC` survives the crash).
+#[test]
+fn preallocation_left_by_a_crash_goes_at_the_next_last_release() {
+    let clock = TestClock::new();
+    let dev = new_dev(43);
+    let fs = mount(&dev, opts(&clock));
+    let bs = u64::from(BS);
+    let appended = |fs: &Fs, name: &[u8], n: u64| {
+        let f = fs
+            .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
+        fs.open_inode(f).unwrap();
+        for i in 0..n {
+            fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
+        }
+        f
+    };
+    let f = appended(&fs, b"log", 100);
+    let g = appended(&fs, b"reserved", 40);
+    fs.fallocate(U, g, 40 * bs, 64 * bs, true, false).unwrap();
+    let h = appended(&fs, b"sparse", 20);
+    // A hole punched in it: fewer blocks than its size, yet some past its end.
+    fs.fallocate(U, h, 2 * bs, 16 * bs, true, true).unwrap();
+    for ino in [f, g, h] {
+        fs.fsync(ino).unwrap();
+    }
+    let blocks = |fs: &Fs, ino| fs.getattr(ino).unwrap().blocks_512 / (bs / 512);
+    let (f_before, h_before) = (blocks(&fs, f), blocks(&fs, h));
+    assert!(f_before > 100, "appends preallocated past the end");
+    assert!(h_before > 4, "the appends preallocated past the end");
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+    drop(fs);
+    let fs = mount(&crashed, opts(&clock));
+    assert_eq!(
+        blocks(&fs, f),
+        f_before,
+        "mapped past the end after the crash"
+    );
+    let free = fs.statfs().bfree;
+    for ino in [f, g, h] {
+        fs.open_inode(ino).unwrap();
+        fs.release_inode(ino).unwrap();
+    }
+    assert_eq!(blocks(&fs, f), 100, "speculation the crash left was freed");
+    assert_eq!(blocks(&fs, g), 104, "fallocated blocks past the end kept");
+    assert_eq!(
+        blocks(&fs, h),
+        4,
+        "blocks past the end of a sparse file freed"
+    );
+    assert_eq!(fs.read(f, 99 * bs, 4).unwrap(), vec![99u8; 4]);
+    assert_eq!(fs.read(h, 19 * bs, 2).unwrap(), vec![19u8; 2]);
+    assert_eq!(
+        fs.statfs().bfree,
+        free + (f_before - 100) + (h_before - 4),
+        "the freed blocks are free space again"
+    );
+    assert_clean(&fs);
+}
+
 /// Speculative preallocation serves appends and goes at the last release: an appended file
 /// keeps no blocks past its end once closed, a write far past the end preallocates nothing,
 /// and blocks fallocate mapped past the end stay.
