@@ -1956,6 +1956,21 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
     assert_eq!(fs.read_state().hdr, hdr, "after a remount");
 }
 
+/// A file in the root, opened and appended to a block at a time, block i filled with i (so
+/// speculative preallocation maps blocks past its end once it has 16).
+fn appended_file(fs: &Fs, name: &[u8], n: u64) -> u64 {
+    let bs = u64::from(BS);
+    let f = fs
+        .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.open_inode(f).unwrap();
+    for i in 0..n {
+        fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
+    }
+    f
+}
+
 /// A crash before the last release leaves speculative preallocation mapped past the end of a
 /// file; the mount after it cannot know those blocks from memory, so the next last release
 /// frees every block past the end of a file no fallocate preallocated, and keeps them where
@@ -1966,21 +1981,10 @@ fn preallocation_left_by_a_crash_goes_at_the_next_last_release() {
     let dev = new_dev(43);
     let fs = mount(&dev, opts(&clock));
     let bs = u64::from(BS);
-    let appended = |fs: &Fs, name: &[u8], n: u64| {
-        let f = fs
-            .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
-            .unwrap()
-            .ino;
-        fs.open_inode(f).unwrap();
-        for i in 0..n {
-            fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
-        }
-        f
-    };
-    let f = appended(&fs, b"log", 100);
-    let g = appended(&fs, b"reserved", 40);
+    let f = appended_file(&fs, b"log", 100);
+    let g = appended_file(&fs, b"reserved", 40);
     fs.fallocate(U, g, 40 * bs, 64 * bs, true, false).unwrap();
-    let h = appended(&fs, b"sparse", 20);
+    let h = appended_file(&fs, b"sparse", 20);
     // A hole punched in it: fewer blocks than its size, yet some past its end.
     fs.fallocate(U, h, 2 * bs, 16 * bs, true, true).unwrap();
     for ino in [f, g, h] {
@@ -2030,18 +2034,7 @@ fn speculative_preallocation_is_trimmed_at_the_last_release() {
     let fs = mount(&dev, opts(&clock));
     let bs = u64::from(BS);
     let blocks = |ino| fs.getattr(ino).unwrap().blocks_512 / (bs / 512);
-    // A file opened and appended to a block at a time, block i filled with i.
-    let appended = |name: &[u8], n: u64| {
-        let f = fs
-            .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
-            .unwrap()
-            .ino;
-        fs.open_inode(f).unwrap();
-        for i in 0..n {
-            fs.write(U, f, i * bs, &[i as u8; BS as usize]).unwrap();
-        }
-        f
-    };
+    let appended = |name: &[u8], n: u64| appended_file(&fs, name, n);
     let f = appended(b"log", 100);
     assert!(blocks(f) > 100, "appends preallocated past the end");
     // Another handle keeps it: its writer may append into the blocks.
