@@ -147,27 +147,32 @@ impl Fs {
         let trimmed = if trim {
             self.trim_prealloc(ino)
         } else {
-            Ok(())
+            Ok(false)
         };
+        if trimmed.as_ref().is_ok_and(|&freed| freed) {
+            // The kernel keeps attributes for an hour: its block count would go on showing
+            // the preallocation (`du` right after a copy).
+            self.attrs_changed(ino);
+        }
         self.reclaim_unused(ino)?;
-        trimmed
+        trimmed.map(|_| ())
     }
 
     /// Frees the blocks past the end of `ino` that speculative preallocation mapped (and only
     /// those), unless it was opened again meanwhile (its writer would append into them). For
     /// an inode read from disk without `INODE_PREALLOC` that is every block past its end: no
     /// fallocate asked for them, so an earlier mount's speculation left them (XFS trims the
-    /// same way at close unless the inode has its PREALLOC flag).
-    fn trim_prealloc(&self, ino: u64) -> FsResult<()> {
+    /// same way at close unless the inode has its PREALLOC flag). Whether it freed any.
+    fn trim_prealloc(&self, ino: u64) -> FsResult<bool> {
         let _io = self.io.lock(ino, super::iolock::IoMode::Exclusive);
         let (keep, ranges) = {
             let mut st = self.write_state();
             let FsState { hdr, inodes, .. } = &mut *st;
             let Some(m) = inodes.get_mut(&ino) else {
-                return Ok(());
+                return Ok(false);
             };
             if m.open > 0 || m.inode.nlink == 0 {
-                return Ok(());
+                return Ok(false);
             }
             let keep = m.inode.size.div_ceil(u64::from(self.bs));
             let mut ranges = std::mem::take(&mut m.spec_prealloc);
@@ -184,11 +189,13 @@ impl Fs {
             }
             (keep, ranges)
         };
+        let mut freed = false;
         for (a, b) in ranges {
             if a.max(keep) < b {
                 self.free_range(ino, a.max(keep), b)?;
+                freed = true;
             }
         }
-        Ok(())
+        Ok(freed)
     }
 }

@@ -1996,7 +1996,9 @@ fn preallocation_left_by_a_crash_goes_at_the_next_last_release() {
     assert!(h_before > 4, "the appends preallocated past the end");
     let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
     drop(fs);
-    let fs = mount(&crashed, opts(&clock));
+    let mut o = opts(&clock);
+    let told = attrs_changed_log(&mut o);
+    let fs = mount(&crashed, o);
     assert_eq!(
         blocks(&fs, f),
         f_before,
@@ -2007,6 +2009,11 @@ fn preallocation_left_by_a_crash_goes_at_the_next_last_release() {
         fs.open_inode(ino).unwrap();
         fs.release_inode(ino).unwrap();
     }
+    assert_eq!(
+        *told.lock(),
+        vec![f, h],
+        "the kernel's cached block counts of the trimmed files dropped, and only theirs"
+    );
     assert_eq!(blocks(&fs, f), 100, "speculation the crash left was freed");
     assert_eq!(blocks(&fs, g), 104, "fallocated blocks past the end kept");
     assert_eq!(
