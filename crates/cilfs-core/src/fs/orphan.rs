@@ -165,30 +165,40 @@ impl Fs {
     /// same way at close unless the inode has its PREALLOC flag). Whether it freed any.
     fn trim_prealloc(&self, ino: u64) -> FsResult<bool> {
         let _io = self.io.lock(ino, super::iolock::IoMode::Exclusive);
-        let (keep, ranges) = {
+        // Through `retrying`: the extents past the end of a file read back from disk may not
+        // be in the buffer cache, and their read must not happen under the filesystem lock.
+        let (keep, ranges) = self.retrying(|| {
             let mut st = self.write_state();
             let FsState { hdr, inodes, .. } = &mut *st;
             let Some(m) = inodes.get_mut(&ino) else {
-                return Ok(false);
+                return Ok((0, Vec::new()));
             };
             if m.open > 0 || m.inode.nlink == 0 {
-                return Ok(false);
+                return Ok((0, Vec::new()));
             }
             let keep = m.inode.size.div_ceil(u64::from(self.bs));
-            let mut ranges = std::mem::take(&mut m.spec_prealloc);
-            if std::mem::take(&mut m.stale_prealloc) && m.inode.flags & INODE_PREALLOC == 0 {
+            let past_end = if m.stale_prealloc && m.inode.flags & INODE_PREALLOC == 0 {
                 let mut v = super::tx::ReadView {
                     journal: &self.journal,
                     hdr,
                 };
                 let past = super::extent::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
-                if let Some(last) = past.last() {
-                    // Covers every speculative range as well.
-                    ranges = vec![(keep, last.end())];
-                }
+                past.last().map(|e| e.end())
+            } else {
+                None
+            };
+            // Only now, with nothing left that could give up, what memory recorded is taken.
+            m.stale_prealloc = false;
+            let ranges = match past_end {
+                // Covers every speculative range as well.
+                Some(end) => vec![(keep, end)],
+                None => std::mem::take(&mut m.spec_prealloc),
+            };
+            if past_end.is_some() {
+                m.spec_prealloc.clear();
             }
-            (keep, ranges)
-        };
+            Ok((keep, ranges))
+        })?;
         let mut freed = false;
         for (a, b) in ranges {
             if a.max(keep) < b {
