@@ -75,12 +75,15 @@ impl HoldingDevice {
         self.hold.lock().unwrap().held
     }
 
-    /// Waits until an IO is held (the thread doing it got that far).
+    /// Waits until an IO is held (the thread doing it got that far). A test whose operation
+    /// never does the IO it is meant to hold fails after a minute instead of waiting forever.
     fn wait_until_held(&self) {
-        let mut h = self.hold.lock().unwrap();
-        while h.held == 0 {
-            h = self.changed.wait(h).unwrap();
-        }
+        let h = self.hold.lock().unwrap();
+        let (h, _) = self
+            .changed
+            .wait_timeout_while(h, Duration::from_secs(60), |h| h.held == 0)
+            .unwrap();
+        assert!(h.held > 0, "the operation never did the IO the test holds");
     }
 
     /// Holds the calling thread's IO if `hit`, until released.
