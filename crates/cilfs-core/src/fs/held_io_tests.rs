@@ -366,3 +366,81 @@ fn a_sync_mounts_force_holds_no_lock_others_need() {
     assert!(fs.stats.snapshot().deferred_sync_forces > forces_before);
     fs.unmount().unwrap();
 }
+
+/// The last release of a file read back after a crash looks for blocks its speculative
+/// preallocation left past its end. Those extents may be in a leaf not in the cache: its read
+/// happens with no lock another inode's operations need (it gives up and reads outside the
+/// filesystem lock, as every other operation's first read does).
+#[test]
+fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
+    let sim = new_dev(1704);
+    let bs = u64::from(super::tests::BS);
+    let p = {
+        let fs = super::tests::mount(&sim, FsOptions::default());
+        let p = file(&fs, b"p");
+        fs.open_inode(p).unwrap();
+        // One extent per block written, with holes between: its extents fill several leaves
+        // after the one holding its inode.
+        for i in 0..300 {
+            fs.write(U, p, 2 * i * bs, &[1; 16]).unwrap();
+        }
+        // Appends: speculative preallocation maps blocks past the end.
+        let end = fs.getattr(p).unwrap().size;
+        for i in 0..20 {
+            fs.write(U, p, end + i * bs, &vec![2; bs as usize]).unwrap();
+        }
+        // Made after `p`, so that items after `p`'s fill leaves of their own: the mount's look
+        // at the last leaf (orphans) reads nothing of `p`'s.
+        let b = fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap().ino;
+        for i in 0..200 {
+            let name = format!("{i:03}-{}", "y".repeat(100));
+            fs.mknod(U, b, name.as_bytes(), inode::S_IFREG | 0o644, 0)
+                .unwrap();
+        }
+        fs.fsync(p).unwrap();
+        fs.sync().unwrap();
+        assert!(
+            fs.getattr(p).unwrap().blocks_512 / (bs / 512) > 320,
+            "preallocated past the end"
+        );
+        p
+        // A crash here: the file is never released.
+    };
+    let crashed = Arc::new(sim.crash(cilfs_device::CrashOptions { torn_writes: true }));
+    // Recovery, and a clean unmount that releases nothing: the next mount starts cold, with
+    // the speculation still past the end.
+    super::tests::mount(&crashed, FsOptions::default())
+        .unmount()
+        .unwrap();
+    let dev = HoldingDevice::new(Arc::clone(&crashed));
+    let fs = mount_holding(&dev, FsOptions::default());
+    // Only `p`'s name and inode are read; the extents past its end stay on the device.
+    assert_eq!(fs.lookup(ROOT_INO, b"p").unwrap().ino, p);
+    fs.open_inode(p).unwrap();
+    let retries_before = fs.stats.snapshot().retries_read;
+    while_held(
+        &fs,
+        &dev,
+        Trigger::ColdRead,
+        move |fs| fs.release_inode(p).unwrap(),
+        move |fs| {
+            // Blocks these need that are not in the cache are read too: the device holds
+            // only the first read after it was armed, the release's.
+            let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+            let g = fs
+                .mknod(U, b, b"new", inode::S_IFREG | 0o644, 0)
+                .unwrap()
+                .ino;
+            fs.write(U, g, 0, &[2; 5000]).unwrap();
+            fs.fsync(g).unwrap();
+            fs.unlink(b, b"new").unwrap();
+        },
+    );
+    assert!(fs.stats.snapshot().retries_read > retries_before);
+    assert_eq!(
+        fs.getattr(p).unwrap().blocks_512 / (bs / 512),
+        300 + 20,
+        "the blocks past the end were freed: the written ones stay"
+    );
+    assert_clean(&fs);
+}
