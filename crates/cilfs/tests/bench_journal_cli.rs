@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
 
+mod common;
+
 use std::process::Command;
 
 fn bench(extra: &[&str]) -> serde_json::Value {
@@ -42,14 +44,10 @@ fn the_timed_run_is_warm_unless_cold_is_asked() {
 fn run_times_are_checked_and_ops_alone_sets_the_work() {
     for bench in ["journal", "fs"] {
         for bad in ["-1", "0", "nan", "inf", "1e300", "soon"] {
-            let out = Command::new(env!("CARGO_BIN_EXE_cilfs"))
-                .args(
-                    ["bench", bench, "--workload", "create"][..if bench == "fs" { 4 } else { 2 }]
-                        .iter(),
-                )
-                .arg(format!("--seconds={bad}"))
-                .output()
-                .unwrap();
+            let seconds = format!("--seconds={bad}");
+            let args = ["bench", bench, "--workload", "create"];
+            let args = [&args[..if bench == "fs" { 4 } else { 2 }], &[&seconds]].concat();
+            let out = common::cilfs(&args);
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(
                 out.status.code(),
@@ -60,26 +58,19 @@ fn run_times_are_checked_and_ops_alone_sets_the_work() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_cilfs"))
-        .args([
-            "bench",
-            "fs",
-            "--workload",
-            "create",
-            "--json",
-            "--ops",
-            "2500",
-        ])
-        .arg("--dir")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = common::run(&[
+        common::CILFS,
+        "bench",
+        "fs",
+        "--workload",
+        "create",
+        "--json",
+        "--ops",
+        "2500",
+        "--dir",
+        common::s(dir.path()),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["ops"], 2500, "{v}");
     assert_eq!(v["config"]["seconds"], serde_json::Value::Null, "{v}");
 }

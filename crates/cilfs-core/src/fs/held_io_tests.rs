@@ -185,6 +185,16 @@ fn held_data() -> Vec<u8> {
     d
 }
 
+/// Creates `name` in directory `dir`, writes 5000 bytes of `byte` into it and fsyncs it.
+fn create_write_fsync(fs: &Fs, dir: u64, name: &[u8], byte: u8) {
+    let g = fs
+        .mknod(U, dir, name, inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.write(U, g, 0, &[byte; 5000]).unwrap();
+    fs.fsync(g).unwrap();
+}
+
 /// Operations on inodes other than `held` (and a chmod of `held`), run while its data write
 /// is held; returns how many writes were still held when they had all finished.
 fn others(fs: &Fs, held: u64, round: u32) {
@@ -301,12 +311,7 @@ fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
     let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
     let a = fs.lookup(ROOT_INO, b"a").unwrap().ino;
     // What `b`'s operations need is read now; `a`'s entries are not.
-    let f = fs
-        .mknod(U, b, b"warm", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
-    fs.write(U, f, 0, &[1; 5000]).unwrap();
-    fs.fsync(f).unwrap();
+    create_write_fsync(&fs, b, b"warm", 1);
     let retries_before = fs.stats.snapshot().retries_read;
     let name = format!("{:03}-{}", 77, "x".repeat(200));
     while_held(
@@ -317,12 +322,7 @@ fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
             assert!(fs.lookup(a, name.as_bytes()).is_ok());
         },
         move |fs| {
-            let g = fs
-                .mknod(U, b, b"new", inode::S_IFREG | 0o644, 0)
-                .unwrap()
-                .ino;
-            fs.write(U, g, 0, &[2; 5000]).unwrap();
-            fs.fsync(g).unwrap();
+            create_write_fsync(fs, b, b"new", 2);
             fs.unlink(b, b"warm").unwrap();
         },
     );
@@ -427,12 +427,7 @@ fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
             // Blocks these need that are not in the cache are read too: the device holds
             // only the first read after it was armed, the release's.
             let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
-            let g = fs
-                .mknod(U, b, b"new", inode::S_IFREG | 0o644, 0)
-                .unwrap()
-                .ino;
-            fs.write(U, g, 0, &[2; 5000]).unwrap();
-            fs.fsync(g).unwrap();
+            create_write_fsync(fs, b, b"new", 2);
             fs.unlink(b, b"new").unwrap();
         },
     );

@@ -189,14 +189,12 @@ impl Fs {
             };
             // Only now, with nothing left that could give up, what memory recorded is taken.
             m.stale_prealloc = false;
+            let spec = std::mem::take(&mut m.spec_prealloc);
             let ranges = match past_end {
                 // Covers every speculative range as well.
                 Some(end) => vec![(keep, end)],
-                None => std::mem::take(&mut m.spec_prealloc),
+                None => spec,
             };
-            if past_end.is_some() {
-                m.spec_prealloc.clear();
-            }
             Ok((keep, ranges))
         })?;
         let mut freed = false;

@@ -4,7 +4,7 @@
 pub mod grant;
 pub mod item;
 
-use crate::buf::{Buf, BufData, BufGuard, LateWrite, RangeSet};
+use crate::buf::{Buf, BufData, BufGuard, BufReadGuard, LateWrite, RangeSet};
 use crate::journal::{Journal, JournalError};
 use crate::log::record::OP_HEADER_BYTES;
 use std::sync::Arc;
@@ -122,10 +122,7 @@ impl<'j> Transaction<'j> {
     fn hold<R>(&mut self, buf: Arc<Buf>, f: impl FnOnce(&[u8]) -> R) -> (BufRef, R) {
         let (held, r) = {
             let (version, lsn_offset, cancelled, r) = {
-                let g = self
-                    .journal
-                    .buf_waits
-                    .acquire(|| buf.try_read(), || buf.read());
+                let g = read_counted(self.journal, &buf);
                 (g.version, g.lsn_offset, g.cancelled, f(&g.data))
             };
             let held = Held {
@@ -151,10 +148,7 @@ impl<'j> Transaction<'j> {
         match &h.data {
             Some(d) => f(d),
             None => {
-                let g = self
-                    .journal
-                    .buf_waits
-                    .acquire(|| h.buf.try_read(), || h.buf.read());
+                let g = read_counted(self.journal, &h.buf);
                 f(&g.data)
             }
         }
@@ -170,9 +164,7 @@ impl<'j> Transaction<'j> {
         let journal = self.journal;
         let h = &mut self.held[b.0];
         if h.data.is_none() {
-            let g = journal
-                .buf_waits
-                .acquire(|| h.buf.try_read(), || h.buf.read());
+            let g = read_counted(journal, &h.buf);
             // If a commit changed the block since the first touch, `version` still says the
             // older one: this transaction's commit is then refused.
             h.data = Some(g.data.to_vec());
@@ -377,6 +369,11 @@ impl<'j> Transaction<'j> {
         self.held.clear();
         r
     }
+}
+
+/// `buf` held to read, its waits counted in the lock table (`buffer`).
+fn read_counted(journal: &Journal, buf: &Buf) -> BufReadGuard {
+    journal.buf_waits.acquire(|| buf.try_read(), || buf.read())
 }
 
 /// Copies one transaction's changes of a block into the buffer.

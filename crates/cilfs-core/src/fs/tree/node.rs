@@ -264,17 +264,10 @@ impl Node {
             for i in 0..count {
                 let p = NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES;
                 let k = get_key(&block[p..]);
-                let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]]));
-                let len = usize::from(u16::from_le_bytes([block[p + 18], block[p + 19]]));
-                if len == 0 {
-                    // Its offset is never read (`empty_value_offset`).
-                    items.push((k, Value::new()));
-                    continue;
-                }
-                if off < entries_end || off + len > bs {
-                    return Err(bad(format!("value {i} at {off}+{len} outside the block")));
-                }
-                items.push((k, shared.slice(off..off + len)));
+                let at = value_span(&block[p..], entries_end, bs).map_err(|(off, len)| {
+                    bad(format!("value {i} at {off}+{len} outside the block"))
+                })?;
+                items.push((k, shared.slice(at)));
             }
             Body::Leaf(items)
         } else {
@@ -307,6 +300,26 @@ impl Node {
 /// before this stored 65,536 as 0, and every value of the free-space trees is empty.
 fn empty_value_offset(bs: usize) -> usize {
     bs.min(usize::from(u16::MAX))
+}
+
+/// Where the value of the leaf entry encoded at the start of `entry` lies in its block of `bs`
+/// bytes whose entries end at `entries_end`; its offset and length when that is outside the
+/// value area. An empty value is an empty range, whatever its offset says
+/// (`empty_value_offset`).
+fn value_span(
+    entry: &[u8],
+    entries_end: usize,
+    bs: usize,
+) -> Result<std::ops::Range<usize>, (usize, usize)> {
+    let off = usize::from(u16::from_le_bytes([entry[16], entry[17]]));
+    let len = usize::from(u16::from_le_bytes([entry[18], entry[19]]));
+    if len == 0 {
+        return Ok(0..0);
+    }
+    if off < entries_end || off + len > bs {
+        return Err((off, len));
+    }
+    Ok(off..off + len)
 }
 
 /// The free middle of an encoded leaf, between its entries and its lowest value (the last
@@ -422,20 +435,15 @@ impl<'b> RawNode<'b> {
 
     /// The value of leaf entry `i`, bounds checked as in `Node::decode`.
     fn value_at(&self, i: usize) -> FsResult<Vec<u8>> {
-        let e = self.entry(i);
-        let off = usize::from(u16::from_le_bytes([e[16], e[17]]));
-        let len = usize::from(u16::from_le_bytes([e[18], e[19]]));
-        if len == 0 {
-            // Its offset is never read (`empty_value_offset`).
-            return Ok(Vec::new());
-        }
-        if off < NODE_HEADER_BYTES + self.count * self.esize || off + len > self.block.len() {
-            return Err(FsError::corrupt(
-                self.blkno,
-                format!("value at {off}+{len} outside the block"),
-            ));
-        }
-        Ok(self.block[off..off + len].to_vec())
+        let entries_end = NODE_HEADER_BYTES + self.count * self.esize;
+        let at =
+            value_span(self.entry(i), entries_end, self.block.len()).map_err(|(off, len)| {
+                FsError::corrupt(
+                    self.blkno,
+                    format!("value at {off}+{len} outside the block"),
+                )
+            })?;
+        Ok(self.block[at].to_vec())
     }
 }
 
