@@ -155,7 +155,7 @@ fn walk_bounded(
 /// Checks the mounted (or read-only opened) filesystem.
 pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     let st = fs.read_state();
-    let hdr: Header = st.hdr.clone();
+    let hdr: Header = fs.hdr(&st).clone();
     let mut c = Checker {
         report: CheckReport::default(),
         dropped: 0,

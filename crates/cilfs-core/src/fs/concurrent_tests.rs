@@ -51,7 +51,7 @@ fn names(fs: &Fs, dir: u64) -> Vec<String> {
 fn racing_creates_and_unlinks_of_the_same_names_each_win_once() {
     const N: usize = 300;
     let (clock, dev, fs, d) = fresh_with(1701, b"d");
-    let inodes_before = fs.read_state().hdr.inode_count;
+    let inodes_before = fs.read_state().hdr.lock().inode_count;
     let barrier = Barrier::new(THREADS);
     let wins: Vec<Vec<bool>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
@@ -114,7 +114,7 @@ fn racing_creates_and_unlinks_of_the_same_names_each_win_once() {
     assert!(names(&fs, d).is_empty());
     assert_eq!(fs.getattr(d).unwrap().size, 0);
     assert_eq!(
-        fs.read_state().hdr.inode_count,
+        fs.read_state().hdr.lock().inode_count,
         inodes_before,
         "inodes leaked or freed twice"
     );
@@ -305,7 +305,7 @@ fn creates_side_by_side_on_a_growing_tree_keep_every_key_in_place() {
 #[test]
 fn creates_racing_the_removal_of_their_directory_leave_no_nameless_directory() {
     let (_clock, _dev, fs, base) = fresh_with(1705, b"base");
-    let inodes_before = fs.read_state().hdr.inode_count;
+    let inodes_before = fs.read_state().hdr.lock().inode_count;
     std::thread::scope(|s| {
         let fs = &fs;
         // One thread makes and removes the directory over and over.
@@ -337,7 +337,7 @@ fn creates_racing_the_removal_of_their_directory_leave_no_nameless_directory() {
     });
     let _ = fs.rmdir(base, b"d");
     assert_eq!(names(&fs, base), Vec::<String>::new());
-    assert_eq!(fs.read_state().hdr.inode_count, inodes_before);
+    assert_eq!(fs.read_state().hdr.lock().inode_count, inodes_before);
     assert_clean(&fs);
 }
 
@@ -349,7 +349,7 @@ fn creates_racing_the_removal_of_their_directory_leave_no_nameless_directory() {
 fn a_create_whose_directory_was_removed_after_it_copied_it_finds_it_gone() {
     let (_clock, _dev, fs, base) = fresh_with(1706, b"base");
     let d = fs.mkdir(U, base, b"d", 0o755).unwrap().ino;
-    let inodes_before = fs.read_state().hdr.inode_count;
+    let inodes_before = fs.read_state().hdr.lock().inode_count;
     let fs2 = Arc::clone(&fs);
     super::shared_tx::AFTER_COPY.with(|h| {
         *h.borrow_mut() = Some(Box::new(move || fs2.rmdir(base, b"d").unwrap()));
@@ -359,6 +359,6 @@ fn a_create_whose_directory_was_removed_after_it_copied_it_finds_it_gone() {
         Err(FsError::NotFound)
     ));
     assert!(matches!(fs.getattr(d), Err(FsError::NotFound)));
-    assert_eq!(fs.read_state().hdr.inode_count, inodes_before - 1);
+    assert_eq!(fs.read_state().hdr.lock().inode_count, inodes_before - 1);
     assert_clean(&fs);
 }

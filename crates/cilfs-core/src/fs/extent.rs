@@ -219,7 +219,7 @@ impl Fs {
     fn free_range_batch(&self, ino: u64, from: u64, to: u64) -> FsResult<bool> {
         let mut st = self.write_state();
         // Freeing may split an extent at the range's edge (a punched hole) first.
-        self.space_check(&st.hdr, 4, Reserve::Use)?;
+        self.space_check(st.hdr.get_mut(), 4, Reserve::Use)?;
         let (more, _) = self.with_tx(&mut st, |t, inodes| {
             let exts = extents_in(t, ino, from, to)?;
             let mut freed = 0;

@@ -65,7 +65,7 @@ impl Fs {
             if st.cache.zero_from(ino, fb, from) {
                 return Ok(());
             }
-            let project = st.inodes.get(&ino).map_or(0, |m| m.inode.project);
+            let project = st.inodes.get_mut().get(&ino).map_or(0, |m| m.inode.project);
             let mut v = self.view(&st);
             match extents_in(&mut v, ino, fb, fb + 1)?.first() {
                 Some(e) => (project, e.disk + (fb - e.file)),
@@ -241,7 +241,7 @@ impl Fs {
             super::write::forget_spec_range(&mut m.spec_prealloc, first, last + 1);
             let inode = m.inode.clone();
             let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
-            self.space_check(&st.hdr, hole_blocks + 8, Reserve::Keep)?;
+            self.space_check(st.hdr.get_mut(), hole_blocks + 8, Reserve::Keep)?;
             Ok((inode, self.reserve_holes(&st, &exts, first, last + 1)?))
         })?;
         let r = self.fallocate_reserved(cred, &inode, end, keep_size, &fresh);

@@ -35,6 +35,24 @@ pub struct Header {
     pub freelist: Vec<u64>,
 }
 
+/// The roots of the three trees: what a reader needs of the header, copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roots {
+    pub fs: Root,
+    pub bno: Root,
+    pub size: Root,
+}
+
+impl Roots {
+    pub fn root(&self, tree: u8) -> Root {
+        match tree {
+            TREE_FREE_BY_BLOCK => self.bno,
+            TREE_FREE_BY_SIZE => self.size,
+            _ => self.fs,
+        }
+    }
+}
+
 /// The most entries the free list holds.
 const FREELIST_MAX: usize = 128;
 /// The bytes of the header block an encoding sets: past them the block is zero.
@@ -128,6 +146,15 @@ impl Header {
             ));
         }
         Ok(h)
+    }
+
+    /// The three roots, as a reader copies them (`ReadView`).
+    pub fn roots(&self) -> Roots {
+        Roots {
+            fs: self.fs_root,
+            bno: self.bno_root,
+            size: self.size_root,
+        }
     }
 
     pub fn root(&self, tree: u8) -> Root {

@@ -232,10 +232,14 @@ pub(crate) struct InodeMem {
     pub stale_prealloc: bool,
 }
 
+/// What the state lock (`Fs::state`) guards. Under it exclusive, code reaches the header and
+/// the inode cache through `get_mut`, at no cost; under it shared, optimistic publishes change
+/// them side by side (`shared_tx.rs`), so anyone else holding it shared locks them for a
+/// moment (`Fs::hdr`, `Fs::inodes`), one at a time, never while waiting for anything else.
 #[derive(Debug)]
 pub(crate) struct FsState {
-    pub hdr: Header,
-    pub inodes: InodeTable,
+    pub hdr: Mutex<Header>,
+    pub inodes: Mutex<InodeTable>,
     pub cache: pagecache::PageCache,
 }
 
@@ -255,6 +259,9 @@ pub struct Fs {
     pub(crate) state_read_waits: LockWaits,
     pub(crate) state_write_waits: LockWaits,
     pub(crate) busy_waits: LockWaits,
+    /// Contention on the header's and the inode cache's locks inside `state`.
+    pub(crate) hdr_waits: LockWaits,
+    pub(crate) inode_waits: LockWaits,
     pub(crate) opts: FsOptions,
     pub(crate) bs: u32,
     /// Raised by every recovery; folded into the change attribute users see.
@@ -286,8 +293,8 @@ impl Fs {
             journal,
             hdr_blk: first,
             state: RwLock::new(FsState {
-                hdr,
-                inodes: InodeTable::default(),
+                hdr: Mutex::new(hdr),
+                inodes: Mutex::new(InodeTable::default()),
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),
@@ -302,6 +309,8 @@ impl Fs {
             state_read_waits: LockWaits::new("fs state (shared)"),
             state_write_waits: LockWaits::new("fs state (exclusive)"),
             busy_waits: LockWaits::new("busy extents"),
+            hdr_waits: LockWaits::new("header"),
+            inode_waits: LockWaits::new("inode cache"),
             opts,
             bs,
             epoch,
@@ -332,6 +341,19 @@ impl Fs {
             .acquire(|| self.busy.try_lock(), || self.busy.lock())
     }
 
+    /// The header, locked for a moment (the state lock held shared); counted in the lock table.
+    pub(crate) fn hdr<'s>(&self, st: &'s FsState) -> MutexGuard<'s, Header> {
+        self.hdr_waits
+            .acquire(|| st.hdr.try_lock(), || st.hdr.lock())
+    }
+
+    /// The inode cache, locked for a moment (the state lock held shared); counted in the lock
+    /// table.
+    pub(crate) fn inodes<'s>(&self, st: &'s FsState) -> MutexGuard<'s, InodeTable> {
+        self.inode_waits
+            .acquire(|| st.inodes.try_lock(), || st.inodes.lock())
+    }
+
     /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).
     pub fn lock_waits(&self) -> Vec<LockWaitStats> {
         vec![
@@ -339,6 +361,8 @@ impl Fs {
             self.state_read_waits.snapshot(),
             self.state_write_waits.snapshot(),
             self.busy_waits.snapshot(),
+            self.hdr_waits.snapshot(),
+            self.inode_waits.snapshot(),
             self.journal.buf_waits.snapshot(),
             self.journal.cil_waits.snapshot(),
         ]
@@ -355,7 +379,9 @@ impl Fs {
     /// Levels of the filesystem tree (directory entries and inodes): the nodes a point lookup
     /// visits.
     pub fn tree_levels(&self) -> u8 {
-        self.read_state().hdr.root(TREE_FS).level + 1
+        let st = self.read_state();
+        let level = self.hdr(&st).root(TREE_FS).level;
+        level + 1
     }
 
     pub fn options(&self) -> &FsOptions {
@@ -375,14 +401,14 @@ impl Fs {
 
     /// Starts a transaction on the state held under the write lock.
     pub(crate) fn begin<'a>(&'a self, st: &FsState) -> FsResult<FsTx<'a>> {
-        FsTx::begin(&self.journal, &st.hdr, self.hdr_blk, &self.busy)
+        FsTx::begin(&self.journal, &self.hdr(st), self.hdr_blk, &self.busy)
     }
 
     /// Commits and adopts the transaction's header.
     pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
         let (seq, hdr) = t.commit()?;
         retry::committed();
-        st.hdr = hdr;
+        *st.hdr.get_mut() = hdr;
         self.stats
             .transactions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -409,9 +435,9 @@ impl Fs {
         f: impl FnOnce(&mut FsTx<'_>, &mut InodeTable) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.check_writable()?;
-        self.trim_cache(st);
+        self.trim_cache(st.inodes.get_mut());
         let mut t = self.begin(st)?;
-        match f(&mut t, &mut st.inodes) {
+        match f(&mut t, st.inodes.get_mut()) {
             Ok((r, touched)) => {
                 let seq = self.commit(st, t)?;
                 let force = may_force
@@ -420,10 +446,10 @@ impl Fs {
                         SyncMode::All => true,
                         SyncMode::Dirs => touched
                             .iter()
-                            .any(|i| st.inodes.get(i).is_some_and(|m| m.inode.is_dir())),
+                            .any(|i| st.inodes.get_mut().get(i).is_some_and(|m| m.inode.is_dir())),
                     };
                 for ino in touched {
-                    if let Some(m) = st.inodes.get_mut(&ino) {
+                    if let Some(m) = st.inodes.get_mut().get_mut(&ino) {
                         m.last_seq = m.last_seq.max(seq);
                     }
                 }
@@ -473,14 +499,14 @@ impl Fs {
         let FsState { hdr, inodes, .. } = st;
         let mut v = ReadView {
             journal: &self.journal,
-            hdr,
+            roots: hdr.get_mut().roots(),
         };
-        Self::inode_mut(&mut v, inodes, ino)
+        Self::inode_mut(&mut v, inodes.get_mut(), ino)
     }
 
     /// Reads an inode without caching it (read paths under the shared lock).
     pub(crate) fn peek_inode(&self, st: &FsState, ino: u64) -> FsResult<Inode> {
-        if let Some(m) = st.inodes.get(&ino) {
+        if let Some(m) = self.inodes(st).get(&ino) {
             return Ok(m.inode.clone());
         }
         let mut v = self.view(st);
@@ -489,30 +515,31 @@ impl Fs {
 
     /// Drops cached inodes nobody holds open once the cache is over its limit. Safe for the
     /// change attribute: a reloaded inode starts queried.
-    fn trim_cache(&self, st: &mut FsState) {
-        if st.inodes.len() < self.opts.inode_cache_max {
+    fn trim_cache(&self, inodes: &mut InodeTable) {
+        if inodes.len() < self.opts.inode_cache_max {
             return;
         }
         let completed = self.journal.completed_seq();
         let target = self.opts.inode_cache_max / 4 * 3;
-        let excess = st.inodes.len() - target;
-        let victims: Vec<u64> = st
-            .inodes
+        let excess = inodes.len() - target;
+        let victims: Vec<u64> = inodes
             .iter()
             .filter(|(_, m)| m.open == 0 && m.last_seq <= completed && !m.unlogged)
             .map(|(&i, _)| i)
             .take(excess)
             .collect();
         for i in victims {
-            st.inodes.remove(&i);
+            inodes.remove(&i);
         }
     }
 
-    /// A read view of the trees under the shared lock.
-    pub(crate) fn view<'a>(&'a self, st: &'a FsState) -> ReadView<'a> {
+    /// A read view of the trees under the shared lock: the roots as they are now. A publish
+    /// under the shared lock never moves a root (`shared_tx.rs`), so they hold while the
+    /// lock is held.
+    pub(crate) fn view(&self, st: &FsState) -> ReadView<'_> {
         ReadView {
             journal: &self.journal,
-            hdr: &st.hdr,
+            roots: self.hdr(st).roots(),
         }
     }
 }

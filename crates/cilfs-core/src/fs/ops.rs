@@ -415,7 +415,7 @@ impl Fs {
                     return Err(FsError::Exists);
                 }
             }
-            self.space_check(&st.hdr, 2, Reserve::Keep)?;
+            self.space_check(st.hdr.get_mut(), 2, Reserve::Keep)?;
             let now = self.now();
             let bs = self.bs;
             let (attr, _) = self.with_tx(&mut st, |t, inodes| {
@@ -741,7 +741,7 @@ impl Fs {
     pub fn statfs(&self) -> StatFs {
         self.op();
         let st = self.read_state();
-        let h = &st.hdr;
+        let h = self.hdr(&st).clone();
         let free = h.free_blocks + h.freelist.len() as u64;
         let avail = h.free_blocks.saturating_sub(RESERVE_BLOCKS);
         StatFs {
@@ -764,7 +764,8 @@ impl Fs {
         // never waits for writers (nor they for it).
         {
             let st = self.read_state();
-            if let Some(m) = st.inodes.get(&ino) {
+            let inodes = self.inodes(&st);
+            if let Some(m) = inodes.get(&ino) {
                 return Ok(super::visible_change(self.epoch, m.change.query()));
             }
         }

@@ -20,7 +20,7 @@ impl Fs {
     /// (`open_inode`), so it stays unused while its batches run.
     pub(crate) fn reclaim_unused(&self, ino: u64) -> FsResult<()> {
         let unused = |st: &FsState| {
-            st.inodes
+            self.inodes(st)
                 .get(&ino)
                 .is_some_and(|m| m.inode.nlink == 0 && m.open == 0)
         };
@@ -137,7 +137,7 @@ impl Fs {
     pub fn release_inode(&self, ino: u64) -> FsResult<()> {
         self.op();
         let mut st = self.write_state();
-        let Some(m) = st.inodes.get_mut(&ino) else {
+        let Some(m) = st.inodes.get_mut().get_mut(&ino) else {
             return Ok(());
         };
         m.open = m.open.saturating_sub(1);
@@ -170,7 +170,7 @@ impl Fs {
         let (keep, ranges) = self.retrying(|| {
             let mut st = self.write_state();
             let FsState { hdr, inodes, .. } = &mut *st;
-            let Some(m) = inodes.get_mut(&ino) else {
+            let Some(m) = inodes.get_mut().get_mut(&ino) else {
                 return Ok((0, Vec::new()));
             };
             if m.open > 0 || m.inode.nlink == 0 {
@@ -180,7 +180,7 @@ impl Fs {
             let past_end = if m.stale_prealloc && m.inode.flags & INODE_PREALLOC == 0 {
                 let mut v = super::tx::ReadView {
                     journal: &self.journal,
-                    hdr,
+                    roots: hdr.get_mut().roots(),
                 };
                 let past = super::extent::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
                 past.last().map(|e| e.end())

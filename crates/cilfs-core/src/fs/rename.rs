@@ -98,7 +98,7 @@ impl Fs {
                 }
             }
             // The new name may split a directory leaf, a replaced inode adds an orphan entry.
-            self.space_check(&st.hdr, 4, Reserve::Quarter)?;
+            self.space_check(st.hdr.get_mut(), 4, Reserve::Quarter)?;
             let now = self.now();
             let replaced = dst.as_ref().map(|d| d.ino);
             self.with_tx(&mut st, |t, inodes| {

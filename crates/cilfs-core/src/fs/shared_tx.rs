@@ -108,7 +108,10 @@ impl Scratch {
         let r = if self.inodes.contains_key(&ino) {
             st.with(f)
         } else {
-            let (copy, r) = st.with(|st| (cached_copy(st, ino), f(st)));
+            let (copy, r) = st.with(|st| {
+                let copy = cached_copy(&st.inodes.lock(), ino);
+                (copy, f(st))
+            });
             let (m, from_memory) = match copy {
                 Some(m) => (m, true),
                 None => {
@@ -137,8 +140,8 @@ impl Scratch {
     }
 
     /// Copies `ino` if it is in memory (the state's lock held by the caller).
-    fn preload(&mut self, st: &FsState, ino: u64) {
-        if let Some(m) = cached_copy(st, ino) {
+    fn preload(&mut self, inodes: &InodeTable, ino: u64) {
+        if let Some(m) = cached_copy(inodes, ino) {
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), true));
             self.inodes.insert(ino, Box::new(m));
@@ -146,40 +149,40 @@ impl Scratch {
     }
 
     /// Whether every copied inode is in memory as it was copied (exclusive lock held).
-    fn still_valid(&self, st: &FsState, fs: &Fs) -> bool {
+    fn still_valid(
+        &self,
+        inodes: &InodeTable,
+        cache: &super::pagecache::PageCache,
+        fs: &Fs,
+    ) -> bool {
         // A copy from memory needs the inode still there as it was: gone, it may have been
         // freed, or changed and dropped from the cache, with nothing in the tree this
         // transaction read to show it. A copy read from the tree is checked with the tree.
-        let copies_hold = self
-            .before
-            .iter()
-            .all(
-                |(ino, (inode, change, from_memory))| match st.inodes.get(ino) {
-                    Some(m) => m.inode == *inode && m.change.peek() == *change,
-                    None => !from_memory,
-                },
-            );
+        let copies_hold = self.before.iter().all(
+            |(ino, (inode, change, from_memory))| match inodes.get(ino) {
+                Some(m) => m.inode == *inode && m.change.peek() == *change,
+                None => !from_memory,
+            },
+        );
         // A new inode's number is its own: nothing can have it in memory.
         let new_ones_free = self
             .inodes
             .keys()
             .filter(|i| !self.before.contains_key(i))
-            .all(|i| !st.inodes.contains_key(i));
+            .all(|i| !inodes.contains_key(i));
         let freed_unused = self.freed.iter().all(|i| {
-            st.inodes.get(i).is_none_or(|m| m.open == 0)
-                && !st.cache.has_pages(*i)
-                && fs.io.idle(*i)
+            inodes.get(i).is_none_or(|m| m.open == 0) && !cache.has_pages(*i) && fs.io.idle(*i)
         });
         copies_hold && new_ones_free && freed_unused
     }
 
     /// Makes the copies the inodes in memory (exclusive lock held, after the commit).
-    fn publish(self, st: &mut FsState, seq: u64) {
+    fn publish(self, inodes: &mut InodeTable, seq: u64) {
         for (ino, mut m) in self.inodes {
             if self.freed.contains(&ino) {
                 continue;
             }
-            match st.inodes.get_mut(&ino) {
+            match inodes.get_mut(&ino) {
                 Some(cur) => {
                     cur.inode = m.inode;
                     cur.change.adopt(&m.change);
@@ -189,19 +192,19 @@ impl Scratch {
                 None => {
                     m.last_seq = m.last_seq.max(seq);
                     m.open = 0;
-                    st.inodes.insert(ino, m);
+                    inodes.insert(ino, m);
                 }
             }
         }
         for ino in self.freed {
-            st.inodes.remove(&ino);
+            inodes.remove(&ino);
         }
     }
 }
 
 /// A working copy of `ino` as it is in memory, if it is.
-fn cached_copy(st: &FsState, ino: u64) -> Option<InodeMem> {
-    st.inodes.get(&ino).map(|m| InodeMem {
+fn cached_copy(inodes: &InodeTable, ino: u64) -> Option<InodeMem> {
+    inodes.get(&ino).map(|m| InodeMem {
         inode: m.inode.clone(),
         change: m.change.copy(),
         open: m.open,
@@ -236,10 +239,14 @@ impl Fs {
                 let mut sc = Scratch::default();
                 let hdr = {
                     let st = self.read_state();
-                    for &ino in preload {
-                        sc.preload(&st, ino);
+                    {
+                        let inodes = self.inodes(&st);
+                        for &ino in preload {
+                            sc.preload(&inodes, ino);
+                        }
                     }
-                    st.hdr.clone()
+                    let hdr = self.hdr(&st).clone();
+                    hdr
                 };
                 let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
                 #[cfg(test)]
@@ -251,7 +258,7 @@ impl Fs {
                     // The error may come from a view of two states (a block or a root that
                     // changed while it read): only one met in one state counts.
                     Err(e) => {
-                        if t.tx.stale().is_none() && !t.roots_moved(&self.read_state().hdr) {
+                        if t.tx.stale().is_none() && !t.roots_moved(&self.hdr(&self.read_state())) {
                             return Err(e);
                         }
                         Err(())
@@ -281,7 +288,8 @@ impl Fs {
         body: &mut impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<Option<(R, u64)>> {
         let mut st = self.write_state();
-        let mut t = FsTx::begin_optimistic(&self.journal, &st.hdr, self.hdr_blk, &self.busy)?;
+        let mut t =
+            FsTx::begin_optimistic(&self.journal, st.hdr.get_mut(), self.hdr_blk, &self.busy)?;
         t.hold_lock();
         let mut sc = Scratch::default();
         let (r, touched) = body(&StateRef::Held(&st), &mut t, &mut sc)?;
@@ -300,8 +308,9 @@ impl Fs {
         sc: Scratch,
         touched: &[u64],
     ) -> FsResult<Option<u64>> {
-        let roots_moved = t.roots_moved(&st.hdr);
-        let current = t.merge_header(&st.hdr) && t.still_current(&st.hdr, roots_moved);
+        let roots_moved = t.roots_moved(st.hdr.get_mut());
+        let current =
+            t.merge_header(st.hdr.get_mut()) && t.still_current(st.hdr.get_mut(), roots_moved);
         // Blocks it took from the free trees were free, not busy and not reserved when it
         // looked; a commit since may have freed them (busy until stable) or a write reserved
         // them without changing the trees.
@@ -309,12 +318,12 @@ impl Fs {
             let busy = self.lock_busy();
             !t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l))
         };
-        if !current || !blocks_still_free || !sc.still_valid(st, self) {
+        if !current || !blocks_still_free || !sc.still_valid(st.inodes.get_mut(), &st.cache, self) {
             return Ok(None);
         }
         // Free space as it is now: creates side by side each checked against their own copy.
         if let Some((blocks, reserve)) = sc.space {
-            self.space_check(&st.hdr, blocks, reserve)?;
+            self.space_check(st.hdr.get_mut(), blocks, reserve)?;
         }
         t.reserve_to_commit()?;
         #[cfg(debug_assertions)]
@@ -323,8 +332,8 @@ impl Fs {
             .iter()
             .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
         let seq = self.commit(st, t)?;
-        sc.publish(st, seq);
-        self.trim_cache(st);
+        sc.publish(st.inodes.get_mut(), seq);
+        self.trim_cache(st.inodes.get_mut());
         let force = match self.opts.sync {
             SyncMode::None => false,
             SyncMode::All => true,

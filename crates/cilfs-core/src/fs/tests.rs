@@ -729,7 +729,7 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
         )
         .unwrap();
     });
-    fs.state.write().inodes.remove(&d);
+    fs.state.write().inodes.get_mut().remove(&d);
     assert!(matches!(fs.lookup(ROOT_INO, b"d"), Err(FsError::NotFound)));
     let p = problems();
     assert!(
@@ -1904,9 +1904,9 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
         fs.journal.force_all().unwrap();
         let buf = fs.journal.buf(fs.hdr_blk).unwrap();
         let on_block = header::Header::decode(&buf.lock().data, fs.hdr_blk).unwrap();
-        assert_eq!(on_block, fs.read_state().hdr, "after {what}");
+        assert_eq!(on_block, *fs.read_state().hdr.lock(), "after {what}");
     };
-    let start = fs.read_state().hdr.clone();
+    let start = fs.read_state().hdr.lock().clone();
     // Many names in a few directories: leaves split and the fs tree's root moves up.
     let dirs: Vec<u64> = (0..4)
         .map(|d| {
@@ -1921,7 +1921,11 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
             .unwrap();
     }
     assert_block_holds_header("creates");
-    assert_ne!(fs.read_state().hdr.fs_root, start.fs_root, "the root moved");
+    assert_ne!(
+        fs.read_state().hdr.lock().fs_root,
+        start.fs_root,
+        "the root moved"
+    );
     // One-block files, every other one removed: free space in many pieces, so the
     // free-space trees grow and take nodes from their free list.
     let files = files_holding(&fs, 800, &[7u8; 100]);
@@ -1947,13 +1951,13 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
         fs.unlink(dirs[i % 4], name.as_bytes()).unwrap();
     }
     assert_block_holds_header("unlinks");
-    let hdr = fs.read_state().hdr.clone();
+    let hdr = fs.read_state().hdr.lock().clone();
     assert_ne!(hdr.freelist, start.freelist, "the free list changed");
     assert_clean(&fs);
     fs.unmount().unwrap();
     drop(fs);
     let fs = mount(&dev, opts(&clock));
-    assert_eq!(fs.read_state().hdr, hdr, "after a remount");
+    assert_eq!(*fs.read_state().hdr.lock(), hdr, "after a remount");
 }
 
 /// A file in the root, opened and appended to a block at a time, block i filled with i (so

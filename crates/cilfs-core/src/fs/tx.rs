@@ -5,7 +5,8 @@
 use super::alloc::BusyExtents;
 use super::error::{FsError, FsResult};
 use super::header::{
-    Header, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
+    Header, Roots, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE,
+    TREE_FS,
 };
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{shared_free_middle, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
@@ -230,7 +231,7 @@ impl<'a> FsTx<'a> {
         // transaction, whose own changes would make its earlier reads look wrong.
         let mut v = ReadView {
             journal: self.tx.journal,
-            hdr: cur,
+            roots: cur.roots(),
         };
         let descents_hold = !interior_moved
             || o.descents.iter().all(|&(tree, key, leaf)| {
@@ -596,7 +597,7 @@ impl NodeStore for FsTx<'_> {
 #[derive(Debug)]
 pub struct ReadView<'a> {
     pub(crate) journal: &'a Journal,
-    pub(crate) hdr: &'a Header,
+    pub(crate) roots: Roots,
 }
 
 impl ReadView<'_> {
@@ -694,7 +695,7 @@ impl Trees for FsTx<'_> {
 
 impl Trees for ReadView<'_> {
     fn root_of(&self, tree: u8) -> Root {
-        self.hdr.root(tree)
+        self.roots.root(tree)
     }
 }
 

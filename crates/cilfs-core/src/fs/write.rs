@@ -109,7 +109,7 @@ impl Fs {
         self.unreserve(&plan.fresh);
         if r.is_ok() && !plan.spec.is_empty() {
             // Mapped now: the last release frees what of them is still past the end.
-            if let Some(m) = self.write_state().inodes.get_mut(&ino) {
+            if let Some(m) = self.write_state().inodes.get_mut().get_mut(&ino) {
                 for &(a, b) in &plan.spec {
                     note_spec_range(&mut m.spec_prealloc, a, b);
                 }
@@ -153,7 +153,7 @@ impl Fs {
         let last = (end - 1) / bs;
         let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
         if hole_blocks > 0 {
-            self.space_check(&st.hdr, hole_blocks + 8, Reserve::Keep)?;
+            self.space_check(st.hdr.get_mut(), hole_blocks + 8, Reserve::Keep)?;
         }
         // Speculative preallocation (as XFS does): a write that appends to the file also maps
         // a run of blocks past its end, zeroed now in one IO, so the appends that follow land
@@ -166,7 +166,7 @@ impl Fs {
             let want = owned.min(256);
             let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
                 && self
-                    .space_check(&st.hdr, hole_blocks + want + 8, Reserve::Keep)
+                    .space_check(st.hdr.get_mut(), hole_blocks + want + 8, Reserve::Keep)
                     .is_ok();
             if fits {
                 want
@@ -349,7 +349,7 @@ impl Fs {
         }
         bump_bytes(&self.stats.data_write_bytes, data.len());
         let now = self.now();
-        let Some(m) = st.inodes.get_mut(&ino) else {
+        let Some(m) = st.inodes.get_mut().get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
         let hole_blocks = !plan.fresh.is_empty();
@@ -403,14 +403,14 @@ impl Fs {
                 return Err(t.abort(e));
             }
         }
-        let Some(m) = st.inodes.get_mut(&ino) else {
+        let Some(m) = st.inodes.get_mut().get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
         if let Err(e) = log_inode(&mut t, m, &self.stats) {
             return Err(t.abort(e));
         }
         let seq = self.commit(&mut st, t)?;
-        if let Some(m) = st.inodes.get_mut(&ino) {
+        if let Some(m) = st.inodes.get_mut().get_mut(&ino) {
             m.last_seq = m.last_seq.max(seq);
         }
         drop(st);

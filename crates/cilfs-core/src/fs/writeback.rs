@@ -48,7 +48,7 @@ impl Fs {
             let st = self.read_state();
             let mut v = st.cache.dirty_inodes();
             v.extend(
-                st.inodes
+                self.inodes(&st)
                     .iter()
                     .filter(|(_, m)| m.unlogged)
                     .map(|(&i, _)| i),
@@ -86,7 +86,7 @@ impl Fs {
     /// Logs `ino`'s inode if its in-memory copy ran ahead of the log (after its pages were
     /// written: a logged size never covers data that is only in memory).
     fn log_unlogged(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
-        if !st.inodes.get(&ino).is_some_and(|m| m.unlogged) {
+        if !st.inodes.get_mut().get(&ino).is_some_and(|m| m.unlogged) {
             return Ok(());
         }
         self.with_tx(st, |t, inodes| {
@@ -102,7 +102,7 @@ impl Fs {
     /// and the project their IO is charged to.
     #[allow(clippy::type_complexity)]
     fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
-        let project = st.inodes.get(&ino).map_or(0, |m| m.inode.project);
+        let project = st.inodes.get_mut().get(&ino).map_or(0, |m| m.inode.project);
         // Pages taken must be written: no giving up after this.
         super::retry::changing();
         let pages = st.cache.take_dirty(Some(ino));
@@ -180,7 +180,9 @@ impl Fs {
         let seq = {
             let _io = self.io.lock(ino, IoMode::Exclusive);
             self.writeback_locked(ino)?;
-            self.read_state().inodes.get(&ino).map_or(0, |m| m.last_seq)
+            let st = self.read_state();
+            let seq = self.inodes(&st).get(&ino).map_or(0, |m| m.last_seq);
+            seq
         };
         if seq > self.journal.completed_seq() {
             self.journal.force(seq)?;

@@ -430,7 +430,7 @@ impl Fs {
             if acl_kind.is_some() && value.is_none() && !exists && acl_mode.is_none() {
                 return Ok(());
             }
-            self.space_check(&st.hdr, 2 + blocks, Reserve::Keep)?;
+            self.space_check(st.hdr.get_mut(), 2 + blocks, Reserve::Keep)?;
             let mut forced = false;
             loop {
                 let now = self.now();
