@@ -154,7 +154,9 @@ fn walk_bounded(
 
 /// Checks the mounted (or read-only opened) filesystem.
 pub fn check(fs: &Fs) -> FsResult<CheckReport> {
-    let st = fs.read_state();
+    // Exclusive: commits publish side by side under the shared lock, and a walk of the whole
+    // tree must not see one of them half done.
+    let st = fs.write_state();
     let hdr: Header = fs.hdr(&st).clone();
     let mut c = Checker {
         report: CheckReport::default(),

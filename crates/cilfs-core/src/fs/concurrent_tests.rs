@@ -81,6 +81,8 @@ fn racing_creates_and_unlinks_of_the_same_names_each_win_once() {
         let n = wins.iter().filter(|w| w[i]).count();
         assert_eq!(n, 1, "n{i} was created by {n} threads");
     }
+    // Most of them published under the shared state lock, side by side.
+    assert!(fs.stats().shared_publishes > N as u64 / 2);
     assert_eq!(names(&fs, d).len(), N);
     assert_eq!(fs.getattr(d).unwrap().size, N as u64);
     assert_clean(&fs);
@@ -296,6 +298,54 @@ fn creates_side_by_side_on_a_growing_tree_keep_every_key_in_place() {
         }
         assert_clean(&fs);
     }
+}
+
+/// Lookups and readdirs under the shared state lock while commits publish beside them, under
+/// the same lock, leaves of the same directory (and, under the exclusive one, its splits):
+/// a name that stays must always be found, with its inode, and a listing must hold it.
+#[test]
+fn lookups_beside_publishes_in_their_directory_always_find_the_names_that_stay() {
+    let (_clock, _dev, fs, d) = fresh_with(1704, b"d");
+    let stay: Vec<u64> = (0..150)
+        .map(|i| {
+            fs.mknod(U, d, format!("stay{i}").as_bytes(), 0o100_644, 0)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (fs, done) = (&fs, &done);
+            s.spawn(move || {
+                for i in 0..400 {
+                    let name = format!("go{t}-{i}");
+                    fs.mknod(U, d, name.as_bytes(), 0o100_644, 0).unwrap();
+                    if i % 3 != 0 {
+                        fs.unlink(d, name.as_bytes()).unwrap();
+                    }
+                }
+                done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+        }
+        let (fs, done, stay) = (&fs, &done, &stay);
+        s.spawn(move || {
+            let mut rounds = 0;
+            while done.load(std::sync::atomic::Ordering::SeqCst) < 2 || rounds < 3 {
+                for (i, &ino) in stay.iter().enumerate() {
+                    let a = fs.lookup(d, format!("stay{i}").as_bytes()).unwrap();
+                    assert_eq!(a.ino, ino, "stay{i}");
+                }
+                let listed = names(fs, d);
+                for i in 0..stay.len() {
+                    assert!(listed.contains(&format!("stay{i}")), "stay{i} not listed");
+                }
+                rounds += 1;
+            }
+        });
+    });
+    assert!(fs.stats().shared_publishes > 0);
+    assert_clean(&fs);
 }
 
 /// Creates in a directory racing the directory's own removal: a create that copied the

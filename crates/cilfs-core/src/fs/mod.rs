@@ -259,6 +259,10 @@ pub struct Fs {
     pub(crate) state_read_waits: LockWaits,
     pub(crate) state_write_waits: LockWaits,
     pub(crate) busy_waits: LockWaits,
+    /// Publishes under the shared state lock take their turn here, for their header merge
+    /// and CIL insert only: both then happen in one order (`shared_tx.rs`).
+    pub(crate) publishing: Mutex<()>,
+    pub(crate) publish_waits: LockWaits,
     /// Contention on the header's and the inode cache's locks inside `state`.
     pub(crate) hdr_waits: LockWaits,
     pub(crate) inode_waits: LockWaits,
@@ -309,6 +313,8 @@ impl Fs {
             state_read_waits: LockWaits::new("fs state (shared)"),
             state_write_waits: LockWaits::new("fs state (exclusive)"),
             busy_waits: LockWaits::new("busy extents"),
+            publish_waits: LockWaits::new("publish turn"),
+            publishing: Mutex::new(()),
             hdr_waits: LockWaits::new("header"),
             inode_waits: LockWaits::new("inode cache"),
             opts,
@@ -361,6 +367,7 @@ impl Fs {
             self.state_read_waits.snapshot(),
             self.state_write_waits.snapshot(),
             self.busy_waits.snapshot(),
+            self.publish_waits.snapshot(),
             self.hdr_waits.snapshot(),
             self.inode_waits.snapshot(),
             self.journal.buf_waits.snapshot(),
@@ -497,10 +504,7 @@ impl Fs {
     /// Loads an inode into the cache outside a transaction (write lock held).
     pub(crate) fn load<'s>(&self, st: &'s mut FsState, ino: u64) -> FsResult<&'s mut InodeMem> {
         let FsState { hdr, inodes, .. } = st;
-        let mut v = ReadView {
-            journal: &self.journal,
-            roots: hdr.get_mut().roots(),
-        };
+        let mut v = ReadView::new(&self.journal, hdr.get_mut().roots());
         Self::inode_mut(&mut v, inodes.get_mut(), ino)
     }
 
@@ -537,10 +541,7 @@ impl Fs {
     /// under the shared lock never moves a root (`shared_tx.rs`), so they hold while the
     /// lock is held.
     pub(crate) fn view(&self, st: &FsState) -> ReadView<'_> {
-        ReadView {
-            journal: &self.journal,
-            roots: self.hdr(st).roots(),
-        }
+        ReadView::new(&self.journal, self.hdr(st).roots())
     }
 }
 
@@ -577,6 +578,9 @@ mod held_io_tests;
 
 #[cfg(test)]
 mod concurrent_tests;
+
+#[cfg(all(test, loom))]
+mod publish_model;
 
 #[cfg(test)]
 mod tenant_tests;

@@ -135,6 +135,16 @@ impl Fs {
     /// ENOSPC: an allocation that fails after the transaction logged changes shuts the journal
     /// down.
     pub(crate) fn space_check(&self, hdr: &Header, blocks: u64, reserve: Reserve) -> FsResult<()> {
+        self.space_check_free(hdr.free_blocks, blocks, reserve)
+    }
+
+    /// `space_check` against `free_blocks` free in the trees.
+    pub(crate) fn space_check_free(
+        &self,
+        free_blocks: u64,
+        blocks: u64,
+        reserve: Reserve,
+    ) -> FsResult<()> {
         // Blocks reserved by writes in flight are as good as taken; busy ones come back with a
         // force.
         let (busy, reserved) = {
@@ -142,7 +152,7 @@ impl Fs {
             b.prune(self.journal.completed_seq());
             (b.blocks(), b.reserved_blocks())
         };
-        let avail = hdr.free_blocks.saturating_sub(busy + reserved);
+        let avail = free_blocks.saturating_sub(busy + reserved);
         let keep = match reserve {
             Reserve::Keep => RESERVE_BLOCKS,
             Reserve::Quarter => RESERVE_BLOCKS / 4,
@@ -163,7 +173,7 @@ impl Fs {
                 b.prune(self.journal.completed_seq());
                 b.blocks() + b.reserved_blocks()
             };
-            if hdr.free_blocks.saturating_sub(busy) >= blocks + keep {
+            if free_blocks.saturating_sub(busy) >= blocks + keep {
                 return Ok(());
             }
         }

@@ -178,10 +178,7 @@ impl Fs {
             }
             let keep = m.inode.size.div_ceil(u64::from(self.bs));
             let past_end = if m.stale_prealloc && m.inode.flags & INODE_PREALLOC == 0 {
-                let mut v = super::tx::ReadView {
-                    journal: &self.journal,
-                    roots: hdr.get_mut().roots(),
-                };
+                let mut v = super::tx::ReadView::new(&self.journal, hdr.get_mut().roots());
                 let past = super::extent::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
                 past.last().map(|e| e.end())
             } else {

@@ -176,6 +176,47 @@ impl Scratch {
         copies_hold && new_ones_free && freed_unused
     }
 
+    /// Makes the copies it changed, created or freed the inodes in memory (after a commit
+    /// under the shared lock; `inodes` locked). Copies it did not change are left alone:
+    /// another commit may have changed them since the check.
+    fn publish_changed(self, inodes: &mut InodeTable, seq: u64) {
+        for (ino, mut m) in self.inodes {
+            if self.freed.contains(&ino) {
+                continue;
+            }
+            let before = self.before.get(&ino);
+            let changed = before
+                .is_none_or(|(inode, change, _)| m.inode != *inode || m.change.peek() != *change);
+            if !changed {
+                continue;
+            }
+            match inodes.get_mut(&ino) {
+                Some(cur) => {
+                    // Its inode item's block was locked from the check to here: no other
+                    // commit can have changed it meanwhile.
+                    assert!(
+                        before.is_some_and(|(inode, change, _)| cur.inode == *inode
+                            && cur.change.peek() == *change),
+                        "inode {ino} changed under a commit that changes it"
+                    );
+                    cur.inode = m.inode;
+                    cur.change.adopt(&m.change);
+                    cur.unlogged = m.unlogged;
+                    cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
+                }
+                // Not in memory, or dropped from it since the check: its copy is the newest.
+                None => {
+                    m.last_seq = m.last_seq.max(seq);
+                    m.open = 0;
+                    inodes.insert(ino, m);
+                }
+            }
+        }
+        for ino in self.freed {
+            inodes.remove(&ino);
+        }
+    }
+
     /// Makes the copies the inodes in memory (exclusive lock held, after the commit).
     fn publish(self, inodes: &mut InodeTable, seq: u64) {
         for (ino, mut m) in self.inodes {
@@ -258,7 +299,8 @@ impl Fs {
                     // The error may come from a view of two states (a block or a root that
                     // changed while it read): only one met in one state counts.
                     Err(e) => {
-                        if t.tx.stale().is_none() && !t.roots_moved(&self.hdr(&self.read_state())) {
+                        let roots = self.hdr(&self.read_state()).roots();
+                        if t.tx.stale().is_none() && !t.roots_moved(roots) {
                             return Err(e);
                         }
                         Err(())
@@ -270,8 +312,13 @@ impl Fs {
                 super::stats::bump(&self.stats.conflicts);
                 continue;
             };
-            let mut st = self.write_state();
-            match self.publish_scratch(&mut st, t, sc, &touched)? {
+            let published = if t.shared_publishable() {
+                self.publish_shared(t, sc, &touched)?
+            } else {
+                let mut st = self.write_state();
+                self.publish_scratch(&mut st, t, sc, &touched)?
+            };
+            match published {
                 Some(seq) => return Ok((r, seq)),
                 None => {
                     conflicts += 1;
@@ -308,9 +355,9 @@ impl Fs {
         sc: Scratch,
         touched: &[u64],
     ) -> FsResult<Option<u64>> {
-        let roots_moved = t.roots_moved(st.hdr.get_mut());
-        let current =
-            t.merge_header(st.hdr.get_mut()) && t.still_current(st.hdr.get_mut(), roots_moved);
+        let roots_moved = t.roots_moved(st.hdr.get_mut().roots());
+        let current = t.merge_header(st.hdr.get_mut())
+            && t.still_current(st.hdr.get_mut().roots(), roots_moved, None);
         // Blocks it took from the free trees were free, not busy and not reserved when it
         // looked; a commit since may have freed them (busy until stable) or a write reserved
         // them without changing the trees.
@@ -334,6 +381,12 @@ impl Fs {
         let seq = self.commit(st, t)?;
         sc.publish(st.inodes.get_mut(), seq);
         self.trim_cache(st.inodes.get_mut());
+        self.force_if_sync(seq, dir_changed)?;
+        Ok(Some(seq))
+    }
+
+    /// A `sync` mount's force, or a `dirsync` mount's when a directory changed.
+    fn force_if_sync(&self, seq: u64, dir_changed: bool) -> FsResult<()> {
         let force = match self.opts.sync {
             SyncMode::None => false,
             SyncMode::All => true,
@@ -342,6 +395,69 @@ impl Fs {
         if force && seq > self.journal.completed_seq() && !super::retry::owe_force(seq) {
             self.journal.force(seq)?;
         }
+        Ok(())
+    }
+
+    /// Validates and commits a transaction that changes no structure
+    /// (`FsTx::shared_publishable`) under the shared state lock, side by side with others
+    /// doing the same (Silo's commit, module comment); None if the operation must run again.
+    fn publish_shared(
+        &self,
+        mut t: FsTx<'_>,
+        sc: Scratch,
+        touched: &[u64],
+    ) -> FsResult<Option<u64>> {
+        // What may wait comes first, before any lock: log space (or give up to wait for it
+        // outside `retrying`), then the free space check against the header as it is now.
+        t.reserve_to_commit()?;
+        let st = self.read_state();
+        if let Some((blocks, reserve)) = sc.space {
+            let free = self.hdr(&st).free_blocks;
+            self.space_check_free(free, blocks, reserve)?;
+        }
+        #[cfg(debug_assertions)]
+        t.assert_keys_routed();
+        // The blocks it changes, locked in block order, at the versions it saw.
+        let Ok(mut locks) = t.tx.lock_changed() else {
+            return Ok(None);
+        };
+        // Every block it only read: not being published by another commit now, and as it
+        // saw it (or, for an interior node or a looked-up key, leading to the same place).
+        // Reads through its own locks; none waits.
+        let roots = self.hdr(&st).roots();
+        if t.tx.read_set_locked(&locks)
+            || !t.still_current(roots, t.roots_moved(roots), Some(&locks))
+        {
+            return Ok(None);
+        }
+        // Its inodes as it copied them. A copy it does not change may change after this
+        // (another commit ordered after it, which does not read what this one writes); one
+        // it changes cannot, since its inode item is in a block locked here.
+        if !sc.still_valid(&self.inodes(&st), &st.cache, self) {
+            return Ok(None);
+        }
+        let dir_changed = touched
+            .iter()
+            .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
+        t.tx.publish_locked(&mut locks);
+        let (seq, locks) = {
+            let _turn = self
+                .publish_waits
+                .acquire(|| self.publishing.try_lock(), || self.publishing.lock());
+            t.insert_shared(locks, &st.hdr)?
+        };
+        super::retry::committed();
+        super::stats::bump(&self.stats.transactions);
+        super::stats::bump(&self.stats.shared_publishes);
+        {
+            let mut inodes = self.inodes(&st);
+            sc.publish_changed(&mut inodes, seq);
+            self.trim_cache(&mut inodes);
+        }
+        // Anyone who sees its blocks from now on finds its inodes in memory.
+        drop(locks);
+        drop(st);
+        self.force_if_sync(seq, dir_changed)?;
         Ok(Some(seq))
     }
 }

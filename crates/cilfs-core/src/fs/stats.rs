@@ -27,6 +27,8 @@ pub struct FsCounters {
     pub retries_read: AtomicU64,
     /// Optimistic runs that found what they read changed and ran again (`shared_tx.rs`).
     pub conflicts: AtomicU64,
+    /// Optimistic commits published under the shared state lock (`shared_tx.rs`).
+    pub shared_publishes: AtomicU64,
     pub deferred_sync_forces: AtomicU64,
 }
 
@@ -49,6 +51,7 @@ pub struct FsStats {
     pub retries_force: u64,
     pub retries_read: u64,
     pub conflicts: u64,
+    pub shared_publishes: u64,
     pub deferred_sync_forces: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
@@ -75,6 +78,7 @@ impl FsCounters {
             retries_force: g(&self.retries_force),
             retries_read: g(&self.retries_read),
             conflicts: g(&self.conflicts),
+            shared_publishes: g(&self.shared_publishes),
             deferred_sync_forces: g(&self.deferred_sync_forces),
             ..FsStats::default()
         }
@@ -131,6 +135,7 @@ impl super::Fs {
             ("retries_force", f.retries_force),
             ("retries_read", f.retries_read),
             ("conflicts", f.conflicts),
+            ("shared_publishes", f.shared_publishes),
             ("deferred_sync_forces", f.deferred_sync_forces),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),

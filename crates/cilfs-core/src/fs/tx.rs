@@ -11,7 +11,7 @@ use super::header::{
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{shared_free_middle, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
-use crate::trans::{Reservation, Transaction};
+use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
 
 /// Blocks one filesystem transaction may log. Each operation is built to stay under it: work
@@ -49,6 +49,9 @@ pub struct FsTx<'a> {
     under_lock: bool,
     /// Trees it read, a bit per tree id: only their roots matter to `still_current`.
     trees_read: u8,
+    /// It wrote an interior node: the tree's shape may change, which readers under the shared
+    /// lock must never see half done.
+    interior_written: bool,
 }
 
 /// The reads of an optimistic transaction that its commit checks.
@@ -142,6 +145,7 @@ impl<'a> FsTx<'a> {
             opt: Reads::default(),
             under_lock: !optimistic,
             trees_read: 0,
+            interior_written: false,
         })
     }
 
@@ -159,10 +163,67 @@ impl<'a> FsTx<'a> {
     }
 
     /// Whether the root of a tree differs in `cur` from the header this transaction began with.
-    pub(crate) fn roots_moved(&self, cur: &Header) -> bool {
+    pub(crate) fn roots_moved(&self, cur: Roots) -> bool {
         [TREE_FS, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE]
             .into_iter()
             .any(|t| self.trees_read & (1 << t) != 0 && self.hdr_before.root(t) != cur.root(t))
+    }
+
+    /// Whether this transaction may publish under the shared state lock (`shared_tx.rs`):
+    /// of the header it changes only the counters commits merge as deltas (no root, no free
+    /// list, no data range, no free block count), it allocates and frees nothing, and it
+    /// writes leaves only. So everything it changes is leaves, which it locks, and counters;
+    /// the header's structure and the interior nodes, which only publishes under the
+    /// exclusive lock change, stay as they are while the shared lock is held, and a reader
+    /// under it sees each leaf whole, before or after a publish. A free list the commit would
+    /// refill or drain counts as a change.
+    pub(crate) fn shared_publishable(&self) -> bool {
+        let (b, m) = (&self.hdr_before, &self.hdr);
+        let cap = super::header::freelist_capacity(self.bs);
+        self.allocated.is_empty()
+            && self.freed.is_empty()
+            && !self.interior_written
+            && self.fresh.is_empty()
+            && !self.force_header
+            && m.fs_root == b.fs_root
+            && m.bno_root == b.bno_root
+            && m.size_root == b.size_root
+            && m.freelist == b.freelist
+            && m.data_start == b.data_start
+            && m.data_end == b.data_end
+            && m.free_blocks == b.free_blocks
+            && (cap / 4..=cap / 4 * 3).contains(&m.freelist.len())
+    }
+
+    /// The end of a publish under the shared state lock, its buffers published (`locks`),
+    /// with the caller's turn (`Fs::publishing`) held: merges the counters into the header
+    /// (`hdr`, the filesystem's) and inserts into the CIL, both in the order of the turns, so
+    /// each checkpoint's header counts exactly the commits in it.
+    pub(crate) fn insert_shared(
+        mut self,
+        locks: PublishLocks,
+        hdr: &Mutex<Header>,
+    ) -> FsResult<(u64, PublishLocks)> {
+        debug_assert!(self.shared_publishable());
+        {
+            let mut cur = hdr.lock();
+            let merged = self.merge_header(&cur);
+            // The structure changes only under the exclusive state lock, and this one changes
+            // none of it.
+            assert!(
+                merged,
+                "a shared publish found the header's structure changed"
+            );
+            if self.hdr != self.hdr_before {
+                let mut bytes = vec![0u8; HEADER_ENCODED_BYTES];
+                self.hdr.encode_into(&mut bytes);
+                self.tx
+                    .write_late(self.hdr_blk, 0, bytes, HEADER_LSN_OFFSET)?;
+                *cur = self.hdr.clone();
+            }
+        }
+        debug_assert!(self.tx.logged_buffers() as u64 <= self.reserved_buffers);
+        Ok(self.tx.insert_locked(locks)?)
     }
 
     /// Brings an optimistic transaction's header up to `cur`, the newest: counters it changed
@@ -207,7 +268,12 @@ impl<'a> FsTx<'a> {
     /// transaction took its header (a root split or a tree's collapse). Its descents began at
     /// the old root, which may no longer cover every key even though no block it read changed
     /// after it read it: they are checked again from the new root.
-    pub(crate) fn still_current(&self, cur: &Header, roots_moved: bool) -> bool {
+    pub(crate) fn still_current(
+        &self,
+        cur: Roots,
+        roots_moved: bool,
+        locked: Option<&PublishLocks>,
+    ) -> bool {
         let stale = self.tx.stale_blocks();
         if stale.is_empty() && !roots_moved {
             return true;
@@ -231,7 +297,8 @@ impl<'a> FsTx<'a> {
         // transaction, whose own changes would make its earlier reads look wrong.
         let mut v = ReadView {
             journal: self.tx.journal,
-            roots: cur.roots(),
+            roots: cur,
+            locked,
         };
         let descents_hold = !interior_moved
             || o.descents.iter().all(|&(tree, key, leaf)| {
@@ -562,6 +629,7 @@ impl NodeStore for FsTx<'_> {
         } else {
             self.tx.buf(blkno)?
         };
+        self.interior_written |= node.level > 0;
         let mut block = self.tx.read(b, <[u8]>::to_vec);
         node.encode_into(blkno, &mut block);
         write_diff(&mut self.tx, b, block, whole);
@@ -598,19 +666,49 @@ impl NodeStore for FsTx<'_> {
 pub struct ReadView<'a> {
     pub(crate) journal: &'a Journal,
     pub(crate) roots: Roots,
+    /// Read by a commit that holds these blocks locked (a publish under the shared state
+    /// lock, `shared_tx.rs`): it reads them through its own locks, and never waits for
+    /// another block's lock or reads one from the device: such a block fails the read (the
+    /// commit is then refused and runs again).
+    pub(crate) locked: Option<&'a PublishLocks>,
 }
 
-impl ReadView<'_> {
+impl<'a> ReadView<'a> {
+    pub(crate) fn new(journal: &'a Journal, roots: Roots) -> Self {
+        ReadView {
+            journal,
+            roots,
+            locked: None,
+        }
+    }
+
     /// A metadata block not in the buffer cache is read outside the filesystem lock when the
     /// operation can still give up (`retry::may_read_later`).
     fn buf(&self, blkno: u64) -> FsResult<std::sync::Arc<crate::buf::Buf>> {
         if let Some(b) = self.journal.cached_buf(blkno) {
             return Ok(b);
         }
-        if super::retry::may_read_later() {
+        if self.locked.is_some() || super::retry::may_read_later() {
             return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
         }
         Ok(self.journal.buf(blkno)?)
+    }
+
+    /// Runs `f` on block `blkno` as it is published now.
+    fn with_block<R>(&self, blkno: u64, f: impl FnOnce(&[u8]) -> FsResult<R>) -> FsResult<R> {
+        if let Some(locks) = self.locked {
+            if let Some(g) = locks.get(blkno) {
+                return f(&g.data);
+            }
+            let buf = self.buf(blkno)?;
+            let Some(g) = buf.try_read() else {
+                return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
+            };
+            return f(&g.data);
+        }
+        let buf = self.buf(blkno)?;
+        let g = buf.read();
+        f(&g.data)
     }
 }
 
@@ -620,15 +718,13 @@ impl NodeStore for ReadView<'_> {
     }
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        let buf = self.buf(blkno)?;
-        let g = buf.read();
-        Node::decode(&g.data, blkno, tree)
+        self.with_block(blkno, |d| Node::decode(d, blkno, tree))
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        let buf = self.buf(blkno)?;
-        let g = buf.read();
-        super::tree::node::raw_step(&g.data, blkno, tree, level, key)
+        self.with_block(blkno, |d| {
+            super::tree::node::raw_step(d, blkno, tree, level, key)
+        })
     }
 
     fn raw_seek(
@@ -638,9 +734,9 @@ impl NodeStore for ReadView<'_> {
         key: Key,
         seek: Seek,
     ) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let buf = self.buf(blkno)?;
-        let g = buf.read();
-        super::tree::node::raw_seek(&g.data, blkno, tree, key, seek)
+        self.with_block(blkno, |d| {
+            super::tree::node::raw_seek(d, blkno, tree, key, seek)
+        })
     }
 
     fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {

@@ -327,14 +327,30 @@ impl<'j> Transaction<'j> {
     /// Publishes the changed blocks and commits them into the CIL; returns the checkpoint
     /// sequence that will hold them. Does not wait for IO; `Journal::force(seq)` does.
     pub fn commit(mut self) -> Result<u64, JournalError> {
-        self.finished = true;
+        let mut locks = match self.lock_changed() {
+            Ok(l) => l,
+            // Another commit between this one's copy and its publish would be lost.
+            Err(blkno) => {
+                self.finished = true;
+                self.held.clear();
+                self.journal.release_reservation(self.unit);
+                return Err(JournalError::Conflict { blkno });
+            }
+        };
+        self.publish_locked(&mut locks);
+        self.insert_locked(locks).map(|(seq, _)| seq)
+    }
+
+    /// The first step of a commit: locks the blocks this transaction changes, in block order
+    /// (two commits locking overlapping sets never wait for each other in a cycle), each
+    /// found at the version it first saw. Err: the first block another commit changed since;
+    /// nothing stays locked and the transaction is as it was.
+    pub fn lock_changed(&self) -> Result<PublishLocks, u64> {
         let mut order: Vec<usize> = (0..self.held.len())
             .filter(|&i| self.held[i].logged || self.held[i].stamp_declared)
             .collect();
         order.sort_unstable_by_key(|&i| self.held[i].buf.blkno());
-        // Block order: two commits locking overlapping sets never wait for each other in a
-        // cycle.
-        let mut guards: Vec<(usize, BufGuard)> = Vec::with_capacity(order.len());
+        let mut guards: Vec<(usize, u64, BufGuard)> = Vec::with_capacity(order.len());
         for i in order {
             let h = &self.held[i];
             let g = self
@@ -342,32 +358,69 @@ impl<'j> Transaction<'j> {
                 .buf_waits
                 .acquire(|| h.buf.try_lock(), || h.buf.lock());
             if g.version != h.version {
-                // Another commit between this one's copy and its publish would be lost.
-                let blkno = h.buf.blkno();
-                drop(guards);
-                drop(g);
-                self.held.clear();
-                self.journal.release_reservation(self.unit);
-                return Err(JournalError::Conflict { blkno });
+                return Err(h.buf.blkno());
             }
-            guards.push((i, g));
+            guards.push((i, h.buf.blkno(), g));
         }
-        for (i, g) in &mut guards {
+        Ok(PublishLocks { guards })
+    }
+
+    /// Whether a block this transaction only read is locked by another commit now (which
+    /// is publishing it): checked without waiting, since a commit holding its own locks must
+    /// never wait for another's (Silo's read-set check; `lock_changed`'s locks held).
+    pub fn read_set_locked(&self, locks: &PublishLocks) -> bool {
+        self.held.iter().enumerate().any(|(i, h)| {
+            !locks.guards.iter().any(|(j, _, _)| *j == i) && h.buf.try_read().is_none()
+        })
+    }
+
+    /// The second step: copies the changes into the locked buffers, which take new versions.
+    /// From here on the commit cannot be called off.
+    pub fn publish_locked(&mut self, locks: &mut PublishLocks) {
+        self.finished = true;
+        for (i, _, g) in &mut locks.guards {
             publish(&self.held[*i], g);
         }
-        let logged: Vec<(&Arc<Buf>, &BufData)> = guards
+    }
+
+    /// The last step: formats the published buffers into the CIL while they are still
+    /// locked, so the CIL never holds a state that a later transaction's half-done change
+    /// could leak into. Returns the checkpoint sequence and the locks, for the caller to let
+    /// go when it has published what goes with the blocks.
+    pub fn insert_locked(
+        mut self,
+        locks: PublishLocks,
+    ) -> Result<(u64, PublishLocks), JournalError> {
+        assert!(self.finished, "inserted before it was published");
+        let logged: Vec<(&Arc<Buf>, &BufData)> = locks
+            .guards
             .iter()
-            .filter(|(i, _)| self.held[*i].logged)
-            .map(|(i, g)| (&self.held[*i].buf, &**g))
+            .filter(|(i, _, _)| self.held[*i].logged)
+            .map(|(i, _, g)| (&self.held[*i].buf, &**g))
             .collect();
-        // Formatted and inserted while the buffers are still locked, so the CIL never holds a
-        // state that a later transaction's half-done change could leak into.
         let late = self.late.as_ref().map(|(b, w)| (b, w));
         let r = self.journal.commit_images(self.unit, &logged, late);
         drop(logged);
-        drop(guards);
         self.held.clear();
-        r
+        r.map(|seq| (seq, locks))
+    }
+}
+
+/// The changed buffers of a transaction, locked from `lock_changed` until its publish is
+/// over.
+#[derive(Debug)]
+pub struct PublishLocks {
+    /// (index in `held`, block number, lock), in block order.
+    guards: Vec<(usize, u64, BufGuard)>,
+}
+
+impl PublishLocks {
+    /// The block as it is published now, if it is one of these (locked by this commit).
+    pub fn get(&self, blkno: u64) -> Option<&BufData> {
+        self.guards
+            .binary_search_by_key(&blkno, |(_, b, _)| *b)
+            .ok()
+            .map(|i| &*self.guards[i].2)
     }
 }
 

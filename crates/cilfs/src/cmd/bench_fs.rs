@@ -274,6 +274,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "change_queries": queries.load(Ordering::Relaxed),
         "transactions": st.transactions - base.transactions,
         "conflicts": st.conflicts - base.conflicts,
+        "shared_publishes": st.shared_publishes - base.shared_publishes,
         "retries_read": st.retries_read - base.retries_read,
         "checkpoints": d(js.log.checkpoints, base_j.log.checkpoints),
         "iclog_writes": d(js.log.iclog_writes, base_j.log.iclog_writes),
