@@ -366,14 +366,18 @@ impl Fs {
     /// SEEK_DATA (`data`) or SEEK_HOLE from `off`.
     pub fn seek(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
         bump(&self.stats.operations);
-        let st = self.read_state();
-        let i = self.peek_inode(&st, ino)?;
-        if off >= i.size {
-            return Err(FsError::NoData);
-        }
+        let (i, exts) = self.retrying(|| {
+            let st = self.read_state();
+            let i = self.peek_inode(&st, ino)?;
+            if off >= i.size {
+                return Err(FsError::NoData);
+            }
+            let bs = u64::from(self.bs);
+            let mut v = self.view(&st);
+            let exts = extents_in(&mut v, ino, off / bs, i.size.div_ceil(bs))?;
+            Ok((i, exts))
+        })?;
         let bs = u64::from(self.bs);
-        let mut v = self.view(&st);
-        let exts = extents_in(&mut v, ino, off / bs, i.size.div_ceil(bs))?;
         let mut pos = off;
         for e in &exts {
             let (s, en) = (e.file * bs, e.end() * bs);

@@ -43,6 +43,24 @@ impl InoAlloc {
         }
     }
 
+    /// A number for a new directory: the first of a run of its own, whose rest its own
+    /// entries' inodes take (`alloc` with its number), and the end of that run. A directory
+    /// and what it holds then sit together in the tree, away from its siblings: creates in
+    /// sibling directories made side by side did not, and all changed the leaf holding the
+    /// directories' inode items (XFS puts a new directory in an allocation group of its own
+    /// for the same reason).
+    pub(crate) fn alloc_dir(&self) -> (u64, u64) {
+        let mut r = self.inner.lock();
+        if r.open.len() >= OPEN_RUNS_MAX {
+            r.open.clear();
+        }
+        let start = r.cursor;
+        let end = start + RUN_MIN;
+        r.cursor = end;
+        r.open.insert(start, (start + 1, end, RUN_MIN));
+        (start, end)
+    }
+
     /// A number for a new inode in directory `dir`, and the end of its run: what the
     /// transaction using it must raise the header's `next_ino` to (at least).
     pub(crate) fn alloc(&self, dir: u64) -> (u64, u64) {

@@ -263,6 +263,10 @@ pub struct Fs {
     /// and CIL insert only: both then happen in one order (`shared_tx.rs`).
     pub(crate) publishing: Mutex<()>,
     pub(crate) publish_waits: LockWaits,
+    /// Bumped by every publish under the shared lock that moves a tree's root, before the
+    /// header shows the new one: a reader under that lock that began from the old root
+    /// finds out and runs again (`ReadView`).
+    pub(crate) roots_moved: std::sync::atomic::AtomicU64,
     /// Contention on the header's and the inode cache's locks inside `state`.
     pub(crate) hdr_waits: LockWaits,
     pub(crate) inode_waits: LockWaits,
@@ -315,6 +319,7 @@ impl Fs {
             busy_waits: LockWaits::new("busy extents"),
             publish_waits: LockWaits::new("publish turn"),
             publishing: Mutex::new(()),
+            roots_moved: std::sync::atomic::AtomicU64::new(0),
             hdr_waits: LockWaits::new("header"),
             inode_waits: LockWaits::new("inode cache"),
             opts,
@@ -541,7 +546,21 @@ impl Fs {
     /// under the shared lock never moves a root (`shared_tx.rs`), so they hold while the
     /// lock is held.
     pub(crate) fn view(&self, st: &FsState) -> ReadView<'_> {
-        ReadView::new(&self.journal, self.hdr(st).roots())
+        let (roots, seen) = {
+            let h = self.hdr(st);
+            (
+                h.roots(),
+                self.roots_moved.load(std::sync::atomic::Ordering::Acquire),
+            )
+        };
+        ReadView {
+            reshape: Some(tx::Reshape {
+                roots_moved: &self.roots_moved,
+                seen,
+                path: Vec::new(),
+            }),
+            ..ReadView::new(&self.journal, roots)
+        }
     }
 }
 

@@ -289,7 +289,11 @@ impl Fs {
         let now = self.now();
         let bs = self.bs;
         let inodes = &mut sc.inodes;
-        let (ino, run_end) = self.inos.alloc(parent);
+        let (ino, run_end) = if is_dir {
+            self.inos.alloc_dir()
+        } else {
+            self.inos.alloc(parent)
+        };
         t.hdr.next_ino = t.hdr.next_ino.max(run_end);
         t.hdr.inode_count += 1;
         for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {

@@ -26,6 +26,9 @@ pub enum Retry {
     ForceLog,
     /// This metadata block is not in the buffer cache: read it, then run again.
     Read(u64),
+    /// A reader under the shared lock found the tree's shape changed under it by a commit
+    /// beside it (`ReadView`): it runs again.
+    Reshaped,
 }
 
 /// Read retries one run of an operation may make; past them blocks are read where they are
@@ -145,6 +148,9 @@ impl Fs {
                     {
                         break Err(e.into());
                     }
+                }
+                Err(FsError::Retry(Retry::Reshaped)) => {
+                    super::stats::bump(&self.stats.retries_reshaped);
                 }
                 Err(FsError::Retry(Retry::ForceLog)) if !forced => {
                     super::stats::bump(&self.stats.retries_force);

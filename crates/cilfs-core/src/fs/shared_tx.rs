@@ -312,7 +312,7 @@ impl Fs {
                 super::stats::bump(&self.stats.conflicts);
                 continue;
             };
-            let published = if t.shared_publishable() {
+            let published = if !t.writes_whole_header() {
                 self.publish_shared(t, sc, &touched)?
             } else {
                 let mut st = self.write_state();
@@ -398,25 +398,35 @@ impl Fs {
         Ok(())
     }
 
-    /// Validates and commits a transaction that changes no structure
-    /// (`FsTx::shared_publishable`) under the shared state lock, side by side with others
-    /// doing the same (Silo's commit, module comment); None if the operation must run again.
+    /// Validates and commits an optimistic transaction under the shared state lock, side by
+    /// side with others doing the same (Silo's commit, module comment); None if the operation
+    /// must run again.
     fn publish_shared(
         &self,
         mut t: FsTx<'_>,
         sc: Scratch,
         touched: &[u64],
     ) -> FsResult<Option<u64>> {
-        // What may wait comes first, before any lock: log space (or give up to wait for it
-        // outside `retrying`), then the free space check against the header as it is now.
-        t.reserve_to_commit()?;
+        // The free list topped up or drained first: that is part of what it changes.
+        if let Err(e) = t.fix_freelist() {
+            if matches!(e, FsError::Retry(_)) || t.tx.stale().is_none() {
+                return Err(e);
+            }
+            return Ok(None);
+        }
+        // What may wait comes first, before any lock: log space, then the free space check
+        // against the header as it is now.
+        t.reserve_waiting()?;
+        // Nor may it wait at the CIL's hard limit once it holds buffer locks, which the AIL
+        // may need to move the tail for the push it would wait for.
+        self.journal.wait_below_hard_limit();
         let st = self.read_state();
         if let Some((blocks, reserve)) = sc.space {
             let free = self.hdr(&st).free_blocks;
             self.space_check_free(free, blocks, reserve)?;
         }
         #[cfg(debug_assertions)]
-        t.assert_keys_routed();
+        let changed = t.tx.changed_blocks();
         // The blocks it changes, locked in block order, at the versions it saw.
         let Ok(mut locks) = t.tx.lock_changed() else {
             return Ok(None);
@@ -433,19 +443,42 @@ impl Fs {
         // Its inodes as it copied them. A copy it does not change may change after this
         // (another commit ordered after it, which does not read what this one writes); one
         // it changes cannot, since its inode item is in a block locked here.
+        // Blocks it took from the free trees were free, not busy and not reserved when it
+        // looked; a commit since may have freed them (busy until stable) or a write reserved
+        // them (under the exclusive lock) without changing the trees.
+        if !t.allocated.is_empty() {
+            let busy = self.lock_busy();
+            if t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l)) {
+                return Ok(None);
+            }
+        }
         if !sc.still_valid(&self.inodes(&st), &st.cache, self) {
             return Ok(None);
         }
         let dir_changed = touched
             .iter()
             .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
-        t.tx.publish_locked(&mut locks);
-        let (seq, locks) = {
+        // A commit of leaves alone cannot fail to merge its counters: it copies into its
+        // buffers before its turn, side by side with others.
+        if t.leaves_only() {
+            t.tx.publish_locked(&mut locks);
+        }
+        let inserted = {
             let _turn = self
                 .publish_waits
                 .acquire(|| self.publishing.try_lock(), || self.publishing.lock());
-            t.insert_shared(locks, &st.hdr)?
+            t.insert_shared(locks, &st.hdr, &self.roots_moved)?
         };
+        let Some((seq, locks)) = inserted else {
+            return Ok(None);
+        };
+        #[cfg(debug_assertions)]
+        super::tx::assert_published_keys_routed(
+            &self.journal,
+            self.hdr(&st).roots(),
+            &locks,
+            &changed,
+        );
         super::retry::committed();
         super::stats::bump(&self.stats.transactions);
         super::stats::bump(&self.stats.shared_publishes);
@@ -457,6 +490,7 @@ impl Fs {
         // Anyone who sees its blocks from now on finds its inodes in memory.
         drop(locks);
         drop(st);
+        self.journal.push_if_due()?;
         self.force_if_sync(seq, dir_changed)?;
         Ok(Some(seq))
     }

@@ -29,6 +29,8 @@ pub struct FsCounters {
     pub conflicts: AtomicU64,
     /// Optimistic commits published under the shared state lock (`shared_tx.rs`).
     pub shared_publishes: AtomicU64,
+    /// Readers run again after a commit beside them changed the tree's shape (`ReadView`).
+    pub retries_reshaped: AtomicU64,
     pub deferred_sync_forces: AtomicU64,
 }
 
@@ -52,6 +54,7 @@ pub struct FsStats {
     pub retries_read: u64,
     pub conflicts: u64,
     pub shared_publishes: u64,
+    pub retries_reshaped: u64,
     pub deferred_sync_forces: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
@@ -79,6 +82,7 @@ impl FsCounters {
             retries_read: g(&self.retries_read),
             conflicts: g(&self.conflicts),
             shared_publishes: g(&self.shared_publishes),
+            retries_reshaped: g(&self.retries_reshaped),
             deferred_sync_forces: g(&self.deferred_sync_forces),
             ..FsStats::default()
         }
@@ -136,6 +140,7 @@ impl super::Fs {
             ("retries_read", f.retries_read),
             ("conflicts", f.conflicts),
             ("shared_publishes", f.shared_publishes),
+            ("retries_reshaped", f.retries_reshaped),
             ("deferred_sync_forces", f.deferred_sync_forces),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),

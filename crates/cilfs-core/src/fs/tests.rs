@@ -1833,8 +1833,11 @@ fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
         let started = Instant::now();
         // The counter itself: `Fs::stats` takes the filesystem lock, which the old code held.
         // On a failure the held space goes back first, so the blocked threads end and the
-        // scope can report the panic instead of hanging.
-        while fs.stats.retries_log_space.load(Ordering::Relaxed) == 0 {
+        // scope can report the panic instead of hanging. An optimistic create waits for its
+        // space with no lock held, in the grant queue; others give up their lock to wait.
+        while fs.stats.retries_log_space.load(Ordering::Relaxed) == 0
+            && j.grant.read(|g| g.waiting()) == 0
+        {
             if started.elapsed() > Duration::from_secs(30) {
                 held.clear();
                 panic!("the create never gave up the filesystem lock to wait for log space");

@@ -13,6 +13,8 @@ use super::tree::node::{shared_free_middle, Key, Node, RawStep, Seek, NODE_LSN_O
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Blocks one filesystem transaction may log. Each operation is built to stay under it: work
 /// that could touch more (truncating a fragmented file, removing many xattrs) runs as several
@@ -162,6 +164,15 @@ impl<'a> FsTx<'a> {
         )))
     }
 
+    /// `reserve_to_commit` for a caller that holds no lock: waits for the space and keeps it.
+    /// Giving up to wait and then trying again, as `retrying` does, made committers in a
+    /// crowd queue for space, give it back and find the queue never empty when they tried
+    /// again (eight threads stalled for seconds).
+    pub(crate) fn reserve_waiting(&mut self) -> FsResult<()> {
+        self.tx.reserve(self.reservation, true)?;
+        Ok(())
+    }
+
     /// Whether the root of a tree differs in `cur` from the header this transaction began with.
     pub(crate) fn roots_moved(&self, cur: Roots) -> bool {
         [TREE_FS, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE]
@@ -169,15 +180,13 @@ impl<'a> FsTx<'a> {
             .any(|t| self.trees_read & (1 << t) != 0 && self.hdr_before.root(t) != cur.root(t))
     }
 
-    /// Whether this transaction may publish under the shared state lock (`shared_tx.rs`):
-    /// of the header it changes only the counters commits merge as deltas (no root, no free
-    /// list, no data range, no free block count), it allocates and frees nothing, and it
-    /// writes leaves only. So everything it changes is leaves, which it locks, and counters;
-    /// the header's structure and the interior nodes, which only publishes under the
-    /// exclusive lock change, stay as they are while the shared lock is held, and a reader
-    /// under it sees each leaf whole, before or after a publish. A free list the commit would
-    /// refill or drain counts as a change.
-    pub(crate) fn shared_publishable(&self) -> bool {
+    /// Whether this transaction changes leaves only (`shared_tx.rs`): of the header only the
+    /// counters commits merge as deltas (no root, no free list, no data range, no free block
+    /// count), it allocates and frees nothing, and it writes no interior node. Such a commit
+    /// can never fail to merge its header, so it publishes its buffers before its turn; and
+    /// a reader sees each leaf whole, before or after it, with no change of shape to check.
+    /// A free list the commit would refill or drain counts as a change.
+    pub(crate) fn leaves_only(&self) -> bool {
         let (b, m) = (&self.hdr_before, &self.hdr);
         let cap = super::header::freelist_capacity(self.bs);
         self.allocated.is_empty()
@@ -195,26 +204,39 @@ impl<'a> FsTx<'a> {
             && (cap / 4..=cap / 4 * 3).contains(&m.freelist.len())
     }
 
-    /// The end of a publish under the shared state lock, its buffers published (`locks`),
-    /// with the caller's turn (`Fs::publishing`) held: merges the counters into the header
-    /// (`hdr`, the filesystem's) and inserts into the CIL, both in the order of the turns, so
-    /// each checkpoint's header counts exactly the commits in it.
+    /// Whether it writes the whole header block (mkfs): such a commit publishes under the
+    /// exclusive state lock.
+    pub(crate) fn writes_whole_header(&self) -> bool {
+        self.force_header
+    }
+
+    /// The end of a publish under the shared state lock, its buffers locked (`locks`) and,
+    /// when it changes leaves only (`leaves_only`), published already; the caller's turn
+    /// (`Fs::publishing`) held. Merges its header into the filesystem's (`hdr`), publishes
+    /// the buffers if it had not, and inserts into the CIL: header merges and CIL inserts
+    /// happen in the order of the turns, so each checkpoint's header counts exactly the
+    /// commits in it. None: a root, the free list or the data range it changed was changed
+    /// by a commit since it copied the header; nothing is published and the operation runs
+    /// again. A root that moves bumps `roots_moved` (what readers check, `ReadView`) before
+    /// the header shows it.
     pub(crate) fn insert_shared(
         mut self,
-        locks: PublishLocks,
+        mut locks: PublishLocks,
         hdr: &Mutex<Header>,
-    ) -> FsResult<(u64, PublishLocks)> {
-        debug_assert!(self.shared_publishable());
+        roots_moved: &AtomicU64,
+    ) -> FsResult<Option<(u64, PublishLocks)>> {
+        assert!(!self.force_header);
+        let leaves_only = self.leaves_only();
         {
             let mut cur = hdr.lock();
-            let merged = self.merge_header(&cur);
-            // The structure changes only under the exclusive state lock, and this one changes
-            // none of it.
-            assert!(
-                merged,
-                "a shared publish found the header's structure changed"
-            );
+            if !self.merge_header(&cur) {
+                assert!(!leaves_only, "a header merge of counters alone failed");
+                return Ok(None);
+            }
             if self.hdr != self.hdr_before {
+                if self.hdr.roots() != cur.roots() {
+                    roots_moved.fetch_add(1, Ordering::AcqRel);
+                }
                 let mut bytes = vec![0u8; HEADER_ENCODED_BYTES];
                 self.hdr.encode_into(&mut bytes);
                 self.tx
@@ -222,8 +244,18 @@ impl<'a> FsTx<'a> {
                 *cur = self.hdr.clone();
             }
         }
+        if !leaves_only {
+            self.tx.publish_locked(&mut locks);
+        }
         debug_assert!(self.tx.logged_buffers() as u64 <= self.reserved_buffers);
-        Ok(self.tx.insert_locked(locks)?)
+        let (seq, locks) = self.tx.insert_locked(locks, true)?;
+        if !self.freed.is_empty() {
+            let mut b = self.busy.lock();
+            for &(s, l) in &self.freed {
+                b.insert(s, l, seq);
+            }
+        }
+        Ok(Some((seq, locks)))
     }
 
     /// Brings an optimistic transaction's header up to `cur`, the newest: counters it changed
@@ -299,6 +331,7 @@ impl<'a> FsTx<'a> {
             journal: self.tx.journal,
             roots: cur,
             locked,
+            reshape: None,
         };
         let descents_hold = !interior_moved
             || o.descents.iter().all(|&(tree, key, leaf)| {
@@ -661,6 +694,42 @@ impl NodeStore for FsTx<'_> {
     }
 }
 
+/// Debug builds, after a publish under the shared lock, its buffers still locked (`locks`):
+/// every leaf it changed (`changed`) holds only keys a descent from the newest roots leads to
+/// it, read through its locks (`FsTx::assert_keys_routed` for the exclusive path). A key
+/// whose descent meets a block another commit holds is not checked.
+#[cfg(debug_assertions)]
+pub(crate) fn assert_published_keys_routed(
+    journal: &Journal,
+    roots: Roots,
+    locks: &PublishLocks,
+    changed: &[u64],
+) {
+    let mut v = ReadView {
+        locked: Some(locks),
+        ..ReadView::new(journal, roots)
+    };
+    for &b in changed {
+        let Ok(n) = v.read_node(b, TREE_FS) else {
+            continue;
+        };
+        let super::tree::node::Body::Leaf(items) = &n.body else {
+            continue;
+        };
+        for k in [items.first(), items.last()]
+            .into_iter()
+            .flatten()
+            .map(|e| e.0)
+        {
+            match btree::leaf_blkno(&mut v, roots.root(TREE_FS), TREE_FS, k) {
+                Ok(g) => assert_eq!(g, b, "leaf {b} holds {k:?} but a descent leads to {g}"),
+                Err(FsError::Retry(_)) => {}
+                Err(e) => panic!("leaf {b} holds {k:?} but a descent for it fails: {e}"),
+            }
+        }
+    }
+}
+
 /// Tree access without a transaction: the newest in-memory version of each block.
 #[derive(Debug)]
 pub struct ReadView<'a> {
@@ -671,6 +740,24 @@ pub struct ReadView<'a> {
     /// another block's lock or reads one from the device: such a block fails the read (the
     /// commit is then refused and runs again).
     pub(crate) locked: Option<&'a PublishLocks>,
+    /// Read under the shared state lock while commits publish beside it (`Fs::view`).
+    pub(crate) reshape: Option<Reshape<'a>>,
+}
+
+/// What a reader under the shared state lock checks so that no change of the tree's shape
+/// that commits publish beside it (a split, a root that moves) makes it miss keys: a leaf it
+/// reached is only trusted if every interior node that led to it still has the version it
+/// read, and no root moved since it copied the roots. Changes to leaves alone need no check:
+/// a reader sees each leaf whole, before or after a commit. An interior node read again at
+/// another version fails the check at once.
+#[derive(Debug)]
+pub(crate) struct Reshape<'a> {
+    /// `Fs::roots_moved`, and its value when the roots were copied.
+    pub roots_moved: &'a AtomicU64,
+    pub seen: u64,
+    /// The interior nodes it read, with their versions: all of them, since a scan goes on
+    /// from leaf to leaf through the copies it decoded.
+    pub path: Vec<(Arc<crate::buf::Buf>, u64)>,
 }
 
 impl<'a> ReadView<'a> {
@@ -679,7 +766,40 @@ impl<'a> ReadView<'a> {
             journal,
             roots,
             locked: None,
+            reshape: None,
         }
+    }
+
+    /// After a block was read: an interior node joins the path; a leaf is checked against
+    /// it (`Reshape`).
+    fn after_read(
+        &mut self,
+        buf: Arc<crate::buf::Buf>,
+        version: u64,
+        interior: bool,
+    ) -> FsResult<()> {
+        let Some(r) = &mut self.reshape else {
+            return Ok(());
+        };
+        if interior {
+            match r.path.iter().find(|(b, _)| Arc::ptr_eq(b, &buf)) {
+                Some(&(_, v)) if v != version => {}
+                Some(_) => return Ok(()),
+                None => {
+                    r.path.push((buf, version));
+                    return Ok(());
+                }
+            }
+        } else if r.roots_moved.load(Ordering::Acquire) == r.seen
+            && r.path.iter().all(|(b, v)| b.version() == *v)
+        {
+            return Ok(());
+        }
+        debug_assert!(
+            super::retry::may_retry(),
+            "a reader under the shared lock outside Fs::retrying"
+        );
+        Err(FsError::Retry(super::retry::Retry::Reshaped))
     }
 
     /// A metadata block not in the buffer cache is read outside the filesystem lock when the
@@ -694,8 +814,14 @@ impl<'a> ReadView<'a> {
         Ok(self.journal.buf(blkno)?)
     }
 
-    /// Runs `f` on block `blkno` as it is published now.
-    fn with_block<R>(&self, blkno: u64, f: impl FnOnce(&[u8]) -> FsResult<R>) -> FsResult<R> {
+    /// Runs `f` on block `blkno` as it is published now; `interior`: whether the block is
+    /// an interior node, told from what `f` returns.
+    fn with_block<R>(
+        &mut self,
+        blkno: u64,
+        f: impl FnOnce(&[u8]) -> FsResult<R>,
+        interior: impl FnOnce(&R) -> bool,
+    ) -> FsResult<R> {
         if let Some(locks) = self.locked {
             if let Some(g) = locks.get(blkno) {
                 return f(&g.data);
@@ -707,8 +833,13 @@ impl<'a> ReadView<'a> {
             return f(&g.data);
         }
         let buf = self.buf(blkno)?;
-        let g = buf.read();
-        f(&g.data)
+        let (r, version) = {
+            let g = buf.read();
+            (f(&g.data)?, g.version)
+        };
+        let is_interior = interior(&r);
+        self.after_read(buf, version, is_interior)?;
+        Ok(r)
     }
 }
 
@@ -718,13 +849,15 @@ impl NodeStore for ReadView<'_> {
     }
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        self.with_block(blkno, |d| Node::decode(d, blkno, tree))
+        self.with_block(blkno, |d| Node::decode(d, blkno, tree), |n| n.level > 0)
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        self.with_block(blkno, |d| {
-            super::tree::node::raw_step(d, blkno, tree, level, key)
-        })
+        self.with_block(
+            blkno,
+            |d| super::tree::node::raw_step(d, blkno, tree, level, key),
+            |_| level > 0,
+        )
     }
 
     fn raw_seek(
@@ -734,9 +867,11 @@ impl NodeStore for ReadView<'_> {
         key: Key,
         seek: Seek,
     ) -> FsResult<Option<(Key, Vec<u8>)>> {
-        self.with_block(blkno, |d| {
-            super::tree::node::raw_seek(d, blkno, tree, key, seek)
-        })
+        self.with_block(
+            blkno,
+            |d| super::tree::node::raw_seek(d, blkno, tree, key, seek),
+            |_| false,
+        )
     }
 
     fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {

@@ -116,6 +116,9 @@ pub struct Journal {
     pub(crate) cache: BufCache,
     pub(crate) cil: Mutex<CilCtx>,
     pub(crate) cil_switched: Condvar,
+    /// The current context passed the hard limit (2S): set by a commit, cleared when the push
+    /// switches contexts. Lets `wait_below_hard_limit` skip the CIL's lock.
+    pub(crate) cil_over_hard_limit: std::sync::atomic::AtomicBool,
     /// Contention on the metadata buffer locks and on the CIL lock (the lock table).
     pub(crate) buf_waits: LockWaits,
     pub(crate) cil_waits: LockWaits,
@@ -324,6 +327,7 @@ impl Journal {
             space_math,
             cil: Mutex::new(CilCtx::new(1)),
             cil_switched: Condvar::new(),
+            cil_over_hard_limit: std::sync::atomic::AtomicBool::new(false),
             buf_waits: LockWaits::new("buffer"),
             cil_waits: LockWaits::new("cil"),
             writer: Mutex::new(writer),

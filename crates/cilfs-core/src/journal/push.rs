@@ -13,14 +13,68 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 impl Journal {
+    /// Waits, holding nothing, while the CIL's current context is over its hard limit (2S)
+    /// for the push to switch contexts: what a committer that will not wait in
+    /// `commit_images` does before it locks its buffers.
+    pub(crate) fn wait_below_hard_limit(&self) {
+        if self.cfg.push_mode != PushMode::Background
+            || !self.cil_over_hard_limit.load(Ordering::Acquire)
+        {
+            return;
+        }
+        let mut cil = self
+            .cil_waits
+            .acquire(|| self.cil.try_lock(), || self.cil.lock());
+        let mut blocked_since = None;
+        while !cil.is_empty()
+            && cil.stream_bytes > self.limits.hard_limit
+            && self.check_alive().is_ok()
+        {
+            blocked_since.get_or_insert_with(std::time::Instant::now);
+            self.extra
+                .cil_blocked_commits
+                .fetch_add(1, Ordering::Relaxed);
+            let seq = cil.seq;
+            self.request_push(seq);
+            self.cil_switched.wait(&mut cil);
+        }
+        if let Some(t) = blocked_since {
+            self.extra
+                .cil_blocked_us
+                .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// After a throttled commit (`commit_images`) let go of its locks: in inline mode, the
+    /// push it owes once the context passed S.
+    pub(crate) fn push_if_due(&self) -> Result<(), JournalError> {
+        if self.cfg.push_mode != PushMode::Inline {
+            return Ok(());
+        }
+        let seq = {
+            let cil = self.cil.lock();
+            if cil.stream_bytes < self.limits.space_limit {
+                return Ok(());
+            }
+            cil.seq
+        };
+        self.push(seq)
+    }
+
     /// Formats the locked buffers into the current CIL context (relogging replaces older images) and
     /// moves the transaction's reservation into the context's charge.
     /// `late`: a block the transaction writes late (`LateWrite`), kept in the same context.
+    /// `throttled`: the committer waited below the hard limit before it locked anything
+    /// (`wait_below_hard_limit`), and must not wait here: it holds buffer locks that the AIL
+    /// may need to move the tail, which the push may need to switch contexts. The context may
+    /// then pass 2S by what commits in flight add, as in XFS, which throttles committers after
+    /// they insert.
     pub(crate) fn commit_images(
         &self,
         unit: u64,
         bufs: &[(&Arc<Buf>, &BufData)],
         late: Option<(&Arc<Buf>, &LateWrite)>,
+        throttled: bool,
     ) -> Result<u64, JournalError> {
         if let Err(e) = self.check_alive() {
             self.release_reservation(unit);
@@ -29,7 +83,7 @@ impl Journal {
         let mut cil = self
             .cil_waits
             .acquire(|| self.cil.try_lock(), || self.cil.lock());
-        if self.cfg.push_mode == PushMode::Background {
+        if self.cfg.push_mode == PushMode::Background && !throttled {
             // Committers block at 2S (before adding, so the context never passes it) until the
             // push has switched contexts; a transaction larger than 2S goes into an empty one.
             let adding: u64 = bufs
@@ -89,10 +143,15 @@ impl Journal {
         }
         self.extra.commits.fetch_add(1, Ordering::Relaxed);
         self.extra.cil_bytes_max.fetch_max(bytes, Ordering::Relaxed);
+        if bytes > self.limits.hard_limit {
+            self.cil_over_hard_limit.store(true, Ordering::Release);
+        }
         if bytes < self.limits.space_limit {
             return Ok(seq);
         }
         match self.cfg.push_mode {
+            // Pushed by the committer once it let go of its locks (`push_if_due`).
+            PushMode::Inline if throttled => {}
             PushMode::Inline => {
                 drop(cil);
                 self.push(seq)?;
@@ -229,6 +288,7 @@ impl Journal {
                 let mut cil = self.cil.lock();
                 let next = CilCtx::new(cil.seq + 1);
                 let ctx = std::mem::replace(&mut *cil, next);
+                self.cil_over_hard_limit.store(false, Ordering::Release);
                 self.cil_switched.notify_all();
                 ctx
             };

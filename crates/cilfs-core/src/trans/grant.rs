@@ -22,6 +22,11 @@ pub struct GrantState {
 }
 
 impl GrantState {
+    /// Reservations waiting for space now.
+    pub fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
     pub fn available(&self) -> u64 {
         self.capacity.saturating_sub(self.in_use + self.reserved)
     }

@@ -338,7 +338,7 @@ impl<'j> Transaction<'j> {
             }
         };
         self.publish_locked(&mut locks);
-        self.insert_locked(locks).map(|(seq, _)| seq)
+        self.insert_locked(locks, false).map(|(seq, _)| seq)
     }
 
     /// The first step of a commit: locks the blocks this transaction changes, in block order
@@ -387,9 +387,12 @@ impl<'j> Transaction<'j> {
     /// locked, so the CIL never holds a state that a later transaction's half-done change
     /// could leak into. Returns the checkpoint sequence and the locks, for the caller to let
     /// go when it has published what goes with the blocks.
+    /// `throttled`: the caller waited below the CIL's hard limit before it locked anything
+    /// (`Journal::commit_images`).
     pub fn insert_locked(
         mut self,
         locks: PublishLocks,
+        throttled: bool,
     ) -> Result<(u64, PublishLocks), JournalError> {
         assert!(self.finished, "inserted before it was published");
         let logged: Vec<(&Arc<Buf>, &BufData)> = locks
@@ -399,7 +402,9 @@ impl<'j> Transaction<'j> {
             .map(|(i, _, g)| (&self.held[*i].buf, &**g))
             .collect();
         let late = self.late.as_ref().map(|(b, w)| (b, w));
-        let r = self.journal.commit_images(self.unit, &logged, late);
+        let r = self
+            .journal
+            .commit_images(self.unit, &logged, late, throttled);
         drop(logged);
         self.held.clear();
         r.map(|seq| (seq, locks))
