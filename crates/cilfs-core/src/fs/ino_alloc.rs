@@ -51,14 +51,8 @@ impl InoAlloc {
     /// for the same reason).
     pub(crate) fn alloc_dir(&self) -> (u64, u64) {
         let mut r = self.inner.lock();
-        if r.open.len() >= OPEN_RUNS_MAX {
-            r.open.clear();
-        }
         let start = r.cursor;
-        let end = start + RUN_MIN;
-        r.cursor = end;
-        r.open.insert(start, (start + 1, end, RUN_MIN));
-        (start, end)
+        r.start_run(start, RUN_MIN)
     }
 
     /// A number for a new inode in directory `dir`, and the end of its run: what the
@@ -74,13 +68,21 @@ impl InoAlloc {
             }
             len = (*run * 2).min(RUN_MAX);
         }
-        if r.open.len() >= OPEN_RUNS_MAX {
-            r.open.clear();
+        r.start_run(dir, len)
+    }
+}
+
+impl Runs {
+    /// A new run of `len` numbers at the cursor for directory `dir`: its first number (taken
+    /// now) and its end.
+    fn start_run(&mut self, dir: u64, len: u64) -> (u64, u64) {
+        if self.open.len() >= OPEN_RUNS_MAX {
+            self.open.clear();
         }
-        let start = r.cursor;
+        let start = self.cursor;
         let end = start + len;
-        r.cursor = end;
-        r.open.insert(dir, (start + 1, end, len));
+        self.cursor = end;
+        self.open.insert(dir, (start + 1, end, len));
         (start, end)
     }
 }
@@ -88,6 +90,22 @@ impl InoAlloc {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_directory_starts_a_run_its_entries_continue() {
+        let a = InoAlloc::new(100);
+        let (f, _) = a.alloc(1);
+        let (d1, end1) = a.alloc_dir();
+        let (d2, _) = a.alloc_dir();
+        // Not next to its sibling or to the parent's run: a run of its own each.
+        assert!(d1 >= f + RUN_MIN && d2 >= d1 + RUN_MIN, "{f} {d1} {d2}");
+        let (c, end) = a.alloc(d1);
+        assert_eq!(
+            (c, end),
+            (d1 + 1, end1),
+            "its entries take the rest of its run"
+        );
+    }
 
     #[test]
     fn runs_per_directory_never_overlap() {

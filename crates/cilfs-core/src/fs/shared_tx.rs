@@ -176,18 +176,19 @@ impl Scratch {
         copies_hold && new_ones_free && freed_unused
     }
 
-    /// Makes the copies it changed, created or freed the inodes in memory (after a commit
-    /// under the shared lock; `inodes` locked). Copies it did not change are left alone:
-    /// another commit may have changed them since the check.
-    fn publish_changed(self, inodes: &mut InodeTable, seq: u64) {
+    /// Makes the copies the inodes in memory, after the commit (`inodes` locked, or reached
+    /// under the exclusive state lock). Published under the shared lock (`side_by_side`),
+    /// only the copies it changed, created or freed: a copy it did not change may have been
+    /// changed since its check by a commit ordered after it.
+    fn publish(self, inodes: &mut InodeTable, seq: u64, side_by_side: bool) {
         for (ino, mut m) in self.inodes {
             if self.freed.contains(&ino) {
                 continue;
             }
             let before = self.before.get(&ino);
-            let changed = before
-                .is_none_or(|(inode, change, _)| m.inode != *inode || m.change.peek() != *change);
-            if !changed {
+            let unchanged = before
+                .is_some_and(|(inode, change, _)| m.inode == *inode && m.change.peek() == *change);
+            if side_by_side && unchanged {
                 continue;
             }
             match inodes.get_mut(&ino) {
@@ -195,8 +196,9 @@ impl Scratch {
                     // Its inode item's block was locked from the check to here: no other
                     // commit can have changed it meanwhile.
                     assert!(
-                        before.is_some_and(|(inode, change, _)| cur.inode == *inode
-                            && cur.change.peek() == *change),
+                        !side_by_side
+                            || before.is_some_and(|(inode, change, _)| cur.inode == *inode
+                                && cur.change.peek() == *change),
                         "inode {ino} changed under a commit that changes it"
                     );
                     cur.inode = m.inode;
@@ -205,31 +207,6 @@ impl Scratch {
                     cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
                 }
                 // Not in memory, or dropped from it since the check: its copy is the newest.
-                None => {
-                    m.last_seq = m.last_seq.max(seq);
-                    m.open = 0;
-                    inodes.insert(ino, m);
-                }
-            }
-        }
-        for ino in self.freed {
-            inodes.remove(&ino);
-        }
-    }
-
-    /// Makes the copies the inodes in memory (exclusive lock held, after the commit).
-    fn publish(self, inodes: &mut InodeTable, seq: u64) {
-        for (ino, mut m) in self.inodes {
-            if self.freed.contains(&ino) {
-                continue;
-            }
-            match inodes.get_mut(&ino) {
-                Some(cur) => {
-                    cur.inode = m.inode;
-                    cur.change.adopt(&m.change);
-                    cur.unlogged = m.unlogged;
-                    cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
-                }
                 None => {
                     m.last_seq = m.last_seq.max(seq);
                     m.open = 0;
@@ -379,7 +356,7 @@ impl Fs {
             .iter()
             .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
         let seq = self.commit(st, t)?;
-        sc.publish(st.inodes.get_mut(), seq);
+        sc.publish(st.inodes.get_mut(), seq, false);
         self.trim_cache(st.inodes.get_mut());
         self.force_if_sync(seq, dir_changed)?;
         Ok(Some(seq))
@@ -484,7 +461,7 @@ impl Fs {
         super::stats::bump(&self.stats.shared_publishes);
         {
             let mut inodes = self.inodes(&st);
-            sc.publish_changed(&mut inodes, seq);
+            sc.publish(&mut inodes, seq, true);
             self.trim_cache(&mut inodes);
         }
         // Anyone who sees its blocks from now on finds its inodes in memory.

@@ -25,9 +25,15 @@ impl Journal {
         let mut cil = self
             .cil_waits
             .acquire(|| self.cil.try_lock(), || self.cil.lock());
+        self.wait_for_room(&mut cil, 0);
+    }
+
+    /// Waits (the CIL locked as `cil`) while adding `adding` bytes would take a context that
+    /// holds something past the hard limit, for the push to switch contexts.
+    fn wait_for_room(&self, cil: &mut parking_lot::MutexGuard<'_, CilCtx>, adding: u64) {
         let mut blocked_since = None;
         while !cil.is_empty()
-            && cil.stream_bytes > self.limits.hard_limit
+            && cil.stream_bytes + adding > self.limits.hard_limit
             && self.check_alive().is_ok()
         {
             blocked_since.get_or_insert_with(std::time::Instant::now);
@@ -36,7 +42,7 @@ impl Journal {
                 .fetch_add(1, Ordering::Relaxed);
             let seq = cil.seq;
             self.request_push(seq);
-            self.cil_switched.wait(&mut cil);
+            self.cil_switched.wait(cil);
         }
         if let Some(t) = blocked_since {
             self.extra
@@ -91,24 +97,7 @@ impl Journal {
                 .map(|(_, g)| (OP_HEADER_BYTES + Buf::formatted_len(g)) as u64)
                 .sum::<u64>()
                 + late.map_or(0, |_| late_bound(self.block_size() as usize));
-            let mut blocked_since = None;
-            while !cil.is_empty()
-                && cil.stream_bytes + adding > self.limits.hard_limit
-                && self.check_alive().is_ok()
-            {
-                blocked_since.get_or_insert_with(std::time::Instant::now);
-                self.extra
-                    .cil_blocked_commits
-                    .fetch_add(1, Ordering::Relaxed);
-                let seq = cil.seq;
-                self.request_push(seq);
-                self.cil_switched.wait(&mut cil);
-            }
-            if let Some(t) = blocked_since {
-                self.extra
-                    .cil_blocked_us
-                    .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-            }
+            self.wait_for_room(&mut cil, adding);
         }
         let seq = cil.seq;
         for &(buf, g) in bufs {
