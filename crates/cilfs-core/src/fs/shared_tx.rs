@@ -437,14 +437,16 @@ impl Fs {
             .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
         // A commit of leaves alone cannot fail to merge its counters: it copies into its
         // buffers before its turn, side by side with others.
-        if t.leaves_only() {
+        // So are what they log formatted, leaving the turn to move them into the CIL.
+        let images = t.leaves_only().then(|| {
             t.tx.publish_locked(&mut locks);
-        }
+            t.tx.preformat(&locks)
+        });
         let inserted = {
             let _turn = self
                 .publish_waits
                 .acquire(|| self.publishing.try_lock(), || self.publishing.lock());
-            t.insert_shared(locks, &st.hdr, &self.roots_moved)?
+            t.insert_shared(locks, images, &st.hdr, &self.roots_moved)?
         };
         let Some((seq, locks)) = inserted else {
             return Ok(None);

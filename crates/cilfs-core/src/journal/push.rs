@@ -81,7 +81,9 @@ impl Journal {
         bufs: &[(&Arc<Buf>, &BufData)],
         late: Option<(&Arc<Buf>, &LateWrite)>,
         throttled: bool,
+        images: Option<Vec<Vec<u8>>>,
     ) -> Result<u64, JournalError> {
+        debug_assert!(images.as_ref().is_none_or(|v| v.len() == bufs.len()));
         if let Err(e) = self.check_alive() {
             self.release_reservation(unit);
             return Err(e);
@@ -100,12 +102,15 @@ impl Journal {
             self.wait_for_room(&mut cil, adding);
         }
         let seq = cil.seq;
+        let mut images = images.map(Vec::into_iter);
         for &(buf, g) in bufs {
-            cil.insert_with(
-                buf.blkno(),
-                || Arc::clone(buf) as Arc<dyn LogItem>,
-                |out| buf.format_into(g, out),
-            );
+            let item = || Arc::clone(buf) as Arc<dyn LogItem>;
+            match images.as_mut().and_then(Iterator::next) {
+                Some(mut image) => {
+                    cil.insert_with(buf.blkno(), item, |out| std::mem::swap(out, &mut image))
+                }
+                None => cil.insert_with(buf.blkno(), item, |out| buf.format_into(g, out)),
+            }
         }
         if let Some((buf, w)) = late {
             cil.set_late(buf, w, self.block_size() as usize);

@@ -338,7 +338,7 @@ impl<'j> Transaction<'j> {
             }
         };
         self.publish_locked(&mut locks);
-        self.insert_locked(locks, false).map(|(seq, _)| seq)
+        self.insert_locked(locks, false, None).map(|(seq, _)| seq)
     }
 
     /// The first step of a commit: locks the blocks this transaction changes, in block order
@@ -383,16 +383,34 @@ impl<'j> Transaction<'j> {
         }
     }
 
+    /// What each logged buffer, locked and published, logs now (`Buf::format_into`), in the
+    /// order `insert_locked` inserts them: formatted before a commit's turn, so the turn only
+    /// moves the images into the CIL.
+    pub fn preformat(&self, locks: &PublishLocks) -> Vec<Vec<u8>> {
+        locks
+            .guards
+            .iter()
+            .filter(|(i, _, _)| self.held[*i].logged)
+            .map(|(i, _, g)| {
+                let mut out = Vec::new();
+                self.held[*i].buf.format_into(g, &mut out);
+                out
+            })
+            .collect()
+    }
+
     /// The last step: formats the published buffers into the CIL while they are still
     /// locked, so the CIL never holds a state that a later transaction's half-done change
     /// could leak into. Returns the checkpoint sequence and the locks, for the caller to let
     /// go when it has published what goes with the blocks.
     /// `throttled`: the caller waited below the CIL's hard limit before it locked anything
-    /// (`Journal::commit_images`).
+    /// (`Journal::commit_images`). `images`: what `preformat` made of the logged buffers,
+    /// else they are formatted under the CIL's lock.
     pub fn insert_locked(
         mut self,
         locks: PublishLocks,
         throttled: bool,
+        images: Option<Vec<Vec<u8>>>,
     ) -> Result<(u64, PublishLocks), JournalError> {
         assert!(self.finished, "inserted before it was published");
         let logged: Vec<(&Arc<Buf>, &BufData)> = locks
@@ -404,7 +422,7 @@ impl<'j> Transaction<'j> {
         let late = self.late.as_ref().map(|(b, w)| (b, w));
         let r = self
             .journal
-            .commit_images(self.unit, &logged, late, throttled);
+            .commit_images(self.unit, &logged, late, throttled, images);
         drop(logged);
         self.held.clear();
         r.map(|seq| (seq, locks))
