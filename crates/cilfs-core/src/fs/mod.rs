@@ -420,7 +420,14 @@ impl Fs {
     pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
         let (seq, hdr) = t.commit()?;
         retry::committed();
-        *st.hdr.get_mut() = hdr;
+        let h = st.hdr.get_mut();
+        if h.roots() != hdr.roots() {
+            // No reader runs beside this commit, but a view must never trust roots copied
+            // before it (`ReadView`'s `Reshape`).
+            self.roots_moved
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        *h = hdr;
         self.stats
             .transactions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -545,7 +552,7 @@ impl Fs {
     /// A read view of the trees under the shared lock: the roots as they are now. A publish
     /// under the shared lock never moves a root (`shared_tx.rs`), so they hold while the
     /// lock is held.
-    pub(crate) fn view(&self, st: &FsState) -> ReadView<'_> {
+    pub(crate) fn view<'a>(&'a self, st: &'a FsState) -> ReadView<'a> {
         let (roots, seen) = {
             let h = self.hdr(st);
             (
