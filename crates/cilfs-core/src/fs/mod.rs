@@ -459,23 +459,18 @@ impl Fs {
         match f(&mut t, st.inodes.get_mut()) {
             Ok((r, touched)) => {
                 let seq = self.commit(st, t)?;
-                let force = may_force
-                    && match self.opts.sync {
-                        SyncMode::None => false,
-                        SyncMode::All => true,
-                        SyncMode::Dirs => touched
-                            .iter()
-                            .any(|i| st.inodes.get_mut().get(i).is_some_and(|m| m.inode.is_dir())),
-                    };
-                for ino in touched {
-                    if let Some(m) = st.inodes.get_mut().get_mut(&ino) {
+                let inodes = st.inodes.get_mut();
+                for &ino in &touched {
+                    if let Some(m) = inodes.get_mut(&ino) {
                         m.last_seq = m.last_seq.max(seq);
                     }
                 }
-                // The operation is not over until its change is on disk, but the force waits
-                // outside the state lock when it runs through `retrying`.
-                if force && seq > self.journal.completed_seq() && !retry::owe_force(seq) {
-                    self.journal.force(seq)?;
+                if may_force {
+                    self.force_if_sync(seq, || {
+                        touched
+                            .iter()
+                            .any(|i| inodes.get(i).is_some_and(|m| m.inode.is_dir()))
+                    })?;
                 }
                 Ok((r, seq))
             }
@@ -511,6 +506,25 @@ impl Fs {
                 })))
             }
         }
+    }
+
+    /// A `sync` mount's force of checkpoint `seq`, or a `dirsync` mount's when a directory
+    /// changed (`dir_changed`, asked only then). The operation is not over until its change is
+    /// on disk, but the force waits outside the state lock when it runs through `retrying`.
+    pub(crate) fn force_if_sync(
+        &self,
+        seq: u64,
+        dir_changed: impl FnOnce() -> bool,
+    ) -> FsResult<()> {
+        let force = match self.opts.sync {
+            SyncMode::None => false,
+            SyncMode::All => true,
+            SyncMode::Dirs => dir_changed(),
+        };
+        if force && seq > self.journal.completed_seq() && !retry::owe_force(seq) {
+            self.journal.force(seq)?;
+        }
+        Ok(())
     }
 
     /// Loads an inode into the cache outside a transaction (write lock held).
@@ -549,9 +563,9 @@ impl Fs {
         }
     }
 
-    /// A read view of the trees under the shared lock: the roots as they are now. A publish
-    /// under the shared lock never moves a root (`shared_tx.rs`), so they hold while the
-    /// lock is held.
+    /// A read view of the trees under the state lock: the roots as they are now, with
+    /// `roots_moved` as it was then, so that a reader finds out if a commit beside it moves a
+    /// root or splits a node on its way (`ReadView`'s `Reshape`).
     pub(crate) fn view<'a>(&'a self, st: &'a FsState) -> ReadView<'a> {
         let (roots, seen) = {
             let h = self.hdr(st);

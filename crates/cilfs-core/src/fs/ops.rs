@@ -755,7 +755,7 @@ impl Fs {
     pub fn statfs(&self) -> StatFs {
         self.op();
         let st = self.read_state();
-        let h = self.hdr(&st).clone();
+        let h = self.hdr(&st);
         let free = h.free_blocks + h.freelist.len() as u64;
         let avail = h.free_blocks.saturating_sub(RESERVE_BLOCKS);
         StatFs {

@@ -29,7 +29,7 @@ use super::header::Header;
 use super::inode::Inode;
 use super::tx::FsTx;
 use super::types::Reserve;
-use super::{Fs, FsState, InodeMem, InodeTable, SyncMode};
+use super::{Fs, FsState, InodeMem, InodeTable};
 
 /// Runs in a row that found their view changed before one runs under the exclusive lock.
 const CONFLICTS_MAX: u32 = 8;
@@ -137,6 +137,14 @@ impl Scratch {
             Some(m) => Ok((m, r)),
             None => unreachable!("inserted above"),
         }
+    }
+
+    /// Whether one of the inodes it `touched` (what a `dirsync` mount forces for) is a
+    /// directory.
+    fn changes_a_dir(&self, touched: &[u64]) -> bool {
+        touched
+            .iter()
+            .any(|i| self.inodes.get(i).is_some_and(|m| m.inode.is_dir()))
     }
 
     /// Copies `ino` if it is in memory (the state's lock held by the caller).
@@ -289,13 +297,7 @@ impl Fs {
                 super::stats::bump(&self.stats.conflicts);
                 continue;
             };
-            let published = if !t.writes_whole_header() {
-                self.publish_shared(t, sc, &touched)?
-            } else {
-                let mut st = self.write_state();
-                self.publish_scratch(&mut st, t, sc, &touched)?
-            };
-            match published {
+            match self.publish_shared(t, sc, &touched)? {
                 Some(seq) => return Ok((r, seq)),
                 None => {
                     conflicts += 1;
@@ -335,14 +337,10 @@ impl Fs {
         let roots_moved = t.roots_moved(st.hdr.get_mut().roots());
         let current = t.merge_header(st.hdr.get_mut())
             && t.still_current(st.hdr.get_mut().roots(), roots_moved, None);
-        // Blocks it took from the free trees were free, not busy and not reserved when it
-        // looked; a commit since may have freed them (busy until stable) or a write reserved
-        // them without changing the trees.
-        let blocks_still_free = t.allocated.is_empty() || {
-            let busy = self.lock_busy();
-            !t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l))
-        };
-        if !current || !blocks_still_free || !sc.still_valid(st.inodes.get_mut(), &st.cache, self) {
+        if !current
+            || !self.blocks_still_free(&t)
+            || !sc.still_valid(st.inodes.get_mut(), &st.cache, self)
+        {
             return Ok(None);
         }
         // Free space as it is now: creates side by side each checked against their own copy.
@@ -352,27 +350,22 @@ impl Fs {
         t.reserve_to_commit()?;
         #[cfg(debug_assertions)]
         t.assert_keys_routed();
-        let dir_changed = touched
-            .iter()
-            .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
+        let dir_changed = sc.changes_a_dir(touched);
         let seq = self.commit(st, t)?;
         sc.publish(st.inodes.get_mut(), seq, false);
         self.trim_cache(st.inodes.get_mut());
-        self.force_if_sync(seq, dir_changed)?;
+        self.force_if_sync(seq, || dir_changed)?;
         Ok(Some(seq))
     }
 
-    /// A `sync` mount's force, or a `dirsync` mount's when a directory changed.
-    fn force_if_sync(&self, seq: u64, dir_changed: bool) -> FsResult<()> {
-        let force = match self.opts.sync {
-            SyncMode::None => false,
-            SyncMode::All => true,
-            SyncMode::Dirs => dir_changed,
-        };
-        if force && seq > self.journal.completed_seq() && !super::retry::owe_force(seq) {
-            self.journal.force(seq)?;
+    /// Blocks it took from the free trees were free, not busy and not reserved when it
+    /// looked; a commit since may have freed them (busy until stable) or a write reserved
+    /// them (under the exclusive lock) without changing the trees.
+    fn blocks_still_free(&self, t: &FsTx<'_>) -> bool {
+        t.allocated.is_empty() || {
+            let busy = self.lock_busy();
+            !t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l))
         }
-        Ok(())
     }
 
     /// Validates and commits an optimistic transaction under the shared state lock, side by
@@ -412,32 +405,22 @@ impl Fs {
         // saw it (or, for an interior node or a looked-up key, leading to the same place).
         // Reads through its own locks; none waits.
         let roots = self.hdr(&st).roots();
-        if t.tx.read_set_locked(&locks)
-            || !t.still_current(roots, t.roots_moved(roots), Some(&locks))
-        {
+        if t.tx.read_set_locked() || !t.still_current(roots, t.roots_moved(roots), Some(&locks)) {
+            return Ok(None);
+        }
+        if !self.blocks_still_free(&t) {
             return Ok(None);
         }
         // Its inodes as it copied them. A copy it does not change may change after this
         // (another commit ordered after it, which does not read what this one writes); one
         // it changes cannot, since its inode item is in a block locked here.
-        // Blocks it took from the free trees were free, not busy and not reserved when it
-        // looked; a commit since may have freed them (busy until stable) or a write reserved
-        // them (under the exclusive lock) without changing the trees.
-        if !t.allocated.is_empty() {
-            let busy = self.lock_busy();
-            if t.allocated.iter().any(|&(s, l)| busy.overlaps(s, l)) {
-                return Ok(None);
-            }
-        }
         if !sc.still_valid(&self.inodes(&st), &st.cache, self) {
             return Ok(None);
         }
-        let dir_changed = touched
-            .iter()
-            .any(|i| sc.inodes.get(i).is_some_and(|m| m.inode.is_dir()));
+        let dir_changed = sc.changes_a_dir(touched);
         // A commit of leaves alone cannot fail to merge its counters: it copies into its
-        // buffers before its turn, side by side with others.
-        // So are what they log formatted, leaving the turn to move them into the CIL.
+        // buffers, and formats what they log, before its turn, side by side with others; the
+        // turn only moves the images into the CIL.
         let images = t.leaves_only().then(|| {
             t.tx.publish_locked(&mut locks);
             t.tx.preformat(&locks)
@@ -470,7 +453,7 @@ impl Fs {
         drop(locks);
         drop(st);
         self.journal.push_if_due()?;
-        self.force_if_sync(seq, dir_changed)?;
+        self.force_if_sync(seq, || dir_changed)?;
         Ok(Some(seq))
     }
 }

@@ -50,6 +50,13 @@ struct Held {
     stamp_declared: bool,
 }
 
+impl Held {
+    /// Whether a commit publishes this block (what `lock_changed` locks).
+    fn publishes(&self) -> bool {
+        self.logged || self.stamp_declared
+    }
+}
+
 impl std::fmt::Debug for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held")
@@ -267,7 +274,7 @@ impl<'j> Transaction<'j> {
         self.held
             .iter()
             .filter(|h| h.buf.version() != h.version)
-            .map(|h| (h.buf.blkno(), h.logged || h.stamp_declared))
+            .map(|h| (h.buf.blkno(), h.publishes()))
             .collect()
     }
 
@@ -347,7 +354,7 @@ impl<'j> Transaction<'j> {
     /// nothing stays locked and the transaction is as it was.
     pub fn lock_changed(&self) -> Result<PublishLocks, u64> {
         let mut order: Vec<usize> = (0..self.held.len())
-            .filter(|&i| self.held[i].logged || self.held[i].stamp_declared)
+            .filter(|&i| self.held[i].publishes())
             .collect();
         order.sort_unstable_by_key(|&i| self.held[i].buf.blkno());
         let mut guards: Vec<(usize, u64, BufGuard)> = Vec::with_capacity(order.len());
@@ -368,10 +375,10 @@ impl<'j> Transaction<'j> {
     /// Whether a block this transaction only read is locked by another commit now (which
     /// is publishing it): checked without waiting, since a commit holding its own locks must
     /// never wait for another's (Silo's read-set check; `lock_changed`'s locks held).
-    pub fn read_set_locked(&self, locks: &PublishLocks) -> bool {
-        self.held.iter().enumerate().any(|(i, h)| {
-            !locks.guards.iter().any(|(j, _, _)| *j == i) && h.buf.try_read().is_none()
-        })
+    pub fn read_set_locked(&self) -> bool {
+        self.held
+            .iter()
+            .any(|h| !h.publishes() && h.buf.try_read().is_none())
     }
 
     /// The second step: copies the changes into the locked buffers, which take new versions.
