@@ -65,7 +65,7 @@ impl Fs {
             if st.cache.zero_from(ino, fb, from) {
                 return Ok(());
             }
-            let project = st.inodes.get_mut().get(&ino).map_or(0, |m| m.inode.project);
+            let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
             let mut v = self.view(&st);
             match extents_in(&mut v, ino, fb, fb + 1)?.first() {
                 Some(e) => (project, e.disk + (fb - e.file)),

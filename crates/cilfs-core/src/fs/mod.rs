@@ -23,6 +23,7 @@ pub mod file;
 pub mod header;
 mod ino_alloc;
 pub mod inode;
+mod inode_cache;
 mod iolock;
 pub mod mkfs;
 pub mod ops;
@@ -54,6 +55,7 @@ use header::{Header, TREE_FS};
 use tree::keys::{key, KIND_INODE};
 
 use crate::lockstat::{LockWaitStats, LockWaits};
+use inode_cache::{AllShards, InodeCache, InodeMap};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 use tx::{FsTx, ReadView};
@@ -233,13 +235,14 @@ pub(crate) struct InodeMem {
 }
 
 /// What the state lock (`Fs::state`) guards. Under it exclusive, code reaches the header and
-/// the inode cache through `get_mut`, at no cost; under it shared, optimistic publishes change
-/// them side by side (`shared_tx.rs`), so anyone else holding it shared locks them for a
-/// moment (`Fs::hdr`, `Fs::inodes`), one at a time, never while waiting for anything else.
+/// the inode cache through `get_mut` and `InodeCache::all`, at no cost; under it shared,
+/// optimistic publishes change them side by side (`shared_tx.rs`), so anyone else holding it
+/// shared locks them for a moment (`Fs::hdr`, `Fs::inode_shard`), never while waiting for
+/// anything else.
 #[derive(Debug)]
 pub(crate) struct FsState {
     pub hdr: Mutex<Header>,
-    pub inodes: Mutex<InodeTable>,
+    pub inodes: InodeCache,
     pub cache: pagecache::PageCache,
 }
 
@@ -267,9 +270,8 @@ pub struct Fs {
     /// header shows the new one: a reader under that lock that began from the old root
     /// finds out and runs again (`ReadView`).
     pub(crate) roots_moved: std::sync::atomic::AtomicU64,
-    /// Contention on the header's and the inode cache's locks inside `state`.
+    /// Contention on the header's lock inside `state` (the inode cache counts its own).
     pub(crate) hdr_waits: LockWaits,
-    pub(crate) inode_waits: LockWaits,
     pub(crate) opts: FsOptions,
     pub(crate) bs: u32,
     /// Raised by every recovery; folded into the change attribute users see.
@@ -302,7 +304,7 @@ impl Fs {
             hdr_blk: first,
             state: RwLock::new(FsState {
                 hdr: Mutex::new(hdr),
-                inodes: Mutex::new(InodeTable::default()),
+                inodes: InodeCache::new(),
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Mutex::new(BusyExtents::default()),
@@ -321,7 +323,6 @@ impl Fs {
             publishing: Mutex::new(()),
             roots_moved: std::sync::atomic::AtomicU64::new(0),
             hdr_waits: LockWaits::new("header"),
-            inode_waits: LockWaits::new("inode cache"),
             opts,
             bs,
             epoch,
@@ -358,13 +359,6 @@ impl Fs {
             .acquire(|| st.hdr.try_lock(), || st.hdr.lock())
     }
 
-    /// The inode cache, locked for a moment (the state lock held shared); counted in the lock
-    /// table.
-    pub(crate) fn inodes<'s>(&self, st: &'s FsState) -> MutexGuard<'s, InodeTable> {
-        self.inode_waits
-            .acquire(|| st.inodes.try_lock(), || st.inodes.lock())
-    }
-
     /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).
     pub fn lock_waits(&self) -> Vec<LockWaitStats> {
         vec![
@@ -374,7 +368,7 @@ impl Fs {
             self.busy_waits.snapshot(),
             self.publish_waits.snapshot(),
             self.hdr_waits.snapshot(),
-            self.inode_waits.snapshot(),
+            self.read_state().inodes.waits.snapshot(),
             self.journal.buf_waits.snapshot(),
             self.journal.cil_waits.snapshot(),
         ]
@@ -440,7 +434,7 @@ impl Fs {
     pub(crate) fn with_tx<R>(
         &self,
         st: &mut FsState,
-        f: impl FnOnce(&mut FsTx<'_>, &mut InodeTable) -> FsResult<(R, Vec<u64>)>,
+        f: impl FnOnce(&mut FsTx<'_>, &mut AllShards<'_>) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.with_tx_sync(st, true, f)
     }
@@ -451,15 +445,15 @@ impl Fs {
         &self,
         st: &mut FsState,
         may_force: bool,
-        f: impl FnOnce(&mut FsTx<'_>, &mut InodeTable) -> FsResult<(R, Vec<u64>)>,
+        f: impl FnOnce(&mut FsTx<'_>, &mut AllShards<'_>) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.check_writable()?;
-        self.trim_cache(st.inodes.get_mut());
+        st.inodes.all().for_each_table(|t| self.trim_cache(t));
         let mut t = self.begin(st)?;
-        match f(&mut t, st.inodes.get_mut()) {
+        match f(&mut t, &mut st.inodes.all()) {
             Ok((r, touched)) => {
                 let seq = self.commit(st, t)?;
-                let inodes = st.inodes.get_mut();
+                let mut inodes = st.inodes.all();
                 for &ino in &touched {
                     if let Some(m) = inodes.get_mut(&ino) {
                         m.last_seq = m.last_seq.max(seq);
@@ -488,14 +482,14 @@ impl Fs {
     /// An inode, from the cache or read through `t` (a transaction or a read view).
     pub(crate) fn inode_mut<'m>(
         t: &mut dyn TreeRead,
-        inodes: &'m mut InodeTable,
+        inodes: &'m mut dyn InodeMap,
         ino: u64,
     ) -> FsResult<&'m mut InodeMem> {
-        match inodes.entry(ino) {
-            std::collections::hash_map::Entry::Occupied(o) => Ok(o.into_mut()),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let inode = read_inode(t, ino)?;
-                Ok(v.insert(Box::new(InodeMem {
+        if !inodes.contains_key(&ino) {
+            let inode = read_inode(t, ino)?;
+            inodes.insert(
+                ino,
+                Box::new(InodeMem {
                     change: ChangeCounter::loaded(inode.change),
                     stale_prealloc: inode.may_hold_stale_prealloc(),
                     inode,
@@ -503,8 +497,12 @@ impl Fs {
                     last_seq: 0,
                     unlogged: false,
                     spec_prealloc: Vec::new(),
-                })))
-            }
+                }),
+            );
+        }
+        match inodes.get_mut(&ino) {
+            Some(m) => Ok(m),
+            None => unreachable!("inserted above"),
         }
     }
 
@@ -531,12 +529,12 @@ impl Fs {
     pub(crate) fn load<'s>(&self, st: &'s mut FsState, ino: u64) -> FsResult<&'s mut InodeMem> {
         let FsState { hdr, inodes, .. } = st;
         let mut v = ReadView::new(&self.journal, hdr.get_mut().roots());
-        Self::inode_mut(&mut v, inodes.get_mut(), ino)
+        Self::inode_mut(&mut v, inodes.shard_mut(ino), ino)
     }
 
     /// Reads an inode without caching it (read paths under the shared lock).
     pub(crate) fn peek_inode(&self, st: &FsState, ino: u64) -> FsResult<Inode> {
-        if let Some(m) = self.inodes(st).get(&ino) {
+        if let Some(m) = st.inodes.lock(ino).get(&ino) {
             return Ok(m.inode.clone());
         }
         let mut v = self.view(st);
@@ -545,12 +543,14 @@ impl Fs {
 
     /// Drops cached inodes nobody holds open once the cache is over its limit. Safe for the
     /// change attribute: a reloaded inode starts queried.
+    /// Runs on one shard of the cache (`InodeCache`), against its share of the limit.
     fn trim_cache(&self, inodes: &mut InodeTable) {
-        if inodes.len() < self.opts.inode_cache_max {
+        let max = inode_cache::shard_max(self.opts.inode_cache_max);
+        if inodes.len() < max {
             return;
         }
         let completed = self.journal.completed_seq();
-        let target = self.opts.inode_cache_max / 4 * 3;
+        let target = max / 4 * 3;
         let excess = inodes.len() - target;
         let victims: Vec<u64> = inodes
             .iter()

@@ -7,6 +7,7 @@ use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
 use super::header::{Header, TREE_FS};
 use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
+use super::inode_cache::InodeMap;
 use super::setid::drop_caps;
 use super::shared_tx::{Scratch, StateRef};
 use super::stats::bump;
@@ -18,7 +19,6 @@ use super::types::{
     Cred, Reserve, SetAttr, SetTime, StatFs, LINK_MAX, RESERVE_BLOCKS, SYMLINK_CHUNK, SYMLINK_MAX,
 };
 use super::xattr::{self, XattrFlags};
-use super::InodeTable;
 use super::{log_inode, Fs, InodeMem};
 
 /// Whether `ino` has no item in the fs tree but its inode item: no extents, xattrs or symlink
@@ -544,7 +544,7 @@ impl Fs {
     pub(crate) fn entry_removed(
         &self,
         t: &mut FsTx<'_>,
-        inodes: &mut InodeTable,
+        inodes: &mut dyn InodeMap,
         dir: u64,
         was_dir: bool,
         now: Timespec,
@@ -564,7 +564,7 @@ impl Fs {
     pub(crate) fn drop_link(
         &self,
         t: &mut FsTx<'_>,
-        inodes: &mut InodeTable,
+        inodes: &mut dyn InodeMap,
         ino: u64,
         now: Timespec,
     ) -> FsResult<()> {
@@ -778,7 +778,7 @@ impl Fs {
         // never waits for writers (nor they for it).
         {
             let st = self.read_state();
-            let inodes = self.inodes(&st);
+            let inodes = st.inodes.lock(ino);
             if let Some(m) = inodes.get(&ino) {
                 return Ok(super::visible_change(self.epoch, m.change.query()));
             }

@@ -5,6 +5,7 @@ use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::inode::{Attr, INODE_PREALLOC};
+use super::inode_cache::InodeMap;
 use super::iolock::IoMode;
 use super::stats::bump;
 use super::tree::keys::{
@@ -20,7 +21,8 @@ impl Fs {
     /// (`open_inode`), so it stays unused while its batches run.
     pub(crate) fn reclaim_unused(&self, ino: u64) -> FsResult<()> {
         let unused = |st: &FsState| {
-            self.inodes(st)
+            st.inodes
+                .lock(ino)
                 .get(&ino)
                 .is_some_and(|m| m.inode.nlink == 0 && m.open == 0)
         };
@@ -137,7 +139,7 @@ impl Fs {
     pub fn release_inode(&self, ino: u64) -> FsResult<()> {
         self.op();
         let mut st = self.write_state();
-        let Some(m) = st.inodes.get_mut().get_mut(&ino) else {
+        let Some(m) = st.inodes.get_mut(&ino) else {
             return Ok(());
         };
         m.open = m.open.saturating_sub(1);
@@ -170,7 +172,7 @@ impl Fs {
         let (keep, ranges) = self.retrying(|| {
             let mut st = self.write_state();
             let FsState { hdr, inodes, .. } = &mut *st;
-            let Some(m) = inodes.get_mut().get_mut(&ino) else {
+            let Some(m) = inodes.get_mut(&ino) else {
                 return Ok((0, Vec::new()));
             };
             if m.open > 0 || m.inode.nlink == 0 {

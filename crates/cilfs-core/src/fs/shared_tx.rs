@@ -27,6 +27,7 @@
 use super::error::{FsError, FsResult};
 use super::header::Header;
 use super::inode::Inode;
+use super::inode_cache::InodeMap;
 use super::tx::FsTx;
 use super::types::Reserve;
 use super::{Fs, FsState, InodeMem, InodeTable};
@@ -109,7 +110,7 @@ impl Scratch {
             st.with(f)
         } else {
             let (copy, r) = st.with(|st| {
-                let copy = cached_copy(&st.inodes.lock(), ino);
+                let copy = cached_copy(&*st.inodes.lock(ino), ino);
                 (copy, f(st))
             });
             let (m, from_memory) = match copy {
@@ -147,8 +148,8 @@ impl Scratch {
             .any(|i| self.inodes.get(i).is_some_and(|m| m.inode.is_dir()))
     }
 
-    /// Copies `ino` if it is in memory (the state's lock held by the caller).
-    fn preload(&mut self, inodes: &InodeTable, ino: u64) {
+    /// Copies `ino` if it is in memory (its shard locked by the caller).
+    fn preload(&mut self, inodes: &dyn InodeMap, ino: u64) {
         if let Some(m) = cached_copy(inodes, ino) {
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), true));
@@ -156,10 +157,17 @@ impl Scratch {
         }
     }
 
-    /// Whether every copied inode is in memory as it was copied (exclusive lock held).
+    /// Every inode it copied, created or frees: the inode cache's shards to lock for its
+    /// check and its publish.
+    fn inos(&self) -> impl Iterator<Item = u64> + '_ {
+        self.inodes.keys().chain(&self.freed).copied()
+    }
+
+    /// Whether every copied inode is in memory as it was copied (their shards locked, or the
+    /// exclusive state lock held).
     fn still_valid(
         &self,
-        inodes: &InodeTable,
+        inodes: &dyn InodeMap,
         cache: &super::pagecache::PageCache,
         fs: &Fs,
     ) -> bool {
@@ -184,11 +192,11 @@ impl Scratch {
         copies_hold && new_ones_free && freed_unused
     }
 
-    /// Makes the copies the inodes in memory, after the commit (`inodes` locked, or reached
-    /// under the exclusive state lock). Published under the shared lock (`side_by_side`),
+    /// Makes the copies the inodes in memory, after the commit (their shards locked, or
+    /// reached under the exclusive state lock). Published under the shared lock (`side_by_side`),
     /// only the copies it changed, created or freed: a copy it did not change may have been
     /// changed since its check by a commit ordered after it.
-    fn publish(self, inodes: &mut InodeTable, seq: u64, side_by_side: bool) {
+    fn publish(self, inodes: &mut dyn InodeMap, seq: u64, side_by_side: bool) {
         for (ino, mut m) in self.inodes {
             if self.freed.contains(&ino) {
                 continue;
@@ -229,7 +237,7 @@ impl Scratch {
 }
 
 /// A working copy of `ino` as it is in memory, if it is.
-fn cached_copy(inodes: &InodeTable, ino: u64) -> Option<InodeMem> {
+fn cached_copy(inodes: &dyn InodeMap, ino: u64) -> Option<InodeMem> {
     inodes.get(&ino).map(|m| InodeMem {
         inode: m.inode.clone(),
         change: m.change.copy(),
@@ -265,8 +273,8 @@ impl Fs {
                 let mut sc = Scratch::default();
                 let hdr = {
                     let st = self.read_state();
-                    {
-                        let inodes = self.inodes(&st);
+                    if !preload.is_empty() {
+                        let inodes = st.inodes.lock_many(preload.iter().copied());
                         for &ino in preload {
                             sc.preload(&inodes, ino);
                         }
@@ -339,7 +347,7 @@ impl Fs {
             && t.still_current(st.hdr.get_mut().roots(), roots_moved, None);
         if !current
             || !self.blocks_still_free(&t)
-            || !sc.still_valid(st.inodes.get_mut(), &st.cache, self)
+            || !sc.still_valid(&st.inodes.all(), &st.cache, self)
         {
             return Ok(None);
         }
@@ -352,8 +360,9 @@ impl Fs {
         t.assert_keys_routed();
         let dir_changed = sc.changes_a_dir(touched);
         let seq = self.commit(st, t)?;
-        sc.publish(st.inodes.get_mut(), seq, false);
-        self.trim_cache(st.inodes.get_mut());
+        let mut inodes = st.inodes.all();
+        sc.publish(&mut inodes, seq, false);
+        inodes.for_each_table(|t| self.trim_cache(t));
         self.force_if_sync(seq, || dir_changed)?;
         Ok(Some(seq))
     }
@@ -414,7 +423,7 @@ impl Fs {
         // Its inodes as it copied them. A copy it does not change may change after this
         // (another commit ordered after it, which does not read what this one writes); one
         // it changes cannot, since its inode item is in a block locked here.
-        if !sc.still_valid(&self.inodes(&st), &st.cache, self) {
+        if !sc.still_valid(&st.inodes.lock_many(sc.inos()), &st.cache, self) {
             return Ok(None);
         }
         let dir_changed = sc.changes_a_dir(touched);
@@ -445,9 +454,9 @@ impl Fs {
         super::stats::bump(&self.stats.transactions);
         super::stats::bump(&self.stats.shared_publishes);
         {
-            let mut inodes = self.inodes(&st);
+            let mut inodes = st.inodes.lock_many(sc.inos());
             sc.publish(&mut inodes, seq, true);
-            self.trim_cache(&mut inodes);
+            inodes.for_each_table(|t| self.trim_cache(t));
         }
         // Anyone who sees its blocks from now on finds its inodes in memory.
         drop(locks);

@@ -102,7 +102,7 @@ impl super::Fs {
     pub fn stats(&self) -> FsStats {
         let mut s = self.stats.snapshot();
         let st = self.read_state();
-        s.inodes_cached = self.inodes(&st).len() as u64;
+        s.inodes_cached = st.inodes.len() as u64;
         s.free_blocks = {
             let h = self.hdr(&st);
             h.free_blocks + h.freelist.len() as u64

@@ -729,7 +729,7 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
         )
         .unwrap();
     });
-    fs.state.write().inodes.get_mut().remove(&d);
+    fs.state.write().inodes.shard_mut(d).remove(&d);
     assert!(matches!(fs.lookup(ROOT_INO, b"d"), Err(FsError::NotFound)));
     let p = problems();
     assert!(

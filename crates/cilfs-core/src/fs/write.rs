@@ -109,7 +109,7 @@ impl Fs {
         self.unreserve(&plan.fresh);
         if r.is_ok() && !plan.spec.is_empty() {
             // Mapped now: the last release frees what of them is still past the end.
-            if let Some(m) = self.write_state().inodes.get_mut().get_mut(&ino) {
+            if let Some(m) = self.write_state().inodes.get_mut(&ino) {
                 for &(a, b) in &plan.spec {
                     note_spec_range(&mut m.spec_prealloc, a, b);
                 }
@@ -349,7 +349,7 @@ impl Fs {
         }
         bump_bytes(&self.stats.data_write_bytes, data.len());
         let now = self.now();
-        let Some(m) = st.inodes.get_mut().get_mut(&ino) else {
+        let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
         let hole_blocks = !plan.fresh.is_empty();
@@ -403,14 +403,14 @@ impl Fs {
                 return Err(t.abort(e));
             }
         }
-        let Some(m) = st.inodes.get_mut().get_mut(&ino) else {
+        let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
         if let Err(e) = log_inode(&mut t, m, &self.stats) {
             return Err(t.abort(e));
         }
         let seq = self.commit(&mut st, t)?;
-        if let Some(m) = st.inodes.get_mut().get_mut(&ino) {
+        if let Some(m) = st.inodes.get_mut(&ino) {
             m.last_seq = m.last_seq.max(seq);
         }
         drop(st);

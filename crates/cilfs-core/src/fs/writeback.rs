@@ -4,6 +4,7 @@
 
 use super::error::FsResult;
 use super::extent::extents_in;
+use super::inode_cache::InodeMap;
 use super::iolock::IoMode;
 use super::stats::bump;
 use super::{log_inode, Fs, FsState};
@@ -47,12 +48,9 @@ impl Fs {
         let inos = {
             let st = self.read_state();
             let mut v = st.cache.dirty_inodes();
-            v.extend(
-                self.inodes(&st)
-                    .iter()
-                    .filter(|(_, m)| m.unlogged)
-                    .map(|(&i, _)| i),
-            );
+            st.inodes.for_each_shard(|t| {
+                v.extend(t.iter().filter(|(_, m)| m.unlogged).map(|(&i, _)| i));
+            });
             v.sort_unstable();
             v.dedup();
             v
@@ -86,7 +84,7 @@ impl Fs {
     /// Logs `ino`'s inode if its in-memory copy ran ahead of the log (after its pages were
     /// written: a logged size never covers data that is only in memory).
     fn log_unlogged(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
-        if !st.inodes.get_mut().get(&ino).is_some_and(|m| m.unlogged) {
+        if !st.inodes.get_mut(&ino).is_some_and(|m| m.unlogged) {
             return Ok(());
         }
         self.with_tx(st, |t, inodes| {
@@ -102,7 +100,7 @@ impl Fs {
     /// and the project their IO is charged to.
     #[allow(clippy::type_complexity)]
     fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
-        let project = st.inodes.get_mut().get(&ino).map_or(0, |m| m.inode.project);
+        let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
         // Pages taken must be written: no giving up after this.
         super::retry::changing();
         let pages = st.cache.take_dirty(Some(ino));
@@ -181,7 +179,7 @@ impl Fs {
             let _io = self.io.lock(ino, IoMode::Exclusive);
             self.writeback_locked(ino)?;
             let st = self.read_state();
-            let seq = self.inodes(&st).get(&ino).map_or(0, |m| m.last_seq);
+            let seq = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.last_seq);
             seq
         };
         if seq > self.journal.completed_seq() {
