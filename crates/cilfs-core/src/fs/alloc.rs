@@ -201,6 +201,15 @@ type Usable<'u> = dyn FnMut(u64, u64, u64, u64) -> Option<(u64, u64)> + 'u;
 /// Chooses up to `want` contiguous free blocks (at least `min`) in the free-space trees of
 /// `t`, using only what `usable` allows: a read of the trees that changes nothing, so a
 /// transaction and a read view under the filesystem lock choose the same way.
+/// The free list's band, for a list of `cap` blocks: `fix_freelist` tops it up to half when it
+/// holds `low` or fewer, and drains it to half above `high`. The `low` blocks are kept for the
+/// free-space trees' own changes within one transaction; tree nodes of the fs tree come from
+/// the list only above them (`FsTx::alloc_node`), and a list they took down to `low` is topped
+/// up at commit.
+pub(crate) fn freelist_band(cap: usize) -> (usize, usize) {
+    (cap / 4, cap / 4 * 3)
+}
+
 pub(crate) fn choose_extent<T: Trees>(
     t: &mut T,
     want: u64,
@@ -442,6 +451,14 @@ impl FsTx<'_> {
     }
 
     pub(crate) fn freelist_push(&mut self, blkno: u64) -> FsResult<()> {
+        // In one state, corruption; in an optimistic build's view of two (a node read as it
+        // is now, the list as it was before another commit took the block), a run again.
+        if self.hdr.freelist.contains(&blkno) {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("freeing {blkno}, which the free list holds already"),
+            ));
+        }
         if self.hdr.freelist.len() < freelist_capacity(self.block_size_usize()) {
             self.hdr.freelist.push(blkno);
             Ok(())
@@ -455,12 +472,14 @@ impl FsTx<'_> {
         self.block_size()
     }
 
-    /// Keeps the free list between a quarter and three quarters full: enough for any change of
-    /// the free-space trees in one transaction, and never overflowing.
+    /// Keeps the free list above a quarter and at most three quarters full
+    /// (`freelist_band`): enough for any change of the free-space trees in one transaction,
+    /// and never overflowing.
     pub(crate) fn fix_freelist(&mut self) -> FsResult<()> {
         let cap = freelist_capacity(self.block_size_usize());
+        let (low, high) = freelist_band(cap);
         let target = cap / 2;
-        if self.hdr.freelist.len() < cap / 4 {
+        if self.hdr.freelist.len() <= low {
             while self.hdr.freelist.len() < target {
                 let want = (target - self.hdr.freelist.len()) as u64;
                 // Allocating may itself pop the list; loop until the target is reached.
@@ -469,7 +488,7 @@ impl FsTx<'_> {
                 };
                 self.hdr.freelist.extend(s..s + l);
             }
-        } else if self.hdr.freelist.len() > cap / 4 * 3 {
+        } else if self.hdr.freelist.len() > high {
             while self.hdr.freelist.len() > target {
                 let Some(b) = self.hdr.freelist.pop() else {
                     break;

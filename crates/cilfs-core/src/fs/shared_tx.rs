@@ -292,8 +292,7 @@ impl Fs {
                     // The error may come from a view of two states (a block or a root that
                     // changed while it read): only one met in one state counts.
                     Err(e) => {
-                        let roots = self.hdr(&self.read_state()).roots();
-                        if t.tx.stale().is_none() && !t.roots_moved(roots) {
+                        if t.saw_one_state(&self.hdr(&self.read_state())) {
                             return Err(e);
                         }
                         Err(())
@@ -388,7 +387,7 @@ impl Fs {
     ) -> FsResult<Option<u64>> {
         // The free list topped up or drained first: that is part of what it changes.
         if let Err(e) = t.fix_freelist() {
-            if matches!(e, FsError::Retry(_)) || t.tx.stale().is_none() {
+            if matches!(e, FsError::Retry(_)) || t.saw_one_state(&self.hdr(&self.read_state())) {
                 return Err(e);
             }
             return Ok(None);

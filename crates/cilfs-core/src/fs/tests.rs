@@ -2155,7 +2155,6 @@ fn new_tree_nodes_are_not_read_from_the_device() {
     let dev = new_dev(61);
     let fs = mount(&dev, FsOptions::default());
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
-    // Until a first split has read the free-space trees' leaves.
     for i in 0..100 {
         fs.mknod(
             U,
@@ -2166,6 +2165,9 @@ fn new_tree_nodes_are_not_read_from_the_device() {
         )
         .unwrap();
     }
+    // Every block of every tree in the cache: a split takes its block from the free list,
+    // and the free-space trees' leaves are read only when the list is topped up.
+    assert!(super::check::check(&fs).unwrap().is_clean());
     let levels = fs.tree_levels();
     let reads = dev.stats().reads;
     // Enough names (with the inodes beside them) to split leaves many times over, and the
@@ -2224,5 +2226,45 @@ fn a_filesystem_of_64k_blocks_creates_writes_and_checks_clean() {
         fs.write(U, f, i * 1000, &[i as u8; 3000]).unwrap();
     }
     fs.unlink(d, b"f7").unwrap();
+    assert_clean(&fs);
+}
+
+/// Splits of the fs tree take their blocks from the free list while it holds more than the
+/// quarter kept for the free-space trees, so they leave those trees (whose roots every
+/// allocation reads) alone: the free block count does not move until the list is topped up.
+#[test]
+fn fs_tree_splits_take_blocks_from_the_free_list() {
+    let dev = new_dev(62);
+    let fs = mount(&dev, FsOptions::default());
+    let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
+    let hdr = || {
+        let st = fs.read_state();
+        let h = st.hdr.lock();
+        (h.freelist.len(), h.free_blocks)
+    };
+    let (list, free) = hdr();
+    let low = super::alloc::freelist_band(super::header::freelist_capacity(BS as usize)).0;
+    assert!(
+        list > low + 4,
+        "a list of {list} leaves no room to take from"
+    );
+    let mut i = 0;
+    while hdr().0 > list - 4 {
+        assert!(i < 5000, "5000 creates took no block from the free list");
+        fs.mknod(
+            U,
+            d,
+            format!("{i:0>100}").as_bytes(),
+            inode::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
+        i += 1;
+    }
+    assert_eq!(
+        hdr().1,
+        free,
+        "splits took blocks from the free-space trees"
+    );
     assert_clean(&fs);
 }

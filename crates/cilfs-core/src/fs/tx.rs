@@ -173,6 +173,19 @@ impl<'a> FsTx<'a> {
         Ok(())
     }
 
+    /// Whether what this optimistic transaction read was one state, as `cur` (the newest
+    /// header) shows: no block it read changed since, and no root, free list or data range
+    /// of the header it copied. Only an error met in one state is the operation's; one met in
+    /// a view of two (the free list as it was beside a free-space leaf as it is now, which
+    /// holds a block the list also holds) means it must run again.
+    pub(crate) fn saw_one_state(&self, cur: &Header) -> bool {
+        let b = &self.hdr_before;
+        self.tx.stale().is_none()
+            && !self.roots_moved(cur.roots())
+            && b.freelist == cur.freelist
+            && (b.data_start, b.data_end) == (cur.data_start, cur.data_end)
+    }
+
     /// Whether the root of a tree differs in `cur` from the header this transaction began with.
     pub(crate) fn roots_moved(&self, cur: Roots) -> bool {
         [TREE_FS, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE]
@@ -201,7 +214,10 @@ impl<'a> FsTx<'a> {
             && m.data_start == b.data_start
             && m.data_end == b.data_end
             && m.free_blocks == b.free_blocks
-            && (cap / 4..=cap / 4 * 3).contains(&m.freelist.len())
+            && {
+                let (low, high) = super::alloc::freelist_band(cap);
+                (low + 1..=high).contains(&m.freelist.len())
+            }
     }
 
     /// The end of a publish under the shared state lock, its buffers locked (`locks`) and,
@@ -651,8 +667,16 @@ impl NodeStore for FsTx<'_> {
         Ok(())
     }
 
+    /// A block for a new node. The free-space trees' own come from the free list; so do the
+    /// fs tree's while the list holds more than the quarter kept for the free-space trees'
+    /// changes (`fix_freelist`), so that a split takes a block without changing the
+    /// free-space trees. Allocated from them, every split locked and changed their two roots,
+    /// which every other split's allocation then waited to read (half of what 8 creating
+    /// threads waited for buffers).
     fn alloc_node(&mut self, tree: u8) -> FsResult<u64> {
-        let blkno = if tree == TREE_FS {
+        let (low, _) = super::alloc::freelist_band(super::header::freelist_capacity(self.bs));
+        let spare = self.hdr.freelist.len() > low;
+        let blkno = if tree == TREE_FS && !spare {
             match self.alloc_extent(1, 1)? {
                 Some((s, _)) => s,
                 None => return Err(FsError::NoSpace),
@@ -664,14 +688,14 @@ impl NodeStore for FsTx<'_> {
         Ok(blkno)
     }
 
-    fn free_node(&mut self, tree: u8, blkno: u64) -> FsResult<()> {
+    /// A node's block given back: to the free list, whichever tree it was in (it is metadata
+    /// again when it is next taken, so it needs no wait for the checkpoint that freed it); a
+    /// full list, or `fix_freelist` draining it, returns blocks to the free-space trees,
+    /// busy until that checkpoint is stable.
+    fn free_node(&mut self, _tree: u8, blkno: u64) -> FsResult<()> {
         let b = self.tx.buf(blkno)?;
         self.tx.cancel(b);
-        if tree == TREE_FS {
-            self.free_extent(blkno, 1)
-        } else {
-            self.freelist_push(blkno)
-        }
+        self.freelist_push(blkno)
     }
 }
 
