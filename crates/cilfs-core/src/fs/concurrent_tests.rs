@@ -454,3 +454,47 @@ fn a_build_that_saw_the_free_list_before_another_drained_it_runs_again() {
     assert_eq!(names(&fs, b), Vec::<String>::new());
     assert_clean(&fs);
 }
+
+/// A commit that changes interior nodes (a split) waits for its turn before it locks them:
+/// every descent passes them, and held through that wait they stopped every reader behind
+/// them. Each structural commit of a growing directory finds the fs tree's root (the parent
+/// of every split here) unlocked when it is about to wait; the tree must have grown a level.
+#[test]
+fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
+    let (_clock, _dev, fs, base) = fresh_with(1708, b"base");
+    let d = fs.mkdir(U, base, b"d", 0o755).unwrap().ino;
+    let seen = Arc::new(Mutex::new((0u32, 0u32)));
+    let (fs2, seen2) = (Arc::clone(&fs), Arc::clone(&seen));
+    super::shared_tx::BEFORE_TURN.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |leaves_only| {
+            if leaves_only {
+                return;
+            }
+            let root = fs2.read_state().hdr.lock().fs_root.blkno;
+            let free = fs2
+                .journal
+                .cached_buf(root)
+                .is_none_or(|b| b.try_read().is_some());
+            let mut s = seen2.lock();
+            s.0 += 1;
+            s.1 += u32::from(free);
+        }));
+    });
+    let levels = fs.tree_levels();
+    for i in 0..3000 {
+        fs.mknod(U, d, format!("{i:0>150}").as_bytes(), 0o100_644, 0)
+            .unwrap();
+    }
+    super::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
+    assert!(fs.tree_levels() > levels + 1, "the tree did not grow");
+    let (structural, root_free) = *seen.lock();
+    assert!(
+        structural > 10,
+        "{structural} commits changed interior nodes"
+    );
+    assert_eq!(
+        root_free, structural,
+        "a split held the root while it waited for its turn"
+    );
+    assert_clean(&fs);
+}

@@ -353,6 +353,21 @@ impl<'j> Transaction<'j> {
     /// found at the version it first saw. Err: the first block another commit changed since;
     /// nothing stays locked and the transaction is as it was.
     pub fn lock_changed(&self) -> Result<PublishLocks, u64> {
+        match self.lock_changed_if(true) {
+            Ok(Some(locks)) => Ok(locks),
+            Ok(None) => unreachable!("waited for every lock"),
+            Err(b) => Err(b),
+        }
+    }
+
+    /// `lock_changed` without waiting: None (and nothing locked) if another commit holds one
+    /// of the blocks now. For a commit that holds a lock others take under their buffer
+    /// locks (the publish turn), which must therefore never wait for a buffer's.
+    pub fn try_lock_changed(&self) -> Result<Option<PublishLocks>, u64> {
+        self.lock_changed_if(false)
+    }
+
+    fn lock_changed_if(&self, wait: bool) -> Result<Option<PublishLocks>, u64> {
         let mut order: Vec<usize> = (0..self.held.len())
             .filter(|&i| self.held[i].publishes())
             .collect();
@@ -360,16 +375,22 @@ impl<'j> Transaction<'j> {
         let mut guards: Vec<(usize, u64, BufGuard)> = Vec::with_capacity(order.len());
         for i in order {
             let h = &self.held[i];
-            let g = self
-                .journal
-                .buf_waits
-                .acquire(|| h.buf.try_lock(), || h.buf.lock());
+            let g = if wait {
+                self.journal
+                    .buf_waits
+                    .acquire(|| h.buf.try_lock(), || h.buf.lock())
+            } else {
+                match h.buf.try_lock() {
+                    Some(g) => g,
+                    None => return Ok(None),
+                }
+            };
             if g.version != h.version {
                 return Err(h.buf.blkno());
             }
             guards.push((i, h.buf.blkno(), g));
         }
-        Ok(PublishLocks { guards })
+        Ok(Some(PublishLocks { guards }))
     }
 
     /// Whether a block this transaction only read is locked by another commit now (which
