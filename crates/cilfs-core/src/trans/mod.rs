@@ -390,7 +390,10 @@ impl<'j> Transaction<'j> {
             }
             guards.push((i, h.buf.blkno(), g));
         }
-        Ok(Some(PublishLocks { guards }))
+        Ok(Some(PublishLocks {
+            guards,
+            spent: Vec::new(),
+        }))
     }
 
     /// Whether a block this transaction only read is locked by another commit now (which
@@ -436,7 +439,7 @@ impl<'j> Transaction<'j> {
     /// else they are formatted under the CIL's lock.
     pub fn insert_locked(
         mut self,
-        locks: PublishLocks,
+        mut locks: PublishLocks,
         throttled: bool,
         images: Option<Vec<Vec<u8>>>,
     ) -> Result<(u64, PublishLocks), JournalError> {
@@ -452,7 +455,7 @@ impl<'j> Transaction<'j> {
             .journal
             .commit_images(self.unit, &logged, late, throttled, images);
         drop(logged);
-        self.held.clear();
+        locks.spent = std::mem::take(&mut self.held);
         r.map(|seq| (seq, locks))
     }
 }
@@ -463,6 +466,12 @@ impl<'j> Transaction<'j> {
 pub struct PublishLocks {
     /// (index in `held`, block number, lock), in block order.
     guards: Vec<(usize, u64, BufGuard)>,
+    /// The transaction's held blocks once it is in the CIL, dropped with the locks: their
+    /// private copies and, above all, their references to every block the transaction read
+    /// (the root and the nodes on its way down, which every thread holds too). Dropped in the
+    /// insert, those reference counts passed between the cores inside the publish turn: half
+    /// of a leaf commit's turn with two threads creating.
+    spent: Vec<Held>,
 }
 
 impl PublishLocks {
