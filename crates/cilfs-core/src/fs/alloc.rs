@@ -198,9 +198,6 @@ pub(crate) struct Choice {
 /// `usable_part` answers.
 type Usable<'u> = dyn FnMut(u64, u64, u64, u64) -> Option<(u64, u64)> + 'u;
 
-/// Chooses up to `want` contiguous free blocks (at least `min`) in the free-space trees of
-/// `t`, using only what `usable` allows: a read of the trees that changes nothing, so a
-/// transaction and a read view under the filesystem lock choose the same way.
 /// The free list's band, for a list of `cap` blocks: `fix_freelist` tops it up to half when it
 /// holds `low` or fewer, and drains it to half above `high`. The `low` blocks are kept for the
 /// free-space trees' own changes within one transaction; tree nodes of the fs tree come from
@@ -210,6 +207,9 @@ pub(crate) fn freelist_band(cap: usize) -> (usize, usize) {
     (cap / 4, cap / 4 * 3)
 }
 
+/// Chooses up to `want` contiguous free blocks (at least `min`) in the free-space trees of
+/// `t`, using only what `usable` allows: a read of the trees that changes nothing, so a
+/// transaction and a read view under the filesystem lock choose the same way.
 pub(crate) fn choose_extent<T: Trees>(
     t: &mut T,
     want: u64,
