@@ -1,6 +1,7 @@
 //! The cilfs library. Layers, lowest first: `format` (pure encode/decode), `mkfs` and `geometry`
 //! (making and reading a filesystem's layout); the journal and filesystem layers build on these.
 
+pub mod adaptive;
 pub mod ail;
 pub mod buf;
 pub mod cil;

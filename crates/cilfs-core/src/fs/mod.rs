@@ -264,7 +264,7 @@ pub struct Fs {
     pub(crate) busy_waits: LockWaits,
     /// Publishes under the shared state lock take their turn here, for their header merge
     /// and CIL insert only: both then happen in one order (`shared_tx.rs`).
-    pub(crate) publishing: Mutex<()>,
+    pub(crate) publishing: crate::adaptive::AdaptiveMutex,
     pub(crate) publish_waits: LockWaits,
     /// Bumped by every publish under the shared lock that moves a tree's root, before the
     /// header shows the new one: a reader under that lock that began from the old root
@@ -320,7 +320,7 @@ impl Fs {
             state_write_waits: LockWaits::new("fs state (exclusive)"),
             busy_waits: LockWaits::new("busy extents"),
             publish_waits: LockWaits::new("publish turn"),
-            publishing: Mutex::new(()),
+            publishing: crate::adaptive::AdaptiveMutex::new(),
             roots_moved: std::sync::atomic::AtomicU64::new(0),
             hdr_waits: LockWaits::new("header"),
             opts,

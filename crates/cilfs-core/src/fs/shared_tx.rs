@@ -493,8 +493,7 @@ impl Fs {
         });
         #[cfg(not(test))]
         let _ = leaves_only;
-        self.publish_waits
-            .acquire(|| self.publishing.try_lock(), || self.publishing.lock())
+        self.publishing.lock(&self.publish_waits)
     }
 }
 
