@@ -498,3 +498,60 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
     );
     assert_clean(&fs);
 }
+
+/// Chmods and utimes publish side by side with creates in the same directory, under the
+/// shared state lock: each file keeps the last mode and time set on it, every created name
+/// is there, and the chmods did not take the exclusive lock.
+#[test]
+fn setattrs_beside_creates_in_their_directory_keep_every_change() {
+    use super::inode::Timespec;
+    use super::types::{SetAttr, SetTime};
+    let (_clock, _dev, fs, d) = fresh_with(1709, b"d");
+    let files: Vec<u64> = (0..20)
+        .map(|i| {
+            fs.mknod(U, d, format!("g{i}").as_bytes(), 0o100_644, 0)
+                .unwrap()
+                .ino
+        })
+        .collect();
+    let publishes = fs.stats().shared_publishes;
+    let exclusive = fs.lock_waits()[2].acquired;
+    std::thread::scope(|s| {
+        let fs = &fs;
+        s.spawn(move || {
+            for i in 0..300 {
+                fs.mknod(U, d, format!("n{i}").as_bytes(), 0o100_644, 0)
+                    .unwrap();
+            }
+        });
+        let files = &files;
+        s.spawn(move || {
+            for round in 0..15u32 {
+                for (i, &f) in files.iter().enumerate() {
+                    let sa = SetAttr {
+                        mode: Some(0o600 | ((round + i as u32) % 8)),
+                        mtime: Some(SetTime::At(Timespec {
+                            sec: i64::from(round),
+                            nsec: 0,
+                        })),
+                        ..SetAttr::default()
+                    };
+                    fs.setattr(U, f, sa).unwrap();
+                }
+            }
+        });
+    });
+    for (i, &f) in files.iter().enumerate() {
+        let a = fs.getattr(f).unwrap();
+        assert_eq!(a.mode & 0o7777, 0o600 | ((14 + i as u32) % 8), "g{i}");
+        assert_eq!(a.mtime.sec, 14, "g{i}");
+    }
+    assert_eq!(names(&fs, d).len(), 320);
+    assert!(fs.stats().shared_publishes >= publishes + 300 + 300);
+    assert_eq!(
+        fs.lock_waits()[2].acquired,
+        exclusive,
+        "the state lock was taken exclusively"
+    );
+    assert_clean(&fs);
+}

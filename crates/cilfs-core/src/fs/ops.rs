@@ -671,30 +671,32 @@ impl Fs {
                 Some(size) => self.truncate(cred, ino, size)?,
                 None => 0,
             };
-            let mut st = self.write_state();
-            let now = self.now();
-            let m = self.load(&mut st, ino)?;
             if sa.mode.is_none()
                 && sa.uid.is_none()
                 && sa.gid.is_none()
                 && sa.atime.is_none()
                 && sa.mtime.is_none()
             {
-                return Ok(m.inode.attr(self.bs));
+                let mut st = self.write_state();
+                return Ok(self.load(&mut st, ino)?.inode.attr(self.bs));
             }
+            let now = self.now();
             let bs = self.bs;
-            // chmod rewrites the access ACL's owner, mask and other entries.
-            let acl = match sa.mode {
-                Some(_) if self.opts.acl => match self.xattr_lookup(&st, ino, acl::ACCESS)? {
-                    Some(v) => acl::Acl::parse(&v).map_err(|_| {
-                        FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
-                    })?,
-                    None => None,
-                },
-                _ => None,
-            };
-            let (attr, _) = self.with_tx(&mut st, |t, inodes| {
-                let m = Fs::inode_mut(t, inodes, ino)?;
+            // Built optimistically (`shared_tx.rs`), as creates are: a chmod, chown or utimes
+            // of one inode no longer stops every other operation (untar sets all three on
+            // every file it makes).
+            let (attr, _) = self.with_shared_tx(&[ino], |st, t, sc| {
+                // chmod rewrites the access ACL's owner, mask and other entries.
+                let acl = match sa.mode {
+                    Some(_) if self.opts.acl => match self.xattr_lookup_in(t, ino, acl::ACCESS)? {
+                        Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                            FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
+                        })?,
+                        None => None,
+                    },
+                    _ => None,
+                };
+                let m = sc.load(st, t, ino)?;
                 if let Some(mode) = sa.mode {
                     m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
                     if let Some(mut a) = acl {
@@ -709,10 +711,9 @@ impl Fs {
                     }
                 }
                 let chown = sa.uid.is_some() || sa.gid.is_some();
-                if chown && !Fs::inode_mut(t, inodes, ino)?.inode.is_dir() {
+                if chown && !m.inode.is_dir() {
                     drop_caps(t, ino)?;
                 }
-                let m = Fs::inode_mut(t, inodes, ino)?;
                 // Any chown, to the same owner too, as on Linux. A kernel without
                 // FUSE_HANDLE_KILLPRIV_V2 sends the mode it computed with a chown, by an older rule
                 // (no set-group-ID without group execute): the bits are cleared on top of it.
