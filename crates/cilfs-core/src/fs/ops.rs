@@ -399,62 +399,71 @@ impl Fs {
         Ok(out)
     }
 
+    /// Built optimistically (`shared_tx.rs`), as creates are.
     pub fn link(&self, ino: u64, newparent: u64, newname: &[u8]) -> FsResult<Attr> {
+        self.op();
+        check_name(newname)?;
+        self.check_writable()?;
         self.retrying(|| {
-            self.op();
-            check_name(newname)?;
-            self.check_writable()?;
-            let mut st = self.write_state();
-            let target = self.load(&mut st, ino)?.inode.clone();
-            if target.is_dir() {
-                return Err(FsError::NotPermitted);
-            }
-            if target.nlink >= LINK_MAX {
-                return Err(FsError::TooManyLinks);
-            }
-            if target.nlink == 0 {
-                return Err(FsError::NotFound);
-            }
-            let p = self.load(&mut st, newparent)?.inode.clone();
-            if !p.is_dir() {
-                return Err(FsError::NotDir);
-            }
-            super::tenant::may_enter(&target, &p)?;
-            if p.nlink == 0 {
-                return Err(FsError::NotFound);
-            }
-            {
-                let mut v = self.view(&st);
-                if dir::lookup(&mut v, TREE_FS, newparent, newname)?.is_some() {
-                    return Err(FsError::Exists);
-                }
-            }
-            self.space_check(st.hdr.get_mut(), 2, Reserve::Keep)?;
-            let now = self.now();
-            let bs = self.bs;
-            let (attr, _) = self.with_tx(&mut st, |t, inodes| {
-                dir_add(
-                    t,
-                    newparent,
-                    &DirEntry {
-                        ino,
-                        kind: target.kind().unwrap_or(FileType::Regular),
-                        name: newname.to_vec(),
-                    },
-                )?;
-                let pm = Fs::inode_mut(t, inodes, newparent)?;
-                pm.inode.mtime = now;
-                pm.inode.size += 1;
-                self.touch_ctime(pm, now);
-                log_inode(t, pm, &self.stats)?;
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                m.inode.nlink += 1;
-                self.touch_ctime(m, now);
-                log_inode(t, m, &self.stats)?;
-                Ok((m.inode.attr(bs), vec![ino, newparent]))
+            let (attr, _) = self.with_shared_tx(&[ino, newparent], |st, t, sc| {
+                self.link_in(st, t, sc, ino, newparent, newname)
             })?;
             Ok(attr)
         })
+    }
+
+    /// The body of `link`, built optimistically.
+    fn link_in(
+        &self,
+        st: &StateRef<'_>,
+        t: &mut FsTx<'_>,
+        sc: &mut Scratch,
+        ino: u64,
+        newparent: u64,
+        newname: &[u8],
+    ) -> FsResult<(Attr, Vec<u64>)> {
+        let target = sc.load(st, t, ino)?.inode.clone();
+        if target.is_dir() {
+            return Err(FsError::NotPermitted);
+        }
+        if target.nlink >= LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if target.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        let p = sc.load(st, t, newparent)?.inode.clone();
+        if !p.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        super::tenant::may_enter(&target, &p)?;
+        if p.nlink == 0 {
+            return Err(FsError::NotFound);
+        }
+        if dir::lookup(t, TREE_FS, newparent, newname)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        sc.need_space(self, &t.hdr, 2, Reserve::Keep)?;
+        let now = self.now();
+        dir_add(
+            t,
+            newparent,
+            &DirEntry {
+                ino,
+                kind: target.kind().unwrap_or(FileType::Regular),
+                name: newname.to_vec(),
+            },
+        )?;
+        let pm = sc.load(st, t, newparent)?;
+        pm.inode.mtime = now;
+        pm.inode.size += 1;
+        self.touch_ctime(pm, now);
+        log_inode(t, pm, &self.stats)?;
+        let m = sc.load(st, t, ino)?;
+        m.inode.nlink += 1;
+        self.touch_ctime(m, now);
+        log_inode(t, m, &self.stats)?;
+        Ok((m.inode.attr(self.bs), vec![ino, newparent]))
     }
 
     pub fn unlink(&self, parent: u64, name: &[u8]) -> FsResult<()> {
