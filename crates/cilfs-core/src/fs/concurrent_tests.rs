@@ -31,6 +31,27 @@ fn fresh_with(seed: u64, dir: &[u8]) -> (TestClock, Arc<SimDevice>, Arc<Fs>, u64
     (clock, dev, fs, d)
 }
 
+/// `n` empty files `g0`, `g1`... made in `dir`.
+fn files_in(fs: &Fs, dir: u64, n: usize) -> Vec<u64> {
+    (0..n)
+        .map(|i| {
+            fs.mknod(U, dir, format!("g{i}").as_bytes(), 0o100_644, 0)
+                .unwrap()
+                .ino
+        })
+        .collect()
+}
+
+/// `op`, run alone, publishes one commit under the shared state lock and never takes it
+/// exclusively.
+fn publishes_shared(fs: &Fs, what: &str, op: impl FnOnce()) {
+    let exclusive = || fs.lock_waits()[2].acquired;
+    let (before, publishes) = (exclusive(), fs.stats().shared_publishes);
+    op();
+    assert_eq!(exclusive(), before, "{what} took the exclusive lock");
+    assert_eq!(fs.stats().shared_publishes, publishes + 1, "{what}");
+}
+
 fn names(fs: &Fs, dir: u64) -> Vec<String> {
     let mut out: Vec<String> = fs
         .readdir(dir, 0, 100_000)
@@ -509,25 +530,14 @@ fn setattrs_beside_creates_in_their_directory_keep_every_change() {
     use super::inode::Timespec;
     use super::types::{SetAttr, SetTime};
     let (_clock, _dev, fs, d) = fresh_with(1709, b"d");
-    let files: Vec<u64> = (0..20)
-        .map(|i| {
-            fs.mknod(U, d, format!("g{i}").as_bytes(), 0o100_644, 0)
-                .unwrap()
-                .ino
-        })
-        .collect();
-    let (exclusive, publishes) = (fs.lock_waits()[2].acquired, fs.stats().shared_publishes);
+    let files = files_in(&fs, d, 20);
     let chmod = SetAttr {
         mode: Some(0o640),
         ..SetAttr::default()
     };
-    fs.setattr(U, files[0], chmod).unwrap();
-    assert_eq!(
-        fs.lock_waits()[2].acquired,
-        exclusive,
-        "a chmod took the exclusive lock"
-    );
-    assert_eq!(fs.stats().shared_publishes, publishes + 1);
+    publishes_shared(&fs, "a chmod", || {
+        fs.setattr(U, files[0], chmod).unwrap();
+    });
     std::thread::scope(|s| {
         let fs = &fs;
         s.spawn(move || {
@@ -569,21 +579,10 @@ fn setattrs_beside_creates_in_their_directory_keep_every_change() {
 #[test]
 fn links_beside_creates_and_unlinks_keep_every_name_and_count() {
     let (_clock, _dev, fs, d) = fresh_with(1710, b"d");
-    let files: Vec<u64> = (0..10)
-        .map(|i| {
-            fs.mknod(U, d, format!("g{i}").as_bytes(), 0o100_644, 0)
-                .unwrap()
-                .ino
-        })
-        .collect();
-    let (exclusive, publishes) = (fs.lock_waits()[2].acquired, fs.stats().shared_publishes);
-    fs.link(files[0], d, b"alone").unwrap();
-    assert_eq!(
-        fs.lock_waits()[2].acquired,
-        exclusive,
-        "a link took the exclusive lock"
-    );
-    assert_eq!(fs.stats().shared_publishes, publishes + 1);
+    let files = files_in(&fs, d, 10);
+    publishes_shared(&fs, "a link", || {
+        fs.link(files[0], d, b"alone").unwrap();
+    });
     fs.unlink(d, b"alone").unwrap();
     std::thread::scope(|s| {
         let fs = &fs;
