@@ -23,30 +23,36 @@ fn shard_of(ino: u64) -> usize {
     (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
-/// A map of inodes in memory: a whole table (an optimistic operation's copies), every shard
-/// of the cache (exclusive state lock) or the shards an operation locked.
+/// A map of inodes in memory: a whole table (an operation's scratch copies), every shard of
+/// the cache (exclusive state lock) or the shards an operation locked. Each says which table
+/// holds an inode; the map's operations are that table's.
 pub(crate) trait InodeMap {
-    fn get(&self, ino: &u64) -> Option<&InodeMem>;
-    fn get_mut(&mut self, ino: &u64) -> Option<&mut InodeMem>;
-    fn insert(&mut self, ino: u64, m: Box<InodeMem>);
-    fn remove(&mut self, ino: &u64) -> Option<Box<InodeMem>>;
+    fn table(&self, ino: u64) -> &InodeTable;
+    fn table_mut(&mut self, ino: u64) -> &mut InodeTable;
+
+    fn get(&self, ino: &u64) -> Option<&InodeMem> {
+        self.table(*ino).get(ino).map(|b| &**b)
+    }
+    fn get_mut(&mut self, ino: &u64) -> Option<&mut InodeMem> {
+        self.table_mut(*ino).get_mut(ino).map(|b| &mut **b)
+    }
+    fn insert(&mut self, ino: u64, m: Box<InodeMem>) {
+        self.table_mut(ino).insert(ino, m);
+    }
+    fn remove(&mut self, ino: &u64) -> Option<Box<InodeMem>> {
+        self.table_mut(*ino).remove(ino)
+    }
     fn contains_key(&self, ino: &u64) -> bool {
-        self.get(ino).is_some()
+        self.table(*ino).contains_key(ino)
     }
 }
 
 impl InodeMap for InodeTable {
-    fn get(&self, ino: &u64) -> Option<&InodeMem> {
-        std::collections::HashMap::get(self, ino).map(|b| &**b)
+    fn table(&self, _ino: u64) -> &InodeTable {
+        self
     }
-    fn get_mut(&mut self, ino: &u64) -> Option<&mut InodeMem> {
-        std::collections::HashMap::get_mut(self, ino).map(|b| &mut **b)
-    }
-    fn insert(&mut self, ino: u64, m: Box<InodeMem>) {
-        std::collections::HashMap::insert(self, ino, m);
-    }
-    fn remove(&mut self, ino: &u64) -> Option<Box<InodeMem>> {
-        std::collections::HashMap::remove(self, ino)
+    fn table_mut(&mut self, _ino: u64) -> &mut InodeTable {
+        self
     }
 }
 
@@ -140,17 +146,11 @@ impl AllShards<'_> {
 }
 
 impl InodeMap for AllShards<'_> {
-    fn get(&self, ino: &u64) -> Option<&InodeMem> {
-        InodeMap::get(&*self.shards[shard_of(*ino)], ino)
+    fn table(&self, ino: u64) -> &InodeTable {
+        self.shards[shard_of(ino)]
     }
-    fn get_mut(&mut self, ino: &u64) -> Option<&mut InodeMem> {
-        InodeMap::get_mut(&mut *self.shards[shard_of(*ino)], ino)
-    }
-    fn insert(&mut self, ino: u64, m: Box<InodeMem>) {
-        InodeMap::insert(&mut *self.shards[shard_of(ino)], ino, m);
-    }
-    fn remove(&mut self, ino: &u64) -> Option<Box<InodeMem>> {
-        InodeMap::remove(&mut *self.shards[shard_of(*ino)], ino)
+    fn table_mut(&mut self, ino: u64) -> &mut InodeTable {
+        self.shards[shard_of(ino)]
     }
 }
 
@@ -162,6 +162,15 @@ pub(crate) struct ShardGuards<'a> {
 }
 
 impl ShardGuards<'_> {
+    /// `f` on each locked shard's table.
+    pub fn for_each_table(&mut self, mut f: impl FnMut(&mut InodeTable)) {
+        for (_, g) in &mut self.guards {
+            f(g);
+        }
+    }
+}
+
+impl InodeMap for ShardGuards<'_> {
     fn table(&self, ino: u64) -> &InodeTable {
         let s = shard_of(ino);
         match self.guards.iter().find(|(i, _)| *i == s) {
@@ -176,28 +185,6 @@ impl ShardGuards<'_> {
             Some((_, g)) => g,
             None => panic!("inode {ino} reached without its shard locked"),
         }
-    }
-
-    /// `f` on each locked shard's table.
-    pub fn for_each_table(&mut self, mut f: impl FnMut(&mut InodeTable)) {
-        for (_, g) in &mut self.guards {
-            f(g);
-        }
-    }
-}
-
-impl InodeMap for ShardGuards<'_> {
-    fn get(&self, ino: &u64) -> Option<&InodeMem> {
-        InodeMap::get(self.table(*ino), ino)
-    }
-    fn get_mut(&mut self, ino: &u64) -> Option<&mut InodeMem> {
-        InodeMap::get_mut(self.table_mut(*ino), ino)
-    }
-    fn insert(&mut self, ino: u64, m: Box<InodeMem>) {
-        InodeMap::insert(self.table_mut(ino), ino, m);
-    }
-    fn remove(&mut self, ino: &u64) -> Option<Box<InodeMem>> {
-        InodeMap::remove(self.table_mut(*ino), ino)
     }
 }
 

@@ -4,9 +4,10 @@
 //! operations return typed errors; the FUSE adapter only translates.
 //!
 //! Concurrency: one reader-writer lock over the filesystem state (the header, the inode cache,
-//! the page cache). Creates and unlinks build their transaction without it and take it
-//! exclusively only to check and publish (`shared_tx.rs`); other changes take it exclusively,
-//! lookups share it; no data IO happens under it:
+//! the page cache). Creates, unlinks, links and setattr's mode, owner and times build their
+//! transaction without it and take it shared to check and publish, side by side
+//! (`shared_tx.rs`); other changes take it exclusively, lookups share it; no data IO happens
+//! under it:
 //! data IO runs under the inode's own IO lock (`iolock.rs`) only, with the blocks it writes
 //! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
 //! lock table.
@@ -237,7 +238,7 @@ pub(crate) struct InodeMem {
 /// What the state lock (`Fs::state`) guards. Under it exclusive, code reaches the header and
 /// the inode cache through `get_mut` and `InodeCache::all`, at no cost; under it shared,
 /// optimistic publishes change them side by side (`shared_tx.rs`), so anyone else holding it
-/// shared locks them for a moment (`Fs::hdr`, `Fs::inode_shard`), never while waiting for
+/// shared locks them for a moment (`Fs::hdr`, `InodeCache::lock`), never while waiting for
 /// anything else.
 #[derive(Debug)]
 pub(crate) struct FsState {
@@ -542,8 +543,8 @@ impl Fs {
     }
 
     /// Drops cached inodes nobody holds open once the cache is over its limit. Safe for the
-    /// change attribute: a reloaded inode starts queried.
-    /// Runs on one shard of the cache (`InodeCache`), against its share of the limit.
+    /// change attribute: a reloaded inode starts queried. Runs on one shard of the cache
+    /// (`InodeCache`), against its share of the limit.
     fn trim_cache(&self, inodes: &mut InodeTable) {
         let max = inode_cache::shard_max(self.opts.inode_cache_max);
         if inodes.len() < max {

@@ -224,10 +224,9 @@ impl Fs {
         check_name(name)?;
         self.check_writable()?;
         self.retrying(|| {
-            let (attr, _) = self.with_shared_tx(&[parent], |st, t, sc| {
+            self.with_shared_tx(&[parent], |st, t, sc| {
                 self.create_in(st, t, sc, cred, parent, name, mode, rdev, target)
-            })?;
-            Ok(attr)
+            })
         })
     }
 
@@ -405,10 +404,9 @@ impl Fs {
         check_name(newname)?;
         self.check_writable()?;
         self.retrying(|| {
-            let (attr, _) = self.with_shared_tx(&[ino, newparent], |st, t, sc| {
+            self.with_shared_tx(&[ino, newparent], |st, t, sc| {
                 self.link_in(st, t, sc, ino, newparent, newname)
-            })?;
-            Ok(attr)
+            })
         })
     }
 
@@ -487,10 +485,9 @@ impl Fs {
         }
         self.check_writable()?;
         let (victim, freed) = self.retrying(|| {
-            let (r, _) = self.with_shared_tx(&[parent], |st, t, sc| {
+            self.with_shared_tx(&[parent], |st, t, sc| {
                 self.remove_in(st, t, sc, parent, name, want_dir)
-            })?;
-            Ok(r)
+            })
         })?;
         if freed {
             return Ok(());
@@ -694,7 +691,7 @@ impl Fs {
             // Built optimistically (`shared_tx.rs`), as creates are: a chmod, chown or utimes
             // of one inode no longer stops every other operation (untar sets all three on
             // every file it makes).
-            let (attr, _) = self.with_shared_tx(&[ino], |st, t, sc| {
+            self.with_shared_tx(&[ino], |st, t, sc| {
                 // chmod rewrites the access ACL's owner, mask and other entries.
                 let acl = match sa.mode {
                     Some(_) if self.opts.acl => match self.xattr_lookup_in(t, ino, acl::ACCESS)? {
@@ -750,8 +747,7 @@ impl Fs {
                 self.touch_ctime(m, now);
                 log_inode(t, m, &self.stats)?;
                 Ok((m.inode.attr(bs), vec![ino]))
-            })?;
-            Ok(attr)
+            })
         })
     }
 

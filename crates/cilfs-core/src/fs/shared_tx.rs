@@ -1,5 +1,6 @@
 //! Optimistic operations (issue 17): built with no filesystem lock held, published under the
-//! exclusive one only for the moment of the commit.
+//! state lock taken shared, side by side with other publishes (docs/ARCHITECTURE.md,
+//! "Optimistic operations").
 //!
 //! An operation runs its checks and builds its transaction without holding `Fs::state` (it
 //! takes it shared for a moment to copy an inode or look at the free space), so operations on
@@ -8,17 +9,18 @@
 //! (trans/mod.rs), the header is the transaction's copy, and the inodes it changes are copies
 //! in a [`Scratch`]. Tree blocks it reads are whole published versions (a commit publishes
 //! under the buffers' locks), but two of them may come from two states: that is what the
-//! check at commit is for. It then takes the lock exclusively and publishes, if nothing it read
-//! changed meanwhile:
-//! - every block its transaction touched still has the version it first saw;
+//! check at commit is for. It then locks the blocks it changes and publishes (`publish_shared`),
+//! if nothing it read changed meanwhile:
+//! - every block it changes still has the version it first saw, and every block it only read
+//!   is not being published by another commit and still leads where it led;
 //! - every inode it copied is in memory as it was copied (or still not in memory);
 //! - the header's roots, free list and data range it changed are as it found them (its
 //!   counters are applied as deltas, `FsTx::merge_header`).
 //!
 //! If something changed, the operation runs again from the start; after `CONFLICTS_MAX` runs
 //! in a row it runs under the exclusive lock, where nothing can change under it. An error met
-//! while building counts only if what the operation read was one state (`Transaction::stale`
-//! is None): otherwise the error may come from a half-seen change, and it runs again.
+//! while building counts only if what the operation read was one state (`FsTx::saw_one_state`):
+//! otherwise the error may come from a half-seen change, and it runs again.
 //!
 //! Everything else (operations not yet written this way) still runs under the exclusive lock,
 //! and changes the tree through transactions that publish at commit like any other: an
@@ -258,7 +260,7 @@ impl Fs {
         &self,
         preload: &[u64],
         mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
-    ) -> FsResult<(R, u64)> {
+    ) -> FsResult<R> {
         self.check_writable()?;
         let mut conflicts = 0;
         loop {
@@ -299,18 +301,13 @@ impl Fs {
                     }
                 }
             };
-            let Ok(((r, touched), t, sc)) = built else {
-                conflicts += 1;
-                super::stats::bump(&self.stats.conflicts);
-                continue;
-            };
-            match self.publish_shared(t, sc, &touched)? {
-                Some(seq) => return Ok((r, seq)),
-                None => {
-                    conflicts += 1;
-                    super::stats::bump(&self.stats.conflicts);
+            if let Ok(((r, touched), t, sc)) = built {
+                if self.publish_shared(t, sc, &touched)? {
+                    return Ok(r);
                 }
             }
+            conflicts += 1;
+            super::stats::bump(&self.stats.conflicts);
         }
     }
 
@@ -319,7 +316,7 @@ impl Fs {
     fn with_exclusive_scratch<R>(
         &self,
         body: &mut impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
-    ) -> FsResult<Option<(R, u64)>> {
+    ) -> FsResult<Option<R>> {
         let mut st = self.write_state();
         let mut t =
             FsTx::begin_optimistic(&self.journal, st.hdr.get_mut(), self.hdr_blk, &self.busy)?;
@@ -328,19 +325,17 @@ impl Fs {
         let (r, touched) = body(&StateRef::Held(&st), &mut t, &mut sc)?;
         // Only what takes no filesystem lock can still move: an inode it frees may have been
         // opened for IO (IO locks come before this one). None: run it again.
-        Ok(self
-            .publish_scratch(&mut st, t, sc, &touched)?
-            .map(|seq| (r, seq)))
+        Ok(self.publish_scratch(&mut st, t, sc, &touched)?.then_some(r))
     }
 
-    /// Validates and commits (exclusive lock held); None if the operation must run again.
+    /// Validates and commits (exclusive lock held); false if the operation must run again.
     fn publish_scratch(
         &self,
         st: &mut FsState,
         mut t: FsTx<'_>,
         sc: Scratch,
         touched: &[u64],
-    ) -> FsResult<Option<u64>> {
+    ) -> FsResult<bool> {
         let roots_moved = t.roots_moved(st.hdr.get_mut().roots());
         let current = t.merge_header(st.hdr.get_mut())
             && t.still_current(st.hdr.get_mut().roots(), roots_moved, None);
@@ -348,7 +343,7 @@ impl Fs {
             || !self.blocks_still_free(&t)
             || !sc.still_valid(&st.inodes.all(), &st.cache, self)
         {
-            return Ok(None);
+            return Ok(false);
         }
         // Free space as it is now: creates side by side each checked against their own copy.
         if let Some((blocks, reserve)) = sc.space {
@@ -363,7 +358,7 @@ impl Fs {
         sc.publish(&mut inodes, seq, false);
         inodes.for_each_table(|t| self.trim_cache(t));
         self.force_if_sync(seq, || dir_changed)?;
-        Ok(Some(seq))
+        Ok(true)
     }
 
     /// Blocks it took from the free trees were free, not busy and not reserved when it
@@ -377,20 +372,15 @@ impl Fs {
     }
 
     /// Validates and commits an optimistic transaction under the shared state lock, side by
-    /// side with others doing the same (Silo's commit, module comment); None if the operation
+    /// side with others doing the same (Silo's commit, module comment); false if the operation
     /// must run again.
-    fn publish_shared(
-        &self,
-        mut t: FsTx<'_>,
-        sc: Scratch,
-        touched: &[u64],
-    ) -> FsResult<Option<u64>> {
+    fn publish_shared(&self, mut t: FsTx<'_>, sc: Scratch, touched: &[u64]) -> FsResult<bool> {
         // The free list topped up or drained first: that is part of what it changes.
         if let Err(e) = t.fix_freelist() {
             if matches!(e, FsError::Retry(_)) || t.saw_one_state(&self.hdr(&self.read_state())) {
                 return Err(e);
             }
-            return Ok(None);
+            return Ok(false);
         }
         // What may wait comes first, before any lock: log space, then the free space check
         // against the header as it is now.
@@ -418,7 +408,7 @@ impl Fs {
             match t.tx.try_lock_changed() {
                 Ok(Some(locks)) => turn = Some((g, locks)),
                 Ok(None) => {}
-                Err(_) => return Ok(None),
+                Err(_) => return Ok(false),
             }
         }
         // The blocks it changes, locked in block order, at the versions it saw.
@@ -426,7 +416,7 @@ impl Fs {
             Some((g, locks)) => (Some(g), locks),
             None => match t.tx.lock_changed() {
                 Ok(locks) => (None, locks),
-                Err(_) => return Ok(None),
+                Err(_) => return Ok(false),
             },
         };
         // Every block it only read: not being published by another commit now, and as it
@@ -434,16 +424,16 @@ impl Fs {
         // Reads through its own locks; none waits.
         let roots = self.hdr(&st).roots();
         if t.tx.read_set_locked() || !t.still_current(roots, t.roots_moved(roots), Some(&locks)) {
-            return Ok(None);
+            return Ok(false);
         }
         if !self.blocks_still_free(&t) {
-            return Ok(None);
+            return Ok(false);
         }
         // Its inodes as it copied them. A copy it does not change may change after this
         // (another commit ordered after it, which does not read what this one writes); one
         // it changes cannot, since its inode item is in a block locked here.
         if !sc.still_valid(&st.inodes.lock_many(sc.inos()), &st.cache, self) {
-            return Ok(None);
+            return Ok(false);
         }
         let dir_changed = sc.changes_a_dir(touched);
         // A commit of leaves alone cannot fail to merge its counters: it copies into its
@@ -458,7 +448,7 @@ impl Fs {
             t.insert_shared(locks, images, &st.hdr, &self.roots_moved)?
         };
         let Some((seq, locks)) = inserted else {
-            return Ok(None);
+            return Ok(false);
         };
         #[cfg(debug_assertions)]
         super::tx::assert_published_keys_routed(
@@ -480,7 +470,7 @@ impl Fs {
         drop(st);
         self.journal.push_if_due()?;
         self.force_if_sync(seq, || dir_changed)?;
-        Ok(Some(seq))
+        Ok(true)
     }
 
     /// Waits for the publish turn (`leaves_only`: for a commit that changes leaves only).
