@@ -40,6 +40,11 @@ impl ChangeCounter {
         }
     }
 
+    /// Whether it was queried since its last bump (the next change must bump it).
+    pub fn is_queried(&self) -> bool {
+        self.0.load(Ordering::Acquire) & QUERIED != 0
+    }
+
     /// The value without marking it observed (to store it).
     pub fn peek(&self) -> u64 {
         self.0.load(Ordering::Acquire) >> 1

@@ -46,6 +46,10 @@ struct OpState {
     /// The attempt has begun a transaction or changed something in memory: a read it still
     /// needs happens in place, since giving up could not undo that.
     changing: bool,
+    /// The attempt has changed what others see outside any transaction (pages, cached
+    /// inodes): it can no longer give up at all, for a second run would find that change
+    /// made and might log nothing.
+    changed_memory: bool,
     /// The checkpoint a sync mount must force before the operation returns.
     force_to: u64,
 }
@@ -57,6 +61,7 @@ thread_local! {
             committed: false,
             read_in_place: false,
             changing: false,
+            changed_memory: false,
             force_to: 0,
         })
     };
@@ -68,6 +73,17 @@ pub(crate) fn changing() {
     OP.with(|o| {
         let mut s = o.get();
         s.changing = true;
+        o.set(s);
+    });
+}
+
+/// The running attempt changes pages or cached inodes outside a transaction: from now on it
+/// waits for log space or a force where it is, as a later transaction of an operation does.
+pub(crate) fn changed_memory() {
+    OP.with(|o| {
+        let mut s = o.get();
+        s.changing = true;
+        s.changed_memory = true;
         o.set(s);
     });
 }
@@ -100,7 +116,7 @@ pub(crate) fn owe_force(seq: u64) -> bool {
 pub(crate) fn may_retry() -> bool {
     OP.with(|o| {
         let s = o.get();
-        s.retrying && !s.committed
+        s.retrying && !s.committed && !s.changed_memory
     })
 }
 
@@ -128,10 +144,15 @@ impl Fs {
                     committed: false,
                     read_in_place: reads >= READ_RETRIES_MAX,
                     changing: false,
+                    changed_memory: false,
                     force_to: o.get().force_to,
                 })
             });
             let r = op();
+            debug_assert!(
+                !matches!(r, Err(FsError::Retry(_))) || !OP.with(Cell::get).changed_memory,
+                "an operation gave up after changing memory outside its transaction"
+            );
             match r {
                 Err(FsError::Retry(Retry::Read(blkno))) => {
                     super::stats::bump(&self.stats.retries_read);
@@ -171,6 +192,7 @@ impl Fs {
                 committed: outer.committed || inner.committed,
                 read_in_place: outer.read_in_place,
                 changing: outer.changing || inner.changing || inner.committed,
+                changed_memory: outer.changed_memory || inner.changed_memory,
                 force_to: if outer.retrying { inner.force_to } else { 0 },
             })
         });

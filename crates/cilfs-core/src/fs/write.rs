@@ -307,7 +307,31 @@ impl Fs {
             return Ok(Err(dropped));
         }
         let caps = self.has_caps(&st, ino)?;
-        let (t, allocated) = if plan.fresh.is_empty() {
+        let now = self.now();
+        let Some(m) = st.inodes.get_mut(&ino) else {
+            return Err(FsError::NotFound);
+        };
+        let hole_blocks = !plan.fresh.is_empty();
+        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
+        let size_changed = end > m.inode.size;
+        let kill = self.privileges_to_kill(cred, &m.inode);
+        // A size change alone is not logged now: like a kernel's i_size it is logged with the
+        // next transaction of the inode, at fsync, at write back or at unmount (the data it
+        // covers is in the page cache anyway). It still counts as a change for the counter.
+        // With lazytime new timestamps wait the same way.
+        let must_log = self.opts.iversion == IversionMode::Eager
+            || (ts_changed && !self.opts.lazytime)
+            || hole_blocks
+            || kill != 0
+            || caps;
+        // Queries take the state lock shared, so none comes between this look and the bump.
+        let log = must_log || m.change.is_queried();
+        // The transaction begins before anything changes: beginning may give up to wait for
+        // log space outside the lock (fs/retry.rs), and an attempt that gave up after it had
+        // changed the pages, the inode and its counter would run again, find nothing left to
+        // log, and return with that change never logged (seen as a change counter that went
+        // back across a clean unmount).
+        let (t, allocated) = if !log {
             (None, 0)
         } else {
             let mut t = self.begin(&st)?;
@@ -316,7 +340,7 @@ impl Fs {
                 Err(e) => return Err(t.fail(e)),
             }
         };
-        super::retry::changing();
+        super::retry::changed_memory();
         // Overwrites of blocks the file owned: into the page cache.
         if let Some(tail) = plan.eof.filter(|t| t.cached) {
             let zeroed = st.cache.zero_from(ino, tail.fb, tail.from);
@@ -348,35 +372,12 @@ impl Fs {
             }
         }
         bump_bytes(&self.stats.data_write_bytes, data.len());
-        let now = self.now();
         let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
-        let hole_blocks = !plan.fresh.is_empty();
-        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
-        let size_changed = end > m.inode.size;
-        let kill = self.privileges_to_kill(cred, &m.inode);
-        // A size change alone is not logged now: like a kernel's i_size it is logged with the
-        // next transaction of the inode, at fsync, at write back or at unmount (the data it
-        // covers is in the page cache anyway). It still counts as a change for the counter.
-        // With lazytime new timestamps wait the same way.
-        let must_log = self.opts.iversion == IversionMode::Eager
-            || (ts_changed && !self.opts.lazytime)
-            || hole_blocks
-            || kill != 0
-            || caps;
-        let log = if must_log {
-            m.change.maybe_increment(true);
-            bump(&self.stats.change_bumps);
-            true
-        } else if m.change.maybe_increment(false) {
-            bump(&self.stats.change_bumps);
-            true
-        } else {
+        let Some(mut t) = t else {
+            debug_assert!(!m.change.is_queried(), "queried under this lock");
             bump(&self.stats.change_bumps_skipped);
-            false
-        };
-        if !log {
             if size_changed {
                 m.inode.size = end;
                 m.unlogged = true;
@@ -388,16 +389,15 @@ impl Fs {
                 m.unlogged = true;
             }
             return Ok(Ok(data.len()));
-        }
+        };
+        let bumped = m.change.maybe_increment(must_log);
+        debug_assert!(bumped, "forced, or queried under this lock");
+        bump(&self.stats.change_bumps);
         m.inode.mtime = now;
         m.inode.ctime = now;
         m.inode.size = m.inode.size.max(end);
         m.inode.blocks += allocated;
         m.inode.mode &= !kill;
-        let mut t = match t {
-            Some(t) => t,
-            None => self.begin(&st)?,
-        };
         if caps {
             if let Err(e) = drop_caps(&mut t, ino) {
                 return Err(t.abort(e));

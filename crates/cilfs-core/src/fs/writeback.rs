@@ -102,7 +102,7 @@ impl Fs {
     fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
         let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
         // Pages taken must be written: no giving up after this.
-        super::retry::changing();
+        super::retry::changed_memory();
         let pages = st.cache.take_dirty(Some(ino));
         let mut runs: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
         let mut v = self.view(st);
