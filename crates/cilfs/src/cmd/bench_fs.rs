@@ -176,11 +176,17 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         if a.querier { " with a querier" } else { "" },
         seconds.map_or("its operations".to_string(), |s| format!("{s} s"))
     );
+    let cpu_before = super::bench::thread_cpu_ns();
+    let worker_ns = AtomicU64::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
         for (t, &(d, f)) in targets.iter().enumerate() {
             let (fs, ops, stop, failed, a) = (&fs, &ops, &stop, &failed, &a);
-            s.spawn(move || {
+            let worker_ns = &worker_ns;
+            // Named, so that their CPU time is told from the journal's threads'.
+            let worker = std::thread::Builder::new().name(format!("bench-worker-{t}"));
+            let spawned = worker.spawn_scoped(s, move || {
+                let cpu_at_start = super::bench::own_cpu_ns();
                 let mut i = 0u64;
                 let block = vec![t as u8; 4096];
                 while !stop.load(Ordering::Relaxed) {
@@ -209,7 +215,14 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
+                // Counted here: a worker is gone by the time the others are looked at.
+                let ran = super::bench::own_cpu_ns().saturating_sub(cpu_at_start);
+                worker_ns.fetch_add(ran, Ordering::Relaxed);
             });
+            if let Err(e) = spawned {
+                *failed.lock() = Some(format!("cannot start a thread: {e}"));
+                stop.store(true, Ordering::Relaxed);
+            }
         }
         if a.querier {
             let (fs, stop, queries, targets) = (&fs, &stop, &queries, &targets);
@@ -228,6 +241,11 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = start.elapsed().as_secs_f64();
+    let mut cpu = super::bench::cpu_s_by_role(&cpu_before, &super::bench::thread_cpu_ns());
+    cpu.insert(
+        "bench-worker".into(),
+        worker_ns.load(Ordering::Relaxed) as f64 / 1e9,
+    );
     if let Some(e) = failed.lock().take() {
         return Err(usage(format!("workload failed: {e}")));
     }
@@ -288,6 +306,9 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "preflush_writes": d(dev.preflush_writes, base_dev.preflush_writes),
         "cil_bytes_max": js.cil_bytes_max,
         "rss_max_bytes": super::bench::rss_max_bytes(),
+        // Where the CPU went: the workload's threads against the journal's (push, iclog
+        // writers, AIL), which take the same cores once every core runs a worker.
+        "cpu_s_by_thread": cpu,
         "lock_waits": locks,
     });
     if a.json {
