@@ -5,6 +5,7 @@ pub mod adaptive;
 pub mod ail;
 pub mod buf;
 pub mod cil;
+pub mod counter;
 pub mod format;
 pub mod fs;
 pub mod geometry;

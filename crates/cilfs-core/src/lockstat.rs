@@ -8,25 +8,9 @@
 //! counter passed its line between the cores on every acquisition, and a create takes some
 //! fifty buffer locks (5-7% of a two-thread create run went to that counter alone).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::counter::{shard, Padded, SHARDS};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// Cache lines the acquisition count is spread over.
-const SHARDS: usize = 16;
-
-/// One counter on a cache line of its own.
-#[derive(Debug)]
-#[repr(align(128))]
-struct Padded(AtomicU64);
-
-/// The shard of the calling thread: threads take them in turn as they first count.
-fn shard() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;
-    }
-    SHARD.with(|s| *s)
-}
 
 /// The counters of one lock.
 #[derive(Debug)]

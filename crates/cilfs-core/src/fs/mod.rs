@@ -423,9 +423,7 @@ impl Fs {
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         *h = hdr;
-        self.stats
-            .transactions
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.stats.transactions.add(1);
         Ok(seq)
     }
 
@@ -602,9 +600,7 @@ pub(crate) fn log_inode(
     m.inode.change = m.change.peek();
     t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
     m.unlogged = false;
-    stats
-        .inode_logs
-        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    stats.inode_logs.add(1);
     Ok(())
 }
 

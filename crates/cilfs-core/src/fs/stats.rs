@@ -1,37 +1,37 @@
 //! Filesystem counters (what `cilfs stat` and `cilfs bench fs` report).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::counter::Counter;
 
 #[derive(Debug, Default)]
 pub struct FsCounters {
-    pub operations: AtomicU64,
-    pub transactions: AtomicU64,
+    pub operations: Counter,
+    pub transactions: Counter,
     /// Inode items logged (each logs the inode's leaf).
-    pub inode_logs: AtomicU64,
-    pub change_bumps: AtomicU64,
+    pub inode_logs: Counter,
+    pub change_bumps: Counter,
     /// Changes that did not bump the counter because nobody had queried it.
-    pub change_bumps_skipped: AtomicU64,
-    pub change_queries: AtomicU64,
-    pub data_read_bytes: AtomicU64,
-    pub data_write_bytes: AtomicU64,
-    pub fsyncs: AtomicU64,
-    pub orphans_reclaimed: AtomicU64,
+    pub change_bumps_skipped: Counter,
+    pub change_queries: Counter,
+    pub data_read_bytes: Counter,
+    pub data_write_bytes: Counter,
+    pub fsyncs: Counter,
+    pub orphans_reclaimed: Counter,
     /// Size changes kept in memory until the inode's next log (not logged by the write).
-    pub deferred_size_updates: AtomicU64,
+    pub deferred_size_updates: Counter,
     /// atimes moved by reads and readdir (logged, or kept in memory with lazytime).
-    pub atime_updates: AtomicU64,
+    pub atime_updates: Counter,
     /// Operations run again after waiting for log space, or after a log force, outside the
     /// filesystem lock (fs/retry.rs).
-    pub retries_log_space: AtomicU64,
-    pub retries_force: AtomicU64,
-    pub retries_read: AtomicU64,
+    pub retries_log_space: Counter,
+    pub retries_force: Counter,
+    pub retries_read: Counter,
     /// Optimistic runs that found what they read changed and ran again (`shared_tx.rs`).
-    pub conflicts: AtomicU64,
+    pub conflicts: Counter,
     /// Optimistic commits published under the shared state lock (`shared_tx.rs`).
-    pub shared_publishes: AtomicU64,
+    pub shared_publishes: Counter,
     /// Readers run again after a commit beside them changed the tree's shape (`ReadView`).
-    pub retries_reshaped: AtomicU64,
-    pub deferred_sync_forces: AtomicU64,
+    pub retries_reshaped: Counter,
+    pub deferred_sync_forces: Counter,
 }
 
 /// A snapshot of the counters.
@@ -63,7 +63,7 @@ pub struct FsStats {
 
 impl FsCounters {
     pub fn snapshot(&self) -> FsStats {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let g = Counter::get;
         FsStats {
             operations: g(&self.operations),
             transactions: g(&self.transactions),
@@ -89,13 +89,13 @@ impl FsCounters {
     }
 }
 
-pub(crate) fn bump(a: &AtomicU64) {
-    a.fetch_add(1, Ordering::Relaxed);
+pub(crate) fn bump(a: &Counter) {
+    a.add(1);
 }
 
 /// Adds a byte count to a counter.
-pub(crate) fn bump_bytes(a: &AtomicU64, n: usize) {
-    a.fetch_add(n as u64, Ordering::Relaxed);
+pub(crate) fn bump_bytes(a: &Counter, n: usize) {
+    a.add(n as u64);
 }
 
 impl super::Fs {

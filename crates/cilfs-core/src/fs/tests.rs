@@ -512,7 +512,7 @@ fn a_write_that_waits_for_log_space_logs_its_change() {
         // inode's alone.
         let writer = s.spawn(|| fs.write(U, f, 0, &[2u8; 100]));
         let started = Instant::now();
-        while fs.stats.retries_log_space.load(Ordering::Relaxed) == 0 {
+        while fs.stats.retries_log_space.get() == 0 {
             if started.elapsed() > Duration::from_secs(30) {
                 held.clear();
                 panic!("the write never gave up to wait for log space");
@@ -1893,9 +1893,7 @@ fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
         // On a failure the held space goes back first, so the blocked threads end and the
         // scope can report the panic instead of hanging. An optimistic create waits for its
         // space with no lock held, in the grant queue; others give up their lock to wait.
-        while fs.stats.retries_log_space.load(Ordering::Relaxed) == 0
-            && j.grant.read(|g| g.waiting()) == 0
-        {
+        while fs.stats.retries_log_space.get() == 0 && j.grant.read(|g| g.waiting()) == 0 {
             if started.elapsed() > Duration::from_secs(30) {
                 held.clear();
                 panic!("the create never gave up the filesystem lock to wait for log space");
