@@ -614,3 +614,101 @@ fn links_beside_creates_and_unlinks_keep_every_name_and_count() {
     assert_eq!(names(&fs, d).len(), 10 + 200 + 150);
     assert_clean(&fs);
 }
+
+/// Overwrites of blocks a file owns that log nothing (the counter not queried, the clock
+/// still) run under the shared state lock: threads each overwriting a file of their own never
+/// take it exclusively, and every byte each wrote last is there, live and after a remount.
+#[test]
+fn overwrites_of_different_files_share_the_state_lock_and_keep_every_byte() {
+    let (clock, dev, fs, d) = fresh_with(1711, b"d");
+    let files = files_in(&fs, d, THREADS);
+    for &f in &files {
+        fs.write(U, f, 0, &vec![0u8; 3 * 4096]).unwrap();
+    }
+    fs.sync().unwrap();
+    let exclusive = || fs.lock_waits()[2].acquired;
+    let before = exclusive();
+    std::thread::scope(|s| {
+        for (t, &f) in files.iter().enumerate() {
+            let fs = &fs;
+            s.spawn(move || {
+                for i in 0..2000u64 {
+                    // Inside one block, across two, and at the file's end (no size change).
+                    let off = (i * 997 + t as u64 * 131) % (3 * 4096 - 8);
+                    fs.write(U, f, off, &[(i % 251) as u8 + 1; 8]).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(exclusive(), before, "an overwrite took the exclusive lock");
+    let expect = |t: usize| {
+        let mut v = vec![0u8; 3 * 4096];
+        for i in 0..2000u64 {
+            let off = ((i * 997 + t as u64 * 131) % (3 * 4096 - 8)) as usize;
+            v[off..off + 8].fill((i % 251) as u8 + 1);
+        }
+        v
+    };
+    for (t, &f) in files.iter().enumerate() {
+        assert_eq!(fs.read(f, 0, 3 * 4096).unwrap(), expect(t), "file {t}");
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = super::tests::mount(&dev, opts(&clock));
+    for (t, &f) in files.iter().enumerate() {
+        assert_eq!(
+            fs.read(f, 0, 3 * 4096).unwrap(),
+            expect(t),
+            "file {t} after a remount"
+        );
+    }
+    assert_clean(&fs);
+}
+
+/// An overwrite that logs nothing holds its inode's cache shard from its look at the change
+/// counter to its last page: a query (which takes that shard) sees the write whole or not at
+/// all. Were the shard let go in between, a query could mark the counter and return its value
+/// while the old contents still stood, and the write would then change them unbumped: a
+/// client caching that value with the old contents would never see it change. Checked at the
+/// point where the write puts its pages (a hook), and by the counter after a query.
+#[test]
+fn an_unlogged_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let (_clock, _dev, fs, d) = fresh_with(1713, b"d");
+    let f = files_in(&fs, d, 1)[0];
+    fs.write(U, f, 0, &[0u8; 4096]).unwrap();
+    let puts = Rc::new(Cell::new(0));
+    let fs2 = Arc::clone(&fs);
+    let seen = Rc::clone(&puts);
+    super::write::BEFORE_PUTS.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |ino| {
+            let st = fs2.state.read_recursive();
+            assert!(
+                st.inodes.is_locked(ino),
+                "a query could come between the write's look at the counter and its pages"
+            );
+            seen.set(seen.get() + 1);
+        }))
+    });
+    fs.write(U, f, 10, b"unlogged").unwrap();
+    assert_eq!(puts.get(), 1, "the overwrite did not take the shared path");
+    // Queried: the next overwrite logs and bumps (the exclusive path), the one after that
+    // is back on the shared path.
+    let v = fs.change_attr(f).unwrap();
+    fs.write(U, f, 20, b"logged").unwrap();
+    assert_eq!(
+        puts.get(),
+        1,
+        "a queried counter's write took the shared path"
+    );
+    fs.write(U, f, 30, b"unlogged").unwrap();
+    assert_eq!(puts.get(), 2);
+    assert_eq!(
+        fs.change_attr(f).unwrap(),
+        v + 1,
+        "bumped once, by the logged write"
+    );
+    super::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
+    assert_clean(&fs);
+}

@@ -100,6 +100,12 @@ impl InodeCache {
         self.waits.acquire(|| m.try_lock(), || m.lock())
     }
 
+    /// Tests: whether `ino`'s shard is held now (by anyone, this thread included).
+    #[cfg(test)]
+    pub fn is_locked(&self, ino: u64) -> bool {
+        self.shards[shard_of(ino)].is_locked()
+    }
+
     /// The shards of every inode in `inos`, locked in shard order.
     pub fn lock_many(&self, inos: impl IntoIterator<Item = u64>) -> ShardGuards<'_> {
         let mut idx: Vec<usize> = inos.into_iter().map(shard_of).collect();

@@ -370,6 +370,7 @@ impl Fs {
             self.publish_waits.snapshot(),
             self.hdr_waits.snapshot(),
             self.read_state().inodes.waits.snapshot(),
+            self.read_state().cache.waits.snapshot(),
             self.journal.buf_waits.snapshot(),
             self.journal.cil_waits.snapshot(),
         ]

@@ -6,8 +6,25 @@
 //! commits (ordered mode), so they never wait in memory behind a committed mapping. Pages of
 //! blocks a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
 //! nothing is ever written into a block after it changed hands.
+//!
+//! The pages are in shards by inode, each behind a lock of its own (issue 17): writers of
+//! different files put their pages side by side under the state lock taken shared. One inode's
+//! pages are all in one shard, so a write sees and changes its pages under one hold of one
+//! lock (`PageCache::lock`). The shard lock is a leaf: nothing else is taken under it, and
+//! no IO happens under it.
 
+use crate::lockstat::LockWaits;
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Shards: enough that the threads of a machine seldom meet in one.
+const SHARDS: usize = 64;
+
+/// The shard of `ino` (a multiplicative hash: one directory's consecutive numbers spread).
+fn shard_of(ino: u64) -> usize {
+    (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
+}
 
 #[derive(Debug)]
 struct Page {
@@ -15,30 +32,39 @@ struct Page {
     dirty: bool,
 }
 
+#[derive(Debug, Default)]
+struct Shard {
+    pages: BTreeMap<(u64, u64), Page>,
+}
+
 #[derive(Debug)]
 pub struct PageCache {
-    pages: BTreeMap<(u64, u64), Page>,
-    dirty: usize,
+    shards: Box<[Mutex<Shard>]>,
+    /// Dirty pages in all shards (changed under the shard's lock).
+    dirty: AtomicUsize,
+    /// Pages in all shards (changed under the shard's lock).
+    pages: AtomicUsize,
     /// Clean pages beyond this are dropped.
     max_pages: usize,
     /// Dirty pages beyond this make the writer write everything back.
     pub dirty_limit: usize,
+    pub(crate) waits: LockWaits,
 }
 
-impl PageCache {
-    pub fn new(max_bytes: u64, block_size: u32) -> Self {
-        let max_pages = (max_bytes / u64::from(block_size)).max(64) as usize;
-        PageCache {
-            pages: BTreeMap::new(),
-            dirty: 0,
-            max_pages,
-            dirty_limit: max_pages / 2,
-        }
-    }
+/// One inode's pages, its shard locked: what a write reads and changes in one hold.
+#[derive(Debug)]
+pub struct InodePages<'a> {
+    cache: &'a PageCache,
+    shard: MutexGuard<'a, Shard>,
+    ino: u64,
+    /// Pages this hold added: the cache may be over its limit once the lock is let go.
+    added: bool,
+}
 
-    /// Copies the cached page of (ino, fb) into `out`; false if it is not cached.
-    pub fn read(&self, ino: u64, fb: u64, out: &mut [u8]) -> bool {
-        match self.pages.get(&(ino, fb)) {
+impl InodePages<'_> {
+    /// Copies the cached page `fb` into `out`; false if it is not cached.
+    pub fn read(&self, fb: u64, out: &mut [u8]) -> bool {
+        match self.shard.pages.get(&(self.ino, fb)) {
             Some(p) => {
                 out.copy_from_slice(&p.data);
                 true
@@ -47,117 +73,185 @@ impl PageCache {
         }
     }
 
-    pub fn contains(&self, ino: u64, fb: u64) -> bool {
-        self.pages.contains_key(&(ino, fb))
+    pub fn contains(&self, fb: u64) -> bool {
+        self.shard.pages.contains_key(&(self.ino, fb))
     }
 
-    /// Whether any page of `ino` is cached.
-    pub fn has_pages(&self, ino: u64) -> bool {
-        self.pages
-            .range((ino, 0)..=(ino, u64::MAX))
-            .next()
-            .is_some()
-    }
-
-    /// Stores a whole block as the newest contents of (ino, fb), dirty.
-    pub fn put_dirty(&mut self, ino: u64, fb: u64, block: &[u8]) {
-        match self.pages.get_mut(&(ino, fb)) {
+    /// Stores a whole block as the newest contents of page `fb`, dirty.
+    pub fn put_dirty(&mut self, fb: u64, block: &[u8]) {
+        let ino = self.ino;
+        match self.shard.pages.get_mut(&(ino, fb)) {
             Some(p) => {
                 p.data.copy_from_slice(block);
                 if !p.dirty {
                     p.dirty = true;
-                    self.dirty += 1;
+                    self.cache.dirty.fetch_add(1, Ordering::Relaxed);
                 }
             }
             None => {
-                self.pages.insert(
+                self.shard.pages.insert(
                     (ino, fb),
                     Page {
                         data: block.into(),
                         dirty: true,
                     },
                 );
-                self.dirty += 1;
-                self.trim();
+                self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                self.cache.pages.fetch_add(1, Ordering::Relaxed);
+                self.added = true;
             }
         }
     }
 
-    /// Zeroes (ino, fb) from byte `from` on, if cached (marking it dirty).
-    pub fn zero_from(&mut self, ino: u64, fb: u64, from: usize) -> bool {
-        let Some(p) = self.pages.get_mut(&(ino, fb)) else {
+    /// Zeroes page `fb` from byte `from` on, if cached (marking it dirty).
+    pub fn zero_from(&mut self, fb: u64, from: usize) -> bool {
+        let Some(p) = self.shard.pages.get_mut(&(self.ino, fb)) else {
             return false;
         };
         p.data[from..].fill(0);
         if !p.dirty {
             p.dirty = true;
-            self.dirty += 1;
+            self.cache.dirty.fetch_add(1, Ordering::Relaxed);
         }
         true
     }
+}
 
-    /// Dirty pages of `ino` (or of every inode), marked clean: the caller writes them back.
-    pub fn take_dirty(&mut self, ino: Option<u64>) -> Vec<(u64, u64, Box<[u8]>)> {
-        let range = match ino {
-            Some(i) => (i, 0)..=(i, u64::MAX),
-            None => (0, 0)..=(u64::MAX, u64::MAX),
-        };
+impl Drop for InodePages<'_> {
+    fn drop(&mut self) {
+        if self.added && self.cache.pages.load(Ordering::Relaxed) > self.cache.max_pages {
+            // Trimmed here, under this shard's lock, so no page this hold still needed (an
+            // edge of the write, read after the puts) was dropped under it.
+            self.cache.trim_shard(&mut self.shard);
+        }
+    }
+}
+
+impl PageCache {
+    pub fn new(max_bytes: u64, block_size: u32) -> Self {
+        let max_pages = (max_bytes / u64::from(block_size)).max(64) as usize;
+        PageCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            dirty: AtomicUsize::new(0),
+            pages: AtomicUsize::new(0),
+            max_pages,
+            dirty_limit: max_pages / 2,
+            waits: LockWaits::new("page cache"),
+        }
+    }
+
+    fn shard(&self, ino: u64) -> MutexGuard<'_, Shard> {
+        let m = &self.shards[shard_of(ino)];
+        self.waits.acquire(|| m.try_lock(), || m.lock())
+    }
+
+    /// `ino`'s pages, its shard locked until the result is dropped.
+    pub fn lock(&self, ino: u64) -> InodePages<'_> {
+        InodePages {
+            cache: self,
+            shard: self.shard(ino),
+            ino,
+            added: false,
+        }
+    }
+
+    /// Copies the cached page of (ino, fb) into `out`; false if it is not cached.
+    pub fn read(&self, ino: u64, fb: u64, out: &mut [u8]) -> bool {
+        self.lock(ino).read(fb, out)
+    }
+
+    pub fn contains(&self, ino: u64, fb: u64) -> bool {
+        self.lock(ino).contains(fb)
+    }
+
+    /// Whether any page of `ino` is cached.
+    pub fn has_pages(&self, ino: u64) -> bool {
+        self.shard(ino)
+            .pages
+            .range((ino, 0)..=(ino, u64::MAX))
+            .next()
+            .is_some()
+    }
+
+    /// Stores a whole block as the newest contents of (ino, fb), dirty.
+    pub fn put_dirty(&self, ino: u64, fb: u64, block: &[u8]) {
+        self.lock(ino).put_dirty(fb, block);
+    }
+
+    /// Zeroes (ino, fb) from byte `from` on, if cached (marking it dirty).
+    pub fn zero_from(&self, ino: u64, fb: u64, from: usize) -> bool {
+        self.lock(ino).zero_from(fb, from)
+    }
+
+    /// Dirty pages of `ino`, marked clean: the caller writes them back.
+    pub fn take_dirty(&self, ino: u64) -> Vec<(u64, u64, Box<[u8]>)> {
+        let mut shard = self.shard(ino);
         let mut out = Vec::new();
-        for (&(i, fb), p) in self.pages.range_mut(range) {
+        for (&(i, fb), p) in shard.pages.range_mut((ino, 0)..=(ino, u64::MAX)) {
             if p.dirty {
                 p.dirty = false;
                 out.push((i, fb, p.data.clone()));
             }
         }
-        self.dirty -= out.len();
+        self.dirty.fetch_sub(out.len(), Ordering::Relaxed);
         out
     }
 
     /// Inodes with dirty pages, in order.
     pub fn dirty_inodes(&self) -> Vec<u64> {
         let mut out: Vec<u64> = Vec::new();
-        for (&(i, _), p) in &self.pages {
-            if p.dirty && out.last() != Some(&i) {
-                out.push(i);
+        for s in self.shards.iter() {
+            let shard = self.waits.acquire(|| s.try_lock(), || s.lock());
+            for (&(i, _), p) in &shard.pages {
+                if p.dirty && out.last() != Some(&i) {
+                    out.push(i);
+                }
             }
         }
+        out.sort_unstable();
+        out.dedup();
         out
     }
 
     /// Forgets the pages of `ino` for file blocks `[from, to)`, dirty or not.
-    pub fn drop_range(&mut self, ino: u64, from: u64, to: u64) {
+    pub fn drop_range(&self, ino: u64, from: u64, to: u64) {
         if from >= to {
             return;
         }
-        let keys: Vec<(u64, u64)> = self
+        let mut shard = self.shard(ino);
+        let keys: Vec<(u64, u64)> = shard
             .pages
             .range((ino, from)..(ino, to))
             .map(|(k, _)| *k)
             .collect();
         for k in keys {
-            if let Some(p) = self.pages.remove(&k) {
+            if let Some(p) = shard.pages.remove(&k) {
+                self.pages.fetch_sub(1, Ordering::Relaxed);
                 if p.dirty {
-                    self.dirty -= 1;
+                    self.dirty.fetch_sub(1, Ordering::Relaxed);
                 }
             }
         }
     }
 
     pub fn dirty_pages(&self) -> usize {
-        self.dirty
+        self.dirty.load(Ordering::Relaxed)
     }
 
     pub fn pages(&self) -> usize {
-        self.pages.len()
+        self.pages.load(Ordering::Relaxed)
     }
 
-    /// Drops clean pages while over the limit.
-    fn trim(&mut self) {
-        if self.pages.len() <= self.max_pages {
+    /// Drops clean pages of one shard, while the cache is over its limit, down to 7/8 of it
+    /// (one file's pages all sit in one shard, so a shard has no share of its own). A shard
+    /// of dirty pages drops nothing: write back (`over_dirty_limit`) makes them clean.
+    fn trim_shard(&self, shard: &mut Shard) {
+        let target = self.max_pages / 8 * 7;
+        let excess = self.pages.load(Ordering::Relaxed).saturating_sub(target);
+        if excess == 0 {
             return;
         }
-        let excess = self.pages.len() - self.max_pages / 8 * 7;
-        let victims: Vec<(u64, u64)> = self
+        let victims: Vec<(u64, u64)> = shard
             .pages
             .iter()
             .filter(|(_, p)| !p.dirty)
@@ -165,7 +259,8 @@ impl PageCache {
             .take(excess)
             .collect();
         for k in victims {
-            self.pages.remove(&k);
+            shard.pages.remove(&k);
+            self.pages.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -176,20 +271,50 @@ mod tests {
 
     #[test]
     fn dirty_tracking_and_ranges() {
-        let mut c = PageCache::new(1 << 20, 4096);
+        let c = PageCache::new(1 << 20, 4096);
         c.put_dirty(1, 0, &[1u8; 4096]);
         c.put_dirty(1, 5, &[2u8; 4096]);
         c.put_dirty(2, 0, &[3u8; 4096]);
         assert_eq!(c.dirty_pages(), 3);
+        assert_eq!(c.dirty_inodes(), [1, 2]);
         let mut b = [0u8; 4096];
         assert!(c.read(1, 5, &mut b) && b[0] == 2);
-        let d = c.take_dirty(Some(1));
+        let d = c.take_dirty(1);
         assert_eq!(d.len(), 2);
         assert_eq!(c.dirty_pages(), 1);
+        assert_eq!(c.dirty_inodes(), [2]);
         c.drop_range(1, 0, 10);
         assert!(!c.contains(1, 5));
+        assert!(!c.has_pages(1));
+        assert_eq!(c.pages(), 1);
         assert!(c.zero_from(2, 0, 10));
-        assert_eq!(c.take_dirty(None).len(), 1);
+        assert_eq!(c.take_dirty(2).len(), 1);
         assert_eq!(c.dirty_pages(), 0);
+    }
+
+    /// Over its limit the cache drops clean pages of the shard a write added to, never dirty
+    /// ones, and never one the write's hold can still see.
+    #[test]
+    fn trimming_drops_clean_pages_only_and_waits_for_the_hold() {
+        let c = PageCache::new(64 * 4096, 4096);
+        for fb in 0..64 {
+            c.put_dirty(7, fb, &[1u8; 4096]);
+        }
+        assert_eq!(c.take_dirty(7).len(), 64);
+        {
+            let mut p = c.lock(7);
+            for fb in 64..80 {
+                p.put_dirty(fb, &[2u8; 4096]);
+            }
+            // Still under the hold: nothing dropped yet, the first page readable.
+            let mut b = [0u8; 4096];
+            assert!(p.read(0, &mut b) && b[0] == 1);
+            assert_eq!(c.pages(), 80);
+        }
+        assert_eq!(c.pages(), 64 / 8 * 7);
+        assert_eq!(c.dirty_pages(), 16);
+        for fb in 64..80 {
+            assert!(c.contains(7, fb), "dirty page {fb} dropped");
+        }
     }
 }

@@ -20,11 +20,13 @@
 
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, max_file_size, Extent};
+use super::inode::Timespec;
 use super::iolock::IoMode;
+use super::pagecache::InodePages;
 use super::setid::drop_caps;
 use super::stats::{bump, bump_bytes};
 use super::types::{Cred, Reserve};
-use super::{log_inode, Fs, IversionMode};
+use super::{log_inode, Fs, FsState, InodeMem, IversionMode};
 use cilfs_device::AlignedBuf;
 
 /// A partial block at an edge of the write that the file owns below its old size: its old
@@ -104,7 +106,10 @@ impl Fs {
         if self.over_dirty_limit() {
             self.writeback_pressure(ino)?;
         }
-        let mut plan = self.retrying(|| self.plan_write(ino, off, end))?;
+        let mut plan = self.retrying(|| match self.plan_overwrite(ino, off, end)? {
+            Some(p) => Ok(p),
+            None => self.plan_write(ino, off, end),
+        })?;
         let r = self.stage_and_commit(cred, &mut plan, data);
         self.unreserve(&plan.fresh);
         if r.is_ok() && !plan.spec.is_empty() {
@@ -138,6 +143,85 @@ impl Fs {
                 }
             }
         }
+    }
+
+    /// Step 1 for an overwrite of blocks the file owns, under the state lock taken shared
+    /// (the inode's IO lock, held exclusively, keeps its mapping still). None: the range has
+    /// holes, or the inode is not in memory; `plan_write` plans it.
+    fn plan_overwrite(&self, ino: u64, off: u64, end: u64) -> FsResult<Option<Plan>> {
+        let bs = u64::from(self.bs);
+        let st = self.read_state();
+        let (old_size, project) = match st.inodes.lock(ino).get(&ino) {
+            Some(m) if m.inode.is_dir() => return Err(FsError::IsDir),
+            Some(m) => (m.inode.size, m.inode.project),
+            None => return Ok(None),
+        };
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
+        if hole_blocks > 0 {
+            return Ok(None);
+        }
+        let (edges, eof) = self.edges_of(&st, ino, off, end, old_size, &exts)?;
+        Ok(Some(Plan {
+            ino,
+            project,
+            off,
+            old_size,
+            first,
+            last,
+            exts,
+            fresh: Vec::new(),
+            spec: Vec::new(),
+            edges,
+            eof,
+        }))
+    }
+
+    /// The partial blocks at the edges of a write of `[off, end)` that the file owns below its
+    /// old size, and its old last block when the write starts past it.
+    fn edges_of(
+        &self,
+        st: &FsState,
+        ino: u64,
+        off: u64,
+        end: u64,
+        old_size: u64,
+        exts: &[Extent],
+    ) -> FsResult<(Vec<Edge>, Option<EofTail>)> {
+        let bs = u64::from(self.bs);
+        let (first, last) = (off / bs, (end - 1) / bs);
+        let mut edges = Vec::new();
+        for fb in [first, last] {
+            let partial = (fb == first && off % bs != 0) || (fb == last && end % bs != 0);
+            if !partial || fb * bs >= old_size || edges.iter().any(|e: &Edge| e.fb == fb) {
+                continue;
+            }
+            if let Some(e) = exts.iter().find(|e| fb >= e.file && fb < e.end()) {
+                edges.push(Edge {
+                    fb,
+                    disk: e.disk + (fb - e.file),
+                    cached: st.cache.contains(ino, fb),
+                });
+            }
+        }
+        // The old last block, when the write starts past it: zeroed from EOF (a write starting
+        // inside it zeroes that part itself, as an edge).
+        let eof = if old_size % bs != 0 && off > old_size && off / bs != old_size / bs {
+            let fb = old_size / bs;
+            let mut v = self.view(st);
+            extents_in(&mut v, ino, fb, fb + 1)?
+                .first()
+                .map(|e| EofTail {
+                    fb,
+                    disk: e.disk + (fb - e.file),
+                    from: (old_size % bs) as usize,
+                    cached: st.cache.contains(ino, fb),
+                })
+        } else {
+            None
+        };
+        Ok((edges, eof))
     }
 
     /// Step 1.
@@ -176,36 +260,7 @@ impl Fs {
         } else {
             0
         };
-        let mut edges = Vec::new();
-        for fb in [first, last] {
-            let partial = (fb == first && off % bs != 0) || (fb == last && end % bs != 0);
-            if !partial || fb * bs >= old_size || edges.iter().any(|e: &Edge| e.fb == fb) {
-                continue;
-            }
-            if let Some(e) = exts.iter().find(|e| fb >= e.file && fb < e.end()) {
-                edges.push(Edge {
-                    fb,
-                    disk: e.disk + (fb - e.file),
-                    cached: st.cache.contains(ino, fb),
-                });
-            }
-        }
-        // The old last block, when the write starts past it: zeroed from EOF (a write starting
-        // inside it zeroes that part itself, as an edge).
-        let eof = if old_size % bs != 0 && off > old_size && off / bs != old_size / bs {
-            let fb = old_size / bs;
-            let mut v = self.view(&st);
-            extents_in(&mut v, ino, fb, fb + 1)?
-                .first()
-                .map(|e| EofTail {
-                    fb,
-                    disk: e.disk + (fb - e.file),
-                    from: (old_size % bs) as usize,
-                    cached: st.cache.contains(ino, fb),
-                })
-        } else {
-            None
-        };
+        let (edges, eof) = self.edges_of(&st, ino, off, end, old_size, &exts)?;
         let fresh = if hole_blocks > 0 {
             let end_fb = last + 1 + prealloc;
             let all = if prealloc > 0 {
@@ -286,52 +341,95 @@ impl Fs {
         staged: &Staged,
         data: &[u8],
     ) -> FsResult<Result<usize, Vec<u64>>> {
+        if plan.fresh.is_empty() {
+            if let Some(r) = self.commit_overwrite(cred, plan, staged, data)? {
+                return Ok(r);
+            }
+        }
+        self.commit_write_exclusive(cred, plan, staged, data)
+    }
+
+    /// Step 3 for an overwrite that logs nothing (most writes: the counter not queried, the
+    /// timestamps within their granularity or lazytime): pages and the inode in memory change
+    /// under the state lock taken shared, with the inode's cache shard and its page cache shard
+    /// held, so writers of different files run side by side. None: the write must log (or its
+    /// inode is not in memory), and takes the exclusive path; nothing changed.
+    ///
+    /// A query of the change counter takes the inode's shard lock, held here from the look at
+    /// the counter to the last page put: a query sees the write whole or not at all, so a value
+    /// it returns is never paired with contents the counter does not cover.
+    fn commit_overwrite(
+        &self,
+        cred: Cred,
+        plan: &Plan,
+        staged: &Staged,
+        data: &[u8],
+    ) -> FsResult<Option<Result<usize, Vec<u64>>>> {
         let ino = plan.ino;
-        let bs = u64::from(self.bs);
-        let bsz = self.bs as usize;
+        let st = self.read_state();
+        // Looked up before any shard is locked: it may read tree blocks. A capability is only
+        // set under the exclusive lock, which this shared hold keeps out.
+        let caps = self.has_caps(&st, ino)?;
+        let mut inodes = st.inodes.lock(ino);
+        let Some(m) = inodes.get_mut(&ino) else {
+            return Ok(None);
+        };
+        let mut pages = st.cache.lock(ino);
+        let dropped = dropped_pages(plan, &pages);
+        if !dropped.is_empty() {
+            return Ok(Some(Err(dropped)));
+        }
+        let now = self.now();
+        let d = self.write_logging(cred, m, plan, data, caps, now);
+        if d.log {
+            return Ok(None);
+        }
+        let blocks = self.write_blocks(plan, staged, data, &pages)?;
+        #[cfg(test)]
+        BEFORE_PUTS.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f(ino);
+            }
+        });
+        super::retry::changed_memory();
+        put_blocks(&mut pages, plan, blocks);
+        drop(pages);
+        bump_bytes(&self.stats.data_write_bytes, data.len());
+        self.defer_inode_update(m, &d, plan.off + data.len() as u64, now);
+        Ok(Some(Ok(data.len())))
+    }
+
+    /// Step 3 under the exclusive state lock: a write that maps new blocks, or logs its inode.
+    fn commit_write_exclusive(
+        &self,
+        cred: Cred,
+        plan: &Plan,
+        staged: &Staged,
+        data: &[u8],
+    ) -> FsResult<Result<usize, Vec<u64>>> {
+        let ino = plan.ino;
         let end = plan.off + data.len() as u64;
         let mut st = self.write_state();
         self.load(&mut st, ino)?;
-        let dropped: Vec<u64> = plan
-            .edges
-            .iter()
-            .filter(|e| e.cached && !st.cache.contains(ino, e.fb))
-            .map(|e| e.fb)
-            .chain(
-                plan.eof
-                    .filter(|t| t.cached && !st.cache.contains(ino, t.fb))
-                    .map(|t| t.fb),
-            )
-            .collect();
-        if !dropped.is_empty() {
-            return Ok(Err(dropped));
+        {
+            let pages = st.cache.lock(ino);
+            let dropped = dropped_pages(plan, &pages);
+            if !dropped.is_empty() {
+                return Ok(Err(dropped));
+            }
         }
         let caps = self.has_caps(&st, ino)?;
         let now = self.now();
         let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
-        let hole_blocks = !plan.fresh.is_empty();
-        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
-        let size_changed = end > m.inode.size;
-        let kill = self.privileges_to_kill(cred, &m.inode);
-        // A size change alone is not logged now: like a kernel's i_size it is logged with the
-        // next transaction of the inode, at fsync, at write back or at unmount (the data it
-        // covers is in the page cache anyway). It still counts as a change for the counter.
-        // With lazytime new timestamps wait the same way.
-        let must_log = self.opts.iversion == IversionMode::Eager
-            || (ts_changed && !self.opts.lazytime)
-            || hole_blocks
-            || kill != 0
-            || caps;
-        // Queries take the state lock shared, so none comes between this look and the bump.
-        let log = must_log || m.change.is_queried();
+        let d = self.write_logging(cred, m, plan, data, caps, now);
         // The transaction begins before anything changes: beginning may give up to wait for
         // log space outside the lock (fs/retry.rs), and an attempt that gave up after it had
         // changed the pages, the inode and its counter would run again, find nothing left to
         // log, and return with that change never logged (seen as a change counter that went
         // back across a clean unmount).
-        let (t, allocated) = if !log {
+        let (mut t, allocated) = if !d.log {
             (None, 0)
         } else {
             let mut t = self.begin(&st)?;
@@ -340,64 +438,37 @@ impl Fs {
                 Err(e) => return Err(t.fail(e)),
             }
         };
-        super::retry::changed_memory();
-        // Overwrites of blocks the file owned: into the page cache.
-        if let Some(tail) = plan.eof.filter(|t| t.cached) {
-            let zeroed = st.cache.zero_from(ino, tail.fb, tail.from);
-            debug_assert!(zeroed, "the old last block left the cache under the lock");
-        }
-        let mut block = vec![0u8; bsz];
-        for e in &plan.exts {
-            for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
-                block.fill(0);
-                if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
-                    if !st.cache.read(ino, fb, &mut block) {
-                        let Some((_, b)) = staged.edges.iter().find(|(f, _)| *f == edge.fb) else {
-                            // Planned as cached and checked above under this lock.
-                            return Err(FsError::corrupt(
-                                edge.disk,
-                                format!("inode {ino}: block {fb} neither cached nor read"),
-                            ));
-                        };
-                        block.copy_from_slice(b);
-                    }
-                    // Past EOF must read as zeros even if an old write left bytes there.
-                    let eof_in_block = plan.old_size.saturating_sub(fb * bs);
-                    if eof_in_block < bs {
-                        block[eof_in_block as usize..].fill(0);
-                    }
+        {
+            let mut pages = st.cache.lock(ino);
+            let blocks = match self.write_blocks(plan, staged, data, &pages) {
+                Ok(b) => b,
+                Err(e) => {
+                    drop(pages);
+                    return Err(match t.take() {
+                        Some(t) => t.fail(e),
+                        None => e,
+                    });
                 }
-                copy_overlap(&mut block, fb * bs, plan.off, data);
-                st.cache.put_dirty(ino, fb, &block);
-            }
+            };
+            super::retry::changed_memory();
+            put_blocks(&mut pages, plan, blocks);
         }
         bump_bytes(&self.stats.data_write_bytes, data.len());
         let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
         let Some(mut t) = t else {
-            debug_assert!(!m.change.is_queried(), "queried under this lock");
-            bump(&self.stats.change_bumps_skipped);
-            if size_changed {
-                m.inode.size = end;
-                m.unlogged = true;
-                bump(&self.stats.deferred_size_updates);
-            }
-            if ts_changed {
-                m.inode.mtime = now;
-                m.inode.ctime = now;
-                m.unlogged = true;
-            }
+            self.defer_inode_update(m, &d, end, now);
             return Ok(Ok(data.len()));
         };
-        let bumped = m.change.maybe_increment(must_log);
+        let bumped = m.change.maybe_increment(d.must_log);
         debug_assert!(bumped, "forced, or queried under this lock");
         bump(&self.stats.change_bumps);
         m.inode.mtime = now;
         m.inode.ctime = now;
         m.inode.size = m.inode.size.max(end);
         m.inode.blocks += allocated;
-        m.inode.mode &= !kill;
+        m.inode.mode &= !d.kill;
         if caps {
             if let Err(e) = drop_caps(&mut t, ino) {
                 return Err(t.abort(e));
@@ -414,10 +485,150 @@ impl Fs {
             m.last_seq = m.last_seq.max(seq);
         }
         drop(st);
-        if kill != 0 {
+        if d.kill != 0 {
             self.attrs_changed(ino);
         }
         Ok(Ok(data.len()))
+    }
+
+    /// Whether a write of `data` by `cred` to `m` logs its inode now, and why.
+    fn write_logging(
+        &self,
+        cred: Cred,
+        m: &InodeMem,
+        plan: &Plan,
+        data: &[u8],
+        caps: bool,
+        now: Timespec,
+    ) -> Logging {
+        let end = plan.off + data.len() as u64;
+        let ts_changed = m.inode.mtime != now || m.inode.ctime != now;
+        let kill = self.privileges_to_kill(cred, &m.inode);
+        // A size change alone is not logged now: like a kernel's i_size it is logged with the
+        // next transaction of the inode, at fsync, at write back or at unmount (the data it
+        // covers is in the page cache anyway). It still counts as a change for the counter.
+        // With lazytime new timestamps wait the same way.
+        let must_log = self.opts.iversion == IversionMode::Eager
+            || (ts_changed && !self.opts.lazytime)
+            || !plan.fresh.is_empty()
+            || kill != 0
+            || caps;
+        // Queries take the inode's shard lock, which the caller holds (or the exclusive
+        // state lock): none comes between this look and the bump.
+        Logging {
+            log: must_log || m.change.is_queried(),
+            must_log,
+            ts_changed,
+            size_changed: end > m.inode.size,
+            kill,
+        }
+    }
+
+    /// A write that logs nothing: its new size and times wait in memory for the inode's next
+    /// transaction (`unlogged`), as a kernel's i_size does.
+    fn defer_inode_update(&self, m: &mut InodeMem, d: &Logging, end: u64, now: Timespec) {
+        debug_assert!(!d.log && !m.change.is_queried(), "a logged write deferred");
+        bump(&self.stats.change_bumps_skipped);
+        if d.size_changed {
+            m.inode.size = end;
+            m.unlogged = true;
+            bump(&self.stats.deferred_size_updates);
+        }
+        if d.ts_changed {
+            m.inode.mtime = now;
+            m.inode.ctime = now;
+            m.unlogged = true;
+        }
+    }
+
+    /// The new contents of every block the write covers that the file owned, built from the
+    /// old contents of its edge blocks (the cache's, or what step 2 read) before any page is
+    /// put: a put may trim the cache, and an edge must be read while it is surely there.
+    fn write_blocks(
+        &self,
+        plan: &Plan,
+        staged: &Staged,
+        data: &[u8],
+        pages: &InodePages<'_>,
+    ) -> FsResult<Vec<(u64, Vec<u8>)>> {
+        let bs = u64::from(self.bs);
+        let bsz = self.bs as usize;
+        let mut out = Vec::new();
+        for e in &plan.exts {
+            for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
+                let mut block = vec![0u8; bsz];
+                if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
+                    if !pages.read(fb, &mut block) {
+                        let Some((_, b)) = staged.edges.iter().find(|(f, _)| *f == edge.fb) else {
+                            // Planned as cached and checked under this hold of the shard.
+                            return Err(FsError::corrupt(
+                                edge.disk,
+                                format!("inode {}: block {fb} neither cached nor read", plan.ino),
+                            ));
+                        };
+                        block.copy_from_slice(b);
+                    }
+                    // Past EOF must read as zeros even if an old write left bytes there.
+                    let eof_in_block = plan.old_size.saturating_sub(fb * bs);
+                    if eof_in_block < bs {
+                        block[eof_in_block as usize..].fill(0);
+                    }
+                }
+                copy_overlap(&mut block, fb * bs, plan.off, data);
+                out.push((fb, block));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: run by an overwrite on the shared path of this thread after it decided not to
+    /// log and before it puts its pages, given the inode.
+    #[allow(clippy::type_complexity)]
+    pub(crate) static BEFORE_PUTS: std::cell::RefCell<Option<Box<dyn FnMut(u64)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Why a write logs its inode or not (`Fs::write_logging`).
+#[derive(Debug)]
+struct Logging {
+    /// The inode is logged now (forced, or the counter was queried since its last bump).
+    log: bool,
+    /// Logged whatever the counter says (and the counter bumped regardless).
+    must_log: bool,
+    ts_changed: bool,
+    size_changed: bool,
+    /// Set-user-ID and set-group-ID bits the write clears.
+    kill: u32,
+}
+
+/// Edge and old-last pages step 1 found cached that are gone now (trimmed meanwhile).
+fn dropped_pages(plan: &Plan, pages: &InodePages<'_>) -> Vec<u64> {
+    plan.edges
+        .iter()
+        .filter(|e| e.cached && !pages.contains(e.fb))
+        .map(|e| e.fb)
+        .chain(
+            plan.eof
+                .filter(|t| t.cached && !pages.contains(t.fb))
+                .map(|t| t.fb),
+        )
+        .collect()
+}
+
+/// Puts the write's pages: the old last block zeroed from the old EOF, then its blocks.
+fn put_blocks(pages: &mut InodePages<'_>, plan: &Plan, blocks: Vec<(u64, Vec<u8>)>) {
+    if let Some(tail) = plan.eof.filter(|t| t.cached) {
+        let zeroed = pages.zero_from(tail.fb, tail.from);
+        debug_assert!(
+            zeroed,
+            "the old last block left the cache under the shard's lock"
+        );
+    }
+    for (fb, block) in blocks {
+        pages.put_dirty(fb, &block);
     }
 }
 

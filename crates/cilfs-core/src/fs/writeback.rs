@@ -29,9 +29,11 @@ impl Fs {
         };
         let left = self.write_runs(project, runs, wait)?;
         if !left.is_empty() {
-            let mut st = self.write_state();
+            // Under the inode's IO lock (held by the caller), so no write put newer pages.
+            let st = self.read_state();
+            let mut pages = st.cache.lock(ino);
             for (_, fb, data) in left {
-                st.cache.put_dirty(ino, fb, &data);
+                pages.put_dirty(fb, &data);
             }
             return Ok(());
         }
@@ -103,7 +105,7 @@ impl Fs {
         let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
         // Pages taken must be written: no giving up after this.
         super::retry::changed_memory();
-        let pages = st.cache.take_dirty(Some(ino));
+        let pages = st.cache.take_dirty(ino);
         let mut runs: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
         let mut v = self.view(st);
         for (i, fb, data) in pages {
