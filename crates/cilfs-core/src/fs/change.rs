@@ -56,11 +56,20 @@ impl ChangeCounter {
     }
 
     /// Takes over `other`'s state: the operation that worked on the copy published, and
-    /// this counter had not moved since the copy was made (checked under the lock).
+    /// this counter had not moved since the copy was made (checked under the lock). A query
+    /// since the copy was made marked this counter: a copy that did not bump keeps the mark,
+    /// or the next change would not bump a value someone saw.
     pub fn adopt(&self, other: &ChangeCounter) {
         let next = other.0.load(Ordering::Acquire);
         debug_assert!(next >> 1 >= self.peek(), "a change counter never goes back");
-        self.0.store(next, Ordering::Release);
+        let _ = self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                Some(match next >> 1 == cur >> 1 {
+                    true => next | (cur & QUERIED),
+                    false => next,
+                })
+            });
     }
 
     /// Bumps if `force` or queried since the last bump; returns whether it bumped.
@@ -98,6 +107,26 @@ mod tests {
         assert_eq!(c.peek(), 7);
         let l = ChangeCounter::loaded(9);
         assert!(l.maybe_increment(false), "loaded inodes start queried");
+    }
+
+    /// A copy published over a counter queried since the copy was made: the query's mark
+    /// stays unless the copy bumped past the value the query saw.
+    #[test]
+    fn adopting_a_copy_keeps_a_query_made_since() {
+        let c = ChangeCounter::created(3);
+        let copy = c.copy();
+        assert_eq!(c.query(), 3);
+        c.adopt(&copy);
+        assert!(c.maybe_increment(false), "the query's mark was lost");
+        let bumped = c.copy();
+        assert!(bumped.maybe_increment(true));
+        assert_eq!(c.query(), 4);
+        c.adopt(&bumped);
+        assert_eq!(c.peek(), 5);
+        assert!(
+            !c.maybe_increment(false),
+            "a bump past the queried value clears the mark"
+        );
     }
 }
 

@@ -712,3 +712,31 @@ fn an_unlogged_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
     super::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
     assert_clean(&fs);
 }
+
+/// An fsync of a file whose size an unlogged write grew writes its pages back and logs the
+/// size under the shared state lock: with the clock still and no query, the write and the
+/// fsync never take it exclusively, and the size and bytes survive a crash right after.
+#[test]
+fn an_fsync_of_a_size_kept_in_memory_shares_the_state_lock_and_survives_a_crash() {
+    use cilfs_device::CrashOptions;
+    let (clock, dev, fs, d) = fresh_with(1717, b"d");
+    let f = files_in(&fs, d, 1)[0];
+    // Blocks past the end the file owns: a write into them grows the size, nothing more.
+    fs.fallocate(U, f, 0, 4 * 4096, true, false).unwrap();
+    fs.sync().unwrap();
+    let exclusive = || fs.lock_waits()[2].acquired;
+    let before = exclusive();
+    fs.write(U, f, 0, &[7u8; 5000]).unwrap();
+    fs.fsync(f).unwrap();
+    assert_eq!(
+        exclusive(),
+        before,
+        "the write or the fsync took the exclusive lock"
+    );
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+    drop(fs);
+    let fs = super::tests::mount(&crashed, opts(&clock));
+    assert_eq!(fs.getattr(f).unwrap().size, 5000);
+    assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![7u8; 5000]);
+    assert_clean(&fs);
+}

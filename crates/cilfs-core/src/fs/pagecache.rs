@@ -197,6 +197,16 @@ impl PageCache {
         out
     }
 
+    /// The file blocks of `ino`'s dirty pages, in order.
+    pub fn dirty_blocks(&self, ino: u64) -> Vec<u64> {
+        self.shard(ino)
+            .pages
+            .range((ino, 0)..=(ino, u64::MAX))
+            .filter(|(_, p)| p.dirty)
+            .map(|(&(_, fb), _)| fb)
+            .collect()
+    }
+
     /// Inodes with dirty pages, in order.
     pub fn dirty_inodes(&self) -> Vec<u64> {
         let mut out: Vec<u64> = Vec::new();

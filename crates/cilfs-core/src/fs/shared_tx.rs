@@ -207,6 +207,14 @@ impl Scratch {
             let unchanged = before
                 .is_some_and(|(inode, change, _)| m.inode == *inode && m.change.peek() == *change);
             if side_by_side && unchanged {
+                // Logged as it was copied (the write back of a size kept in memory): what is in
+                // memory is what the log now holds, once this checkpoint is stable.
+                if !m.unlogged {
+                    if let Some(cur) = inodes.get_mut(&ino).filter(|c| c.inode == m.inode) {
+                        cur.unlogged = false;
+                        cur.last_seq = cur.last_seq.max(seq);
+                    }
+                }
                 continue;
             }
             match inodes.get_mut(&ino) {

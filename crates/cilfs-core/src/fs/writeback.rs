@@ -4,10 +4,9 @@
 
 use super::error::FsResult;
 use super::extent::extents_in;
-use super::inode_cache::InodeMap;
 use super::iolock::IoMode;
 use super::stats::bump;
-use super::{log_inode, Fs, FsState};
+use super::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
 impl Fs {
@@ -23,10 +22,7 @@ impl Fs {
     /// budget for now are written (the rest stay dirty, and its size unlogged), so the thread
     /// writing back for everyone never waits for a throttled tenant.
     fn writeback_inode(&self, ino: u64, wait: bool) -> FsResult<()> {
-        let (project, runs) = {
-            let mut st = self.write_state();
-            self.take_runs(&mut st, ino)?
-        };
+        let (project, runs) = self.take_runs(ino)?;
         let left = self.write_runs(project, runs, wait)?;
         if !left.is_empty() {
             // Under the inode's IO lock (held by the caller), so no write put newer pages.
@@ -37,10 +33,7 @@ impl Fs {
             }
             return Ok(());
         }
-        self.retrying(|| {
-            let mut st = self.write_state();
-            self.log_unlogged(&mut st, ino)
-        })
+        self.log_unlogged(ino)
     }
 
     /// Writes back every inode with dirty pages or a size ahead of the log, one at a time.
@@ -84,42 +77,67 @@ impl Fs {
     }
 
     /// Logs `ino`'s inode if its in-memory copy ran ahead of the log (after its pages were
-    /// written: a logged size never covers data that is only in memory).
-    fn log_unlogged(&self, st: &mut FsState, ino: u64) -> FsResult<()> {
-        if !st.inodes.get_mut(&ino).is_some_and(|m| m.unlogged) {
+    /// written: a logged size never covers data that is only in memory). Built and published
+    /// optimistically (`shared_tx.rs`): an fsync takes no lock another inode needs.
+    fn log_unlogged(&self, ino: u64) -> FsResult<()> {
+        let unlogged = |fs: &Fs| {
+            fs.read_state()
+                .inodes
+                .lock(ino)
+                .get(&ino)
+                .is_some_and(|m| m.unlogged)
+        };
+        if !unlogged(self) {
             return Ok(());
         }
-        self.with_tx(st, |t, inodes| {
-            if let Some(m) = inodes.get_mut(&ino) {
-                log_inode(t, m, &self.stats)?;
-            }
-            Ok(((), vec![ino]))
+        self.retrying(|| {
+            self.with_shared_tx(&[ino], |st, t, sc| {
+                let m = sc.load(st, t, ino)?;
+                if m.unlogged {
+                    log_inode(t, m, &self.stats)?;
+                }
+                Ok(((), vec![ino]))
+            })
         })?;
+        debug_assert!(
+            !unlogged(self),
+            "inode {ino} still unlogged after its write back"
+        );
         Ok(())
     }
 
     /// Takes `ino`'s dirty pages from the cache with the blocks they go to, in disk order,
-    /// and the project their IO is charged to.
+    /// and the project their IO is charged to: under the state lock taken shared (the
+    /// caller's exclusive IO lock keeps the pages and the mapping still), the mapping looked
+    /// up before any page is taken, since after that the run can no longer give up.
     #[allow(clippy::type_complexity)]
-    fn take_runs(&self, st: &mut FsState, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
-        let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
-        // Pages taken must be written: no giving up after this.
-        super::retry::changed_memory();
-        let pages = st.cache.take_dirty(ino);
-        let mut runs: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
-        let mut v = self.view(st);
-        for (i, fb, data) in pages {
-            let e = extents_in(&mut v, i, fb, fb + 1)?;
-            match e.first() {
-                Some(e) if e.file <= fb && fb < e.end() => {
-                    runs.push((e.disk + (fb - e.file), fb, data))
+    fn take_runs(&self, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
+        self.retrying(|| {
+            let st = self.read_state();
+            let project = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.inode.project);
+            let fbs = st.cache.dirty_blocks(ino);
+            let (Some(&lo), Some(&hi)) = (fbs.first(), fbs.last()) else {
+                return Ok((project, Vec::new()));
+            };
+            let exts = extents_in(&mut self.view(&st), ino, lo, hi + 1)?;
+            // Pages taken must be written: no giving up after this.
+            super::retry::changed_memory();
+            let pages = st.cache.take_dirty(ino);
+            let mut runs: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
+            let mut e = exts.iter().peekable();
+            for (i, fb, data) in pages {
+                while e.peek().is_some_and(|x| x.end() <= fb) {
+                    e.next();
                 }
-                // Unmapped meanwhile (its pages are dropped first, so this is a bug).
-                _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
+                match e.peek() {
+                    Some(x) if x.file <= fb => runs.push((x.disk + (fb - x.file), fb, data)),
+                    // Unmapped meanwhile (its pages are dropped first, so this is a bug).
+                    _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
+                }
             }
-        }
-        runs.sort_by_key(|(d, _, _)| *d);
-        Ok((project, runs))
+            runs.sort_by_key(|(d, _, _)| *d);
+            Ok((project, runs))
+        })
     }
 
     /// Writes pages to their blocks, adjacent blocks in one IO, charged to `project`. With
