@@ -665,14 +665,16 @@ fn overwrites_of_different_files_share_the_state_lock_and_keep_every_byte() {
     assert_clean(&fs);
 }
 
-/// An overwrite that logs nothing holds its inode's cache shard from its look at the change
-/// counter to its last page: a query (which takes that shard) sees the write whole or not at
-/// all. Were the shard let go in between, a query could mark the counter and return its value
-/// while the old contents still stood, and the write would then change them unbumped: a
-/// client caching that value with the old contents would never see it change. Checked at the
-/// point where the write puts its pages (a hook), and by the counter after a query.
+/// An overwrite holds its inode's cache shard from its look at the change counter to its last
+/// page: one that logs nothing from its decision on, one that logs from the publish of its
+/// inode (bumped) through its puts. A query (which takes that shard) sees the write whole or
+/// not at all. Were the shard let go in between, a query could return a value while the old
+/// contents still stood (or the bumped value beside them), and the contents would then change
+/// under it: a client caching that value with those contents would never see them change.
+/// Checked where the write puts its pages (a hook), and by the counter after a query. Neither
+/// kind of overwrite takes the state lock exclusively.
 #[test]
-fn an_unlogged_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
+fn an_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
     use std::cell::Cell;
     use std::rc::Rc;
     let (_clock, _dev, fs, d) = fresh_with(1713, b"d");
@@ -683,33 +685,40 @@ fn an_unlogged_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
     let seen = Rc::clone(&puts);
     super::write::BEFORE_PUTS.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |ino| {
-            let st = fs2.state.read_recursive();
+            // Under the exclusive lock no query runs at all.
+            let held = fs2
+                .state
+                .try_read_recursive()
+                .is_none_or(|st| st.inodes.is_locked(ino));
             assert!(
-                st.inodes.is_locked(ino),
+                held,
                 "a query could come between the write's look at the counter and its pages"
             );
             seen.set(seen.get() + 1);
         }))
     });
+    let exclusive = || fs.lock_waits()[2].acquired;
+    let before = exclusive();
     fs.write(U, f, 10, b"unlogged").unwrap();
-    assert_eq!(puts.get(), 1, "the overwrite did not take the shared path");
-    // Queried: the next overwrite logs and bumps (the exclusive path), the one after that
-    // is back on the shared path.
+    assert_eq!(puts.get(), 1, "the overwrite did not reach its puts");
+    // Queried: the next overwrite logs and bumps, the one after that does neither.
     let v = fs.change_attr(f).unwrap();
     fs.write(U, f, 20, b"logged").unwrap();
-    assert_eq!(
-        puts.get(),
-        1,
-        "a queried counter's write took the shared path"
-    );
-    fs.write(U, f, 30, b"unlogged").unwrap();
     assert_eq!(puts.get(), 2);
+    fs.write(U, f, 30, b"unlogged").unwrap();
+    assert_eq!(puts.get(), 3);
     assert_eq!(
         fs.change_attr(f).unwrap(),
         v + 1,
         "bumped once, by the logged write"
     );
+    assert_eq!(exclusive(), before, "an overwrite took the exclusive lock");
     super::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
+    let mut want = vec![0u8; 4096];
+    want[10..18].copy_from_slice(b"unlogged");
+    want[20..26].copy_from_slice(b"logged");
+    want[30..38].copy_from_slice(b"unlogged");
+    assert_eq!(fs.read(f, 0, 4096).unwrap(), want);
     assert_clean(&fs);
 }
 

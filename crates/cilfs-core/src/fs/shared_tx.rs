@@ -50,7 +50,14 @@ pub(crate) struct Scratch {
     pub freed: Vec<u64>,
     /// The free space it needs (`Fs::space_check`), checked again at publish.
     space: Option<(u64, Reserve)>,
+    /// File pages put at publish, under the same hold of the inodes' shards as the inodes
+    /// (a write that logs its inode): a query sees the new contents and the bumped counter
+    /// together or neither.
+    pages: Vec<(u64, FilePages)>,
 }
+
+/// File pages: (file block, contents).
+pub(crate) type FilePages = Vec<(u64, Vec<u8>)>;
 
 /// How an optimistic operation reaches the filesystem state: by taking the lock shared for a
 /// moment, or (run under the exclusive lock after too many conflicts) the state it holds.
@@ -159,6 +166,11 @@ impl Scratch {
         }
     }
 
+    /// Pages of `ino` (file block, contents) to put in the page cache when it publishes.
+    pub(crate) fn put_pages_at_publish(&mut self, ino: u64, blocks: FilePages) {
+        self.pages.push((ino, blocks));
+    }
+
     /// Every inode it copied, created or frees: the inode cache's shards to lock for its
     /// check and its publish.
     fn inos(&self) -> impl Iterator<Item = u64> + '_ {
@@ -198,7 +210,26 @@ impl Scratch {
     /// reached under the exclusive state lock). Published under the shared lock (`side_by_side`),
     /// only the copies it changed, created or freed: a copy it did not change may have been
     /// changed since its check by a commit ordered after it.
-    fn publish(self, inodes: &mut dyn InodeMap, seq: u64, side_by_side: bool) {
+    fn publish(
+        self,
+        inodes: &mut dyn InodeMap,
+        cache: &super::pagecache::PageCache,
+        seq: u64,
+        side_by_side: bool,
+    ) {
+        // Under the inodes' shards (held by the caller), as the inodes below.
+        for (ino, blocks) in &self.pages {
+            #[cfg(test)]
+            super::write::BEFORE_PUTS.with(|h| {
+                if let Some(f) = h.borrow_mut().as_mut() {
+                    f(*ino);
+                }
+            });
+            let mut pages = cache.lock(*ino);
+            for (fb, b) in blocks {
+                pages.put_dirty(*fb, b);
+            }
+        }
         for (ino, mut m) in self.inodes {
             if self.freed.contains(&ino) {
                 continue;
@@ -363,7 +394,7 @@ impl Fs {
         let dir_changed = sc.changes_a_dir(touched);
         let seq = self.commit(st, t)?;
         let mut inodes = st.inodes.all();
-        sc.publish(&mut inodes, seq, false);
+        sc.publish(&mut inodes, &st.cache, seq, false);
         inodes.for_each_table(|t| self.trim_cache(t));
         self.force_if_sync(seq, || dir_changed)?;
         Ok(true)
@@ -470,7 +501,7 @@ impl Fs {
         super::stats::bump(&self.stats.shared_publishes);
         {
             let mut inodes = st.inodes.lock_many(sc.inos());
-            sc.publish(&mut inodes, seq, true);
+            sc.publish(&mut inodes, &st.cache, seq, true);
             inodes.for_each_table(|t| self.trim_cache(t));
         }
         // Anyone who sees its blocks from now on finds its inodes in memory.

@@ -23,7 +23,7 @@ use super::extent::{extents_in, max_file_size, Extent};
 use super::inode::Timespec;
 use super::iolock::IoMode;
 use super::pagecache::InodePages;
-use super::setid::drop_caps;
+use super::setid::{drop_caps, CAPS_XATTR};
 use super::stats::{bump, bump_bytes};
 use super::types::{Cred, Reserve};
 use super::{log_inode, Fs, FsState, InodeMem, IversionMode};
@@ -345,8 +345,73 @@ impl Fs {
             if let Some(r) = self.commit_overwrite(cred, plan, staged, data)? {
                 return Ok(r);
             }
+            return self.commit_overwrite_logged(cred, plan, staged, data);
         }
         self.commit_write_exclusive(cred, plan, staged, data)
+    }
+
+    /// Step 3 for an overwrite that logs its inode (a timestamp tick, a queried counter,
+    /// set-ID bits to clear, a capability to drop): built optimistically and published under
+    /// the shared state lock (`shared_tx.rs`), its pages put at the publish, under the same
+    /// hold of the inode's shard as the inode. It always bumps the counter: it logs the inode
+    /// anyway, and a query between its copy of the inode and its publish must not see the
+    /// new contents under the value it returned.
+    fn commit_overwrite_logged(
+        &self,
+        cred: Cred,
+        plan: &Plan,
+        staged: &Staged,
+        data: &[u8],
+    ) -> FsResult<Result<usize, Vec<u64>>> {
+        let ino = plan.ino;
+        let end = plan.off + data.len() as u64;
+        // The new pages, built now from the edges' old contents (and the old last block's,
+        // zeroed past the old end): nothing but this write changes them while it holds the
+        // inode's IO lock, and a trim of the cache only drops clean copies of what is on disk.
+        let blocks = {
+            let st = self.read_state();
+            let pages = st.cache.lock(ino);
+            let dropped = dropped_pages(plan, &pages);
+            if !dropped.is_empty() {
+                return Ok(Err(dropped));
+            }
+            let mut blocks = Vec::new();
+            if let Some(tail) = plan.eof.filter(|t| t.cached) {
+                let mut b = vec![0u8; self.bs as usize];
+                let cached = pages.read(tail.fb, &mut b);
+                debug_assert!(cached, "checked under this hold");
+                b[tail.from..].fill(0);
+                blocks.push((tail.fb, b));
+            }
+            blocks.extend(self.write_blocks(plan, staged, data, &pages)?);
+            blocks
+        };
+        let now = self.now();
+        let kill = self.with_shared_tx(&[ino], |st, t, sc| {
+            let caps = self.xattr_lookup_in(t, ino, CAPS_XATTR)?.is_some();
+            let m = sc.load(st, t, ino)?;
+            if m.inode.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            let d = self.write_logging(cred, m, plan, data, caps, now);
+            m.change.maybe_increment(true);
+            m.inode.mtime = now;
+            m.inode.ctime = now;
+            m.inode.size = m.inode.size.max(end);
+            m.inode.mode &= !d.kill;
+            log_inode(t, m, &self.stats)?;
+            if caps {
+                drop_caps(t, ino)?;
+            }
+            sc.put_pages_at_publish(ino, blocks.clone());
+            Ok((d.kill, vec![ino]))
+        })?;
+        bump(&self.stats.change_bumps);
+        bump_bytes(&self.stats.data_write_bytes, data.len());
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(Ok(data.len()))
     }
 
     /// Step 3 for an overwrite that logs nothing (most writes: the counter not queried, the
@@ -584,8 +649,9 @@ impl Fs {
 
 #[cfg(test)]
 thread_local! {
-    /// Tests: run by an overwrite on the shared path of this thread after it decided not to
-    /// log and before it puts its pages, given the inode.
+    /// Tests: run by an overwrite on the shared path of this thread before it puts its
+    /// pages (after it decided not to log, or at the publish of one that logs), given the
+    /// inode.
     #[allow(clippy::type_complexity)]
     pub(crate) static BEFORE_PUTS: std::cell::RefCell<Option<Box<dyn FnMut(u64)>>> =
         const { std::cell::RefCell::new(None) };
