@@ -480,6 +480,46 @@ fn lazy_change_attribute() {
     assert_clean(&fs);
 }
 
+/// Every byte of log space the journal will grant, held by transactions the caller keeps.
+fn hold_all_log_space(j: &Journal) -> Vec<crate::trans::Transaction<'_>> {
+    use crate::trans::Reservation;
+    let mut held = Vec::new();
+    for unit in [j.max_reservation_bytes(), 64 * 1024, 4096, 512, 1] {
+        while let Some(t) = j.try_begin(Reservation { unit_bytes: unit }).unwrap() {
+            held.push(t);
+        }
+    }
+    assert!(!held.is_empty());
+    held
+}
+
+/// Returns once an operation waits for log space: in the grant queue (an optimistic commit,
+/// holding no lock), or outside the lock it gave up (`Retry::LogSpace`; the counter itself,
+/// since `Fs::stats` takes the filesystem lock). `finished` says whether the operation ended
+/// (it must not, with no space to have). On a failure the held space goes back first, so the
+/// blocked thread ends and the scope reports the panic instead of hanging; the 30 s limit
+/// only turns a hang into a failure.
+fn wait_for_a_log_space_wait(
+    fs: &Fs,
+    j: &Journal,
+    started: std::time::Instant,
+    held: &mut Vec<crate::trans::Transaction<'_>>,
+    finished: impl Fn() -> bool,
+    what: &str,
+) {
+    while fs.stats.retries_log_space.get() == 0 && j.grant.read(|g| g.waiting()) == 0 {
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            held.clear();
+            panic!("the {what} never waited for log space with no lock held");
+        }
+        if finished() {
+            held.clear();
+            panic!("the {what} found log space");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// A write that finds no log space waits for it before it changes anything, and then logs
 /// what it changes. Under the exclusive lock, its first run used to put the pages, the times
 /// and the bumped counter in memory and only then give up to wait: the second found nothing
@@ -489,8 +529,7 @@ fn lazy_change_attribute() {
 /// begins its transaction before it changes anything.
 #[test]
 fn a_write_that_waits_for_log_space_logs_its_change() {
-    use crate::trans::Reservation;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let clock = TestClock::new();
     let dev = new_dev(95);
     let fs = mount(&dev, opts(&clock));
@@ -503,27 +542,20 @@ fn a_write_that_waits_for_log_space_logs_its_change() {
     let seen = fs.change_attr(f).unwrap();
     clock.advance_ms(1);
     let j = Arc::clone(fs.journal());
-    let mut held = Vec::new();
-    for unit in [j.max_reservation_bytes(), 64 * 1024, 4096, 512, 1] {
-        while let Some(t) = j.try_begin(Reservation { unit_bytes: unit }).unwrap() {
-            held.push(t);
-        }
-    }
+    let mut held = hold_all_log_space(&j);
     std::thread::scope(|s| {
         // An overwrite of a cached block: no block to allocate, so its transaction is the
         // inode's alone.
         let writer = s.spawn(|| fs.write(U, f, 0, &[2u8; 100]));
         let started = Instant::now();
-        // It waits in the grant queue (an optimistic commit, holding no lock), or gives up
-        // to wait outside the lock (the exclusive path).
-        while fs.stats.retries_log_space.get() == 0 && j.grant.read(|g| g.waiting()) == 0 {
-            if started.elapsed() > Duration::from_secs(30) {
-                held.clear();
-                panic!("the write never waited for log space");
-            }
-            assert!(!writer.is_finished(), "the write found log space");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_a_log_space_wait(
+            &fs,
+            &j,
+            started,
+            &mut held,
+            || writer.is_finished(),
+            "write",
+        );
         drop(std::mem::take(&mut held));
         assert_eq!(writer.join().unwrap().unwrap(), 100);
     });
@@ -1871,7 +1903,6 @@ fn a_read_only_mount_moves_no_atime() {
 /// hang into a failure.
 #[test]
 fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
-    use crate::trans::Reservation;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
     let clock = TestClock::new();
@@ -1883,28 +1914,18 @@ fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
         .ino;
     fs.sync().unwrap();
     let j = Arc::clone(fs.journal());
-    let mut held = Vec::new();
-    for unit in [j.max_reservation_bytes(), 64 * 1024, 4096, 512, 1] {
-        while let Some(t) = j.try_begin(Reservation { unit_bytes: unit }).unwrap() {
-            held.push(t);
-        }
-    }
-    assert!(!held.is_empty());
+    let mut held = hold_all_log_space(&j);
     std::thread::scope(|s| {
         let creator = s.spawn(|| fs.mknod(U, ROOT_INO, b"new", inode::S_IFREG | 0o644, 0));
         let started = Instant::now();
-        // The counter itself: `Fs::stats` takes the filesystem lock, which the old code held.
-        // On a failure the held space goes back first, so the blocked threads end and the
-        // scope can report the panic instead of hanging. An optimistic create waits for its
-        // space with no lock held, in the grant queue; others give up their lock to wait.
-        while fs.stats.retries_log_space.get() == 0 && j.grant.read(|g| g.waiting()) == 0 {
-            if started.elapsed() > Duration::from_secs(30) {
-                held.clear();
-                panic!("the create never gave up the filesystem lock to wait for log space");
-            }
-            assert!(!creator.is_finished(), "the create found log space");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_for_a_log_space_wait(
+            &fs,
+            &j,
+            started,
+            &mut held,
+            || creator.is_finished(),
+            "create",
+        );
         let (tx, rx) = mpsc::channel();
         let fs2 = &fs;
         s.spawn(move || {

@@ -464,7 +464,7 @@ impl Fs {
         Ok(Some(Ok(data.len())))
     }
 
-    /// Step 3 under the exclusive state lock: a write that maps new blocks, or logs its inode.
+    /// Step 3 under the exclusive state lock: a write that maps new blocks (so it logs).
     fn commit_write_exclusive(
         &self,
         cred: Cred,
