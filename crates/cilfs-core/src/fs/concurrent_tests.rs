@@ -808,3 +808,60 @@ fn xattrs_beside_creates_in_their_directory_keep_every_value() {
     let fs = super::tests::mount(&dev, opts(&clock));
     check(&fs);
 }
+
+/// An overwrite that logs nothing, between an optimistic commit's check and its publish (a
+/// chmod here; unlink, link and utimes publish the same way): the write holds the inode's IO
+/// lock and shard, not its leaf, so the commit's check cannot keep it out. The publish keeps
+/// what the write did (size grown, times) on top of the copy, unlogged. It used to find the
+/// inode changed and panic (found by review).
+#[test]
+fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
+    use super::types::SetAttr;
+    let (clock, dev, fs, d) = fresh_with(1801, b"d");
+    let f = files_in(&fs, d, 1)[0];
+    // Many extents: the capability key the write looks up lies in a leaf other than the
+    // inode item's, which the chmod holds locked while the write runs.
+    for k in (0..400u64).rev() {
+        fs.write(U, f, 2 * k * 4096, b"a").unwrap();
+    }
+    let end_blk = fs.getattr(f).unwrap().size.div_ceil(4096);
+    fs.fallocate(U, f, end_blk * 4096, 4 * 4096, true, false)
+        .unwrap();
+    fs.sync().unwrap();
+    let fs2 = Arc::clone(&fs);
+    let fired = std::rc::Rc::new(std::cell::Cell::new(false));
+    let fired2 = fired.clone();
+    super::shared_tx::BEFORE_TURN.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |_leaves| {
+            if fired2.replace(true) {
+                return;
+            }
+            let fs3 = Arc::clone(&fs2);
+            std::thread::spawn(move || fs3.write(U, f, end_blk * 4096, b"grown").unwrap())
+                .join()
+                .unwrap();
+        }))
+    });
+    let chmod = SetAttr {
+        mode: Some(0o600),
+        ..SetAttr::default()
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.setattr(U, f, chmod)));
+    super::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
+    assert!(
+        fired.get(),
+        "the write never ran between the check and the publish"
+    );
+    r.expect("the chmod panicked").unwrap();
+    let a = fs.getattr(f).unwrap();
+    assert_eq!(a.size, end_blk * 4096 + 5, "the write's size was lost");
+    assert_eq!(a.mode & 0o7777, 0o600);
+    fs.fsync(f).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = super::tests::mount(&dev, opts(&clock));
+    let a = fs.getattr(f).unwrap();
+    assert_eq!((a.size, a.mode & 0o7777), (end_blk * 4096 + 5, 0o600));
+    assert_eq!(fs.read(f, end_blk * 4096, 5).unwrap(), b"grown");
+    assert_clean(&fs);
+}

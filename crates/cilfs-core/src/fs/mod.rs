@@ -362,6 +362,9 @@ impl Fs {
 
     /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).
     pub fn lock_waits(&self) -> Vec<LockWaitStats> {
+        // One hold: a second shared hold by this thread would wait behind a queued writer
+        // while this one keeps that writer waiting.
+        let st = self.read_state();
         vec![
             self.io.waits.snapshot(),
             self.state_read_waits.snapshot(),
@@ -369,8 +372,8 @@ impl Fs {
             self.busy_waits.snapshot(),
             self.publish_waits.snapshot(),
             self.hdr_waits.snapshot(),
-            self.read_state().inodes.waits.snapshot(),
-            self.read_state().cache.waits.snapshot(),
+            st.inodes.waits.snapshot(),
+            st.cache.waits.snapshot(),
             self.journal.buf_waits.snapshot(),
             self.journal.cil_waits.snapshot(),
         ]

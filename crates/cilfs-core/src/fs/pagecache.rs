@@ -55,16 +55,31 @@ pub struct PageCache {
 #[derive(Debug)]
 pub struct InodePages<'a> {
     cache: &'a PageCache,
-    shard: MutexGuard<'a, Shard>,
+    /// Held until the hold ends (taken in `drop`, which lets it go before it trims others).
+    shard: Option<MutexGuard<'a, Shard>>,
     ino: u64,
     /// Pages this hold added: the cache may be over its limit once the lock is let go.
     added: bool,
 }
 
 impl InodePages<'_> {
+    fn pages(&self) -> &BTreeMap<(u64, u64), Page> {
+        match &self.shard {
+            Some(s) => &s.pages,
+            None => unreachable!("held until dropped"),
+        }
+    }
+
+    fn pages_mut(&mut self) -> &mut BTreeMap<(u64, u64), Page> {
+        match &mut self.shard {
+            Some(s) => &mut s.pages,
+            None => unreachable!("held until dropped"),
+        }
+    }
+
     /// Copies the cached page `fb` into `out`; false if it is not cached.
     pub fn read(&self, fb: u64, out: &mut [u8]) -> bool {
-        match self.shard.pages.get(&(self.ino, fb)) {
+        match self.pages().get(&(self.ino, fb)) {
             Some(p) => {
                 out.copy_from_slice(&p.data);
                 true
@@ -74,13 +89,13 @@ impl InodePages<'_> {
     }
 
     pub fn contains(&self, fb: u64) -> bool {
-        self.shard.pages.contains_key(&(self.ino, fb))
+        self.pages().contains_key(&(self.ino, fb))
     }
 
     /// Stores a whole block as the newest contents of page `fb`, dirty.
     pub fn put_dirty(&mut self, fb: u64, block: &[u8]) {
         let ino = self.ino;
-        match self.shard.pages.get_mut(&(ino, fb)) {
+        match self.pages_mut().get_mut(&(ino, fb)) {
             Some(p) => {
                 p.data.copy_from_slice(block);
                 if !p.dirty {
@@ -89,7 +104,7 @@ impl InodePages<'_> {
                 }
             }
             None => {
-                self.shard.pages.insert(
+                self.pages_mut().insert(
                     (ino, fb),
                     Page {
                         data: block.into(),
@@ -105,7 +120,8 @@ impl InodePages<'_> {
 
     /// Zeroes page `fb` from byte `from` on, if cached (marking it dirty).
     pub fn zero_from(&mut self, fb: u64, from: usize) -> bool {
-        let Some(p) = self.shard.pages.get_mut(&(self.ino, fb)) else {
+        let ino = self.ino;
+        let Some(p) = self.pages_mut().get_mut(&(ino, fb)) else {
             return false;
         };
         p.data[from..].fill(0);
@@ -119,10 +135,24 @@ impl InodePages<'_> {
 
 impl Drop for InodePages<'_> {
     fn drop(&mut self) {
-        if self.added && self.cache.pages.load(Ordering::Relaxed) > self.cache.max_pages {
-            // Trimmed here, under this shard's lock, so no page this hold still needed (an
-            // edge of the write, read after the puts) was dropped under it.
-            self.cache.trim_shard(&mut self.shard);
+        let Some(mut shard) = self.shard.take() else {
+            return;
+        };
+        if !self.added || self.cache.pages.load(Ordering::Relaxed) <= self.cache.max_pages {
+            return;
+        }
+        // This shard first, at the end of the hold, so no page the hold still needed (an edge
+        // of the write) was dropped under it; then, its lock let go, the others, each only
+        // tried (a shard in use is left for its own writer's next trim).
+        self.cache.trim_shard(&mut shard);
+        drop(shard);
+        for s in self.cache.shards.iter() {
+            if self.cache.pages.load(Ordering::Relaxed) <= self.cache.max_pages / 8 * 7 {
+                break;
+            }
+            if let Some(mut other) = s.try_lock() {
+                self.cache.trim_shard(&mut other);
+            }
         }
     }
 }
@@ -149,7 +179,7 @@ impl PageCache {
     pub fn lock(&self, ino: u64) -> InodePages<'_> {
         InodePages {
             cache: self,
-            shard: self.shard(ino),
+            shard: Some(self.shard(ino)),
             ino,
             added: false,
         }
@@ -326,5 +356,24 @@ mod tests {
         for fb in 64..80 {
             assert!(c.contains(7, fb), "dirty page {fb} dropped");
         }
+    }
+
+    /// Clean pages of shards no one writes to are dropped too: a write over the limit trims
+    /// the others once it lets its own shard go.
+    #[test]
+    fn a_write_over_the_limit_trims_other_shards_too() {
+        let c = PageCache::new(64 * 4096, 4096);
+        for ino in 1..=64u64 {
+            c.put_dirty(ino, 0, &[1u8; 4096]);
+            assert_eq!(c.take_dirty(ino).len(), 1);
+        }
+        assert_eq!(c.pages(), 64);
+        // Inode 1000's shard holds at most one of the clean pages above.
+        for fb in 0..16 {
+            c.put_dirty(1000, fb, &[2u8; 4096]);
+        }
+        // Trimming only its own shard, it would keep some 79 pages.
+        assert!(c.pages() <= 64, "{} pages kept", c.pages());
+        assert_eq!(c.dirty_pages(), 16);
     }
 }

@@ -251,16 +251,28 @@ impl Scratch {
             match inodes.get_mut(&ino) {
                 Some(cur) => {
                     // Its inode item's block was locked from the check to here: no other
-                    // commit can have changed it meanwhile.
-                    assert!(
-                        !side_by_side
-                            || before.is_some_and(|(inode, change, _)| cur.inode == *inode
-                                && cur.change.peek() == *change),
-                        "inode {ino} changed under a commit that changes it"
-                    );
+                    // commit can have changed it meanwhile. An overwrite that logs nothing
+                    // can (it holds the inode's IO lock and shard, not its leaf): it may have
+                    // grown the size and moved the times. It came after this commit, so what
+                    // it did stays, on top of the copy, and stays unlogged.
+                    let written = match before {
+                        Some((inode, change, _)) if side_by_side => {
+                            assert!(
+                                only_an_unlogged_write_changed(inode, &cur.inode)
+                                    && cur.change.peek() == *change,
+                                "inode {ino} changed under a commit that changes it"
+                            );
+                            (cur.inode != *inode).then(|| (inode.clone(), cur.inode.clone()))
+                        }
+                        _ => None,
+                    };
                     cur.inode = m.inode;
                     cur.change.adopt(&m.change);
                     cur.unlogged = m.unlogged;
+                    if let Some((was, now)) = written {
+                        keep_unlogged_write(&mut cur.inode, &was, &now);
+                        cur.unlogged = true;
+                    }
                     cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
                 }
                 // Not in memory, or dropped from it since the check: its copy is the newest.
@@ -274,6 +286,30 @@ impl Scratch {
         for ino in self.freed {
             inodes.remove(&ino);
         }
+    }
+}
+
+/// Whether `now` differs from `was` only in what an overwrite that logs nothing changes (the
+/// size, grown, and the times).
+fn only_an_unlogged_write_changed(was: &Inode, now: &Inode) -> bool {
+    let mut w = was.clone();
+    w.size = now.size;
+    w.mtime = now.mtime;
+    w.ctime = now.ctime;
+    w == *now && now.size >= was.size
+}
+
+/// Puts on `copy` (what a commit publishes) what an overwrite that logs nothing changed from
+/// `was` to `now` meanwhile.
+fn keep_unlogged_write(copy: &mut Inode, was: &Inode, now: &Inode) {
+    if now.size != was.size {
+        copy.size = copy.size.max(now.size);
+    }
+    if now.mtime != was.mtime {
+        copy.mtime = now.mtime;
+    }
+    if now.ctime != was.ctime {
+        copy.ctime = copy.ctime.max(now.ctime);
     }
 }
 
