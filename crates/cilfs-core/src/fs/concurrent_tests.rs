@@ -750,65 +750,6 @@ fn an_fsync_of_a_size_kept_in_memory_shares_the_state_lock_and_survives_a_crash(
     assert_clean(&fs);
 }
 
-/// Xattrs set and removed beside creates in their directory, small values in the tree and
-/// large ones in blocks of their own, publish under the shared state lock: every file ends
-/// with the values set last, and the trees and free space are consistent, live and after a
-/// remount. A set alone never takes the state lock exclusively.
-#[test]
-fn xattrs_beside_creates_in_their_directory_keep_every_value() {
-    let (clock, dev, fs, d) = fresh_with(1719, b"d");
-    let files = files_in(&fs, d, 10);
-    publishes_shared(&fs, "a setxattr", || {
-        fs.setxattr(files[0], b"user.a", b"small", XattrFlags::default())
-            .unwrap();
-    });
-    let value = |round: u32, i: usize, large: bool| -> Vec<u8> {
-        let n = if large { 3 * 4096 + 17 } else { 40 };
-        (0..n)
-            .map(|k| (k as u32 ^ round ^ (i as u32 * 31)) as u8)
-            .collect()
-    };
-    std::thread::scope(|s| {
-        let fs = &fs;
-        s.spawn(move || {
-            for i in 0..300 {
-                fs.mknod(U, d, format!("n{i}").as_bytes(), 0o100_644, 0)
-                    .unwrap();
-            }
-        });
-        let files = &files;
-        s.spawn(move || {
-            for round in 0..12u32 {
-                for (i, &f) in files.iter().enumerate() {
-                    let large = (round + i as u32) % 3 == 0;
-                    fs.setxattr(f, b"user.v", &value(round, i, large), XattrFlags::default())
-                        .unwrap();
-                    if round % 4 == 1 {
-                        fs.removexattr(f, b"user.v").unwrap();
-                    }
-                }
-            }
-        });
-    });
-    let check = |fs: &Fs| {
-        for (i, &f) in files.iter().enumerate() {
-            let large = (11 + i as u32) % 3 == 0;
-            assert_eq!(
-                fs.getxattr(f, b"user.v").unwrap(),
-                value(11, i, large),
-                "g{i}"
-            );
-        }
-        assert_eq!(names(fs, d).len(), 310);
-        assert_clean(fs);
-    };
-    check(&fs);
-    fs.unmount().unwrap();
-    drop(fs);
-    let fs = super::tests::mount(&dev, opts(&clock));
-    check(&fs);
-}
-
 /// An overwrite that logs nothing, between an optimistic commit's check and its publish (a
 /// chmod here; unlink, link and utimes publish the same way): the write holds the inode's IO
 /// lock and shard, not its leaf, so the commit's check cannot keep it out. The publish keeps

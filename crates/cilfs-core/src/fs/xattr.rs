@@ -419,48 +419,52 @@ impl Fs {
             let blocks = value
                 .as_deref()
                 .map_or(0, |v| value_blocks(self.bs as usize, name, v.len()).1);
-            // Removing an ACL that is not there is no error for the ACL names (setfacl -b on a
-            // file with none; an ACL equal to the mode replaces whatever was there). Looked at
-            // first, outside the transaction: a set racing this removal orders after it.
-            if acl_kind.is_some() && value.is_none() && acl_mode.is_none() {
-                let st = self.read_state();
-                if self.xattr_lookup(&st, ino, name)?.is_none() {
-                    return Ok(());
-                }
+            let mut st = self.write_state();
+            let inode = self.load(&mut st, ino)?.inode.clone();
+            if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
+                return Err(FsError::Access);
             }
-            let now = self.now();
-            // Built optimistically and published under the shared state lock (`shared_tx.rs`),
-            // as creates are: an xattr set on one inode no longer stops every other operation.
-            let r = self.with_shared_tx(&[ino], |st, t, sc| {
-                let inode = sc.load(st, t, ino)?.inode.clone();
-                if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
-                    return Err(FsError::Access);
-                }
-                let exists = acl_kind.is_some() && self.xattr_lookup_in(t, ino, name)?.is_some();
-                sc.need_space(self, &t.hdr, 2 + blocks, Reserve::Keep)?;
-                match (&value, acl_kind) {
-                    (None, Some(_)) if !exists => {}
-                    _ => put(t, ino, name, value.as_deref(), flags)?,
-                }
-                let m = sc.load(st, t, ino)?;
-                if let Some(bits) = acl_mode {
-                    m.inode.mode = (m.inode.mode & !0o777) | bits;
-                    if !self.in_group_or_root(cred, m.inode.gid) {
-                        m.inode.mode &= !super::inode::S_ISGID;
+            // Removing an ACL that is not there is no error for the ACL names (setfacl -b on a file
+            // with none; an ACL equal to the mode replaces whatever was there).
+            let exists = acl_kind.is_some() && self.xattr_lookup(&st, ino, name)?.is_some();
+            if acl_kind.is_some() && value.is_none() && !exists && acl_mode.is_none() {
+                return Ok(());
+            }
+            self.space_check(st.hdr.get_mut(), 2 + blocks, Reserve::Keep)?;
+            let mut forced = false;
+            loop {
+                let now = self.now();
+                let r = self.with_tx(&mut st, |t, inodes| {
+                    match (&value, acl_kind) {
+                        (None, Some(_)) if !exists => {}
+                        _ => put(t, ino, name, value.as_deref(), flags)?,
                     }
+                    let m = Fs::inode_mut(t, inodes, ino)?;
+                    if let Some(bits) = acl_mode {
+                        m.inode.mode = (m.inode.mode & !0o777) | bits;
+                        if !self.in_group_or_root(cred, m.inode.gid) {
+                            m.inode.mode &= !super::inode::S_ISGID;
+                        }
+                    }
+                    self.touch_ctime(m, now);
+                    log_inode(t, m, &self.stats)?;
+                    Ok(((), vec![ino]))
+                });
+                match r {
+                    // A value in blocks needs them contiguous, which the count above does not
+                    // promise: if only busy extents would fit, make them usable and try once more
+                    // (nothing was logged: the allocation comes before any change).
+                    Err(FsError::NoSpace)
+                        if blocks > 0 && !forced && !self.lock_busy().is_empty() =>
+                    {
+                        if super::retry::may_retry() {
+                            return Err(FsError::Retry(super::retry::Retry::ForceLog));
+                        }
+                        self.journal.force_all()?;
+                        forced = true;
+                    }
+                    r => return r.map(drop),
                 }
-                self.touch_ctime(m, now);
-                log_inode(t, m, &self.stats)?;
-                Ok(((), vec![ino]))
-            });
-            match r {
-                // A value in blocks needs them contiguous, which the space check does not
-                // promise: if only busy extents would fit, force the log (outside any lock)
-                // and run again, once (`retrying` turns a second force into ENOSPC).
-                Err(FsError::NoSpace) if blocks > 0 && !self.lock_busy().is_empty() => {
-                    Err(FsError::Retry(super::retry::Retry::ForceLog))
-                }
-                r => r,
             }
         })
     }
