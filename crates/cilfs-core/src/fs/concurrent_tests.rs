@@ -806,3 +806,74 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
     assert_eq!(fs.read(f, end_blk * 4096, 5).unwrap(), b"grown");
     assert_clean(&fs);
 }
+
+/// A default ACL too large to sit in the tree, stored in blocks of its own (4 + 8 bytes an
+/// entry, 40 named users).
+fn large_default_acl() -> Vec<u8> {
+    use super::acl::{GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
+    let mut v = 2u32.to_le_bytes().to_vec();
+    let mut entry = |tag: u16, perm: u16, id: u32| {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    };
+    entry(USER_OBJ, 7, u32::MAX);
+    for id in 2000..2040 {
+        entry(USER, 5, id);
+    }
+    entry(GROUP_OBJ, 5, u32::MAX);
+    entry(MASK, 7, u32::MAX);
+    entry(OTHER, 5, u32::MAX);
+    v
+}
+
+/// A create that inherits a large default ACL allocates the access ACL's block from its own
+/// copy of the free-space trees; if another commit took that block as a tree node meanwhile,
+/// the create finds it stamped as one and runs again, instead of failing an assert (which it
+/// did, in release builds too; found by review).
+#[test]
+fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
+    let (_clock, _dev, fs, d) = fresh_with(1901, b"d");
+    fs.setxattr(
+        d,
+        super::acl::DEFAULT,
+        &large_default_acl(),
+        XattrFlags::default(),
+    )
+    .unwrap();
+    let fs2 = Arc::clone(&fs);
+    let allocs = std::rc::Rc::new(std::cell::Cell::new(0));
+    let seen = allocs.clone();
+    super::xattr::AFTER_ALLOC.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move |_start, _len| {
+            seen.set(seen.get() + 1);
+            if seen.get() > 1 {
+                return;
+            }
+            // Creates elsewhere take the lowest free blocks as tree nodes (the free list
+            // is topped up from the trees), the block just allocated among them.
+            let fs3 = Arc::clone(&fs2);
+            std::thread::spawn(move || {
+                let e = fs3.mkdir(U, ROOT_INO, b"e", 0o755).unwrap().ino;
+                for i in 0..3000 {
+                    fs3.mknod(U, e, format!("n{i:05}").as_bytes(), 0o100_644, 0)
+                        .unwrap();
+                }
+            })
+            .join()
+            .unwrap();
+        }))
+    });
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fs.mknod(U, d, b"f", 0o100_644, 0)
+    }));
+    super::xattr::AFTER_ALLOC.with(|h| h.borrow_mut().take());
+    let f = r.expect("the create panicked").unwrap().ino;
+    assert!(
+        allocs.get() >= 1,
+        "the create allocated no block for its ACL"
+    );
+    assert!(fs.getxattr(f, super::acl::ACCESS).is_ok());
+    assert_eq!(names(&fs, d), ["f"]);
+    assert_clean(&fs);
+}
