@@ -2349,3 +2349,39 @@ fn fs_tree_splits_take_blocks_from_the_free_list() {
     );
     assert_clean(&fs);
 }
+
+/// An fsync whose data write fails returns the error and keeps the pages dirty: the next
+/// fsync writes them. Taken pages are marked clean; dropped after the failure, the next fsync
+/// found nothing to write and succeeded, and a crash then showed the old contents.
+#[test]
+fn an_fsync_whose_data_write_fails_keeps_its_pages_for_the_next() {
+    use cilfs_device::FaultMode;
+    let clock = TestClock::new();
+    let dev = new_dev(97);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.write(U, f, 0, &[1u8; 3 * 4096]).unwrap();
+    fs.sync().unwrap();
+    fs.write(U, f, 0, &[2u8; 3 * 4096]).unwrap();
+    // The fsync's first device operation is its data write: every block it needs is cached.
+    dev.inject_fault(dev.op_count(), FaultMode::Once);
+    assert!(
+        fs.fsync(f).is_err(),
+        "the injected fault did not reach the fsync"
+    );
+    dev.clear_fault();
+    fs.fsync(f).unwrap();
+    let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
+    drop(fs);
+    let fs = mount(&crashed, opts(&clock));
+    let got = fs.read(f, 0, 3 * 4096).unwrap();
+    assert!(
+        got == vec![2u8; 3 * 4096],
+        "the fsynced bytes were lost: {:?}",
+        &got[..8]
+    );
+    assert_clean(&fs);
+}

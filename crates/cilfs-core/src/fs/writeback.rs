@@ -9,6 +9,9 @@ use super::stats::bump;
 use super::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
+/// A dirty page to write back: (disk block, file block, contents).
+type Run = (u64, u64, Box<[u8]>);
+
 impl Fs {
     /// Writes `ino`'s dirty pages back in place (the IO outside the filesystem lock), then
     /// logs its in-memory size. The caller holds `ino`'s IO lock exclusively, so no write adds
@@ -23,14 +26,21 @@ impl Fs {
     /// writing back for everyone never waits for a throttled tenant.
     fn writeback_inode(&self, ino: u64, wait: bool) -> FsResult<()> {
         let (project, runs) = self.take_runs(ino)?;
-        let left = self.write_runs(project, runs, wait)?;
-        if !left.is_empty() {
-            // Under the inode's IO lock (held by the caller), so no write put newer pages.
+        let (left, written) = self.write_runs(project, runs, wait);
+        let all_written = left.is_empty();
+        if !all_written {
+            // Dirty again: what the budget leaves for later, or what a failed write did not
+            // write (taken pages are marked clean; dropped, a later fsync would find nothing
+            // to write and succeed). Under the inode's IO lock (held by the caller), so no
+            // write put newer pages.
             let st = self.read_state();
             let mut pages = st.cache.lock(ino);
             for (_, fb, data) in left {
                 pages.put_dirty(fb, &data);
             }
+        }
+        written?;
+        if !all_written {
             return Ok(());
         }
         self.log_unlogged(ino)
@@ -110,8 +120,7 @@ impl Fs {
     /// and the project their IO is charged to: under the state lock taken shared (the
     /// caller's exclusive IO lock keeps the pages and the mapping still), the mapping looked
     /// up before any page is taken, since after that the run can no longer give up.
-    #[allow(clippy::type_complexity)]
-    fn take_runs(&self, ino: u64) -> FsResult<(u32, Vec<(u64, u64, Box<[u8]>)>)> {
+    fn take_runs(&self, ino: u64) -> FsResult<(u32, Vec<Run>)> {
         self.retrying(|| {
             let st = self.read_state();
             let project = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.inode.project);
@@ -123,7 +132,7 @@ impl Fs {
             // Pages taken must be written: no giving up after this.
             super::retry::changed_memory();
             let pages = st.cache.take_dirty(ino);
-            let mut runs: Vec<(u64, u64, Box<[u8]>)> = Vec::with_capacity(pages.len());
+            let mut runs: Vec<Run> = Vec::with_capacity(pages.len());
             let mut e = exts.iter().peekable();
             for (i, fb, data) in pages {
                 while e.peek().is_some_and(|x| x.end() <= fb) {
@@ -141,15 +150,9 @@ impl Fs {
     }
 
     /// Writes pages to their blocks, adjacent blocks in one IO, charged to `project`. With
-    /// `wait` false it stops at the first IO the project has no budget for now and returns
-    /// the pages not written.
-    #[allow(clippy::type_complexity)]
-    fn write_runs(
-        &self,
-        project: u32,
-        mut runs: Vec<(u64, u64, Box<[u8]>)>,
-        wait: bool,
-    ) -> FsResult<Vec<(u64, u64, Box<[u8]>)>> {
+    /// `wait` false it stops at the first IO the project has no budget for now. Returns the
+    /// pages not written (from the first IO not made or failed on) and whether an IO failed.
+    fn write_runs(&self, project: u32, mut runs: Vec<Run>, wait: bool) -> (Vec<Run>, FsResult<()>) {
         let bsz = self.bs as usize;
         let mut at = 0;
         while at < runs.len() {
@@ -161,14 +164,17 @@ impl Fs {
             for (k, (_, _, d)) in runs[at..end].iter().enumerate() {
                 buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
             }
-            if wait {
-                self.data_write(project, runs[at].0, &buf)?;
-            } else if !self.data_try_write(project, runs[at].0, &buf)? {
-                return Ok(runs.split_off(at));
+            let made = match wait {
+                true => self.data_write(project, runs[at].0, &buf).map(|()| true),
+                false => self.data_try_write(project, runs[at].0, &buf),
+            };
+            match made {
+                Ok(true) => at = end,
+                Ok(false) => return (runs.split_off(at), Ok(())),
+                Err(e) => return (runs.split_off(at), Err(e)),
             }
-            at = end;
         }
-        Ok(Vec::new())
+        (Vec::new(), Ok(()))
     }
 
     /// Writes every dirty page back, waiting for inodes in use (sync and unmount).
