@@ -220,11 +220,7 @@ impl Scratch {
         // Under the inodes' shards (held by the caller), as the inodes below.
         for (ino, blocks) in &self.pages {
             #[cfg(test)]
-            super::write::BEFORE_PUTS.with(|h| {
-                if let Some(f) = h.borrow_mut().as_mut() {
-                    f(*ino);
-                }
-            });
+            super::write::run_before_puts_hook(*ino);
             let mut pages = cache.lock(*ino);
             for (fb, b) in blocks {
                 pages.put_dirty(*fb, b);

@@ -24,6 +24,7 @@ use super::inode::Timespec;
 use super::iolock::IoMode;
 use super::pagecache::InodePages;
 use super::setid::{drop_caps, CAPS_XATTR};
+use super::shared_tx::FilePages;
 use super::stats::{bump, bump_bytes};
 use super::types::{Cred, Reserve};
 use super::{log_inode, Fs, FsState, InodeMem, IversionMode};
@@ -365,8 +366,7 @@ impl Fs {
     ) -> FsResult<Result<usize, Vec<u64>>> {
         let ino = plan.ino;
         let end = plan.off + data.len() as u64;
-        // The new pages, built now from the edges' old contents (and the old last block's,
-        // zeroed past the old end): nothing but this write changes them while it holds the
+        // The new pages, built now: nothing but this write changes them while it holds the
         // inode's IO lock, and a trim of the cache only drops clean copies of what is on disk.
         let blocks = {
             let st = self.read_state();
@@ -375,16 +375,7 @@ impl Fs {
             if !dropped.is_empty() {
                 return Ok(Err(dropped));
             }
-            let mut blocks = Vec::new();
-            if let Some(tail) = plan.eof.filter(|t| t.cached) {
-                let mut b = vec![0u8; self.bs as usize];
-                let cached = pages.read(tail.fb, &mut b);
-                debug_assert!(cached, "checked under this hold");
-                b[tail.from..].fill(0);
-                blocks.push((tail.fb, b));
-            }
-            blocks.extend(self.write_blocks(plan, staged, data, &pages)?);
-            blocks
+            self.write_blocks(plan, staged, data, &pages)?
         };
         let now = self.now();
         let kill = self.with_shared_tx(&[ino], |st, t, sc| {
@@ -418,7 +409,7 @@ impl Fs {
     /// timestamps within their granularity or lazytime): pages and the inode in memory change
     /// under the state lock taken shared, with the inode's cache shard and its page cache shard
     /// held, so writers of different files run side by side. None: the write must log (or its
-    /// inode is not in memory), and takes the exclusive path; nothing changed.
+    /// inode is not in memory), and takes `commit_overwrite_logged`; nothing changed.
     ///
     /// A query of the change counter takes the inode's shard lock, held here from the look at
     /// the counter to the last page put: a query sees the write whole or not at all, so a value
@@ -451,20 +442,16 @@ impl Fs {
         }
         let blocks = self.write_blocks(plan, staged, data, &pages)?;
         #[cfg(test)]
-        BEFORE_PUTS.with(|h| {
-            if let Some(f) = h.borrow_mut().as_mut() {
-                f(ino);
-            }
-        });
+        run_before_puts_hook(ino);
         super::retry::changed_memory();
-        put_blocks(&mut pages, plan, blocks);
+        put_blocks(&mut pages, blocks);
         drop(pages);
         bump_bytes(&self.stats.data_write_bytes, data.len());
         self.defer_inode_update(m, &d, plan.off + data.len() as u64, now);
         Ok(Some(Ok(data.len())))
     }
 
-    /// Step 3 under the exclusive state lock: a write that maps new blocks (so it logs).
+    /// Step 3 under the exclusive state lock: a write that maps new blocks, and so logs.
     fn commit_write_exclusive(
         &self,
         cred: Cred,
@@ -472,6 +459,7 @@ impl Fs {
         staged: &Staged,
         data: &[u8],
     ) -> FsResult<Result<usize, Vec<u64>>> {
+        debug_assert!(!plan.fresh.is_empty(), "an overwrite on the exclusive path");
         let ino = plan.ino;
         let end = plan.off + data.len() as u64;
         let mut st = self.write_state();
@@ -489,19 +477,16 @@ impl Fs {
             return Err(FsError::NotFound);
         };
         let d = self.write_logging(cred, m, plan, data, caps, now);
+        debug_assert!(d.must_log, "new blocks are logged");
         // The transaction begins before anything changes: beginning may give up to wait for
         // log space outside the lock (fs/retry.rs), and an attempt that gave up after it had
         // changed the pages, the inode and its counter would run again, find nothing left to
         // log, and return with that change never logged (seen as a change counter that went
         // back across a clean unmount).
-        let (mut t, allocated) = if !d.log {
-            (None, 0)
-        } else {
-            let mut t = self.begin(&st)?;
-            match self.map_reserved(&mut t, ino, &plan.fresh) {
-                Ok(n) => (Some(t), n),
-                Err(e) => return Err(t.fail(e)),
-            }
+        let mut t = self.begin(&st)?;
+        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh) {
+            Ok(n) => n,
+            Err(e) => return Err(t.fail(e)),
         };
         {
             let mut pages = st.cache.lock(ino);
@@ -509,25 +494,17 @@ impl Fs {
                 Ok(b) => b,
                 Err(e) => {
                     drop(pages);
-                    return Err(match t.take() {
-                        Some(t) => t.fail(e),
-                        None => e,
-                    });
+                    return Err(t.fail(e));
                 }
             };
             super::retry::changed_memory();
-            put_blocks(&mut pages, plan, blocks);
+            put_blocks(&mut pages, blocks);
         }
         bump_bytes(&self.stats.data_write_bytes, data.len());
         let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
-        let Some(mut t) = t else {
-            self.defer_inode_update(m, &d, end, now);
-            return Ok(Ok(data.len()));
-        };
-        let bumped = m.change.maybe_increment(d.must_log);
-        debug_assert!(bumped, "forced, or queried under this lock");
+        m.change.maybe_increment(true);
         bump(&self.stats.change_bumps);
         m.inode.mtime = now;
         m.inode.ctime = now;
@@ -606,19 +583,33 @@ impl Fs {
         }
     }
 
-    /// The new contents of every block the write covers that the file owned, built from the
-    /// old contents of its edge blocks (the cache's, or what step 2 read) before any page is
-    /// put: a put may trim the cache, and an edge must be read while it is surely there.
+    /// The new contents of every page the write puts: the old last block, cached, zeroed from
+    /// the old end on (step 2 zeroed it on disk if not cached), and every block the write
+    /// covers that the file owned, built from the old contents of its edge blocks (the
+    /// cache's, or what step 2 read). All are read before any page is put: a put may trim
+    /// the cache, and a page must be read while it is surely there.
     fn write_blocks(
         &self,
         plan: &Plan,
         staged: &Staged,
         data: &[u8],
         pages: &InodePages<'_>,
-    ) -> FsResult<Vec<(u64, Vec<u8>)>> {
+    ) -> FsResult<FilePages> {
         let bs = u64::from(self.bs);
         let bsz = self.bs as usize;
         let mut out = Vec::new();
+        if let Some(tail) = plan.eof.filter(|t| t.cached) {
+            let mut block = vec![0u8; bsz];
+            if !pages.read(tail.fb, &mut block) {
+                // Planned as cached and checked under this hold of the shard.
+                return Err(FsError::corrupt(
+                    tail.disk,
+                    format!("inode {}: block {} not cached", plan.ino, tail.fb),
+                ));
+            }
+            block[tail.from..].fill(0);
+            out.push((tail.fb, block));
+        }
         for e in &plan.exts {
             for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
                 let mut block = vec![0u8; bsz];
@@ -657,6 +648,16 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Tests: runs `BEFORE_PUTS`, if set.
+#[cfg(test)]
+pub(crate) fn run_before_puts_hook(ino: u64) {
+    BEFORE_PUTS.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(ino);
+        }
+    });
+}
+
 /// Why a write logs its inode or not (`Fs::write_logging`).
 #[derive(Debug)]
 struct Logging {
@@ -684,15 +685,8 @@ fn dropped_pages(plan: &Plan, pages: &InodePages<'_>) -> Vec<u64> {
         .collect()
 }
 
-/// Puts the write's pages: the old last block zeroed from the old EOF, then its blocks.
-fn put_blocks(pages: &mut InodePages<'_>, plan: &Plan, blocks: Vec<(u64, Vec<u8>)>) {
-    if let Some(tail) = plan.eof.filter(|t| t.cached) {
-        let zeroed = pages.zero_from(tail.fb, tail.from);
-        debug_assert!(
-            zeroed,
-            "the old last block left the cache under the shard's lock"
-        );
-    }
+/// Puts the write's pages (`Fs::write_blocks`), dirty.
+fn put_blocks(pages: &mut InodePages<'_>, blocks: FilePages) {
     for (fb, block) in blocks {
         pages.put_dirty(fb, &block);
     }
