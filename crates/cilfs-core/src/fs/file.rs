@@ -126,12 +126,14 @@ impl Fs {
             };
             let nblocks = (last - first + 1) as usize;
             let mut buf = AlignedBuf::zeroed(nblocks * bsz);
-            // The page cache holds newer contents than the disk.
+            // The page cache holds newer contents than the disk: the inode's pages in one hold.
             let mut cached = vec![false; nblocks];
+            let pages = st.cache.lock(ino);
             for fb in first..=last {
                 let a = (fb - first) as usize * bsz;
-                cached[(fb - first) as usize] = st.cache.read(ino, fb, &mut buf[a..a + bsz]);
+                cached[(fb - first) as usize] = pages.read(fb, &mut buf[a..a + bsz]);
             }
+            drop(pages);
             (i.project, exts, first, last, end, touch, buf, cached)
         };
         for e in &exts {

@@ -19,7 +19,7 @@ pub(crate) const SHARDS: usize = 64;
 
 /// The shard of `ino`: a multiplicative hash, so that the consecutive numbers of one
 /// directory's run land in different shards.
-fn shard_of(ino: u64) -> usize {
+pub(crate) fn shard_of(ino: u64) -> usize {
     (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
 }
 

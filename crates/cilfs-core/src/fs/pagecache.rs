@@ -18,13 +18,8 @@ use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Shards: enough that the threads of a machine seldom meet in one.
-const SHARDS: usize = 64;
-
-/// The shard of `ino` (a multiplicative hash: one directory's consecutive numbers spread).
-fn shard_of(ino: u64) -> usize {
-    (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
-}
+// Sharded as the inode cache is: an inode's pages and its inode hash to the same shard number.
+use super::inode_cache::{shard_of, SHARDS};
 
 #[derive(Debug)]
 struct Page {
@@ -185,11 +180,6 @@ impl PageCache {
         }
     }
 
-    /// Copies the cached page of (ino, fb) into `out`; false if it is not cached.
-    pub fn read(&self, ino: u64, fb: u64, out: &mut [u8]) -> bool {
-        self.lock(ino).read(fb, out)
-    }
-
     pub fn contains(&self, ino: u64, fb: u64) -> bool {
         self.lock(ino).contains(fb)
     }
@@ -201,11 +191,6 @@ impl PageCache {
             .range((ino, 0)..=(ino, u64::MAX))
             .next()
             .is_some()
-    }
-
-    /// Stores a whole block as the newest contents of (ino, fb), dirty.
-    pub fn put_dirty(&self, ino: u64, fb: u64, block: &[u8]) {
-        self.lock(ino).put_dirty(fb, block);
     }
 
     /// Zeroes (ino, fb) from byte `from` on, if cached (marking it dirty).
@@ -312,13 +297,13 @@ mod tests {
     #[test]
     fn dirty_tracking_and_ranges() {
         let c = PageCache::new(1 << 20, 4096);
-        c.put_dirty(1, 0, &[1u8; 4096]);
-        c.put_dirty(1, 5, &[2u8; 4096]);
-        c.put_dirty(2, 0, &[3u8; 4096]);
+        c.lock(1).put_dirty(0, &[1u8; 4096]);
+        c.lock(1).put_dirty(5, &[2u8; 4096]);
+        c.lock(2).put_dirty(0, &[3u8; 4096]);
         assert_eq!(c.dirty_pages(), 3);
         assert_eq!(c.dirty_inodes(), [1, 2]);
         let mut b = [0u8; 4096];
-        assert!(c.read(1, 5, &mut b) && b[0] == 2);
+        assert!(c.lock(1).read(5, &mut b) && b[0] == 2);
         let d = c.take_dirty(1);
         assert_eq!(d.len(), 2);
         assert_eq!(c.dirty_pages(), 1);
@@ -338,7 +323,7 @@ mod tests {
     fn trimming_drops_clean_pages_only_and_waits_for_the_hold() {
         let c = PageCache::new(64 * 4096, 4096);
         for fb in 0..64 {
-            c.put_dirty(7, fb, &[1u8; 4096]);
+            c.lock(7).put_dirty(fb, &[1u8; 4096]);
         }
         assert_eq!(c.take_dirty(7).len(), 64);
         {
@@ -364,13 +349,13 @@ mod tests {
     fn a_write_over_the_limit_trims_other_shards_too() {
         let c = PageCache::new(64 * 4096, 4096);
         for ino in 1..=64u64 {
-            c.put_dirty(ino, 0, &[1u8; 4096]);
+            c.lock(ino).put_dirty(0, &[1u8; 4096]);
             assert_eq!(c.take_dirty(ino).len(), 1);
         }
         assert_eq!(c.pages(), 64);
         // Inode 1000's shard holds at most one of the clean pages above.
         for fb in 0..16 {
-            c.put_dirty(1000, fb, &[2u8; 4096]);
+            c.lock(1000).put_dirty(fb, &[2u8; 4096]);
         }
         // Trimming only its own shard, it would keep some 79 pages.
         assert!(c.pages() <= 64, "{} pages kept", c.pages());
