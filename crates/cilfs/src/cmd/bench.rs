@@ -123,10 +123,7 @@ pub fn thread_cpu_ns() -> std::collections::HashMap<u64, (String, u64)> {
         };
         let p = t.path();
         let name = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
-        let ns = std::fs::read_to_string(p.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()));
-        if let Some(ns) = ns {
+        if let Some(ns) = schedstat_ns(&p.join("schedstat")) {
             out.insert(tid, (name.trim().to_string(), ns));
         }
     }
@@ -135,10 +132,14 @@ pub fn thread_cpu_ns() -> std::collections::HashMap<u64, (String, u64)> {
 
 /// CPU time the calling thread has run, in nanoseconds (0 where /proc does not tell).
 pub fn own_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
+    schedstat_ns(std::path::Path::new("/proc/thread-self/schedstat")).unwrap_or(0)
+}
+
+/// The time on CPU a task's `schedstat` file gives (its first field, in nanoseconds).
+fn schedstat_ns(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path)
         .ok()
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
 }
 
 /// CPU seconds run between two `thread_cpu_ns` snapshots, by thread role: a name without its
