@@ -84,6 +84,14 @@ impl Buf {
         self.state.read_arc()
     }
 
+    /// Whether a writer holds the lock or waits for its readers to leave (when `try_read`
+    /// would fail), seen without taking it: a commit checks each block it only read this way,
+    /// and taking and dropping a read hold of the root and the upper nodes moved their locks'
+    /// cache lines between the cores on every commit.
+    pub fn locked_exclusive(&self) -> bool {
+        self.state.is_locked_exclusive()
+    }
+
     pub fn try_read(&self) -> Option<BufReadGuard> {
         self.state.try_read_arc()
     }

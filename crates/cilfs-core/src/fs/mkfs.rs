@@ -1,7 +1,7 @@
 //! Making the filesystem inside a freshly made journal: the header, the three empty trees, the
 //! free space and the root directory, in one transaction.
 
-use super::alloc::BusyExtents;
+use super::alloc::Busy;
 use super::error::{FsError, FsResult};
 use super::header::{
     freelist_capacity, Header, MIN_FS_BLOCK_SIZE, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
@@ -11,7 +11,6 @@ use super::tree::btree::Root;
 use super::tree::keys::{key, KIND_INODE};
 use super::tx::FsTx;
 use crate::journal::Journal;
-use parking_lot::Mutex;
 
 /// Blocks the smallest filesystem needs beyond the header, trees and free list.
 const MIN_FREE_BLOCKS: u64 = 64;
@@ -43,7 +42,7 @@ pub fn format(journal: &Journal, uid: u32, gid: u32) -> FsResult<()> {
         data_end: end,
         freelist: (data_start + 3..data_start + 3 + fl).collect(),
     };
-    let busy = Mutex::new(BusyExtents::default());
+    let busy = Busy::default();
     let mut t = FsTx::begin(journal, &hdr, first, &busy)?;
     t.force_header_write();
     let r = (|| -> FsResult<()> {

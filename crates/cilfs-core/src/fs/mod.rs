@@ -49,7 +49,7 @@ pub use inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
 pub use stats::FsStats;
 
 use crate::journal::Journal;
-use alloc::BusyExtents;
+use alloc::{Busy, BusyGuard};
 use change::ChangeCounter;
 use dir::TreeRead;
 use header::{Header, TREE_FS};
@@ -252,7 +252,7 @@ pub struct Fs {
     pub(crate) journal: Arc<Journal>,
     pub(crate) hdr_blk: u64,
     pub(crate) state: RwLock<FsState>,
-    pub(crate) busy: Mutex<BusyExtents>,
+    pub(crate) busy: Busy,
     /// Inode numbers for new inodes (runs per directory).
     pub(crate) inos: ino_alloc::InoAlloc,
     /// Per-inode IO locks, held across data IO (before `state` in the lock order).
@@ -308,7 +308,7 @@ impl Fs {
                 inodes: InodeCache::new(),
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
-            busy: Mutex::new(BusyExtents::default()),
+            busy: Busy::default(),
             inos,
             io: iolock::IoLocks::new(),
             throttle: cilfs_device::Throttle::with_clock(
@@ -349,7 +349,7 @@ impl Fs {
     }
 
     /// The busy extents; counted in the lock table.
-    pub(crate) fn lock_busy(&self) -> MutexGuard<'_, BusyExtents> {
+    pub(crate) fn lock_busy(&self) -> BusyGuard<'_> {
         self.busy_waits
             .acquire(|| self.busy.try_lock(), || self.busy.lock())
     }

@@ -145,6 +145,15 @@ impl Fs {
         blocks: u64,
         reserve: Reserve,
     ) -> FsResult<()> {
+        let keep = match reserve {
+            Reserve::Keep => RESERVE_BLOCKS,
+            Reserve::Quarter => RESERVE_BLOCKS / 4,
+            Reserve::Use => 0,
+        };
+        // Enough even counting every busy extent not yet pruned: no lock needed.
+        if free_blocks.saturating_sub(self.busy.taken_blocks()) >= blocks + keep {
+            return Ok(());
+        }
         // Blocks reserved by writes in flight are as good as taken; busy ones come back with a
         // force.
         let (busy, reserved) = {
@@ -153,11 +162,6 @@ impl Fs {
             (b.blocks(), b.reserved_blocks())
         };
         let avail = free_blocks.saturating_sub(busy + reserved);
-        let keep = match reserve {
-            Reserve::Keep => RESERVE_BLOCKS,
-            Reserve::Quarter => RESERVE_BLOCKS / 4,
-            Reserve::Use => 0,
-        };
         if avail >= blocks + keep {
             return Ok(());
         }

@@ -2,7 +2,7 @@
 //! frees (busy until the checkpoint that frees them is stable), and tree access that logs every
 //! node it writes.
 
-use super::alloc::BusyExtents;
+use super::alloc::Busy;
 use super::error::{FsError, FsResult};
 use super::header::{
     Header, Roots, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE,
@@ -36,7 +36,7 @@ pub struct FsTx<'a> {
     /// Blocks allocated as nodes by this transaction: logged whole on first write, since their
     /// on-disk contents are unrelated to what the node will hold.
     fresh: Vec<u64>,
-    pub(crate) busy: &'a Mutex<BusyExtents>,
+    pub(crate) busy: &'a Busy,
     force_header: bool,
     reserved_buffers: u64,
     /// The log space it reserves (at begin, or at commit for an optimistic one).
@@ -76,7 +76,7 @@ impl<'a> FsTx<'a> {
         journal: &'a Journal,
         hdr: &Header,
         hdr_blk: u64,
-        busy: &'a Mutex<BusyExtents>,
+        busy: &'a Busy,
     ) -> FsResult<Self> {
         let t = Self::begin_with(journal, hdr, hdr_blk, busy, false)?;
         super::retry::changing();
@@ -89,7 +89,7 @@ impl<'a> FsTx<'a> {
         journal: &'a Journal,
         hdr: &Header,
         hdr_blk: u64,
-        busy: &'a Mutex<BusyExtents>,
+        busy: &'a Busy,
     ) -> FsResult<Self> {
         Self::begin_with(journal, hdr, hdr_blk, busy, true)
     }
@@ -98,7 +98,7 @@ impl<'a> FsTx<'a> {
         journal: &'a Journal,
         hdr: &Header,
         hdr_blk: u64,
-        busy: &'a Mutex<BusyExtents>,
+        busy: &'a Busy,
         optimistic: bool,
     ) -> FsResult<Self> {
         let bs = journal.block_size();
@@ -128,7 +128,7 @@ impl<'a> FsTx<'a> {
             }
         };
         let completed_seq = journal.completed_seq();
-        busy.lock().prune(completed_seq);
+        busy.prune(completed_seq);
         Ok(FsTx {
             tx,
             hdr: hdr.clone(),

@@ -124,6 +124,10 @@ pub struct Journal {
     pub(crate) cil_waits: LockWaits,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
+    /// `SpaceState::completed_seq`, readable without `space`'s lock: every transaction asks
+    /// for it (to prune busy extents) and the lock's cache line went between the cores.
+    /// Stored under that lock with it (`set_completed_seq`).
+    pub(crate) completed: AtomicU64,
     /// With `space`: a checkpoint completed, or a holder let go of the writer
     /// (`release_writer`).
     pub(crate) checkpoint_done: Condvar,
@@ -340,6 +344,7 @@ impl Journal {
             }),
             checkpoint_done: Condvar::new(),
             force_target: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
             grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
             ail: Mutex::new(Ail::default()),
             ail_writeback: Mutex::new(ail_io),

@@ -1,6 +1,6 @@
 //! Committing into the CIL, pushing checkpoints, and log forces.
 
-use super::{Journal, JournalError, PushMode};
+use super::{Journal, JournalError, PushMode, SpaceState};
 use crate::buf::{Buf, BufData, LateWrite};
 use crate::cil::{late_bound, CilCtx};
 use crate::log::record::OP_HEADER_BYTES;
@@ -181,7 +181,14 @@ impl Journal {
     }
 
     pub fn completed_seq(&self) -> u64 {
-        self.space.lock().completed_seq
+        self.completed.load(Ordering::Acquire)
+    }
+
+    /// Checkpoint `seq` is stable: both copies of the sequence move, under `space`'s lock.
+    fn set_completed_seq(&self, sp: &mut SpaceState, seq: u64) {
+        debug_assert!(seq >= sp.completed_seq, "completed sequence going back");
+        sp.completed_seq = seq;
+        self.completed.store(seq, Ordering::Release);
     }
 
     /// Pushes CIL contexts until checkpoint `seq` is stable. Pushes are serialised by the writer
@@ -294,7 +301,7 @@ impl Journal {
                     // Only reached with nothing in flight: one in flight is followed only by a
                     // context seen non-empty, and committers only add to it.
                     debug_assert!(in_flight.is_none());
-                    self.space.lock().completed_seq = ctx.seq;
+                    self.set_completed_seq(&mut self.space.lock(), ctx.seq);
                     self.checkpoint_done.notify_all();
                     continue;
                 }
@@ -390,7 +397,7 @@ impl Journal {
             );
             sp.head = f.end;
             sp.safe_tail = sp.safe_tail.max(f.written.tail);
-            sp.completed_seq = f.seq;
+            self.set_completed_seq(&mut sp, f.seq);
             self.publish_space(&sp);
             self.checkpoint_done.notify_all();
         }

@@ -402,7 +402,7 @@ impl<'j> Transaction<'j> {
     pub fn read_set_locked(&self) -> bool {
         self.held
             .iter()
-            .any(|h| !h.publishes() && h.buf.try_read().is_none())
+            .any(|h| !h.publishes() && h.buf.locked_exclusive())
     }
 
     /// The second step: copies the changes into the locked buffers, which take new versions.
