@@ -55,6 +55,9 @@ pub struct FsArgs {
     /// callgrind needs (a run under valgrind is far slower than the 5 s default allows)
     #[arg(long)]
     ops: Option<u64>,
+    /// Log size, as mkfs's --log-size [default: mkfs's for 8 GiB, 64 MiB]
+    #[arg(long, value_parser = crate::size::parse_size)]
+    log_size: Option<u64>,
     /// Directory for the image [default: $TMPDIR or /tmp]
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -78,7 +81,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         image: image.clone(),
         size: Some(8 << 30),
         block_size: 4096,
-        log_size: None,
+        log_size: a.log_size,
         logdev: None,
         force: false,
     };
@@ -298,6 +301,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "checkpoints": d(js.log.checkpoints, base_j.log.checkpoints),
         "iclog_writes": d(js.log.iclog_writes, base_j.log.iclog_writes),
         "log_bytes": d(js.log.log_bytes, base_j.log.log_bytes),
+        "ail_writeback_bytes": d(js.ail_writeback_bytes, base_j.ail_writeback_bytes),
         "noiclog_waits": d(js.log.noiclog_waits, base_j.log.noiclog_waits),
         "log_forces": d(js.log.log_forces, base_j.log.log_forces),
         "flushes_issued": d(dev.flushes_issued, base_dev.flushes_issued),
