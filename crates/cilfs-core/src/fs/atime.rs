@@ -35,25 +35,30 @@ impl Fs {
     /// the reader's: the data was read (Linux's touch_atime reports none either).
     pub(crate) fn touch_atime(&self, ino: u64) {
         let now = self.now();
-        let mut st = self.write_state();
-        let Ok(m) = self.load(&mut st, ino) else {
-            return;
-        };
-        // Another reader may have moved it since the shared-lock look.
-        if !self.atime_needs_update(&m.inode, now) {
-            return;
-        }
-        bump(&self.stats.atime_updates);
-        if self.opts.lazytime {
-            m.inode.atime = now;
-            m.unlogged = true;
-            return;
-        }
-        let _ = self.with_tx_sync(&mut st, false, |t, inodes| {
-            let m = Fs::inode_mut(t, inodes, ino)?;
-            m.inode.atime = now;
-            log_inode(t, m, &self.stats)?;
-            Ok(((), vec![ino]))
+        // Through `retrying`: the inode's item, if it left the buffer cache since the read,
+        // is read with no lock held, and a wait for log space happens outside the lock too.
+        let _ = self.retrying(|| {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            // Another reader may have moved it since the shared-lock look.
+            if !self.atime_needs_update(&m.inode, now) {
+                return Ok(());
+            }
+            if self.opts.lazytime {
+                bump(&self.stats.atime_updates);
+                m.inode.atime = now;
+                m.unlogged = true;
+                super::retry::changed_memory();
+                return Ok(());
+            }
+            self.with_tx_sync(&mut st, false, |t, inodes| {
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.atime = now;
+                log_inode(t, m, &self.stats)?;
+                Ok(((), vec![ino]))
+            })?;
+            bump(&self.stats.atime_updates);
+            Ok(())
         });
     }
 }

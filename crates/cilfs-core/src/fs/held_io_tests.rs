@@ -439,3 +439,51 @@ fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
     );
     assert_clean(&fs);
 }
+
+/// An open of an inode whose item is not in the buffer cache reads it with no filesystem lock
+/// held: creates, writes, fsyncs and unlinks in another directory finish while that read is
+/// held. (It read the leaf under the exclusive lock, so everything waited for the device.)
+#[test]
+fn an_open_reading_a_cold_inode_holds_no_lock_others_need() {
+    let sim = new_dev(1705);
+    let far = {
+        let fs = super::tests::mount(&sim, FsOptions::default());
+        fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap();
+        let a = fs.mkdir(U, ROOT_INO, b"a", 0o755).unwrap().ino;
+        // Enough inodes in `a`'s run that the middle ones' items are in leaves of their own.
+        let mut middle = 0;
+        for i in 0..300 {
+            let ino = fs
+                .mknod(U, a, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+                .unwrap()
+                .ino;
+            if i == 150 {
+                middle = ino;
+            }
+        }
+        fs.unmount().unwrap();
+        middle
+    };
+    let dev = HoldingDevice::new(Arc::clone(&sim));
+    let fs = mount_holding(&dev, FsOptions::default());
+    let b = fs.lookup(ROOT_INO, b"b").unwrap().ino;
+    create_write_fsync(&fs, b, b"warm", 1);
+    let retries_before = fs.stats.snapshot().retries_read;
+    let attr = while_held(
+        &fs,
+        &dev,
+        Trigger::ColdRead,
+        move |fs| {
+            assert_eq!(fs.open_inode(far).unwrap().ino, far);
+        },
+        move |fs| {
+            create_write_fsync(fs, b, b"new", 2);
+            fs.unlink(b, b"warm").unwrap();
+            fs.getattr(b).unwrap()
+        },
+    );
+    assert_eq!(attr.ino, b);
+    assert!(fs.stats.snapshot().retries_read > retries_before);
+    fs.release_inode(far).unwrap();
+    assert_clean(&fs);
+}

@@ -793,8 +793,12 @@ impl Fs {
                 return Ok(super::visible_change(self.epoch, m.change.query()));
             }
         }
-        let mut st = self.write_state();
-        let m = self.load(&mut st, ino)?;
-        Ok(super::visible_change(self.epoch, m.change.query()))
+        // Not in memory: loaded, its item read with no lock held if it is not in the buffer
+        // cache (`retrying`).
+        self.retrying(|| {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            Ok(super::visible_change(self.epoch, m.change.query()))
+        })
     }
 }

@@ -124,14 +124,18 @@ impl Fs {
 
     pub fn open_inode(&self, ino: u64) -> FsResult<Attr> {
         self.op();
-        let mut st = self.write_state();
-        let m = self.load(&mut st, ino)?;
-        if m.inode.nlink == 0 && m.open == 0 {
-            // No name and no handle: being freed (or about to be); never alive again.
-            return Err(FsError::NotFound);
-        }
-        m.open += 1;
-        Ok(m.inode.attr(self.bs))
+        // Through `retrying`: an inode item not in the buffer cache is read with no lock held
+        // (under the exclusive lock, every operation waited for that read).
+        self.retrying(|| {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            if m.inode.nlink == 0 && m.open == 0 {
+                // No name and no handle: being freed (or about to be); never alive again.
+                return Err(FsError::NotFound);
+            }
+            m.open += 1;
+            Ok(m.inode.attr(self.bs))
+        })
     }
 
     /// The last release of an unlinked inode frees it; that of a linked one frees the
