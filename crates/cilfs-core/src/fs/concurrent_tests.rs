@@ -877,3 +877,51 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     assert_eq!(names(&fs, d), ["f"]);
     assert_clean(&fs);
 }
+
+/// An open (under the shared lock) that comes between the check and the publish of an unlink
+/// freeing its inode outright waits for the publish, then finds the inode gone: counted
+/// before the publish, it would hold a handle on an inode the unlink frees, its check having
+/// found nobody holding it.
+#[test]
+fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone() {
+    let (_clock, _dev, fs, d) = fresh_with(1709, b"d");
+    let f = fs.mknod(U, d, b"f", 0o100_644, 0).unwrap().ino;
+    let opener: Arc<std::sync::Mutex<Option<std::thread::JoinHandle<FsResult<Attr>>>>> =
+        Arc::default();
+    {
+        let (fs, opener) = (Arc::clone(&fs), Arc::clone(&opener));
+        super::shared_tx::set_after_check_hook(move || {
+            let mut o = opener.lock().unwrap();
+            if o.is_some() {
+                return;
+            }
+            let seen =
+                super::orphan::OPENS_FOUND_FREEING.load(std::sync::atomic::Ordering::Relaxed);
+            let fs = Arc::clone(&fs);
+            let h = std::thread::spawn(move || fs.open_inode(f));
+            // Until the open waits for this commit, or (with no mark to find) got its handle.
+            // Not a measure of speed: only when to call it stuck.
+            let start = std::time::Instant::now();
+            while super::orphan::OPENS_FOUND_FREEING.load(std::sync::atomic::Ordering::Relaxed)
+                == seen
+                && !h.is_finished()
+            {
+                assert!(
+                    start.elapsed().as_secs() < 60,
+                    "the open neither waited nor ran"
+                );
+                std::thread::yield_now();
+            }
+            *o = Some(h);
+        });
+    }
+    fs.unlink(d, b"f").unwrap();
+    super::shared_tx::clear_after_check_hook();
+    let h = opener.lock().unwrap().take().expect("the hook ran");
+    assert!(
+        matches!(h.join().unwrap(), Err(FsError::NotFound)),
+        "an open of an inode being freed must not succeed"
+    );
+    assert!(matches!(fs.getattr(f), Err(FsError::NotFound)));
+    assert_clean(&fs);
+}

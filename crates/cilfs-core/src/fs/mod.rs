@@ -233,6 +233,27 @@ pub(crate) struct InodeMem {
     /// speculative preallocation an earlier mount left (`Inode::may_hold_stale_prealloc`),
     /// which the next last release looks for and frees.
     pub stale_prealloc: bool,
+    /// An optimistic commit that frees this inode (an unlink of its last name, nobody holding
+    /// it) passed its check and has not yet published or let go: nobody may open it
+    /// meanwhile (`open_inode` waits), as its check found it unopened. Such an entry may
+    /// stand for an inode not otherwise in memory; it is never trimmed.
+    pub freeing: bool,
+}
+
+impl InodeMem {
+    /// `inode` as read from the tree, just loaded.
+    pub(crate) fn loaded(inode: Inode) -> Self {
+        InodeMem {
+            change: ChangeCounter::loaded(inode.change),
+            stale_prealloc: inode.may_hold_stale_prealloc(),
+            inode,
+            open: 0,
+            last_seq: 0,
+            unlogged: false,
+            spec_prealloc: Vec::new(),
+            freeing: false,
+        }
+    }
 }
 
 /// What the state lock (`Fs::state`) guards. Under it exclusive, code reaches the header and
@@ -490,18 +511,7 @@ impl Fs {
     ) -> FsResult<&'m mut InodeMem> {
         if !inodes.contains_key(&ino) {
             let inode = read_inode(t, ino)?;
-            inodes.insert(
-                ino,
-                Box::new(InodeMem {
-                    change: ChangeCounter::loaded(inode.change),
-                    stale_prealloc: inode.may_hold_stale_prealloc(),
-                    inode,
-                    open: 0,
-                    last_seq: 0,
-                    unlogged: false,
-                    spec_prealloc: Vec::new(),
-                }),
-            );
+            inodes.insert(ino, Box::new(InodeMem::loaded(inode)));
         }
         match inodes.get_mut(&ino) {
             Some(m) => Ok(m),
@@ -557,7 +567,7 @@ impl Fs {
         let excess = inodes.len() - target;
         let victims: Vec<u64> = inodes
             .iter()
-            .filter(|(_, m)| m.open == 0 && m.last_seq <= completed && !m.unlogged)
+            .filter(|(_, m)| m.open == 0 && m.last_seq <= completed && !m.unlogged && !m.freeing)
             .map(|(&i, _)| i)
             .take(excess)
             .collect();

@@ -339,6 +339,7 @@ impl Fs {
             unlogged: false,
             spec_prealloc: Vec::new(),
             stale_prealloc: false,
+            freeing: false,
         };
         log_inode(t, &mut m, &self.stats)?;
         if let Some(target) = target {

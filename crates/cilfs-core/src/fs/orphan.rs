@@ -14,6 +14,11 @@ use super::tree::keys::{
 use super::tx::Trees;
 use super::{Fs, FsState};
 
+/// Tests: opens that found their inode marked by a commit freeing it.
+#[cfg(test)]
+pub(crate) static OPENS_FOUND_FREEING: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 impl Fs {
     /// Frees `ino` if no name and no handle is left, under its IO lock (exclusive: a read or
     /// write back still in flight finishes before its blocks are freed) and outside any
@@ -122,34 +127,65 @@ impl Fs {
         Ok(())
     }
 
+    /// Counts a handle on `ino`, loading it if it is not in memory. Under the shared state
+    /// lock (every open and create through FUSE comes here), through `retrying`: an inode item
+    /// not in the buffer cache is read with no lock held.
+    ///
+    /// Against an unlink freeing the inode side by side: that commit checks, under the
+    /// inode's shard, that nobody holds it open, and marks it until it publishes
+    /// (`InodeMem::freeing`); an open that finds the mark waits for it, and one counted
+    /// before the check makes the check fail (the unlink then leaves an orphan).
     pub fn open_inode(&self, ino: u64) -> FsResult<Attr> {
         self.op();
-        // Through `retrying`: an inode item not in the buffer cache is read with no lock held
-        // (under the exclusive lock, every operation waited for that read).
         self.retrying(|| {
-            let mut st = self.write_state();
-            let m = self.load(&mut st, ino)?;
-            if m.inode.nlink == 0 && m.open == 0 {
-                // No name and no handle: being freed (or about to be); never alive again.
-                return Err(FsError::NotFound);
+            let st = self.read_state();
+            let cached = self.open_in_memory(&mut st.inodes.lock(ino), ino);
+            if let Some(r) = cached {
+                return r;
             }
-            m.open += 1;
-            Ok(m.inode.attr(self.bs))
+            // Read before the shard is taken (a read may give up); a commit that changes it
+            // meanwhile holds its leaf until its copy is in memory, so what is read is either
+            // what is in memory or found there below.
+            let inode = super::read_inode(&mut self.view(&st), ino)?;
+            let mut inodes = st.inodes.lock(ino);
+            inodes
+                .entry(ino)
+                .or_insert_with(|| Box::new(super::InodeMem::loaded(inode)));
+            self.open_in_memory(&mut inodes, ino)
+                .unwrap_or_else(|| unreachable!("inserted above"))
         })
+    }
+
+    /// `open_inode` on `ino` if it is in memory (its shard locked as `inodes`).
+    fn open_in_memory(&self, inodes: &mut super::InodeTable, ino: u64) -> Option<FsResult<Attr>> {
+        let m = inodes.get_mut(&ino)?;
+        if m.freeing {
+            #[cfg(test)]
+            OPENS_FOUND_FREEING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Some(Err(FsError::Retry(super::retry::Retry::Freeing)));
+        }
+        if m.inode.nlink == 0 && m.open == 0 {
+            // No name and no handle: being freed (or about to be); never alive again.
+            return Some(Err(FsError::NotFound));
+        }
+        m.open += 1;
+        super::retry::changed_memory();
+        Some(Ok(m.inode.attr(self.bs)))
     }
 
     /// The last release of an unlinked inode frees it; that of a linked one frees the
     /// blocks speculative preallocation left past its end.
     pub fn release_inode(&self, ino: u64) -> FsResult<()> {
         self.op();
-        let mut st = self.write_state();
-        let Some(m) = st.inodes.get_mut(&ino) else {
-            return Ok(());
+        let trim = {
+            let st = self.read_state();
+            let mut inodes = st.inodes.lock(ino);
+            let Some(m) = inodes.get_mut(&ino) else {
+                return Ok(());
+            };
+            m.open = m.open.saturating_sub(1);
+            m.open == 0 && m.inode.nlink > 0 && (!m.spec_prealloc.is_empty() || m.stale_prealloc)
         };
-        m.open = m.open.saturating_sub(1);
-        let trim =
-            m.open == 0 && m.inode.nlink > 0 && (!m.spec_prealloc.is_empty() || m.stale_prealloc);
-        drop(st);
         let trimmed = if trim {
             self.trim_prealloc(ino)
         } else {

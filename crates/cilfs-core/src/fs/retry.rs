@@ -29,6 +29,9 @@ pub enum Retry {
     /// A reader under the shared lock found the tree's shape changed under it by a commit
     /// beside it (`ReadView`): it runs again.
     Reshaped,
+    /// An open found its inode marked by a commit that frees it and is about to publish
+    /// (`InodeMem::freeing`): it lets that commit run, then runs again.
+    Freeing,
 }
 
 /// Read retries one run of an operation may make; past them blocks are read where they are
@@ -173,6 +176,7 @@ impl Fs {
                 Err(FsError::Retry(Retry::Reshaped)) => {
                     super::stats::bump(&self.stats.retries_reshaped);
                 }
+                Err(FsError::Retry(Retry::Freeing)) => std::thread::yield_now(),
                 Err(FsError::Retry(Retry::ForceLog)) if !forced => {
                     super::stats::bump(&self.stats.retries_force);
                     forced = true;

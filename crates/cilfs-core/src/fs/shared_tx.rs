@@ -124,19 +124,7 @@ impl Scratch {
             });
             let (m, from_memory) = match copy {
                 Some(m) => (m, true),
-                None => {
-                    let inode = super::read_inode(t, ino)?;
-                    let m = InodeMem {
-                        change: super::change::ChangeCounter::loaded(inode.change),
-                        stale_prealloc: inode.may_hold_stale_prealloc(),
-                        inode,
-                        open: 0,
-                        last_seq: 0,
-                        unlogged: false,
-                        spec_prealloc: Vec::new(),
-                    };
-                    (m, false)
-                }
+                None => (InodeMem::loaded(super::read_inode(t, ino)?), false),
             };
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), from_memory));
@@ -204,6 +192,29 @@ impl Scratch {
             inodes.get(i).is_none_or(|m| m.open == 0) && !cache.has_pages(*i) && fs.io.idle(*i)
         });
         copies_hold && new_ones_free && freed_unused
+    }
+
+    /// Marks the inodes it frees `freeing`, its check just passed under their shards (held
+    /// as `inodes`): from here to its publish no one opens them, since the check found them
+    /// unopened. An inode not in memory gets an entry to carry the mark, made from the copy
+    /// it read. Returns the inodes given one.
+    fn mark_freeing(&self, inodes: &mut dyn InodeMap) -> Vec<u64> {
+        let mut placed = Vec::new();
+        for &ino in &self.freed {
+            if let Some(m) = inodes.get_mut(&ino) {
+                m.freeing = true;
+                continue;
+            }
+            let Some((inode, _, _)) = self.before.get(&ino) else {
+                debug_assert!(false, "inode {ino} freed without a copy");
+                continue;
+            };
+            let mut m = InodeMem::loaded(inode.clone());
+            m.freeing = true;
+            inodes.insert(ino, Box::new(m));
+            placed.push(ino);
+        }
+        placed
     }
 
     /// Makes the copies the inodes in memory, after the commit (their shards locked, or
@@ -285,6 +296,64 @@ impl Scratch {
     }
 }
 
+/// The marks `Scratch::mark_freeing` made, taken back if the commit does not publish (a
+/// conflict after its check, an error): its inodes can be opened again, and an entry made
+/// only to carry a mark goes.
+struct FreeingMarks<'a> {
+    cache: &'a super::inode_cache::InodeCache,
+    freed: Vec<u64>,
+    placed: Vec<u64>,
+}
+
+impl Drop for FreeingMarks<'_> {
+    fn drop(&mut self) {
+        if self.freed.is_empty() {
+            return;
+        }
+        let mut inodes = self.cache.lock_many(self.freed.iter().copied());
+        for ino in &self.freed {
+            if self.placed.contains(ino) {
+                inodes.remove(ino);
+            } else if let Some(m) = inodes.get_mut(ino) {
+                m.freeing = false;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: run by a commit between its check and its publish (`publish_shared`).
+    static AFTER_CHECK: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Tests: `f` runs in this thread's next optimistic commits between their check and their
+/// publish, until `clear_after_check_hook`.
+#[cfg(test)]
+pub(crate) fn set_after_check_hook(f: impl FnMut() + 'static) {
+    AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+}
+
+#[cfg(test)]
+pub(crate) fn clear_after_check_hook() {
+    AFTER_CHECK.with(|h| *h.borrow_mut() = None);
+}
+
+#[cfg(test)]
+fn run_after_check_hook() {
+    let hook = AFTER_CHECK.with(|h| h.borrow_mut().take());
+    if let Some(mut f) = hook {
+        f();
+        AFTER_CHECK.with(|h| {
+            let mut h = h.borrow_mut();
+            if h.is_none() {
+                *h = Some(f);
+            }
+        });
+    }
+}
+
 /// Whether `now` differs from `was` only in what an overwrite that logs nothing changes (the
 /// size, grown, and the times).
 fn only_an_unlogged_write_changed(was: &Inode, now: &Inode) -> bool {
@@ -319,6 +388,7 @@ fn cached_copy(inodes: &dyn InodeMap, ino: u64) -> Option<InodeMem> {
         unlogged: m.unlogged,
         spec_prealloc: m.spec_prealloc.clone(),
         stale_prealloc: m.stale_prealloc,
+        freeing: false,
     })
 }
 
@@ -503,9 +573,19 @@ impl Fs {
         // Its inodes as it copied them. A copy it does not change may change after this
         // (another commit ordered after it, which does not read what this one writes); one
         // it changes cannot, since its inode item is in a block locked here.
-        if !sc.still_valid(&st.inodes.lock_many(sc.inos()), &st.cache, self) {
-            return Ok(false);
-        }
+        let mut marks = {
+            let mut held = st.inodes.lock_many(sc.inos());
+            if !sc.still_valid(&held, &st.cache, self) {
+                return Ok(false);
+            }
+            FreeingMarks {
+                cache: &st.inodes,
+                placed: sc.mark_freeing(&mut held),
+                freed: sc.freed.clone(),
+            }
+        };
+        #[cfg(test)]
+        run_after_check_hook();
         let dir_changed = sc.changes_a_dir(touched);
         // A commit of leaves alone cannot fail to merge its counters: it copies into its
         // buffers, and formats what they log, before its turn, side by side with others; the
@@ -534,8 +614,11 @@ impl Fs {
         {
             let mut inodes = st.inodes.lock_many(sc.inos());
             sc.publish(&mut inodes, &st.cache, seq, true);
+            // The inodes it froze are gone from memory with their marks.
+            marks.freed.clear();
             inodes.for_each_table(|t| self.trim_cache(t));
         }
+        drop(marks);
         // Anyone who sees its blocks from now on finds its inodes in memory.
         drop(locks);
         drop(st);
