@@ -13,6 +13,7 @@
 use super::{InodeMem, InodeTable};
 use crate::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Shards of the cache: enough that the threads of a machine seldom meet in one.
 pub(crate) const SHARDS: usize = 64;
@@ -67,6 +68,11 @@ pub(crate) struct InodeCache {
     shards: [Mutex<InodeTable>; SHARDS],
     /// Contention on the shards' locks, all counted as one row of the lock table.
     pub waits: LockWaits,
+    /// Per shard, bumped under its lock whenever an entry leaves it under the shared state
+    /// lock (a commit freeing an inode, a trim): an open that read an inode item while the
+    /// inode was not in memory inserts what it read only if nothing left the shard meanwhile
+    /// (`Fs::open_inode`), since what left may have been newer than what it read.
+    removals: [AtomicU64; SHARDS],
 }
 
 impl InodeCache {
@@ -74,6 +80,7 @@ impl InodeCache {
         Self {
             shards: std::array::from_fn(|_| Mutex::new(InodeTable::default())),
             waits: LockWaits::new("inode cache"),
+            removals: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
@@ -92,6 +99,16 @@ impl InodeCache {
         AllShards {
             shards: self.shards.each_mut().map(Mutex::get_mut),
         }
+    }
+
+    /// Entries that left `ino`'s shard so far (read under its lock).
+    pub fn removals(&self, ino: u64) -> u64 {
+        self.removals[shard_of(ino)].load(Ordering::Relaxed)
+    }
+
+    /// An entry left `ino`'s shard (its lock held, or the exclusive state lock).
+    pub fn removed(&self, ino: u64) {
+        self.removals[shard_of(ino)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The shard of `ino`, locked for a moment.

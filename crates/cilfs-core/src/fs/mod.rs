@@ -472,7 +472,9 @@ impl Fs {
         f: impl FnOnce(&mut FsTx<'_>, &mut AllShards<'_>) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
         self.check_writable()?;
-        st.inodes.all().for_each_table(|t| self.trim_cache(t));
+        st.inodes.all().for_each_table(|t| {
+            self.trim_cache(t);
+        });
         let mut t = self.begin(st)?;
         match f(&mut t, &mut st.inodes.all()) {
             Ok((r, touched)) => {
@@ -556,24 +558,33 @@ impl Fs {
 
     /// Drops cached inodes nobody holds open once the cache is over its limit. Safe for the
     /// change attribute: a reloaded inode starts queried. Runs on one shard of the cache
-    /// (`InodeCache`), against its share of the limit.
-    fn trim_cache(&self, inodes: &mut InodeTable) {
+    /// (`InodeCache`), against its share of the limit; returns an inode it dropped, if any
+    /// (for `InodeCache::removed`). An orphan stays: its last release's reclaim looks for it
+    /// in memory.
+    fn trim_cache(&self, inodes: &mut InodeTable) -> Option<u64> {
         let max = inode_cache::shard_max(self.opts.inode_cache_max);
         if inodes.len() < max {
-            return;
+            return None;
         }
         let completed = self.journal.completed_seq();
         let target = max / 4 * 3;
         let excess = inodes.len() - target;
         let victims: Vec<u64> = inodes
             .iter()
-            .filter(|(_, m)| m.open == 0 && m.last_seq <= completed && !m.unlogged && !m.freeing)
+            .filter(|(_, m)| {
+                m.open == 0
+                    && m.inode.nlink > 0
+                    && m.last_seq <= completed
+                    && !m.unlogged
+                    && !m.freeing
+            })
             .map(|(&i, _)| i)
             .take(excess)
             .collect();
-        for i in victims {
+        for &i in &victims {
             inodes.remove(&i);
         }
+        victims.first().copied()
     }
 
     /// A read view of the trees under the state lock: the roots as they are now, with

@@ -14,6 +14,37 @@ use super::tree::keys::{
 use super::tx::Trees;
 use super::{Fs, FsState};
 
+/// Tests: a hook for one filesystem's next open of one inode that reads it from the tree, run
+/// after that read (`set_open_after_read_hook`).
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+static OPEN_AFTER_READ: std::sync::Mutex<Option<(usize, u64, Box<dyn FnOnce() + Send>)>> =
+    std::sync::Mutex::new(None);
+
+#[cfg(test)]
+pub(crate) fn set_open_after_read_hook(fs: &Fs, ino: u64, f: impl FnOnce() + Send + 'static) {
+    let key = std::ptr::from_ref(fs) as usize;
+    *OPEN_AFTER_READ.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, ino, Box::new(f)));
+}
+
+#[cfg(test)]
+fn run_open_after_read_hook(fs: &Fs, ino: u64) {
+    let key = std::ptr::from_ref(fs) as usize;
+    let hook = {
+        let mut h = OPEN_AFTER_READ.lock().unwrap_or_else(|e| e.into_inner());
+        match h.take() {
+            Some((k, i, f)) if k == key && i == ino => Some(f),
+            other => {
+                *h = other;
+                None
+            }
+        }
+    };
+    if let Some(f) = hook {
+        f();
+    }
+}
+
 /// Tests: opens that found their inode marked by a commit freeing it.
 #[cfg(test)]
 pub(crate) static OPENS_FOUND_FREEING: std::sync::atomic::AtomicU64 =
@@ -139,15 +170,24 @@ impl Fs {
         self.op();
         self.retrying(|| {
             let st = self.read_state();
-            let cached = self.open_in_memory(&mut st.inodes.lock(ino), ino);
-            if let Some(r) = cached {
-                return r;
-            }
-            // Read before the shard is taken (a read may give up); a commit that changes it
+            let removals = {
+                let mut inodes = st.inodes.lock(ino);
+                if let Some(r) = self.open_in_memory(&mut inodes, ino) {
+                    return r;
+                }
+                st.inodes.removals(ino)
+            };
+            // Read with no shard held (a read may give up). A commit that changes the inode
             // meanwhile holds its leaf until its copy is in memory, so what is read is either
-            // what is in memory or found there below.
+            // what is in memory below, or older than something that left the shard since: a
+            // commit's copy trimmed, or an inode freed. Then it runs again.
             let inode = super::read_inode(&mut self.view(&st), ino)?;
+            #[cfg(test)]
+            run_open_after_read_hook(self, ino);
             let mut inodes = st.inodes.lock(ino);
+            if !inodes.contains_key(&ino) && st.inodes.removals(ino) != removals {
+                return Err(FsError::Retry(super::retry::Retry::Reshaped));
+            }
             inodes
                 .entry(ino)
                 .or_insert_with(|| Box::new(super::InodeMem::loaded(inode)));

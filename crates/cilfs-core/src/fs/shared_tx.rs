@@ -312,9 +312,16 @@ impl Drop for FreeingMarks<'_> {
         }
         let mut inodes = self.cache.lock_many(self.freed.iter().copied());
         for ino in &self.freed {
-            if self.placed.contains(ino) {
+            let Some(m) = inodes.get_mut(ino) else {
+                continue;
+            };
+            // A commit that failed after its CIL insert gave up let go of its buffer locks
+            // first: a commit changing the inode may have published into the entry since
+            // (its last checkpoint is then set), and the entry is its copy now.
+            if self.placed.contains(ino) && m.last_seq == 0 {
                 inodes.remove(ino);
-            } else if let Some(m) = inodes.get_mut(ino) {
+                self.cache.removed(*ino);
+            } else {
                 m.freeing = false;
             }
         }
@@ -497,7 +504,9 @@ impl Fs {
         let seq = self.commit(st, t)?;
         let mut inodes = st.inodes.all();
         sc.publish(&mut inodes, &st.cache, seq, false);
-        inodes.for_each_table(|t| self.trim_cache(t));
+        inodes.for_each_table(|t| {
+            self.trim_cache(t);
+        });
         self.force_if_sync(seq, || dir_changed)?;
         Ok(true)
     }
@@ -615,8 +624,14 @@ impl Fs {
             let mut inodes = st.inodes.lock_many(sc.inos());
             sc.publish(&mut inodes, &st.cache, seq, true);
             // The inodes it froze are gone from memory with their marks.
-            marks.freed.clear();
-            inodes.for_each_table(|t| self.trim_cache(t));
+            for ino in std::mem::take(&mut marks.freed) {
+                st.inodes.removed(ino);
+            }
+            inodes.for_each_table(|t| {
+                if let Some(gone) = self.trim_cache(t) {
+                    st.inodes.removed(gone);
+                }
+            });
         }
         drop(marks);
         // Anyone who sees its blocks from now on finds its inodes in memory.

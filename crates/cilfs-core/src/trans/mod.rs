@@ -400,6 +400,11 @@ impl<'j> Transaction<'j> {
     /// is publishing it): checked without waiting, since a commit holding its own locks must
     /// never wait for another's (Silo's read-set check; `lock_changed`'s locks held).
     pub fn read_set_locked(&self) -> bool {
+        // Two commits each lock what they write and then look at the locks of what they only
+        // read (a store, then a load of another place): without a full fence a weakly
+        // ordered CPU may let both miss the other's lock (x86's locked instructions fence
+        // already).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         self.held
             .iter()
             .any(|h| !h.publishes() && h.buf.locked_exclusive())
