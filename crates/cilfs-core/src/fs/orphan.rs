@@ -14,31 +14,29 @@ use super::tree::keys::{
 use super::tx::Trees;
 use super::{Fs, FsState};
 
-/// Tests: a hook for one filesystem's next open of one inode that reads it from the tree, run
-/// after that read (`set_open_after_read_hook`).
+/// Tests: hooks for one filesystem's next open of one inode that reads it from the tree, each
+/// run once after that read (`set_open_after_read_hook`). Tests running side by side each add
+/// their own.
 #[cfg(test)]
 #[allow(clippy::type_complexity)]
-static OPEN_AFTER_READ: std::sync::Mutex<Option<(usize, u64, Box<dyn FnOnce() + Send>)>> =
-    std::sync::Mutex::new(None);
+static OPEN_AFTER_READ: std::sync::Mutex<Vec<(usize, u64, Box<dyn FnOnce() + Send>)>> =
+    std::sync::Mutex::new(Vec::new());
 
 #[cfg(test)]
 pub(crate) fn set_open_after_read_hook(fs: &Fs, ino: u64, f: impl FnOnce() + Send + 'static) {
     let key = std::ptr::from_ref(fs) as usize;
-    *OPEN_AFTER_READ.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, ino, Box::new(f)));
+    let mut hooks = OPEN_AFTER_READ.lock().unwrap_or_else(|e| e.into_inner());
+    hooks.retain(|(k, i, _)| (*k, *i) != (key, ino));
+    hooks.push((key, ino, Box::new(f)));
 }
 
 #[cfg(test)]
 fn run_open_after_read_hook(fs: &Fs, ino: u64) {
     let key = std::ptr::from_ref(fs) as usize;
     let hook = {
-        let mut h = OPEN_AFTER_READ.lock().unwrap_or_else(|e| e.into_inner());
-        match h.take() {
-            Some((k, i, f)) if k == key && i == ino => Some(f),
-            other => {
-                *h = other;
-                None
-            }
-        }
+        let mut hooks = OPEN_AFTER_READ.lock().unwrap_or_else(|e| e.into_inner());
+        let at = hooks.iter().position(|(k, i, _)| (*k, *i) == (key, ino));
+        at.map(|at| hooks.swap_remove(at).2)
     };
     if let Some(f) = hook {
         f();
@@ -184,6 +182,11 @@ impl Fs {
             let inode = super::read_inode(&mut self.view(&st), ino)?;
             #[cfg(test)]
             run_open_after_read_hook(self, ino);
+            if inode.nlink == 0 {
+                // An orphan nobody holds (one held is in memory): never alive again, and not
+                // put in memory, where trims keep orphans for a reclaim that is not coming.
+                return Err(FsError::NotFound);
+            }
             let mut inodes = st.inodes.lock(ino);
             if !inodes.contains_key(&ino) && st.inodes.removals(ino) != removals {
                 return Err(FsError::Retry(super::retry::Retry::Reshaped));

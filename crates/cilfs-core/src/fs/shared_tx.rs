@@ -188,8 +188,12 @@ impl Scratch {
             .keys()
             .filter(|i| !self.before.contains_key(i))
             .all(|i| !inodes.contains_key(i));
+        // Not marked by another commit freeing it either: one that gave up after its CIL
+        // insert takes its marks back after its buffer locks, and would clear this one's.
         let freed_unused = self.freed.iter().all(|i| {
-            inodes.get(i).is_none_or(|m| m.open == 0) && !cache.has_pages(*i) && fs.io.idle(*i)
+            inodes.get(i).is_none_or(|m| m.open == 0 && !m.freeing)
+                && !cache.has_pages(*i)
+                && fs.io.idle(*i)
         });
         copies_hold && new_ones_free && freed_unused
     }
