@@ -959,15 +959,12 @@ fn an_open_that_read_an_inode_before_an_unlink_freed_it_finds_it_gone() {
     assert_clean(&fs);
 }
 
-/// An open that read an inode's item before a chmod, and looks at the cache after the chmod's
-/// copy was trimmed from it, does not put the older item in memory. (It did, and the chmod
-/// was lost. Found by a review.)
-#[test]
-fn an_open_does_not_put_an_item_older_than_a_trimmed_copy_in_memory() {
+/// A filesystem on device `seed` whose inode cache keeps about 64 inodes (so that creates trim
+/// it soon), with a directory `d` and a file `f` in it: the filesystem, `d` and `f`.
+fn small_cache_with_a_file(seed: u64) -> (Arc<Fs>, u64, u64) {
     let clock = TestClock::new();
-    let dev = new_dev(1712);
     let fs = super::tests::mount(
-        &dev,
+        &new_dev(seed),
         FsOptions {
             inode_cache_max: 64,
             ..opts(&clock)
@@ -975,6 +972,15 @@ fn an_open_does_not_put_an_item_older_than_a_trimmed_copy_in_memory() {
     );
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
     let f = fs.mknod(U, d, b"f", 0o100_644, 0).unwrap().ino;
+    (fs, d, f)
+}
+
+/// An open that read an inode's item before a chmod, and looks at the cache after the chmod's
+/// copy was trimmed from it, does not put the older item in memory. (It did, and the chmod
+/// was lost. Found by a review.)
+#[test]
+fn an_open_does_not_put_an_item_older_than_a_trimmed_copy_in_memory() {
+    let (fs, d, f) = small_cache_with_a_file(1712);
     let r = open_paused_after_its_read(&fs, f, || {
         let chmod = super::types::SetAttr {
             mode: Some(0o600),
@@ -1007,17 +1013,7 @@ fn an_open_does_not_put_an_item_older_than_a_trimmed_copy_in_memory() {
 /// review.)
 #[test]
 fn a_trim_keeps_an_orphan_for_its_last_releases_reclaim() {
-    let clock = TestClock::new();
-    let dev = new_dev(1714);
-    let fs = super::tests::mount(
-        &dev,
-        FsOptions {
-            inode_cache_max: 64,
-            ..opts(&clock)
-        },
-    );
-    let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
-    let f = fs.mknod(U, d, b"f", 0o100_644, 0).unwrap().ino;
+    let (fs, d, f) = small_cache_with_a_file(1714);
     fs.open_inode(f).unwrap();
     fs.unlink(d, b"f").unwrap();
     // The release's first half: its handle let go, its reclaim not yet run.
