@@ -3,7 +3,9 @@
 //! exclusively from planning (blocks reserved, not yet mapped) through the data IO to the
 //! transaction that maps the blocks; truncate, punch, fallocate and reclaim hold it
 //! exclusively too, since they change or free the blocks that IO goes to; reads and write back
-//! hold it shared. Only operations on the same inode ever wait for it.
+//! hold it shared. A directory's, which no data IO uses, holds its names: creates, links and
+//! unlinks in it take it exclusively for their whole run (`Fs::lock_names`). Only operations
+//! on the same inode ever wait for it.
 //!
 //! Lock order: an inode's IO lock comes before the filesystem state lock, and an operation
 //! holds at most one IO lock it waited for. Any further one is only tried (`try_shared`), so
@@ -23,10 +25,24 @@ struct Entry {
     waiting: u32,
 }
 
-#[derive(Debug)]
-pub(crate) struct IoLocks {
+/// Shards of the table, by a hash of the inode number, so that threads working on unrelated
+/// inodes do not pass one mutex's cache line between them (every create and unlink takes its
+/// directory's lock, every write, read and fsync its file's). Two under loom, whose models
+/// would otherwise track 64 of each.
+const SHARDS: usize = if cfg!(loom) { 2 } else { 64 };
+
+/// One shard: the entries of its inodes and the condition their waiters sleep on, on a cache
+/// line of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
     table: Mutex<crate::numhash::NumberMap<Entry>>,
     released: Condvar,
+}
+
+#[derive(Debug)]
+pub(crate) struct IoLocks {
+    shards: Vec<Shard>,
     pub(crate) waits: LockWaits,
 }
 
@@ -63,10 +79,13 @@ fn grant(e: &mut Entry, mode: IoMode) {
 impl IoLocks {
     pub(crate) fn new() -> Self {
         IoLocks {
-            table: Mutex::new(Default::default()),
-            released: Condvar::new(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             waits: LockWaits::new("inode IO locks"),
         }
+    }
+
+    fn shard(&self, ino: u64) -> &Shard {
+        &self.shards[super::inode_cache::shard_of(ino) % SHARDS]
     }
 
     /// Takes `ino`'s IO lock, waiting for the holders of a conflicting mode. The caller holds
@@ -75,7 +94,8 @@ impl IoLocks {
         self.waits.acquire(
             || self.try_lock(ino, mode),
             || {
-                let mut t = lock(&self.table);
+                let shard = self.shard(ino);
+                let mut t = lock(&shard.table);
                 t.entry(ino).or_default().waiting += 1;
                 loop {
                     let e = t.entry(ino).or_default();
@@ -84,7 +104,7 @@ impl IoLocks {
                         grant(e, mode);
                         break;
                     }
-                    t = wait(&self.released, t);
+                    t = wait(&shard.released, t);
                 }
                 IoGuard {
                     locks: self,
@@ -97,7 +117,7 @@ impl IoLocks {
 
     /// Takes `ino`'s IO lock if no one holds it in a conflicting mode.
     pub(crate) fn try_lock(&self, ino: u64, mode: IoMode) -> Option<IoGuard<'_>> {
-        let mut t = lock(&self.table);
+        let mut t = lock(&self.shard(ino).table);
         let e = t.entry(ino).or_default();
         if !grantable(e, mode) {
             return None;
@@ -111,7 +131,8 @@ impl IoLocks {
     }
 
     fn release(&self, ino: u64, mode: IoMode) {
-        let mut t = lock(&self.table);
+        let shard = self.shard(ino);
+        let mut t = lock(&shard.table);
         let Some(e) = t.get_mut(&ino) else {
             // A guard exists only for an entry in the table.
             debug_assert!(false, "IO lock of inode {ino} released but not held");
@@ -133,19 +154,19 @@ impl IoLocks {
         }
         drop(t);
         if waiting {
-            self.released.notify_all();
+            shard.released.notify_all();
         }
     }
 
     /// Whether nobody holds or waits for `ino`'s IO lock (no data IO of it is in flight).
     pub(crate) fn idle(&self, ino: u64) -> bool {
-        !lock(&self.table).contains_key(&ino)
+        !lock(&self.shard(ino).table).contains_key(&ino)
     }
 
     /// Inodes whose IO lock is held or waited for (tests).
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {
-        lock(&self.table).len()
+        self.shards.iter().map(|s| lock(&s.table).len()).sum()
     }
 }
 

@@ -227,11 +227,22 @@ impl Fs {
         self.op();
         check_name(name)?;
         self.check_writable()?;
+        let _names = self.lock_names(parent);
         self.retrying(|| {
             self.with_shared_tx(&[parent], |st, t, sc| {
                 self.create_in(st, t, sc, cred, parent, name, mode, rdev, target)
             })
         })
+    }
+
+    /// Holds directory `dir`'s names for a create, link or unlink in it (VFS's i_rwsem, on
+    /// the directory's IO lock, which no data IO uses): each changes the directory's inode, so
+    /// built side by side they conflicted at publish and ran again (two threads creating in
+    /// one directory made 0.65x one thread's creates, and 130,789 conflicts in 3 s). Only
+    /// operations in the same directory wait for it, as for any inode's IO lock, and a caller
+    /// lets go of it before it waits for another (an unlink's reclaim of its victim).
+    fn lock_names(&self, dir: u64) -> super::iolock::IoGuard<'_> {
+        self.io.lock(dir, super::iolock::IoMode::Exclusive)
     }
 
     /// The body of `create_node`, built optimistically (`shared_tx.rs`).
@@ -408,6 +419,7 @@ impl Fs {
         self.op();
         check_name(newname)?;
         self.check_writable()?;
+        let _names = self.lock_names(newparent);
         self.retrying(|| {
             self.with_shared_tx(&[ino, newparent], |st, t, sc| {
                 self.link_in(st, t, sc, ino, newparent, newname)
@@ -489,11 +501,14 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         self.check_writable()?;
-        let (victim, freed) = self.retrying(|| {
-            self.with_shared_tx(&[parent], |st, t, sc| {
-                self.remove_in(st, t, sc, parent, name, want_dir)
-            })
-        })?;
+        let (victim, freed) = {
+            let _names = self.lock_names(parent);
+            self.retrying(|| {
+                self.with_shared_tx(&[parent], |st, t, sc| {
+                    self.remove_in(st, t, sc, parent, name, want_dir)
+                })
+            })?
+        };
         if freed {
             return Ok(());
         }
