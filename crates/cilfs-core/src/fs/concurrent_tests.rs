@@ -1089,3 +1089,24 @@ fn namespace_operations_in_one_directory_wait_instead_of_conflicting() {
     assert_eq!(left, THREADS * (150 + 100));
     assert_clean(&fs);
 }
+
+/// The same through link, whose source inode no directory's names cover: an unlink frees the
+/// inode outright after the link copied it from memory and before the link checks. The link
+/// must find it gone, not bring a freed inode back with two links. (Since creates hold their
+/// directory's names, the test above no longer reaches this case; a review found it here.)
+#[test]
+fn a_link_whose_inode_was_freed_after_it_copied_it_finds_it_gone() {
+    let (_clock, _dev, fs, base) = fresh_with(1716, b"base");
+    let d2 = fs.mkdir(U, base, b"d2", 0o755).unwrap().ino;
+    let f = fs.mknod(U, base, b"f", 0o100_644, 0).unwrap().ino;
+    let inodes_before = fs.read_state().hdr.lock().inode_count;
+    let fs2 = Arc::clone(&fs);
+    super::shared_tx::AFTER_COPY.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move || fs2.unlink(base, b"f").unwrap()));
+    });
+    let r = fs.link(f, d2, b"g");
+    assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
+    assert!(matches!(fs.getattr(f), Err(FsError::NotFound)));
+    assert_eq!(fs.read_state().hdr.lock().inode_count, inodes_before - 1);
+    assert_clean(&fs);
+}

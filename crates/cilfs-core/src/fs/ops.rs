@@ -227,8 +227,8 @@ impl Fs {
         self.op();
         check_name(name)?;
         self.check_writable()?;
-        let _names = self.lock_names(parent);
         self.retrying(|| {
+            let _names = self.lock_names(parent);
             self.with_shared_tx(&[parent], |st, t, sc| {
                 self.create_in(st, t, sc, cred, parent, name, mode, rdev, target)
             })
@@ -239,8 +239,10 @@ impl Fs {
     /// the directory's IO lock, which no data IO uses): each changes the directory's inode, so
     /// built side by side they conflicted at publish and ran again (two threads creating in
     /// one directory made 0.65x one thread's creates, and 130,789 conflicts in 3 s). Only
-    /// operations in the same directory wait for it, as for any inode's IO lock, and a caller
-    /// lets go of it before it waits for another (an unlink's reclaim of its victim).
+    /// operations in the same directory wait for it, as for any inode's IO lock. Taken in each
+    /// run of the operation (`retrying`), so that the waits between runs and a `sync` mount's
+    /// force after the last one happen without it (creates in one directory still share
+    /// forces), and let go before an unlink's reclaim waits for its victim's.
     fn lock_names(&self, dir: u64) -> super::iolock::IoGuard<'_> {
         self.io.lock(dir, super::iolock::IoMode::Exclusive)
     }
@@ -419,8 +421,8 @@ impl Fs {
         self.op();
         check_name(newname)?;
         self.check_writable()?;
-        let _names = self.lock_names(newparent);
         self.retrying(|| {
+            let _names = self.lock_names(newparent);
             self.with_shared_tx(&[ino, newparent], |st, t, sc| {
                 self.link_in(st, t, sc, ino, newparent, newname)
             })
@@ -501,14 +503,12 @@ impl Fs {
             return Err(FsError::NotEmpty);
         }
         self.check_writable()?;
-        let (victim, freed) = {
+        let (victim, freed) = self.retrying(|| {
             let _names = self.lock_names(parent);
-            self.retrying(|| {
-                self.with_shared_tx(&[parent], |st, t, sc| {
-                    self.remove_in(st, t, sc, parent, name, want_dir)
-                })
-            })?
-        };
+            self.with_shared_tx(&[parent], |st, t, sc| {
+                self.remove_in(st, t, sc, parent, name, want_dir)
+            })
+        })?;
         if freed {
             return Ok(());
         }
