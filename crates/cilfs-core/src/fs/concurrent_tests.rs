@@ -911,11 +911,7 @@ fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone()
         Arc::default();
     {
         let (fs, opener) = (Arc::clone(&fs), Arc::clone(&opener));
-        super::shared_tx::set_after_check_hook(move || {
-            let mut o = opener.lock().unwrap();
-            if o.is_some() {
-                return;
-            }
+        let hook = move || {
             let seen =
                 super::orphan::OPENS_FOUND_FREEING.load(std::sync::atomic::Ordering::Relaxed);
             let fs = Arc::clone(&fs);
@@ -933,11 +929,11 @@ fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone()
                 );
                 std::thread::yield_now();
             }
-            *o = Some(h);
-        });
+            *opener.lock().unwrap() = Some(h);
+        };
+        super::shared_tx::AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
     }
     fs.unlink(d, b"f").unwrap();
-    super::shared_tx::clear_after_check_hook();
     let h = opener.lock().unwrap().take().expect("the hook ran");
     assert!(
         matches!(h.join().unwrap(), Err(FsError::NotFound)),

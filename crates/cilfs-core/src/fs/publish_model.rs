@@ -116,6 +116,17 @@ struct Txn {
 }
 
 impl Txn {
+    /// A commit of leaves only, in the right order (blocks, then the turn).
+    fn leaf(id: usize, reads: Vec<usize>, writes: Vec<usize>) -> Self {
+        Txn {
+            id,
+            reads,
+            writes,
+            structural: false,
+            waits_under_turn: false,
+        }
+    }
+
     fn value(&self, seen: &[(usize, u64)]) -> u64 {
         seen.iter().fold((self.id as u64 + 1) * 1000, |a, &(b, v)| {
             a * 31 + v * 7 + b as u64 + 1
@@ -346,20 +357,8 @@ fn check(txns: Vec<Txn>, nblocks: usize, check_read_locks: bool) {
 
 fn write_skew() -> Vec<Txn> {
     vec![
-        Txn {
-            id: 0,
-            reads: vec![0],
-            writes: vec![1],
-            structural: false,
-            waits_under_turn: false,
-        },
-        Txn {
-            id: 1,
-            reads: vec![1],
-            writes: vec![0],
-            structural: false,
-            waits_under_turn: false,
-        },
+        Txn::leaf(0, vec![0], vec![1]),
+        Txn::leaf(1, vec![1], vec![0]),
     ]
 }
 
@@ -373,20 +372,8 @@ fn loom_shared_publishes_of_overlapping_blocks_order_in_the_cil() {
     // Two commits writing one block each and reading the other's, one writing both.
     check(
         vec![
-            Txn {
-                id: 0,
-                reads: vec![0, 1],
-                writes: vec![0, 1],
-                structural: false,
-                waits_under_turn: false,
-            },
-            Txn {
-                id: 1,
-                reads: vec![1],
-                writes: vec![1],
-                structural: false,
-                waits_under_turn: false,
-            },
+            Txn::leaf(0, vec![0, 1], vec![0, 1]),
+            Txn::leaf(1, vec![1], vec![1]),
         ],
         2,
         true,
@@ -404,19 +391,11 @@ fn loom_shared_publishes_without_the_read_lock_check_miss_each_others_writes() {
 fn split_beside_leaf(waits_under_turn: bool) -> Vec<Txn> {
     vec![
         Txn {
-            id: 0,
-            reads: vec![0, 1],
-            writes: vec![0, 1],
             structural: true,
             waits_under_turn,
+            ..Txn::leaf(0, vec![0, 1], vec![0, 1])
         },
-        Txn {
-            id: 1,
-            reads: vec![0],
-            writes: vec![1],
-            structural: false,
-            waits_under_turn: false,
-        },
+        Txn::leaf(1, vec![0], vec![1]),
     ]
 }
 

@@ -334,34 +334,16 @@ impl Drop for FreeingMarks<'_> {
 
 #[cfg(test)]
 thread_local! {
-    /// Tests: run by a commit between its check and its publish (`publish_shared`).
-    static AFTER_CHECK: std::cell::RefCell<Option<Box<dyn FnMut()>>> =
+    /// Tests: run once by the next optimistic commit of this thread between its check and
+    /// its publish (`publish_shared`), where its marks hold.
+    pub(crate) static AFTER_CHECK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
         const { std::cell::RefCell::new(None) };
-}
-
-/// Tests: `f` runs in this thread's next optimistic commits between their check and their
-/// publish, until `clear_after_check_hook`.
-#[cfg(test)]
-pub(crate) fn set_after_check_hook(f: impl FnMut() + 'static) {
-    AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
-}
-
-#[cfg(test)]
-pub(crate) fn clear_after_check_hook() {
-    AFTER_CHECK.with(|h| *h.borrow_mut() = None);
 }
 
 #[cfg(test)]
 fn run_after_check_hook() {
-    let hook = AFTER_CHECK.with(|h| h.borrow_mut().take());
-    if let Some(mut f) = hook {
+    if let Some(f) = AFTER_CHECK.with(|h| h.borrow_mut().take()) {
         f();
-        AFTER_CHECK.with(|h| {
-            let mut h = h.borrow_mut();
-            if h.is_none() {
-                *h = Some(f);
-            }
-        });
     }
 }
 
