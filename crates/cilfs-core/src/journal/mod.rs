@@ -100,8 +100,6 @@ pub(crate) struct SpaceState {
     pub head: Lsn,
     /// The tail as of the last completed data-device flush: log space before it may be reused.
     pub safe_tail: Lsn,
-    /// Highest checkpoint sequence that is stable (or was empty).
-    pub completed_seq: u64,
 }
 
 #[derive(Debug)]
@@ -124,9 +122,10 @@ pub struct Journal {
     pub(crate) cil_waits: LockWaits,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
-    /// `SpaceState::completed_seq`, readable without `space`'s lock: every transaction asks
-    /// for it (to prune busy extents) and the lock's cache line went between the cores.
-    /// Stored under that lock with it (`set_completed_seq`).
+    /// The highest checkpoint sequence that is stable (or was empty). Stored under `space`'s
+    /// lock (`set_completed_seq`), so that a waiter on `checkpoint_done` misses no change;
+    /// read without it: every transaction asks for it (to prune busy extents), and the
+    /// lock's cache line went between the cores.
     pub(crate) completed: AtomicU64,
     /// With `space`: a checkpoint completed, or a holder let go of the writer
     /// (`release_writer`).
@@ -340,7 +339,6 @@ impl Journal {
                 head: s.head,
                 // Everything before the head was replayed and flushed.
                 safe_tail: s.head,
-                completed_seq: 0,
             }),
             checkpoint_done: Condvar::new(),
             force_target: AtomicU64::new(0),

@@ -184,10 +184,10 @@ impl Journal {
         self.completed.load(Ordering::Acquire)
     }
 
-    /// Checkpoint `seq` is stable: both copies of the sequence move, under `space`'s lock.
-    fn set_completed_seq(&self, sp: &mut SpaceState, seq: u64) {
-        debug_assert!(seq >= sp.completed_seq, "completed sequence going back");
-        sp.completed_seq = seq;
+    /// Checkpoint `seq` is stable; `space`'s lock is held (as `_held`), for the waiters on
+    /// `checkpoint_done`.
+    fn set_completed_seq(&self, _held: &mut SpaceState, seq: u64) {
+        debug_assert!(seq >= self.completed_seq(), "completed sequence going back");
         self.completed.store(seq, Ordering::Release);
     }
 
@@ -238,7 +238,7 @@ impl Journal {
     ) -> Result<Option<parking_lot::MutexGuard<'_, LogWriter>>, JournalError> {
         let mut sp = self.space.lock();
         loop {
-            if sp.completed_seq >= seq {
+            if self.completed_seq() >= seq {
                 return Ok(None);
             }
             // Never blocks with `space` held (the writer is taken before `space` elsewhere).
@@ -281,7 +281,7 @@ impl Journal {
                 self.extra
                     .overlapped_checkpoints
                     .fetch_add(1, Ordering::Relaxed);
-            } else if self.space.lock().completed_seq >= seq {
+            } else if self.completed_seq() >= seq {
                 return Ok(());
             }
             self.check_alive()?;
