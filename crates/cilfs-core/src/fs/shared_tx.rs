@@ -332,21 +332,6 @@ impl Drop for FreeingMarks<'_> {
     }
 }
 
-#[cfg(test)]
-thread_local! {
-    /// Tests: run once by the next optimistic commit of this thread between its check and
-    /// its publish (`publish_shared`), where its marks hold.
-    pub(crate) static AFTER_CHECK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-#[cfg(test)]
-fn run_after_check_hook() {
-    if let Some(f) = AFTER_CHECK.with(|h| h.borrow_mut().take()) {
-        f();
-    }
-}
-
 /// Whether `now` differs from `was` only in what an overwrite that logs nothing changes (the
 /// size, grown, and the times).
 fn only_an_unlogged_write_changed(was: &Inode, now: &Inode) -> bool {
@@ -420,7 +405,7 @@ impl Fs {
                 };
                 let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
                 #[cfg(test)]
-                run_after_copy_hook();
+                run_once(&AFTER_COPY);
                 match body(&StateRef::Unlocked(self), &mut t, &mut sc) {
                     Ok(r) => Ok((r, t, sc)),
                     // Giving up to wait or read outside the lock: `retrying` runs it again.
@@ -580,7 +565,7 @@ impl Fs {
             }
         };
         #[cfg(test)]
-        run_after_check_hook();
+        run_once(&AFTER_CHECK);
         let dir_changed = sc.changes_a_dir(touched);
         // A commit of leaves alone cannot fail to merge its counters: it copies into its
         // buffers, and formats what they log, before its turn, side by side with others; the
@@ -654,17 +639,24 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Tests: a hook an optimistic operation of this thread runs once, at a point named below.
 #[cfg(test)]
-thread_local! {
-    /// Tests: run once by the next optimistic operation of this thread, after it copied the
-    /// header and inodes and before it builds (where another operation can slip in).
-    pub(crate) static AFTER_COPY: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
-        const { std::cell::RefCell::new(None) };
-}
+pub(crate) type OnceHook = std::cell::RefCell<Option<Box<dyn FnOnce()>>>;
 
 #[cfg(test)]
-fn run_after_copy_hook() {
-    if let Some(f) = AFTER_COPY.with(|h| h.borrow_mut().take()) {
+thread_local! {
+    /// After it copied the header and inodes and before it builds (where another operation
+    /// can slip in).
+    pub(crate) static AFTER_COPY: OnceHook = const { std::cell::RefCell::new(None) };
+    /// A commit's, between its check and its publish (`publish_shared`), where its marks
+    /// hold.
+    pub(crate) static AFTER_CHECK: OnceHook = const { std::cell::RefCell::new(None) };
+}
+
+/// Tests: runs `hook` if set, once.
+#[cfg(test)]
+fn run_once(hook: &'static std::thread::LocalKey<OnceHook>) {
+    if let Some(f) = hook.with(|h| h.borrow_mut().take()) {
         f();
     }
 }
