@@ -9,7 +9,9 @@ use super::header::{
     TREE_FS,
 };
 use super::tree::btree::{self, NodeStore, Root};
-use super::tree::node::{shared_free_middle, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
+use super::tree::node::{
+    shared_free_middle, unused_stretch, Key, Node, RawStep, Seek, NODE_LSN_OFFSET,
+};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
@@ -508,14 +510,30 @@ impl<'a> FsTx<'a> {
     }
 }
 
-/// Logs the bytes of `block` (a whole new image of the block) that differ from the block as
-/// the transaction sees it (or all of it when `whole`).
-fn write_diff(tx: &mut Transaction<'_>, b: crate::trans::BufRef, block: Vec<u8>, whole: bool) {
+/// Logs a new image of a node's block: for a block whose old contents do not count (a node
+/// this transaction allocated), the `used` ranges, every byte that means something; else the
+/// bytes that differ from the block as the transaction sees it, and the `used` bytes that were
+/// in its unused stretch, whatever they hold: those may never have been logged, so the block a
+/// replay rebuilds may hold anything there (`node::unused_stretch`).
+fn write_diff(
+    tx: &mut Transaction<'_>,
+    b: crate::trans::BufRef,
+    block: Vec<u8>,
+    used: Vec<(usize, usize)>,
+    whole: bool,
+) {
     let ranges = if whole {
-        vec![(0, block.len())]
+        used
     } else {
         tx.read(b, |cur| {
-            differing_ranges(cur, &block, shared_free_middle(cur, &block))
+            let mut r = differing_ranges(cur, &block, shared_free_middle(cur, &block));
+            let (g0, g1) = unused_stretch(cur);
+            r.extend(
+                used.iter()
+                    .map(|&(s, e)| (s.max(g0), e.min(g1)))
+                    .filter(|&(s, e)| s < e),
+            );
+            r
         })
     };
     if !ranges.is_empty() {
@@ -662,7 +680,8 @@ impl NodeStore for FsTx<'_> {
         self.interior_written |= node.level > 0;
         let mut block = self.tx.read(b, <[u8]>::to_vec);
         node.encode_into(blkno, &mut block);
-        write_diff(&mut self.tx, b, block, whole);
+        let used = node.used_ranges(block.len());
+        write_diff(&mut self.tx, b, block, used, whole);
         self.tx.set_lsn_offset(b, NODE_LSN_OFFSET);
         Ok(())
     }

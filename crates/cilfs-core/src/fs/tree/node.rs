@@ -185,6 +185,27 @@ impl Node {
             }
     }
 
+    /// The byte ranges `[start, end)` of a block of `bs` bytes that `encode_into` gives a
+    /// meaning: the header and entries, and a leaf's values packed at the block's end. The
+    /// stretch between them is zero in memory but read by no one, so a node written whole
+    /// logs only these (`FsTx::write_node`): after a replay that stretch holds whatever the
+    /// block held before, which the block's CRC, computed over the whole block at write-back
+    /// and at replay, covers as it is.
+    pub fn used_ranges(&self, bs: usize) -> Vec<(usize, usize)> {
+        let entries_end = NODE_HEADER_BYTES
+            + self.len()
+                * match self.body {
+                    Body::Leaf(_) => LEAF_ENTRY_BYTES,
+                    Body::Interior(_) => INTERIOR_ENTRY_BYTES,
+                };
+        let values_start = bs - (self.encoded_bytes() - entries_end);
+        debug_assert!(entries_end <= values_start && values_start <= bs);
+        [(0, entries_end), (values_start, bs)]
+            .into_iter()
+            .filter(|&(s, e)| s < e)
+            .collect()
+    }
+
     /// Encodes into `out` (a whole block), keeping the LSN stamp bytes already there.
     pub fn encode_into(&self, blkno: u64, out: &mut [u8]) {
         let bs = out.len();
@@ -322,32 +343,50 @@ fn value_span(
     Ok(off..off + len)
 }
 
-/// The free middle of an encoded leaf, between its entries and its lowest value (the last
-/// entry's, as a leaf is packed), or None if `block` is not a leaf. Only a hint: whatever it
-/// says is compared before it is trusted.
-fn free_middle(block: &[u8]) -> Option<(usize, usize)> {
-    let header = block.get(..NODE_HEADER_BYTES)?;
-    if arr4(&header[0..4]) != NODE_MAGIC.to_le_bytes() || header[4] != 0 {
-        return None;
+/// The stretch of an encoded node that means nothing: between a leaf's entries and its lowest
+/// value (the last entry's, as a leaf is packed), or after an interior node's entries. A node
+/// written whole does not log it (`Node::used_ranges`), so after a replay it holds whatever the
+/// block held before, and a byte of it that comes into use must be logged even where memory
+/// holds the same value already (`FsTx::write_node`). Errs towards a longer stretch: a block
+/// that is no node is unused whole, and a leaf whose last value is empty is unused to its end.
+pub fn unused_stretch(block: &[u8]) -> (usize, usize) {
+    let bs = block.len();
+    let Some(header) = block.get(..NODE_HEADER_BYTES) else {
+        return (0, bs);
+    };
+    if arr4(&header[0..4]) != NODE_MAGIC.to_le_bytes() {
+        return (0, bs);
     }
     let count = usize::from(u16::from_le_bytes([header[6], header[7]]));
-    let end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+    if header[4] != 0 {
+        return (
+            (NODE_HEADER_BYTES + count * INTERIOR_ENTRY_BYTES).min(bs),
+            bs,
+        );
+    }
+    let end = (NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES).min(bs);
     let low = match count.checked_sub(1) {
         Some(last) => {
             let p = NODE_HEADER_BYTES + last * LEAF_ENTRY_BYTES;
-            let e = block.get(p + 16..p + 18)?;
-            usize::from(u16::from_le_bytes([e[0], e[1]]))
+            match block.get(p + 16..p + 20) {
+                Some(e) if u16::from_le_bytes([e[2], e[3]]) > 0 => {
+                    usize::from(u16::from_le_bytes([e[0], e[1]])).clamp(end, bs)
+                }
+                _ => bs,
+            }
         }
-        None => block.len(),
+        None => bs,
     };
-    (end < low && low <= block.len()).then_some((end, low))
+    (end, low)
 }
 
-/// The stretch free in the middle of both `a` and `b`, two encodings of one leaf (before and
-/// after a change): where a diff of the two need not look (`FsTx::write_node`).
+/// The stretch unused in both `a` and `b`, two encodings of one node (before and after a
+/// change): where a diff of the two need not look (`FsTx::write_node`). Only a hint: the diff
+/// compares it before it trusts it.
 pub fn shared_free_middle(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
-    let (x, y) = (free_middle(a)?, free_middle(b)?);
-    Some((x.0.max(y.0), x.1.min(y.1)))
+    let (x, y) = (unused_stretch(a), unused_stretch(b));
+    let (lo, hi) = (x.0.max(y.0), x.1.min(y.1));
+    (lo < hi).then_some((lo, hi))
 }
 
 /// What one step of a point lookup finds in an encoded node, without decoding all of it.
