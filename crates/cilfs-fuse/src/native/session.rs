@@ -197,6 +197,11 @@ impl Session {
                     return Err(Unavailable::NotOffered);
                 }
                 let plan = uring::plan(threads)?;
+                // Said before the queues start: once the last one registers, the kernel sends
+                // requests over them, and a stat served there before `start` returned said
+                // /dev/fuse (seen under load in mount_native's fallback test). Nothing is
+                // served over /dev/fuse until `start` returns, so a failure is told in time.
+                crate::requests::set_uring(plan.len(), 0);
                 uring::start(
                     s,
                     &self.dev,
@@ -208,6 +213,9 @@ impl Session {
                 )
             });
             // Said once, in the log: which transport serves and why.
+            if ring.is_err() {
+                crate::requests::set_transport(crate::requests::Transport::Native);
+            }
             let dev_workers = match ring {
                 Ok(started) => {
                     crate::requests::set_uring(started.queues, started.entries);
