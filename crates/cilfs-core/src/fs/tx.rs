@@ -401,6 +401,30 @@ impl<'a> FsTx<'a> {
         Ok(self.tx.buf_read(blkno, f)?.1)
     }
 
+    /// Runs `edit` (`node::leaf_put_raw` or `leaf_remove_raw`) on this transaction's copy of
+    /// leaf `blkno` and logs what it changed, as `write_node` logs a decoded node: the leaf's
+    /// encoded block changed in place, never decoded.
+    fn edit_leaf_in_place(
+        &mut self,
+        blkno: u64,
+        tree: u8,
+        edit: impl FnOnce(&mut [u8]) -> FsResult<Option<super::tree::node::RawPut>>,
+    ) -> FsResult<Option<Option<Vec<u8>>>> {
+        let mut block = self.node_read(blkno, <[u8]>::to_vec)?;
+        let Some(super::tree::node::RawPut { old, used }) = edit(&mut block)? else {
+            return Ok(None);
+        };
+        // The change rests on the whole leaf, as if it had been decoded (`read_node`).
+        self.trees_read |= 1 << tree;
+        if self.optimistic && !self.opt.strong_leaves.contains(&blkno) {
+            self.opt.strong_leaves.push(blkno);
+        }
+        let b = self.tx.buf(blkno)?;
+        write_diff(&mut self.tx, b, block, used, false);
+        self.tx.set_lsn_offset(b, NODE_LSN_OFFSET);
+        Ok(Some(old))
+    }
+
     /// Writes the header if it changed, commits, and marks freed extents busy until the
     /// checkpoint is stable. Returns the checkpoint sequence and the new header.
     pub(crate) fn commit(mut self) -> FsResult<(u64, Header)> {
@@ -612,6 +636,36 @@ impl NodeStore for FsTx<'_> {
             }
         }
         Ok(n)
+    }
+
+    fn leaf_put_in_place(
+        &mut self,
+        blkno: u64,
+        tree: u8,
+        key: Key,
+        val: &[u8],
+    ) -> FsResult<Option<Option<Vec<u8>>>> {
+        if self.fresh.contains(&blkno) {
+            return Ok(None);
+        }
+        self.edit_leaf_in_place(blkno, tree, |block| {
+            super::tree::node::leaf_put_raw(block, blkno, tree, key, val)
+        })
+    }
+
+    fn leaf_remove_in_place(
+        &mut self,
+        blkno: u64,
+        tree: u8,
+        key: Key,
+    ) -> FsResult<Option<Vec<u8>>> {
+        if self.fresh.contains(&blkno) {
+            return Ok(None);
+        }
+        let removed = self.edit_leaf_in_place(blkno, tree, |block| {
+            super::tree::node::leaf_remove_raw(block, blkno, tree, key)
+        })?;
+        Ok(removed.flatten())
     }
 
     fn raw_seek(

@@ -36,6 +36,29 @@ pub trait NodeStore {
             Body::Interior(items) => RawStep::Child(items[child_index(items, key)].1),
         })
     }
+    /// Puts `key` into leaf `blkno` in place on its encoded block (`node::leaf_put_raw`):
+    /// the old value if it replaced one, or None when that does not apply and the caller
+    /// decodes the leaf. A store that cannot (the default) always declines.
+    fn leaf_put_in_place(
+        &mut self,
+        _blkno: u64,
+        _tree: u8,
+        _key: Key,
+        _val: &[u8],
+    ) -> FsResult<Option<Option<Vec<u8>>>> {
+        Ok(None)
+    }
+    /// Removes `key` from leaf `blkno` in place (`node::leaf_remove_raw`): the removed
+    /// value, or None when that does not apply (the key absent, the leaf left empty) and the
+    /// caller decodes the leaf. A store that cannot (the default) always declines.
+    fn leaf_remove_in_place(
+        &mut self,
+        _blkno: u64,
+        _tree: u8,
+        _key: Key,
+    ) -> FsResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
     /// A seek within leaf `blkno` on its encoded block (`node::raw_seek`): the entry found, or
     /// None when the leaf has none on that side of `key`. The leaf counts as read whole.
     fn raw_seek(
@@ -292,18 +315,11 @@ pub fn seek_le(
     Ok(None)
 }
 
-/// The interior nodes a descent for `key` passed (root first) and the leaf it reached, decoded.
-/// The interior nodes are only stepped through (`step_to_leaf`), not decoded: an insert
-/// needs one whole only when a split below it carries a new entry up, and decoding the two or
-/// three a create's descents pass was a fifth of its instructions.
-fn descend_to_leaf(
-    s: &mut dyn NodeStore,
-    root: Root,
-    tree: u8,
-    key: Key,
-) -> FsResult<(Vec<u64>, Step)> {
-    let mut interiors = Vec::with_capacity(usize::from(root.level));
-    let blkno = step_to_leaf(s, root, tree, key, |b| interiors.push(b))?;
+/// Leaf `blkno`, which a descent for `key` reached, decoded. The interior nodes the descent
+/// passed are only stepped through (`step_to_leaf`), not decoded: an insert needs one whole
+/// only when a split below it carries a new entry up, and decoding the two or three a create's
+/// descents pass was a fifth of its instructions.
+fn read_leaf(s: &mut dyn NodeStore, tree: u8, key: Key, blkno: u64) -> FsResult<Step> {
     let node = s.read_node(blkno, tree)?;
     let Body::Leaf(items) = &node.body else {
         return Err(FsError::corrupt(
@@ -313,7 +329,7 @@ fn descend_to_leaf(
     };
     let idx = items.partition_point(|(k, _)| *k < key);
     s.descended(tree, key, blkno);
-    Ok((interiors, Step { blkno, node, idx }))
+    Ok(Step { blkno, node, idx })
 }
 
 /// Inserts or replaces; returns the old value.
@@ -330,7 +346,14 @@ pub fn insert(
         "tree value of {} bytes",
         val.len()
     );
-    let (mut interiors, mut step) = descend_to_leaf(s, *root, tree, key)?;
+    let mut interiors = Vec::with_capacity(usize::from(root.level));
+    let leaf = step_to_leaf(s, *root, tree, key, |b| interiors.push(b))?;
+    // Most puts fit their leaf: made in place, without decoding and encoding it.
+    if let Some(old) = s.leaf_put_in_place(leaf, tree, key, val)? {
+        s.descended(tree, key, leaf);
+        return Ok(old);
+    }
+    let mut step = read_leaf(s, tree, key, leaf)?;
     let old;
     // The new key goes past every key of its leaf: a run of ascending keys (inode numbers
     // handed out in runs, file blocks) is being appended, and a split keeps the full leaf as
@@ -463,6 +486,13 @@ pub fn remove(
     tree: u8,
     key: Key,
 ) -> FsResult<Option<Vec<u8>>> {
+    // Most removals leave their leaf with entries: made in place, nothing decoded. (A root
+    // with one child comes only from a leaf emptied, below, which collapses it then.)
+    let leaf = step_to_leaf(s, *root, tree, key, |_| {})?;
+    if let Some(old) = s.leaf_remove_in_place(leaf, tree, key)? {
+        s.descended(tree, key, leaf);
+        return Ok(Some(old));
+    }
     let mut path = descend(s, *root, tree, key)?;
     let Some(mut leaf) = path.pop() else {
         return Ok(None);

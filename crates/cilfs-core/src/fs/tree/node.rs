@@ -538,6 +538,167 @@ pub fn raw_seek(
     Ok(Some((n.key_at(i), n.value_at(i)?)))
 }
 
+/// What `leaf_put_raw` did: the old value when it replaced one, and the byte ranges of the
+/// leaf that now mean something (as `Node::used_ranges` gives them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawPut {
+    pub old: Option<Vec<u8>>,
+    pub used: Vec<(usize, usize)>,
+}
+
+/// Inserts `key` with `val` into the encoded leaf `block`, or replaces the value of `key`
+/// when the new one has the old one's length, in place and without decoding the leaf: the
+/// result is what decoding, changing and encoding it would give (the unused stretch aside).
+/// Ok(None) when it does not apply (the leaf is full, or a replace changes a value's length):
+/// the caller goes the decoding way. A leaf not packed as `encode_into` packs one is refused
+/// as corrupt, so an edit never moves bytes that belong to another value.
+pub fn leaf_put_raw(
+    block: &mut [u8],
+    blkno: u64,
+    tree: u8,
+    key: Key,
+    val: &[u8],
+) -> FsResult<Option<RawPut>> {
+    let bs = block.len();
+    let (count, le) = {
+        let n = RawNode::open(block, blkno, tree, 0)?;
+        (n.count, n.count_le(key))
+    };
+    let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+    let (low, vtop) = packed(block, blkno, count, le)?;
+    if le > 0 && get_key(&block[entry_at(le - 1)..]) == key {
+        let r = value_span(&block[entry_at(le - 1)..], entries_end, bs).map_err(|(o, l)| {
+            FsError::corrupt(blkno, format!("value at {o}+{l} outside the block"))
+        })?;
+        if r.len() != val.len() {
+            return Ok(None);
+        }
+        let old = block[r.clone()].to_vec();
+        block[r].copy_from_slice(val);
+        return Ok(Some(RawPut {
+            old: Some(old),
+            used: used_of(entries_end, low, bs),
+        }));
+    }
+    let i = le;
+    let len = val.len();
+    let new_end = entries_end + LEAF_ENTRY_BYTES;
+    if count + 1 > usize::from(u16::MAX) || new_end + len > low {
+        return Ok(None);
+    }
+    // Values of entries i.. move down by `len`; the new value goes where theirs began.
+    block.copy_within(low..vtop, low - len);
+    block[vtop - len..vtop].copy_from_slice(val);
+    // Entries i.. move up by one; their values' offsets drop by `len`.
+    block.copy_within(entry_at(i)..entries_end, entry_at(i + 1));
+    move_offsets(block, i + 1..count + 1, |off| off - len);
+    let e = &mut block[entry_at(i)..entry_at(i + 1)];
+    put_key(e, key);
+    let off = if len == 0 {
+        empty_value_offset(bs)
+    } else {
+        vtop - len
+    };
+    e[16..18].copy_from_slice(&(off as u16).to_le_bytes());
+    e[18..20].copy_from_slice(&(len as u16).to_le_bytes());
+    block[6..8].copy_from_slice(&((count + 1) as u16).to_le_bytes());
+    Ok(Some(RawPut {
+        old: None,
+        used: used_of(new_end, low - len, bs),
+    }))
+}
+
+/// Removes `key` from the encoded leaf `block` in place, as `leaf_put_raw` puts: the removed
+/// value, and the ranges that mean something after. Ok(None) when the leaf lacks the key or
+/// would be left empty (the caller goes the decoding way, which frees an empty leaf). The
+/// bytes given up join the unused stretch as they are.
+pub fn leaf_remove_raw(
+    block: &mut [u8],
+    blkno: u64,
+    tree: u8,
+    key: Key,
+) -> FsResult<Option<RawPut>> {
+    let bs = block.len();
+    let (count, le) = {
+        let n = RawNode::open(block, blkno, tree, 0)?;
+        (n.count, n.count_le(key))
+    };
+    if count < 2 || le == 0 || get_key(&block[entry_at(le - 1)..]) != key {
+        return Ok(None);
+    }
+    let i = le - 1;
+    let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+    let (low, _) = packed(block, blkno, count, i)?;
+    let r = value_span(&block[entry_at(i)..], entries_end, bs)
+        .map_err(|(o, l)| FsError::corrupt(blkno, format!("value at {o}+{l} outside the block")))?;
+    let old = block[r.clone()].to_vec();
+    let len = r.len();
+    // Values of entries i+1.. (all below this one's) move up by its length.
+    if len > 0 {
+        block.copy_within(low..r.start, low + len);
+    }
+    block.copy_within(entry_at(i + 1)..entries_end, entry_at(i));
+    move_offsets(block, i..count - 1, |off| off + len);
+    block[6..8].copy_from_slice(&((count - 1) as u16).to_le_bytes());
+    Ok(Some(RawPut {
+        old: Some(old),
+        used: used_of(entries_end - LEAF_ENTRY_BYTES, low + len, bs),
+    }))
+}
+
+fn entry_at(i: usize) -> usize {
+    NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES
+}
+
+/// Checks that the `count` values of an encoded leaf are packed as `encode_into` packs them,
+/// each right below the one before (empty ones aside), so that an edit moves no byte of
+/// another value. Returns where the values begin, and where those of entries `i..` begin.
+fn packed(block: &[u8], blkno: u64, count: usize, i: usize) -> FsResult<(usize, usize)> {
+    let bs = block.len();
+    let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
+    let (mut top, mut vtop) = (bs, bs);
+    for j in 0..count {
+        if j == i {
+            vtop = top;
+        }
+        let r = value_span(&block[entry_at(j)..], entries_end, bs).map_err(|(o, l)| {
+            FsError::corrupt(blkno, format!("value at {o}+{l} outside the block"))
+        })?;
+        if r.is_empty() {
+            continue;
+        }
+        if r.end != top {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("leaf value {j} not packed"),
+            ));
+        }
+        top = r.start;
+    }
+    if i >= count {
+        vtop = top;
+    }
+    Ok((top, vtop))
+}
+
+/// Moves the value offsets of entries `range` (those with a value) by `by`.
+fn move_offsets(block: &mut [u8], range: std::ops::Range<usize>, by: impl Fn(usize) -> usize) {
+    for j in range {
+        let e = &mut block[entry_at(j)..entry_at(j + 1)];
+        if u16::from_le_bytes([e[18], e[19]]) > 0 {
+            let off = by(usize::from(u16::from_le_bytes([e[16], e[17]])));
+            e[16..18].copy_from_slice(&(off as u16).to_le_bytes());
+        }
+    }
+}
+
+fn used_of(entries_end: usize, values_start: usize, bs: usize) -> Vec<(usize, usize)> {
+    [(0, entries_end), (values_start, bs)]
+        .into_iter()
+        .filter(|&(s, e)| s < e)
+        .collect()
+}
+
 fn put_key(out: &mut [u8], k: Key) {
     out[0..8].copy_from_slice(&k.a.to_le_bytes());
     out[8..16].copy_from_slice(&k.b.to_le_bytes());
@@ -676,6 +837,106 @@ mod tests {
     }
 
     proptest! {
+        /// An in-place put gives the leaf that decoding, changing and encoding gives: the same
+        /// node decoded, the same bytes in every range that means something, those ranges as
+        /// `used_ranges` says. It declines exactly when the change does not fit or a replace
+        /// changes a value's length. The block starts as junk, as a replayed leaf's middle may.
+        #[test]
+        fn a_raw_put_is_a_decoded_put(
+            items in proptest::collection::btree_map(0u64..40, proptest::collection::vec(any::<u8>(), 0..70), 0..30),
+            key in 0u64..40,
+            val in proptest::collection::vec(any::<u8>(), 0..70),
+            bs in prop::sample::select(vec![512usize, 1024, 2048]),
+        ) {
+            let leaf: Vec<(Key, Value)> = items.iter().map(|(&k, v)| (Key::new(k, 9), v.clone().into())).collect();
+            let node = Node { tree: 1, level: 0, body: Body::Leaf(leaf) };
+            prop_assume!(node.encoded_bytes() <= bs);
+            let mut block = vec![0xA5u8; bs];
+            node.encode_into(3, &mut block);
+            block[16..44].fill(0x5A);
+            let k = Key::new(key, 9);
+            let mut want = node.clone();
+            let Body::Leaf(w) = &mut want.body else { unreachable!() };
+            let (old, same_len) = match w.binary_search_by(|(x, _)| x.cmp(&k)) {
+                Ok(i) => {
+                    let same = w[i].1.len() == val.len();
+                    (Some(std::mem::replace(&mut w[i].1, val.clone().into()).to_vec()), same)
+                }
+                Err(i) => {
+                    w.insert(i, (k, val.clone().into()));
+                    (None, true)
+                }
+            };
+            let applies = same_len && want.encoded_bytes() <= bs;
+            let mut raw = block.clone();
+            let got = leaf_put_raw(&mut raw, 3, 1, k, &val).expect("a valid leaf");
+            prop_assert_eq!(got.is_some(), applies);
+            let Some(got) = got else {
+                prop_assert_eq!(raw, block, "declined, the block is untouched");
+                return Ok(());
+            };
+            prop_assert_eq!(&got.old, &old);
+            prop_assert_eq!(Node::decode(&raw, 3, 1).expect("decodes"), want.clone());
+            prop_assert_eq!(&got.used, &want.used_ranges(bs));
+            let mut encoded = block.clone();
+            want.encode_into(3, &mut encoded);
+            for &(s, e) in &got.used {
+                prop_assert_eq!(&raw[s..e], &encoded[s..e], "bytes {}..{}", s, e);
+            }
+        }
+
+        /// An in-place removal gives the leaf that decoding, removing and encoding gives, as
+        /// a put does; it declines exactly when the key is absent or the leaf would be empty.
+        #[test]
+        fn a_raw_remove_is_a_decoded_remove(
+            items in proptest::collection::btree_map(0u64..40, proptest::collection::vec(any::<u8>(), 0..70), 0..30),
+            key in 0u64..40,
+            bs in prop::sample::select(vec![512usize, 1024, 2048]),
+        ) {
+            let leaf: Vec<(Key, Value)> = items.iter().map(|(&k, v)| (Key::new(k, 9), v.clone().into())).collect();
+            let node = Node { tree: 1, level: 0, body: Body::Leaf(leaf) };
+            prop_assume!(node.encoded_bytes() <= bs);
+            let mut block = vec![0xA5u8; bs];
+            node.encode_into(3, &mut block);
+            let k = Key::new(key, 9);
+            let mut want = node.clone();
+            let Body::Leaf(w) = &mut want.body else { unreachable!() };
+            let old = w.binary_search_by(|(x, _)| x.cmp(&k)).ok().map(|i| w.remove(i).1.to_vec());
+            let applies = old.is_some() && !w.is_empty();
+            let mut raw = block.clone();
+            let got = leaf_remove_raw(&mut raw, 3, 1, k).expect("a valid leaf");
+            prop_assert_eq!(got.is_some(), applies);
+            let Some(got) = got else {
+                prop_assert_eq!(raw, block, "declined, the block is untouched");
+                return Ok(());
+            };
+            prop_assert_eq!(&got.old, &old);
+            prop_assert_eq!(Node::decode(&raw, 3, 1).expect("decodes"), want.clone());
+            prop_assert_eq!(&got.used, &want.used_ranges(bs));
+            let mut encoded = block.clone();
+            want.encode_into(3, &mut encoded);
+            for &(s, e) in &got.used {
+                prop_assert_eq!(&raw[s..e], &encoded[s..e], "bytes {}..{}", s, e);
+            }
+        }
+
+        /// A leaf whose values are not packed is refused, not edited.
+        #[test]
+        fn a_raw_edit_refuses_an_unpacked_leaf(gap in 1usize..8) {
+            let node = Node { tree: 1, level: 0, body: Body::Leaf(vec![
+                (Key::new(1, 0), vec![1; 10].into()),
+                (Key::new(2, 0), vec![2; 10].into()),
+            ]) };
+            let mut block = vec![0u8; 512];
+            node.encode_into(3, &mut block);
+            // The second value moved down by `gap`, leaving a hole above it.
+            let p = NODE_HEADER_BYTES + LEAF_ENTRY_BYTES;
+            let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]])) - gap;
+            block[p + 16..p + 18].copy_from_slice(&(off as u16).to_le_bytes());
+            prop_assert!(leaf_put_raw(&mut block.clone(), 3, 1, Key::new(0, 0), b"x").is_err());
+            prop_assert!(leaf_remove_raw(&mut block.clone(), 3, 1, Key::new(1, 0)).is_err());
+        }
+
         /// A point lookup step on the encoded node finds what a binary search of the decoded
         /// node finds, for keys present, absent, and beyond either end.
         #[test]
