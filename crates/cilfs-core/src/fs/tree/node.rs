@@ -640,6 +640,10 @@ pub fn leaf_remove_raw(
     block.copy_within(entry_at(i + 1)..entries_end, entry_at(i));
     move_offsets(block, i..count - 1, |off| off + len);
     block[6..8].copy_from_slice(&((count - 1) as u16).to_le_bytes());
+    // What was given up is zeroed, as `encode_into` leaves a middle: a later write of the
+    // leaf through the decoding way then finds its middle unchanged and logs around it.
+    block[entries_end - LEAF_ENTRY_BYTES..entries_end].fill(0);
+    block[low..low + len].fill(0);
     Ok(Some(RawPut {
         old: Some(old),
         used: used_of(entries_end - LEAF_ENTRY_BYTES, low + len, bs),
@@ -652,7 +656,9 @@ fn entry_at(i: usize) -> usize {
 
 /// Checks that the `count` values of an encoded leaf are packed as `encode_into` packs them,
 /// each right below the one before (empty ones aside), so that an edit moves no byte of
-/// another value. Returns where the values begin, and where those of entries `i..` begin.
+/// another value, and that its keys ascend, as `Node::decode` checks (a binary search of
+/// keys out of order could add a second entry of one key). Returns where the values begin,
+/// and where those of entries `i..` begin.
 fn packed(block: &[u8], blkno: u64, count: usize, i: usize) -> FsResult<(usize, usize)> {
     let bs = block.len();
     let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
@@ -660,6 +666,12 @@ fn packed(block: &[u8], blkno: u64, count: usize, i: usize) -> FsResult<(usize, 
     for j in 0..count {
         if j == i {
             vtop = top;
+        }
+        if j > 0 && get_key(&block[entry_at(j)..]) <= get_key(&block[entry_at(j - 1)..]) {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("leaf key {j} out of order"),
+            ));
         }
         let r = value_span(&block[entry_at(j)..], entries_end, bs).map_err(|(o, l)| {
             FsError::corrupt(blkno, format!("value at {o}+{l} outside the block"))
@@ -918,6 +930,26 @@ mod tests {
             for &(s, e) in &got.used {
                 prop_assert_eq!(&raw[s..e], &encoded[s..e], "bytes {}..{}", s, e);
             }
+            // The middle was zero (as encoded) and stays so, with what was given up.
+            let in_use = |i: usize| got.used.iter().any(|&(s, e)| s <= i && i < e);
+            prop_assert!((0..bs).all(|i| in_use(i) || raw[i] == 0), "the middle is not zero");
+        }
+
+        /// A leaf whose keys are out of order is refused, not edited.
+        #[test]
+        fn a_raw_edit_refuses_keys_out_of_order(k in 0u64..4) {
+            let node = Node { tree: 1, level: 0, body: Body::Leaf(vec![
+                (Key::new(1, 0), vec![1; 10].into()),
+                (Key::new(2, 0), vec![2; 10].into()),
+                (Key::new(3, 0), vec![3; 10].into()),
+            ]) };
+            let mut block = vec![0u8; 512];
+            node.encode_into(3, &mut block);
+            // The second key made the largest.
+            let p = NODE_HEADER_BYTES + LEAF_ENTRY_BYTES;
+            put_key(&mut block[p..], Key::new(9, 0));
+            prop_assert!(leaf_put_raw(&mut block.clone(), 3, 1, Key::new(k, 1), b"x").is_err());
+            prop_assert!(leaf_remove_raw(&mut block.clone(), 3, 1, Key::new(1, 0)).is_err());
         }
 
         /// A leaf whose values are not packed is refused, not edited.
