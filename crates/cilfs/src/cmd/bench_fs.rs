@@ -10,7 +10,7 @@ use cilfs_core::mkfs::{plan, MkfsRequest};
 use cilfs_device::{Device, FileDevice, FileDeviceOptions};
 use serde_json::json;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -181,11 +181,14 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
     );
     let cpu_before = super::bench::thread_cpu_ns();
     let worker_ns = AtomicU64::new(0);
+    // Workers that ended (an unlink worker ends when its files are gone): the run ends with
+    // the last of them, not at the deadline, or its rate would count time nobody worked.
+    let ended = AtomicUsize::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
         for (t, &(d, f)) in targets.iter().enumerate() {
             let (fs, ops, stop, failed, a) = (&fs, &ops, &stop, &failed, &a);
-            let worker_ns = &worker_ns;
+            let (worker_ns, ended) = (&worker_ns, &ended);
             // Named, so that their CPU time is told from the journal's threads'.
             let worker = std::thread::Builder::new().name(format!("bench-worker-{t}"));
             let spawned = worker.spawn_scoped(s, move || {
@@ -221,6 +224,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
                 // Counted here: a worker is gone by the time the others are looked at.
                 let ran = super::bench::own_cpu_ns().saturating_sub(cpu_at_start);
                 worker_ns.fetch_add(ran, Ordering::Relaxed);
+                ended.fetch_add(1, Ordering::Release);
             });
             if let Err(e) = spawned {
                 *failed.lock() = Some(format!("cannot start a thread: {e}"));
@@ -238,12 +242,20 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
                 }
             });
         }
-        while !stop.load(Ordering::Relaxed) && start.elapsed() < deadline {
+        while !stop.load(Ordering::Relaxed)
+            && start.elapsed() < deadline
+            && ended.load(Ordering::Acquire) < targets.len()
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = start.elapsed().as_secs_f64();
+    if a.workload == Workload::Unlink && seconds.is_some_and(|s| elapsed < s) {
+        eprintln!(
+            "bench fs: the {prepared} files of each thread were gone after {elapsed:.2} s (more with --ops)"
+        );
+    }
     let mut cpu = super::bench::cpu_s_by_role(&cpu_before, &super::bench::thread_cpu_ns());
     cpu.insert(
         "bench-worker".into(),
