@@ -20,6 +20,7 @@ enum workload { CREATE, UNLINK, FSYNC };
 static enum workload work;
 static const char *root;
 static atomic_int stop;
+static atomic_int ended; /* workers that returned */
 // Unlinks need their files made first: enough that no thread runs out within SECONDS.
 static long prepared;
 
@@ -46,8 +47,7 @@ static int make_file(const char *path) {
     return 0;
 }
 
-static void *run(void *arg) {
-    struct worker *w = arg;
+static void *work_until_stopped(struct worker *w) {
     char path[4096];
     char block[4096];
     memset(block, w->id, sizeof block);
@@ -98,6 +98,12 @@ static void *run(void *arg) {
     return NULL;
 }
 
+static void *run(void *arg) {
+    void *r = work_until_stopped(arg);
+    atomic_fetch_add(&ended, 1);
+    return r;
+}
+
 int main(int argc, char **argv) {
     if (argc != 5) {
         fprintf(stderr, "usage: %s create|unlink|fsync DIR THREADS SECONDS\n", argv[0]);
@@ -146,7 +152,9 @@ int main(int argc, char **argv) {
         }
     }
     struct timespec nap = {0, 5 * 1000 * 1000};
-    while (now() - start < seconds) {
+    /* Ends with the last worker too: an unlink worker ends when its files are gone, and
+       dividing by the time asked for would count time nobody worked. */
+    while (now() - start < seconds && atomic_load(&ended) < threads) {
         nanosleep(&nap, NULL);
     }
     atomic_store(&stop, 1);
