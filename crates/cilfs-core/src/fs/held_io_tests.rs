@@ -487,3 +487,36 @@ fn an_open_reading_a_cold_inode_holds_no_lock_others_need() {
     fs.release_inode(far).unwrap();
     assert_clean(&fs);
 }
+
+/// A create, link or unlink whose "directory" is a file whose data write is held answers
+/// ENOTDIR without waiting for that write: the directory's names are its IO lock, which the
+/// file's write holds. (They waited for the write, then found no directory.)
+#[test]
+fn a_namespace_operation_in_a_file_whose_write_is_held_is_refused_at_once() {
+    let sim = new_dev(1706);
+    let dev = HoldingDevice::new(Arc::clone(&sim));
+    let fs = mount_holding(&dev, FsOptions::default());
+    let a = file(&fs, b"a");
+    let b = file(&fs, b"b");
+    let r = while_held(
+        &fs,
+        &dev,
+        Trigger::DataMagic,
+        move |fs| {
+            fs.write(U, a, 0, &held_data()).unwrap();
+        },
+        move |fs| {
+            [
+                fs.mknod(U, a, b"x", inode::S_IFREG | 0o644, 0).err(),
+                fs.link(b, a, b"y").err(),
+                fs.unlink(a, b"z").err(),
+            ]
+        },
+    );
+    assert!(
+        r.iter().all(|e| matches!(e, Some(FsError::NotDir))),
+        "{r:?}"
+    );
+    assert_eq!(fs.read(a, 0, 16).unwrap(), MAGIC.to_vec());
+    assert_clean(&fs);
+}

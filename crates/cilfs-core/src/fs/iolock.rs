@@ -91,27 +91,41 @@ impl IoLocks {
     /// Takes `ino`'s IO lock, waiting for the holders of a conflicting mode. The caller holds
     /// no other IO lock it waited for, and no filesystem state lock.
     pub(crate) fn lock(&self, ino: u64, mode: IoMode) -> IoGuard<'_> {
+        self.waits
+            .acquire(|| self.try_lock(ino, mode), || self.wait_for(ino, mode))
+    }
+
+    /// Waits for `ino`'s IO lock (uncounted: `lock` counts).
+    fn wait_for(&self, ino: u64, mode: IoMode) -> IoGuard<'_> {
+        let shard = self.shard(ino);
+        let mut t = lock(&shard.table);
+        t.entry(ino).or_default().waiting += 1;
+        loop {
+            let e = t.entry(ino).or_default();
+            if grantable(e, mode) {
+                e.waiting -= 1;
+                grant(e, mode);
+                break;
+            }
+            t = wait(&shard.released, t);
+        }
+        IoGuard {
+            locks: self,
+            ino,
+            mode,
+        }
+    }
+
+    /// `lock`, unless the lock is taken and `give_up` says not to wait for it then: None.
+    pub(crate) fn lock_unless(
+        &self,
+        ino: u64,
+        mode: IoMode,
+        give_up: impl FnOnce() -> bool,
+    ) -> Option<IoGuard<'_>> {
         self.waits.acquire(
-            || self.try_lock(ino, mode),
-            || {
-                let shard = self.shard(ino);
-                let mut t = lock(&shard.table);
-                t.entry(ino).or_default().waiting += 1;
-                loop {
-                    let e = t.entry(ino).or_default();
-                    if grantable(e, mode) {
-                        e.waiting -= 1;
-                        grant(e, mode);
-                        break;
-                    }
-                    t = wait(&shard.released, t);
-                }
-                IoGuard {
-                    locks: self,
-                    ino,
-                    mode,
-                }
-            },
+            || self.try_lock(ino, mode).map(Some),
+            || (!give_up()).then(|| self.wait_for(ino, mode)),
         )
     }
 

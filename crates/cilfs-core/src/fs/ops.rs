@@ -228,7 +228,7 @@ impl Fs {
         check_name(name)?;
         self.check_writable()?;
         self.retrying(|| {
-            let _names = self.lock_names(parent);
+            let _names = self.lock_names(parent)?;
             self.with_shared_tx(&[parent], |st, t, sc| {
                 self.create_in(st, t, sc, cred, parent, name, mode, rdev, target)
             })
@@ -243,8 +243,19 @@ impl Fs {
     /// run of the operation (`retrying`), so that the waits between runs and a `sync` mount's
     /// force after the last one happen without it (creates in one directory still share
     /// forces), and let go before an unlink's reclaim waits for its victim's.
-    fn lock_names(&self, dir: u64) -> super::iolock::IoGuard<'_> {
-        self.io.lock(dir, super::iolock::IoMode::Exclusive)
+    /// A "directory" that is a file in memory is refused when its lock is taken rather than
+    /// after the wait: a file's IO lock is held across its data IO, which may be slow or
+    /// throttled, and the operation would then only find it no directory.
+    fn lock_names(&self, dir: u64) -> FsResult<super::iolock::IoGuard<'_>> {
+        self.io
+            .lock_unless(dir, super::iolock::IoMode::Exclusive, || {
+                self.read_state()
+                    .inodes
+                    .lock(dir)
+                    .get(&dir)
+                    .is_some_and(|m| !m.inode.is_dir())
+            })
+            .ok_or(FsError::NotDir)
     }
 
     /// The body of `create_node`, built optimistically (`shared_tx.rs`).
@@ -422,7 +433,7 @@ impl Fs {
         check_name(newname)?;
         self.check_writable()?;
         self.retrying(|| {
-            let _names = self.lock_names(newparent);
+            let _names = self.lock_names(newparent)?;
             self.with_shared_tx(&[ino, newparent], |st, t, sc| {
                 self.link_in(st, t, sc, ino, newparent, newname)
             })
@@ -504,7 +515,7 @@ impl Fs {
         }
         self.check_writable()?;
         let (victim, freed) = self.retrying(|| {
-            let _names = self.lock_names(parent);
+            let _names = self.lock_names(parent)?;
             self.with_shared_tx(&[parent], |st, t, sc| {
                 self.remove_in(st, t, sc, parent, name, want_dir)
             })
