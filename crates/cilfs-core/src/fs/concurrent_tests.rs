@@ -912,17 +912,14 @@ fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone()
     {
         let (fs, opener) = (Arc::clone(&fs), Arc::clone(&opener));
         let hook = move || {
-            let seen =
-                super::orphan::OPENS_FOUND_FREEING.load(std::sync::atomic::Ordering::Relaxed);
-            let fs = Arc::clone(&fs);
-            let h = std::thread::spawn(move || fs.open_inode(f));
+            let freeing = |fs: &Fs| fs.stats.snapshot().retries_freeing;
+            let seen = freeing(&fs);
+            let fs2 = Arc::clone(&fs);
+            let h = std::thread::spawn(move || fs2.open_inode(f));
             // Until the open waits for this commit, or (with no mark to find) got its handle.
             // Not a measure of speed: only when to call it stuck.
             let start = std::time::Instant::now();
-            while super::orphan::OPENS_FOUND_FREEING.load(std::sync::atomic::Ordering::Relaxed)
-                == seen
-                && !h.is_finished()
-            {
+            while freeing(&fs) == seen && !h.is_finished() {
                 assert!(
                     start.elapsed().as_secs() < 60,
                     "the open neither waited nor ran"
@@ -938,6 +935,10 @@ fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone()
     assert!(
         matches!(h.join().unwrap(), Err(FsError::NotFound)),
         "an open of an inode being freed must not succeed"
+    );
+    assert!(
+        fs.stats.snapshot().retries_freeing >= 1,
+        "the open found the mark and waited"
     );
     assert!(matches!(fs.getattr(f), Err(FsError::NotFound)));
     assert_clean(&fs);

@@ -43,11 +43,6 @@ fn run_open_after_read_hook(fs: &Fs, ino: u64) {
     }
 }
 
-/// Tests: opens that found their inode marked by a commit freeing it.
-#[cfg(test)]
-pub(crate) static OPENS_FOUND_FREEING: std::sync::atomic::AtomicU64 =
-    std::sync::atomic::AtomicU64::new(0);
-
 impl Fs {
     /// Frees `ino` if no name and no handle is left, under its IO lock (exclusive: a read or
     /// write back still in flight finishes before its blocks are freed) and outside any
@@ -203,8 +198,6 @@ impl Fs {
     fn open_in_memory(&self, inodes: &mut super::InodeTable, ino: u64) -> Option<FsResult<Attr>> {
         let m = inodes.get_mut(&ino)?;
         if m.freeing {
-            #[cfg(test)]
-            OPENS_FOUND_FREEING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Some(Err(FsError::Retry(super::retry::Retry::Freeing)));
         }
         if m.inode.nlink == 0 && m.open == 0 {

@@ -176,7 +176,10 @@ impl Fs {
                 Err(FsError::Retry(Retry::Reshaped)) => {
                     super::stats::bump(&self.stats.retries_reshaped);
                 }
-                Err(FsError::Retry(Retry::Freeing)) => std::thread::yield_now(),
+                Err(FsError::Retry(Retry::Freeing)) => {
+                    super::stats::bump(&self.stats.retries_freeing);
+                    std::thread::yield_now();
+                }
                 Err(FsError::Retry(Retry::ForceLog)) if !forced => {
                     super::stats::bump(&self.stats.retries_force);
                     forced = true;

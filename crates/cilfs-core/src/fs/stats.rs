@@ -31,6 +31,8 @@ pub struct FsCounters {
     pub shared_publishes: Counter,
     /// Readers run again after a commit beside them changed the tree's shape (`ReadView`).
     pub retries_reshaped: Counter,
+    /// Runs that found an inode a commit is freeing, yielded and ran again (`Retry::Freeing`).
+    pub retries_freeing: Counter,
     pub deferred_sync_forces: Counter,
 }
 
@@ -55,6 +57,7 @@ pub struct FsStats {
     pub conflicts: u64,
     pub shared_publishes: u64,
     pub retries_reshaped: u64,
+    pub retries_freeing: u64,
     pub deferred_sync_forces: u64,
     pub inodes_cached: u64,
     pub free_blocks: u64,
@@ -83,6 +86,7 @@ impl FsCounters {
             conflicts: g(&self.conflicts),
             shared_publishes: g(&self.shared_publishes),
             retries_reshaped: g(&self.retries_reshaped),
+            retries_freeing: g(&self.retries_freeing),
             deferred_sync_forces: g(&self.deferred_sync_forces),
             ..FsStats::default()
         }
@@ -141,6 +145,7 @@ impl super::Fs {
             ("conflicts", f.conflicts),
             ("shared_publishes", f.shared_publishes),
             ("retries_reshaped", f.retries_reshaped),
+            ("retries_freeing", f.retries_freeing),
             ("deferred_sync_forces", f.deferred_sync_forces),
             ("inodes_cached", f.inodes_cached),
             ("free_blocks", f.free_blocks),

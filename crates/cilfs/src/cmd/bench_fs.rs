@@ -309,6 +309,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "conflicts": st.conflicts - base.conflicts,
         "shared_publishes": st.shared_publishes - base.shared_publishes,
         "retries_reshaped": st.retries_reshaped - base.retries_reshaped,
+        "retries_freeing": st.retries_freeing - base.retries_freeing,
         "retries_read": st.retries_read - base.retries_read,
         "checkpoints": d(js.log.checkpoints, base_j.log.checkpoints),
         "iclog_writes": d(js.log.iclog_writes, base_j.log.iclog_writes),
