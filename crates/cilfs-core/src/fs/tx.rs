@@ -9,9 +9,7 @@ use super::header::{
     TREE_FS,
 };
 use super::tree::btree::{self, NodeStore, Root};
-use super::tree::node::{
-    shared_free_middle, unused_stretch, Key, Node, RawStep, Seek, NODE_LSN_OFFSET,
-};
+use super::tree::node::{unused_stretch, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
@@ -549,20 +547,30 @@ fn write_diff(
     let ranges = if whole {
         used
     } else {
-        tx.read(b, |cur| {
-            let mut r = differing_ranges(cur, &block, shared_free_middle(cur, &block));
-            let (g0, g1) = unused_stretch(cur);
-            r.extend(
-                used.iter()
-                    .map(|&(s, e)| (s.max(g0), e.min(g1)))
-                    .filter(|&(s, e)| s < e),
-            );
-            r
-        })
+        tx.read(b, |cur| ranges_to_log(cur, &block, &used))
     };
     if !ranges.is_empty() {
         tx.replace(b, block, &ranges);
     }
+}
+
+/// What a new image `new` of a node, whose meaningful bytes are `used`, logs over `cur`, the
+/// block as the transaction sees it: the bytes that differ, and the used bytes that were in
+/// `cur`'s unused stretch (`node::unused_stretch`), whatever they hold.
+fn ranges_to_log(cur: &[u8], new: &[u8], used: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let (g0, g1) = unused_stretch(cur);
+    // `new`'s unused stretch is what `used` leaves between its two ranges; where it meets
+    // `cur`'s, the diff need not look (it checks the bytes equal before it trusts that).
+    let n0 = used.first().map_or(0, |r| r.1);
+    let n1 = used.get(1).map_or(new.len(), |r| r.0);
+    let (h0, h1) = (g0.max(n0), g1.min(n1));
+    let mut r = differing_ranges(cur, new, (h0 < h1).then_some((h0, h1)));
+    r.extend(
+        used.iter()
+            .map(|&(s, e)| (s.max(g0), e.min(g1)))
+            .filter(|&(s, e)| s < e),
+    );
+    r
 }
 
 /// Bytes compared at once by `differing_range` (slice equality is a vectorised memcmp).
@@ -1053,8 +1061,9 @@ impl<T: Trees> super::dir::TreeRead for T {
 
 #[cfg(test)]
 mod diff_tests {
+    use super::ranges_to_log;
     use super::{differing_range, differing_ranges, DIFF_CHUNK};
-    use crate::fs::tree::node::{shared_free_middle, Body, Key, Node};
+    use crate::fs::tree::node::{Body, Key, Node};
     use proptest::prelude::*;
 
     /// `a`, and a copy of it with `changes` (position, nonzero delta) added.
@@ -1156,13 +1165,127 @@ mod diff_tests {
         }
         let mut b = a.clone();
         grown.encode_into(5, &mut b);
-        let hole = shared_free_middle(&a, &b).expect("two leaves");
-        let r = differing_ranges(&a, &b, Some(hole));
-        assert_eq!(r.len(), 2, "{r:?}");
-        let logged: usize = r.iter().map(|(s, e)| e - s).sum();
+        let used = grown.used_ranges(4096);
+        let hole = (used[0].1, used[1].0);
+        let mut r = crate::buf::RangeSet::default();
+        for (s, e) in ranges_to_log(&a, &b, &used) {
+            r.insert(s as u32, (e - s) as u32);
+        }
+        assert_eq!(r.ranges().len(), 2, "{r:?}");
+        let logged = r.bytes() as usize;
         assert!(
             logged < 4096 - (hole.1 - hole.0) + DIFF_CHUNK,
             "{logged} bytes"
         );
+    }
+}
+
+/// The logging rule of tree nodes end to end: a leaf changed again and again, in place
+/// (`leaf_put_raw`, `leaf_remove_raw`) or the decoding way (`encode_into`, as `write_node`),
+/// with a "disk" that receives only what `ranges_to_log` logs, starting from junk as a block a
+/// new node replays onto. (Written by a review of the in-place edits, 2026-11-27.)
+#[cfg(test)]
+mod logged_leaf_tests {
+    use super::ranges_to_log;
+    use crate::fs::tree::node::{leaf_put_raw, leaf_remove_raw, max_value_bytes, Body, Key, Node};
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Put(u64, usize, u8),
+        Remove(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u64..60, 0usize..400, any::<u8>()).prop_map(|(k, l, b)| Op::Put(k, l, b)),
+            (0u64..60, 0usize..3, any::<u8>()).prop_map(|(k, l, b)| Op::Put(k, l, b)),
+            (0u64..60, prop::sample::select(vec![112usize]), any::<u8>())
+                .prop_map(|(k, l, b)| Op::Put(k, l, b)),
+            (0u64..60).prop_map(Op::Remove),
+        ]
+    }
+
+    fn leaf(model: &BTreeMap<u64, Vec<u8>>) -> Node {
+        let items = model
+            .iter()
+            .map(|(&k, v)| (Key::new(k, 0), v.clone().into()))
+            .collect();
+        Node {
+            tree: 1,
+            level: 0,
+            body: Body::Leaf(items),
+        }
+    }
+
+    fn apply(disk: &mut [u8], new: &[u8], ranges: &[(usize, usize)]) {
+        for &(s, e) in ranges {
+            disk[s..e].copy_from_slice(&new[s..e]);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        #[test]
+        fn a_leaf_replays_to_what_memory_holds(
+            ops in proptest::collection::vec(op(), 1..120),
+            bs in prop::sample::select(vec![512usize, 4096, 65536]),
+            junk in any::<u8>(),
+        ) {
+            let blk = 7;
+            let mut mem = vec![junk; bs];
+            let mut disk = vec![junk ^ 0x5A; bs];
+            let mut model = BTreeMap::new();
+            // A new node: written whole, its used ranges logged.
+            leaf(&model).encode_into(blk, &mut mem);
+            apply(&mut disk, &mem, &leaf(&model).used_ranges(bs));
+            for o in ops {
+                let cur = mem.clone();
+                let mut new = mem.clone();
+                let used = match o {
+                    Op::Put(k, l, b) => {
+                        let v = vec![b; l.min(max_value_bytes(bs))];
+                        match leaf_put_raw(&mut new, blk, 1, Key::new(k, 0), &v).unwrap() {
+                            Some(p) => {
+                                prop_assert_eq!(p.old, model.insert(k, v));
+                                p.used
+                            }
+                            None => {
+                                let mut m = model.clone();
+                                m.insert(k, v);
+                                if leaf(&m).encoded_bytes() > bs {
+                                    continue;
+                                }
+                                model = m;
+                                leaf(&model).encode_into(blk, &mut new);
+                                leaf(&model).used_ranges(bs)
+                            }
+                        }
+                    }
+                    Op::Remove(k) => match leaf_remove_raw(&mut new, blk, 1, Key::new(k, 0)).unwrap() {
+                        Some(p) => {
+                            prop_assert_eq!(p.old, model.remove(&k));
+                            p.used
+                        }
+                        None => {
+                            if model.remove(&k).is_none() {
+                                continue;
+                            }
+                            leaf(&model).encode_into(blk, &mut new);
+                            leaf(&model).used_ranges(bs)
+                        }
+                    },
+                };
+                apply(&mut disk, &new, &ranges_to_log(&cur, &new, &used));
+                mem = new;
+                let want = leaf(&model);
+                prop_assert_eq!(&Node::decode(&mem, blk, 1).unwrap(), &want);
+                prop_assert_eq!(&Node::decode(&disk, blk, 1).unwrap(), &want, "the replayed block");
+                for (s, e) in want.used_ranges(bs) {
+                    prop_assert_eq!(&mem[s..e], &disk[s..e], "used bytes {}..{}", s, e);
+                }
+            }
+        }
     }
 }

@@ -380,15 +380,6 @@ pub fn unused_stretch(block: &[u8]) -> (usize, usize) {
     (end, low)
 }
 
-/// The stretch unused in both `a` and `b`, two encodings of one node (before and after a
-/// change): where a diff of the two need not look (`FsTx::write_node`). Only a hint: the diff
-/// compares it before it trusts it.
-pub fn shared_free_middle(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
-    let (x, y) = (unused_stretch(a), unused_stretch(b));
-    let (lo, hi) = (x.0.max(y.0), x.1.min(y.1));
-    (lo < hi).then_some((lo, hi))
-}
-
 /// What one step of a point lookup finds in an encoded node, without decoding all of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawStep {
