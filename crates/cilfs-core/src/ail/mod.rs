@@ -5,13 +5,15 @@ use crate::log::Lsn;
 use crate::trans::item::{ItemKey, LogItem, WriteBack};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub struct Ail {
     by_lsn: BTreeMap<(Lsn, ItemKey), Arc<dyn LogItem>>,
-    lsn_of: HashMap<ItemKey, Lsn>,
+    /// Block numbers, hashed without SipHash (`numhash`): every item of every checkpoint is
+    /// looked up here when it enters the AIL, on the push thread.
+    lsn_of: crate::numhash::NumberMap<Lsn>,
 }
 
 /// What one AIL push did.
