@@ -839,6 +839,57 @@ mod tests {
             })
     }
 
+    /// A leaf of `items` (keys (k, 9)) encoded into a block of `bs` bytes whose middle was junk
+    /// before, or None if it does not fit.
+    fn encoded_leaf(
+        items: &std::collections::BTreeMap<u64, Vec<u8>>,
+        bs: usize,
+    ) -> Option<(Node, Vec<u8>)> {
+        let leaf = items
+            .iter()
+            .map(|(&k, v)| (Key::new(k, 9), v.clone().into()))
+            .collect();
+        let node = Node {
+            tree: 1,
+            level: 0,
+            body: Body::Leaf(leaf),
+        };
+        if node.encoded_bytes() > bs {
+            return None;
+        }
+        let mut block = vec![0xA5u8; bs];
+        node.encode_into(3, &mut block);
+        Some((node, block))
+    }
+
+    /// What an in-place edit of `block` into `raw` must be, against `want`, the leaf decoding,
+    /// changing and encoding gives: declined exactly when it does not `apply` (the block then
+    /// untouched), else the same old value, node and used ranges, and the same bytes in those.
+    fn like_decoded(
+        block: &[u8],
+        raw: &[u8],
+        got: Option<RawPut>,
+        applies: bool,
+        want: &Node,
+        old: Option<Vec<u8>>,
+    ) -> Result<Option<RawPut>, TestCaseError> {
+        prop_assert_eq!(got.is_some(), applies);
+        let Some(got) = got else {
+            prop_assert_eq!(raw, block, "declined, the block is untouched");
+            return Ok(None);
+        };
+        let bs = block.len();
+        prop_assert_eq!(&got.old, &old);
+        prop_assert_eq!(&Node::decode(raw, 3, 1).expect("decodes"), want);
+        prop_assert_eq!(&got.used, &want.used_ranges(bs));
+        let mut encoded = block.to_vec();
+        want.encode_into(3, &mut encoded);
+        for &(s, e) in &got.used {
+            prop_assert_eq!(&raw[s..e], &encoded[s..e], "bytes {}..{}", s, e);
+        }
+        Ok(Some(got))
+    }
+
     proptest! {
         /// An in-place put gives the leaf that decoding, changing and encoding gives: the same
         /// node decoded, the same bytes in every range that means something, those ranges as
@@ -851,11 +902,7 @@ mod tests {
             val in proptest::collection::vec(any::<u8>(), 0..70),
             bs in prop::sample::select(vec![512usize, 1024, 2048]),
         ) {
-            let leaf: Vec<(Key, Value)> = items.iter().map(|(&k, v)| (Key::new(k, 9), v.clone().into())).collect();
-            let node = Node { tree: 1, level: 0, body: Body::Leaf(leaf) };
-            prop_assume!(node.encoded_bytes() <= bs);
-            let mut block = vec![0xA5u8; bs];
-            node.encode_into(3, &mut block);
+            let Some((node, mut block)) = encoded_leaf(&items, bs) else { return Ok(()) };
             block[16..44].fill(0x5A);
             let k = Key::new(key, 9);
             let mut want = node.clone();
@@ -873,19 +920,7 @@ mod tests {
             let applies = same_len && want.encoded_bytes() <= bs;
             let mut raw = block.clone();
             let got = leaf_put_raw(&mut raw, 3, 1, k, &val).expect("a valid leaf");
-            prop_assert_eq!(got.is_some(), applies);
-            let Some(got) = got else {
-                prop_assert_eq!(raw, block, "declined, the block is untouched");
-                return Ok(());
-            };
-            prop_assert_eq!(&got.old, &old);
-            prop_assert_eq!(Node::decode(&raw, 3, 1).expect("decodes"), want.clone());
-            prop_assert_eq!(&got.used, &want.used_ranges(bs));
-            let mut encoded = block.clone();
-            want.encode_into(3, &mut encoded);
-            for &(s, e) in &got.used {
-                prop_assert_eq!(&raw[s..e], &encoded[s..e], "bytes {}..{}", s, e);
-            }
+            like_decoded(&block, &raw, got, applies, &want, old)?;
         }
 
         /// An in-place removal gives the leaf that decoding, removing and encoding gives, as
@@ -896,11 +931,7 @@ mod tests {
             key in 0u64..40,
             bs in prop::sample::select(vec![512usize, 1024, 2048]),
         ) {
-            let leaf: Vec<(Key, Value)> = items.iter().map(|(&k, v)| (Key::new(k, 9), v.clone().into())).collect();
-            let node = Node { tree: 1, level: 0, body: Body::Leaf(leaf) };
-            prop_assume!(node.encoded_bytes() <= bs);
-            let mut block = vec![0xA5u8; bs];
-            node.encode_into(3, &mut block);
+            let Some((node, block)) = encoded_leaf(&items, bs) else { return Ok(()) };
             let k = Key::new(key, 9);
             let mut want = node.clone();
             let Body::Leaf(w) = &mut want.body else { unreachable!() };
@@ -908,19 +939,9 @@ mod tests {
             let applies = old.is_some() && !w.is_empty();
             let mut raw = block.clone();
             let got = leaf_remove_raw(&mut raw, 3, 1, k).expect("a valid leaf");
-            prop_assert_eq!(got.is_some(), applies);
-            let Some(got) = got else {
-                prop_assert_eq!(raw, block, "declined, the block is untouched");
+            let Some(got) = like_decoded(&block, &raw, got, applies, &want, old)? else {
                 return Ok(());
             };
-            prop_assert_eq!(&got.old, &old);
-            prop_assert_eq!(Node::decode(&raw, 3, 1).expect("decodes"), want.clone());
-            prop_assert_eq!(&got.used, &want.used_ranges(bs));
-            let mut encoded = block.clone();
-            want.encode_into(3, &mut encoded);
-            for &(s, e) in &got.used {
-                prop_assert_eq!(&raw[s..e], &encoded[s..e], "bytes {}..{}", s, e);
-            }
             // The middle was zero (as encoded) and stays so, with what was given up.
             let in_use = |i: usize| got.used.iter().any(|&(s, e)| s <= i && i < e);
             prop_assert!((0..bs).all(|i| in_use(i) || raw[i] == 0), "the middle is not zero");
