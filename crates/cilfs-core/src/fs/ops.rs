@@ -813,19 +813,16 @@ impl Fs {
         bump(&self.stats.change_queries);
         // The counter is atomic: a cached inode is queried under the shared lock, so a querier
         // never waits for writers (nor they for it).
-        {
+        self.retrying(|| {
             let st = self.read_state();
-            let inodes = st.inodes.lock(ino);
-            if let Some(m) = inodes.get(&ino) {
+            if let Some(m) = st.inodes.lock(ino).get(&ino) {
                 return Ok(super::visible_change(self.epoch, m.change.query()));
             }
-        }
-        // Not in memory: loaded, its item read with no lock held if it is not in the buffer
-        // cache (`retrying`).
-        self.retrying(|| {
-            let mut st = self.write_state();
-            let m = self.load(&mut st, ino)?;
-            Ok(super::visible_change(self.epoch, m.change.query()))
+            // Not in memory: the item's value, read (with no lock held if its block is not in
+            // the buffer cache: `retrying`) and not cached. An inode loaded later starts
+            // queried (`ChangeCounter::loaded`), so its next change moves the value past this.
+            let inode = super::read_inode(&mut self.view(&st), ino)?;
+            Ok(super::visible_change(self.epoch, inode.change))
         })
     }
 }

@@ -413,6 +413,42 @@ fn xattrs_and_the_change_xattr() {
     assert_clean(&fs);
 }
 
+/// A change attribute query of an inode not in memory reads its item and leaves it out of
+/// memory, under the shared state lock only (it loaded the inode under the exclusive one); the
+/// inode's next change still moves the value past what the query returned.
+#[test]
+fn a_change_query_of_an_inode_not_in_memory_takes_no_exclusive_lock() {
+    let clock = TestClock::new();
+    let dev = new_dev(42);
+    let fs = mount(&dev, opts(&clock));
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.write(U, f, 0, b"x").unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    let in_memory = |fs: &Fs| fs.read_state().inodes.lock(f).contains_key(&f);
+    let exclusive = |fs: &Fs| {
+        fs.lock_waits()
+            .iter()
+            .find(|l| l.name == "fs state (exclusive)")
+            .map(|l| l.acquired)
+            .unwrap()
+    };
+    assert!(!in_memory(&fs));
+    let before = exclusive(&fs);
+    let q1 = fs.change_attr(f).unwrap();
+    assert_eq!(exclusive(&fs), before, "queried under the shared lock");
+    assert!(!in_memory(&fs), "not put in memory");
+    assert_eq!(fs.change_attr(f).unwrap(), q1, "nothing changed");
+    fs.write(U, f, 0, b"y").unwrap();
+    assert!(fs.change_attr(f).unwrap() > q1, "the next change moves it");
+    assert!(matches!(fs.change_attr(12_345), Err(FsError::NotFound)));
+    assert_clean(&fs);
+}
+
 #[test]
 fn lazy_change_attribute() {
     let clock = TestClock::new();
