@@ -399,6 +399,15 @@ impl<'a> FsTx<'a> {
         Ok(self.tx.buf_read(blkno, f)?.1)
     }
 
+    /// Notes that what this transaction does rests on all of leaf `blkno` of `tree`, as if it
+    /// had decoded it: an optimistic commit then checks that no one changed the leaf.
+    fn read_whole_leaf(&mut self, tree: u8, blkno: u64) {
+        self.trees_read |= 1 << tree;
+        if self.optimistic && !self.opt.strong_leaves.contains(&blkno) {
+            self.opt.strong_leaves.push(blkno);
+        }
+    }
+
     /// Runs `edit` (`node::leaf_put_raw` or `leaf_remove_raw`) on this transaction's copy of
     /// leaf `blkno` and logs what it changed, as `write_node` logs a decoded node: the leaf's
     /// encoded block changed in place, never decoded.
@@ -408,15 +417,16 @@ impl<'a> FsTx<'a> {
         tree: u8,
         edit: impl FnOnce(&mut [u8]) -> FsResult<Option<super::tree::node::RawPut>>,
     ) -> FsResult<Option<Option<Vec<u8>>>> {
+        // A node this transaction allocated is written whole, the decoding way.
+        if self.fresh.contains(&blkno) {
+            return Ok(None);
+        }
         let mut block = self.node_read(blkno, <[u8]>::to_vec)?;
         let Some(super::tree::node::RawPut { old, used }) = edit(&mut block)? else {
             return Ok(None);
         };
         // The change rests on the whole leaf, as if it had been decoded (`read_node`).
-        self.trees_read |= 1 << tree;
-        if self.optimistic && !self.opt.strong_leaves.contains(&blkno) {
-            self.opt.strong_leaves.push(blkno);
-        }
+        self.read_whole_leaf(tree, blkno);
         let b = self.tx.buf(blkno)?;
         write_diff(&mut self.tx, b, block, used, false);
         self.tx.set_lsn_offset(b, NODE_LSN_OFFSET);
@@ -653,9 +663,6 @@ impl NodeStore for FsTx<'_> {
         key: Key,
         val: &[u8],
     ) -> FsResult<Option<Option<Vec<u8>>>> {
-        if self.fresh.contains(&blkno) {
-            return Ok(None);
-        }
         self.edit_leaf_in_place(blkno, tree, |block| {
             super::tree::node::leaf_put_raw(block, blkno, tree, key, val)
         })
@@ -667,9 +674,6 @@ impl NodeStore for FsTx<'_> {
         tree: u8,
         key: Key,
     ) -> FsResult<Option<Vec<u8>>> {
-        if self.fresh.contains(&blkno) {
-            return Ok(None);
-        }
         let removed = self.edit_leaf_in_place(blkno, tree, |block| {
             super::tree::node::leaf_remove_raw(block, blkno, tree, key)
         })?;
@@ -686,11 +690,8 @@ impl NodeStore for FsTx<'_> {
         let found = self.node_read(blkno, |d| {
             super::tree::node::raw_seek(d, blkno, tree, key, seek)
         })??;
-        self.trees_read |= 1 << tree;
         // The answer rests on the whole leaf, as if it had been decoded.
-        if self.optimistic && !self.opt.strong_leaves.contains(&blkno) {
-            self.opt.strong_leaves.push(blkno);
-        }
+        self.read_whole_leaf(tree, blkno);
         Ok(found)
     }
 

@@ -200,10 +200,7 @@ impl Node {
                 };
         let values_start = bs - (self.encoded_bytes() - entries_end);
         debug_assert!(entries_end <= values_start && values_start <= bs);
-        [(0, entries_end), (values_start, bs)]
-            .into_iter()
-            .filter(|&(s, e)| s < e)
-            .collect()
+        used_of(entries_end, values_start, bs)
     }
 
     /// Encodes into `out` (a whole block), keeping the LSN stamp bytes already there.
@@ -465,15 +462,9 @@ impl<'b> RawNode<'b> {
 
     /// The value of leaf entry `i`, bounds checked as in `Node::decode`.
     fn value_at(&self, i: usize) -> FsResult<Vec<u8>> {
+        debug_assert_eq!(self.esize, LEAF_ENTRY_BYTES, "a value of an interior node");
         let entries_end = NODE_HEADER_BYTES + self.count * self.esize;
-        let at =
-            value_span(self.entry(i), entries_end, self.block.len()).map_err(|(off, len)| {
-                FsError::corrupt(
-                    self.blkno,
-                    format!("value at {off}+{len} outside the block"),
-                )
-            })?;
-        Ok(self.block[at].to_vec())
+        Ok(self.block[value_of(self.block, self.blkno, i, entries_end)?].to_vec())
     }
 }
 
@@ -558,9 +549,7 @@ pub fn leaf_put_raw(
     let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
     let (low, vtop) = packed(block, blkno, count, le)?;
     if le > 0 && get_key(&block[entry_at(le - 1)..]) == key {
-        let r = value_span(&block[entry_at(le - 1)..], entries_end, bs).map_err(|(o, l)| {
-            FsError::corrupt(blkno, format!("value at {o}+{l} outside the block"))
-        })?;
+        let r = value_of(block, blkno, le - 1, entries_end)?;
         if r.len() != val.len() {
             return Ok(None);
         }
@@ -620,8 +609,7 @@ pub fn leaf_remove_raw(
     let i = le - 1;
     let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
     let (low, _) = packed(block, blkno, count, i)?;
-    let r = value_span(&block[entry_at(i)..], entries_end, bs)
-        .map_err(|(o, l)| FsError::corrupt(blkno, format!("value at {o}+{l} outside the block")))?;
+    let r = value_of(block, blkno, i, entries_end)?;
     let old = block[r.clone()].to_vec();
     let len = r.len();
     // Values of entries i+1.. (all below this one's) move up by its length.
@@ -645,6 +633,17 @@ fn entry_at(i: usize) -> usize {
     NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES
 }
 
+/// Where the value of leaf entry `i` lies, bounds checked as `Node::decode` checks them.
+fn value_of(
+    block: &[u8],
+    blkno: u64,
+    i: usize,
+    entries_end: usize,
+) -> FsResult<std::ops::Range<usize>> {
+    value_span(&block[entry_at(i)..], entries_end, block.len())
+        .map_err(|(o, l)| FsError::corrupt(blkno, format!("value at {o}+{l} outside the block")))
+}
+
 /// Checks that the `count` values of an encoded leaf are packed as `encode_into` packs them,
 /// each right below the one before (empty ones aside), so that an edit moves no byte of
 /// another value, and that its keys ascend, as `Node::decode` checks (a binary search of
@@ -664,9 +663,7 @@ fn packed(block: &[u8], blkno: u64, count: usize, i: usize) -> FsResult<(usize, 
                 format!("leaf key {j} out of order"),
             ));
         }
-        let r = value_span(&block[entry_at(j)..], entries_end, bs).map_err(|(o, l)| {
-            FsError::corrupt(blkno, format!("value at {o}+{l} outside the block"))
-        })?;
+        let r = value_of(block, blkno, j, entries_end)?;
         if r.is_empty() {
             continue;
         }
