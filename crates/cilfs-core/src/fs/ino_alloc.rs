@@ -1,14 +1,23 @@
-//! Inode numbers, handed out in runs per directory (issue 17).
+//! Inode numbers, handed out in runs per directory, the runs taken from lanes (issue 17).
 //!
 //! Creates in different directories then put their new inode items in different leaves of the
 //! fs tree (items are keyed by inode number), so optimistic creates running side by side do not
-//! meet in one leaf and run again. They still meet when one directory starts a run just past
-//! another's, at the tree's right edge, until a split puts a separator between the two: runs
-//! grow (`RUN_MIN` doubling to `RUN_MAX`) with the creates a directory sees, so a busy directory
-//! starts a run rarely and a directory of a few files takes few numbers. The header's `next_ino` is the on-disk mark: every
-//! transaction that uses a number raises it past the end of that number's run, so after a crash
-//! no number in the tree is ever handed out again. Numbers of a run not used before a crash or
-//! an unmount are skipped, never reused.
+//! meet in one leaf and run again, nor wait for one another's buffer locks. A new directory
+//! takes the next of `LANES` lanes in turn (XFS's rotor over allocation groups for new
+//! directories): its own inode is the first number of a run in that lane, and the runs its
+//! entries' inodes take come from the same lane. Sibling directories made one after the other
+//! so sit far apart in the tree, each with what it holds: from one single cursor, eight
+//! directories' inode items shared a leaf that every create in any of them changed, and each
+//! directory's new run began at the tree's right edge beside the run another was filling
+//! (a third of 8 creating threads' time went to waiting for those leaves' locks). Runs grow
+//! (`RUN_MIN` doubling to `RUN_MAX`) with the creates a directory sees, so a directory of a few
+//! files takes few numbers.
+//!
+//! The header's `next_ino` is the on-disk mark: every transaction that uses a number raises it
+//! past the end of that number's run. The lanes of a mount start at that mark, so after a crash
+//! or an unmount no number in the tree is ever handed out again. Numbers of a run or a lane not
+//! used before then are skipped, never reused: each mount may pass over up to
+//! `LANES * LANE_WIDTH` numbers (2^24) of the 2^64.
 
 use parking_lot::Mutex;
 
@@ -16,8 +25,14 @@ use parking_lot::Mutex;
 /// 4 KiB blocks.
 pub(crate) const RUN_MIN: u64 = 16;
 pub(crate) const RUN_MAX: u64 = 2048;
+/// Lanes new directories take in turn, and the numbers in each; a lane used up is replaced by
+/// a fresh one past every other.
+pub(crate) const LANES: usize = 16;
+pub(crate) const LANE_WIDTH: u64 = 1 << 20;
 /// Directories with a run open at once; past it the runs are dropped (their rest is skipped).
 const OPEN_RUNS_MAX: usize = 4096;
+
+const _: () = assert!(RUN_MAX <= LANE_WIDTH);
 
 #[derive(Debug)]
 pub(crate) struct InoAlloc {
@@ -26,63 +41,105 @@ pub(crate) struct InoAlloc {
 
 #[derive(Debug)]
 struct Runs {
-    /// The first number no run has taken.
-    cursor: u64,
-    /// Per directory: the next number of its run, the run's end and its length.
-    open: crate::numhash::NumberMap<(u64, u64, u64)>,
+    /// Per lane: the first number no run has taken and the lane's end.
+    lanes: [(u64, u64); LANES],
+    /// Where the next fresh lane starts: past every lane.
+    fresh: u64,
+    /// The lane the next new directory takes.
+    rotor: usize,
+    /// Per directory: the next number of its run, the run's end, its length and its lane.
+    open: crate::numhash::NumberMap<Run>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    next: u64,
+    end: u64,
+    len: u64,
+    lane: usize,
 }
 
 impl InoAlloc {
-    /// Starts past `next_ino`, the header's mark.
+    /// Lanes from `next_ino`, the header's mark, up.
     pub(crate) fn new(next_ino: u64) -> Self {
+        let lanes = std::array::from_fn(|i| {
+            let start = next_ino + i as u64 * LANE_WIDTH;
+            (start, start + LANE_WIDTH)
+        });
         InoAlloc {
             inner: Mutex::new(Runs {
-                cursor: next_ino,
+                lanes,
+                fresh: next_ino + LANES as u64 * LANE_WIDTH,
+                rotor: 0,
                 open: Default::default(),
             }),
         }
     }
 
-    /// A number for a new directory: the first of a run of its own, whose rest its own
-    /// entries' inodes take (`alloc` with its number), and the end of that run. A directory
-    /// and what it holds then sit together in the tree, away from its siblings: creates in
-    /// sibling directories made side by side did not, and all changed the leaf holding the
-    /// directories' inode items (XFS puts a new directory in an allocation group of its own
-    /// for the same reason).
+    /// A number for a new directory: the first of a run of its own in the next lane, whose rest
+    /// its own entries' inodes take (`alloc` with its number), and the end of that run. A
+    /// directory and what it holds then sit together in the tree, away from its siblings.
     pub(crate) fn alloc_dir(&self) -> (u64, u64) {
         let mut r = self.inner.lock();
-        let start = r.cursor;
-        r.start_run(start, RUN_MIN)
+        let lane = r.next_lane();
+        let start = r.lanes[lane].0;
+        r.start_run(start, RUN_MIN, lane)
     }
 
     /// A number for a new inode in directory `dir`, and the end of its run: what the
     /// transaction using it must raise the header's `next_ino` to (at least).
     pub(crate) fn alloc(&self, dir: u64) -> (u64, u64) {
         let mut r = self.inner.lock();
-        let mut len = RUN_MIN;
-        if let Some((next, end, run)) = r.open.get_mut(&dir) {
-            if *next < *end {
-                let ino = *next;
-                *next += 1;
-                return (ino, *end);
+        match r.open.get_mut(&dir) {
+            Some(run) if run.next < run.end => {
+                let ino = run.next;
+                run.next += 1;
+                (ino, run.end)
             }
-            len = (*run * 2).min(RUN_MAX);
+            Some(run) => {
+                let (len, lane) = ((run.len * 2).min(RUN_MAX), run.lane);
+                r.start_run(dir, len, lane)
+            }
+            // A directory made before this mount, or whose run was dropped: the next lane,
+            // as a new directory takes (by its number, directories that are lanes apart
+            // would all share one).
+            None => {
+                let lane = r.next_lane();
+                r.start_run(dir, RUN_MIN, lane)
+            }
         }
-        r.start_run(dir, len)
     }
 }
 
 impl Runs {
-    /// A new run of `len` numbers at the cursor for directory `dir`: its first number (taken
-    /// now) and its end.
-    fn start_run(&mut self, dir: u64, len: u64) -> (u64, u64) {
+    fn next_lane(&mut self) -> usize {
+        let lane = self.rotor;
+        self.rotor = (self.rotor + 1) % LANES;
+        lane
+    }
+
+    /// A new run of `len` numbers in `lane` for directory `dir`: its first number (taken now)
+    /// and its end.
+    fn start_run(&mut self, dir: u64, len: u64, lane: usize) -> (u64, u64) {
         if self.open.len() >= OPEN_RUNS_MAX {
             self.open.clear();
         }
-        let start = self.cursor;
+        if self.lanes[lane].0 + len > self.lanes[lane].1 {
+            self.lanes[lane] = (self.fresh, self.fresh + LANE_WIDTH);
+            self.fresh += LANE_WIDTH;
+        }
+        let start = self.lanes[lane].0;
         let end = start + len;
-        self.cursor = end;
-        self.open.insert(dir, (start + 1, end, len));
+        self.lanes[lane].0 = end;
+        self.open.insert(
+            dir,
+            Run {
+                next: start + 1,
+                end,
+                len,
+                lane,
+            },
+        );
         (start, end)
     }
 }
@@ -97,8 +154,11 @@ mod tests {
         let (f, _) = a.alloc(1);
         let (d1, end1) = a.alloc_dir();
         let (d2, _) = a.alloc_dir();
-        // Not next to its sibling or to the parent's run: a run of its own each.
-        assert!(d1 >= f + RUN_MIN && d2 >= d1 + RUN_MIN, "{f} {d1} {d2}");
+        // Not next to its sibling or to the parent's run: a lane of its own each.
+        assert!(
+            d1 >= f + LANE_WIDTH && d2 >= d1 + LANE_WIDTH,
+            "{f} {d1} {d2}"
+        );
         let (c, end) = a.alloc(d1);
         assert_eq!(
             (c, end),
@@ -124,14 +184,56 @@ mod tests {
         let (x, _) = a.alloc(7);
         let (y, _) = a.alloc(7);
         assert_eq!(y, x + 1);
-        let (z, _) = a.alloc(8);
-        assert!(z > x, "a new run starts past every earlier one");
-        // A busy directory's runs grow.
+        // A busy directory's runs grow, and follow one another in its lane.
         let first = a.alloc(9).0;
         let mut last = first;
         for _ in 0..RUN_MIN + RUN_MIN * 2 {
             last = a.alloc(9).0;
         }
-        assert!(last > first + RUN_MIN * 3 - 2);
+        assert_eq!(last, first + RUN_MIN * 3);
+    }
+
+    /// The directories made one after another each fill a lane of their own, and a lane used
+    /// up gives way to a fresh one past every other: no number is handed out twice, and none
+    /// below the mark the allocator started from.
+    #[test]
+    fn sibling_directories_fill_lanes_of_their_own_until_a_fresh_one() {
+        let a = InoAlloc::new(5);
+        let dirs: Vec<u64> = (0..LANES).map(|_| a.alloc_dir().0).collect();
+        for (i, &d) in dirs.iter().enumerate() {
+            assert_eq!(
+                d,
+                5 + i as u64 * LANE_WIDTH,
+                "directory {i} starts lane {i}"
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        let mut past_lanes = 0;
+        // More than a lane's worth in the first directory, a little in the second.
+        for i in 0..LANE_WIDTH + 4 * RUN_MAX {
+            let (ino, end) = a.alloc(dirs[0]);
+            assert!(ino >= 5 && ino < end, "{ino} outside its run (end {end})");
+            assert!(seen.insert(ino), "{ino} handed out twice");
+            if ino >= 5 + LANES as u64 * LANE_WIDTH {
+                past_lanes += 1;
+            } else {
+                assert!(
+                    ino < 5 + LANE_WIDTH,
+                    "{ino} left the first directory's lane"
+                );
+            }
+            if i % 1024 == 0 {
+                let (o, _) = a.alloc(dirs[1]);
+                assert!(
+                    (dirs[1]..dirs[1] + LANE_WIDTH).contains(&o),
+                    "{o} left the second directory's lane"
+                );
+                assert!(seen.insert(o), "{o} handed out twice");
+            }
+        }
+        assert!(past_lanes > 0, "the first lane was used up and replaced");
+        // The 17th directory shares the first lane, at its current end.
+        let (d, _) = a.alloc_dir();
+        assert!(d >= 5 + LANES as u64 * LANE_WIDTH, "{d}");
     }
 }

@@ -450,25 +450,28 @@ fn split_last(n: &mut Node) -> Node {
     }
 }
 
-/// Splits an overfull node in two by bytes; returns the right half.
+/// Keys whose first parts lie this far apart belong to different objects' runs (inode numbers
+/// come in runs per directory and lanes of runs, `fs/ino_alloc.rs`): a split between them
+/// gives each side's inserts a node of their own.
+const SPLIT_GAP: u64 = 4096;
+
+/// Splits an overfull node in two near its middle by bytes; returns the right half. Within its
+/// middle third, a split falls where the keys' first parts jump by `SPLIT_GAP` or more (the
+/// widest such jump) rather than at the middle: split at the middle, a leaf holding the end of
+/// one directory's run of inode items and the start of the next (that directory's own inode)
+/// kept both in its right half at every split, so two threads creating in two directories
+/// went on changing one leaf, one waiting for the other's lock or running again.
 fn split(n: &mut Node) -> Node {
     let body = match &mut n.body {
         Body::Leaf(items) => {
-            let total: usize = items.iter().map(|(_, v)| v.len() + 20).sum();
-            let mut acc = 0;
-            let mut at = items.len() - 1;
-            for (i, (_, v)) in items.iter().enumerate() {
-                acc += v.len() + 20;
-                if acc >= total / 2 {
-                    at = (i + 1).min(items.len() - 1);
-                    break;
-                }
-            }
-            Body::Leaf(items.split_off(at.max(1)))
+            let sizes: Vec<usize> = items.iter().map(|(_, v)| v.len() + 20).collect();
+            let at = split_point(items.iter().map(|e| e.0), &sizes);
+            Body::Leaf(items.split_off(at))
         }
         Body::Interior(items) => {
-            let at = items.len() / 2;
-            Body::Interior(items.split_off(at.max(1)))
+            let sizes = vec![1; items.len()];
+            let at = split_point(items.iter().map(|e| e.0), &sizes);
+            Body::Interior(items.split_off(at))
         }
     };
     Node {
@@ -476,6 +479,40 @@ fn split(n: &mut Node) -> Node {
         level: n.level,
         body,
     }
+}
+
+/// Where to split entries of these keys and sizes (at least two): the index of the right
+/// half's first entry, in `1..len`. The middle by size, or the widest jump of `SPLIT_GAP` or
+/// more between neighbouring keys' first parts whose left side holds a third to two thirds of
+/// the bytes (each side then fits a block: an overfull node holds at most a block and a value
+/// of a quarter of one).
+fn split_point(keys: impl Iterator<Item = Key>, sizes: &[usize]) -> usize {
+    let n = sizes.len();
+    debug_assert!(n >= 2, "splitting a node of {n} entries");
+    let total: usize = sizes.iter().sum();
+    let mut mid = None;
+    let mut best: Option<(u64, usize)> = None;
+    let (mut acc, mut prev) = (0, None::<Key>);
+    for (i, k) in keys.enumerate() {
+        // `acc`: the bytes left of a split before entry i.
+        if i > 0 {
+            if mid.is_none() && acc >= total / 2 {
+                mid = Some(i);
+            }
+            let gap = k.a.saturating_sub(prev.map_or(0, |p| p.a));
+            if gap >= SPLIT_GAP
+                && acc * 3 >= total
+                && acc * 3 <= total * 2
+                && best.is_none_or(|(g, _)| gap > g)
+            {
+                best = Some((gap, i));
+            }
+        }
+        acc += sizes[i];
+        prev = Some(k);
+    }
+    let at = best.map_or(mid.unwrap_or(n - 1), |(_, i)| i);
+    at.clamp(1, n - 1)
 }
 
 /// Removes `key`; returns its value. Empty nodes are freed and an interior root with one child
@@ -670,6 +707,38 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::{BTreeMap, HashMap};
+
+    fn keys_of(a: &[u64]) -> Vec<Key> {
+        a.iter().map(|&a| Key::new(a, 0)).collect()
+    }
+
+    /// A split falls between two runs of keys far apart when that leaves each side a third to
+    /// two thirds of the bytes; otherwise at the middle by bytes, as before.
+    #[test]
+    fn a_split_falls_between_runs_of_keys_far_apart() {
+        let run = |from: u64, n: u64| (from..from + n).collect::<Vec<_>>();
+        // Twelve keys of one run, then eight of a run a lane away: split between them.
+        let mut a = run(100, 12);
+        a.extend(run(100 + (1 << 20), 8));
+        let sizes = vec![40; a.len()];
+        assert_eq!(split_point(keys_of(&a).into_iter(), &sizes), 12);
+        // Keys of one run (small gaps, as numbers skipped by runs again): the middle.
+        let b: Vec<u64> = (0..20).map(|i| 100 + i * 3).collect();
+        assert_eq!(split_point(keys_of(&b).into_iter(), &[40; 20]), 10);
+        // The jump too near an end (two keys of twenty on its left): the middle.
+        let mut c = run(100, 2);
+        c.extend(run(1 << 30, 18));
+        assert_eq!(split_point(keys_of(&c).into_iter(), &[40; 20]), 10);
+        // Of two jumps in the middle third, the wider.
+        let mut d = run(100, 8);
+        d.extend(run(100_000, 4));
+        d.extend(run(10_000_000, 8));
+        assert_eq!(split_point(keys_of(&d).into_iter(), &[40; 20]), 12);
+        // Sizes count, not entries: a big value on the left moves the middle left.
+        let mut sizes = vec![40; 20];
+        sizes[0] = 40 * 19;
+        assert_eq!(split_point(keys_of(&b).into_iter(), &sizes), 1);
+    }
 
     /// Blocks in a map, for testing the tree alone.
     #[derive(Default)]
