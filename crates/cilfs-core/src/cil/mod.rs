@@ -83,21 +83,19 @@ impl CilCtx {
         self.stream_bytes += (OP_HEADER_BYTES + e.image.len()) as u64;
     }
 
-    /// Makes `w` the late write of `buf` in this context (replacing an older one), pinning
-    /// the buffer the first time. Counted as the whole block formatted: what the push logs is
-    /// the buffer's dirty range, which late writes keep to one range of the block.
+    /// Makes `w` the late write of `buf` in this context, pinning the buffer the first time.
+    /// An older one is replaced, or, when it covers more of the block than `w`, takes `w`'s
+    /// bytes (the header's counters alone, written by most commits, inside the whole header
+    /// another commit of this context wrote): ranges of a block's late writes nest. Counted as
+    /// the whole block formatted: what the push logs is the buffer's dirty range, which late
+    /// writes keep to one range of the block.
     pub fn set_late(&mut self, buf: &Arc<Buf>, w: &LateWrite, block_size: usize) {
         let key = buf.blkno();
         match self.items.entry(key) {
             std::collections::btree_map::Entry::Occupied(o) => {
                 let e = o.into_mut();
                 match &mut e.late {
-                    Some((_, old)) => {
-                        old.offset = w.offset;
-                        old.lsn_offset = w.lsn_offset;
-                        old.bytes.clear();
-                        old.bytes.extend_from_slice(&w.bytes);
-                    }
+                    Some((_, old)) => merge_late(key, old, w),
                     None => panic!("block {key} committed in place and written late"),
                 }
             }
@@ -111,6 +109,30 @@ impl CilCtx {
                 self.stream_bytes += late_bound(block_size);
             }
         }
+    }
+}
+
+/// `w`, the newer, merged into `old`: copied into it if `old`'s range holds `w`'s, else in its
+/// place (its range must then hold `old`'s: otherwise the bytes between would be neither's).
+fn merge_late(key: ItemKey, old: &mut LateWrite, w: &LateWrite) {
+    assert_eq!(
+        old.lsn_offset, w.lsn_offset,
+        "block {key}: late writes disagree on its stamp"
+    );
+    let (o, n) = (
+        old.offset..old.offset + old.bytes.len(),
+        w.offset..w.offset + w.bytes.len(),
+    );
+    if o.start <= n.start && n.end <= o.end {
+        old.bytes[n.start - o.start..n.end - o.start].copy_from_slice(&w.bytes);
+    } else {
+        assert!(
+            n.start <= o.start && o.end <= n.end,
+            "block {key}: late write {n:?} neither holds nor is held by {o:?}"
+        );
+        old.offset = w.offset;
+        old.bytes.clear();
+        old.bytes.extend_from_slice(&w.bytes);
     }
 }
 
@@ -137,5 +159,45 @@ impl CilLimits {
             space_limit: s,
             hard_limit: 2 * s,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn late(offset: usize, bytes: &[u8]) -> LateWrite {
+        LateWrite {
+            offset,
+            bytes: bytes.to_vec(),
+            lsn_offset: 8,
+        }
+    }
+
+    /// A late write inside the range of the context's one goes into it; one holding it takes
+    /// its place; what the context keeps is the block as the newest writes left it.
+    #[test]
+    fn late_writes_nest_into_the_widest() {
+        let mut old = late(88, &[1; 24]);
+        // The whole header after the counters alone: replaces them.
+        merge_late(7, &mut old, &late(0, &[2; 1160]));
+        assert_eq!((old.offset, old.bytes.clone()), (0, vec![2; 1160]));
+        // The counters after it: inside it, at their place.
+        merge_late(7, &mut old, &late(88, &[3; 24]));
+        assert_eq!(old.offset, 0);
+        assert_eq!(old.bytes.len(), 1160);
+        assert!(old.bytes[..88].iter().all(|&b| b == 2));
+        assert!(old.bytes[88..112].iter().all(|&b| b == 3));
+        assert!(old.bytes[112..].iter().all(|&b| b == 2));
+        // The same range again: the newer bytes.
+        merge_late(7, &mut old, &late(0, &[4; 1160]));
+        assert_eq!(old.bytes, vec![4; 1160]);
+    }
+
+    #[test]
+    #[should_panic(expected = "neither holds nor is held by")]
+    fn late_writes_that_overlap_without_nesting_are_refused() {
+        let mut old = late(88, &[1; 24]);
+        merge_late(7, &mut old, &late(100, &[2; 24]));
     }
 }

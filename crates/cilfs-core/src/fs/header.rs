@@ -53,6 +53,9 @@ impl Roots {
     }
 }
 
+/// Where `encode_into` puts next_ino, free_blocks and inode_count, one after another.
+const COUNTERS: std::ops::Range<usize> = 88..112;
+
 /// The most entries the free list holds.
 const FREELIST_MAX: usize = 128;
 /// The bytes of the header block an encoding sets: past them the block is zero.
@@ -99,6 +102,16 @@ impl Header {
             p += 8;
         }
         out[p..].fill(0);
+    }
+
+    /// The counters a commit of leaves alone changes (next_ino, free_blocks, inode_count),
+    /// encoded: their offset in the block and their bytes, as `encode_into` sets them.
+    pub fn encode_counters(&self) -> (usize, Vec<u8>) {
+        let mut out = Vec::with_capacity(COUNTERS.len());
+        for v in [self.next_ino, self.free_blocks, self.inode_count] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        (COUNTERS.start, out)
     }
 
     pub fn decode(b: &[u8], blkno: u64) -> FsResult<Header> {
@@ -171,5 +184,43 @@ impl Header {
             TREE_FREE_BY_SIZE => self.size_root = r,
             _ => self.fs_root = r,
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// The counters a commit of leaves writes late are the bytes a whole encoding puts there.
+    #[test]
+    fn the_counters_encoded_alone_are_the_whole_encodings_bytes() {
+        let root = |blkno| Root { blkno, level: 1 };
+        let h = Header {
+            fs_root: root(40),
+            bno_root: root(41),
+            size_root: root(42),
+            next_ino: 0x0102_0304_0506_0708,
+            free_blocks: 0x1112_1314_1516_1718,
+            inode_count: 0x2122_2324_2526_2728,
+            data_start: 16,
+            data_end: 1 << 20,
+            freelist: vec![50, 51, 52],
+        };
+        let mut whole = vec![0u8; 4096];
+        h.encode_into(&mut whole);
+        let (offset, bytes) = h.encode_counters();
+        assert_eq!(&whole[offset..offset + bytes.len()], &bytes[..]);
+        assert_eq!(bytes.len(), 24);
+        // And nothing else: changing the counters changes only those bytes.
+        let mut h2 = h.clone();
+        (h2.next_ino, h2.free_blocks, h2.inode_count) = (1, 2, 3);
+        let mut whole2 = vec![0u8; 4096];
+        h2.encode_into(&mut whole2);
+        let differ: Vec<usize> = (0..4096).filter(|&i| whole[i] != whole2[i]).collect();
+        assert!(
+            differ.iter().all(|i| (offset..offset + 24).contains(i)),
+            "{differ:?}"
+        );
+        assert_eq!(Header::decode(&whole2, 0).unwrap(), h2);
     }
 }

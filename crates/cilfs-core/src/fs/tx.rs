@@ -246,13 +246,22 @@ impl<'a> FsTx<'a> {
             let (b, m) = (&self.hdr_before, &self.hdr);
             let inodes = m.inode_count.wrapping_sub(b.inode_count);
             let free = m.free_blocks.wrapping_sub(b.free_blocks);
-            let mut cur = hdr.lock();
-            let next_ino = m.next_ino.max(cur.next_ino);
-            if inodes != 0 || free != 0 || next_ino != cur.next_ino {
-                cur.inode_count = cur.inode_count.wrapping_add(inodes);
-                cur.free_blocks = cur.free_blocks.wrapping_add(free);
-                cur.next_ino = next_ino;
-                write_header_late(&mut self.tx, self.hdr_blk, false, &cur)?;
+            let counters = {
+                let mut cur = hdr.lock();
+                let next_ino = m.next_ino.max(cur.next_ino);
+                (inodes != 0 || free != 0 || next_ino != cur.next_ino).then(|| {
+                    cur.inode_count = cur.inode_count.wrapping_add(inodes);
+                    cur.free_blocks = cur.free_blocks.wrapping_add(free);
+                    cur.next_ino = next_ino;
+                    cur.encode_counters()
+                })
+            };
+            // Its counters alone: the rest of the header is as the last late write of it left
+            // it, in this context or an earlier one (`CilCtx::set_late` nests them). The whole
+            // header, encoded and copied twice under the turn, was a third of its hold.
+            if let Some((offset, bytes)) = counters {
+                self.tx
+                    .write_late(self.hdr_blk, offset, bytes, HEADER_LSN_OFFSET)?;
             }
         } else {
             let mut cur = hdr.lock();
