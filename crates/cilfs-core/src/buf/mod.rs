@@ -126,8 +126,9 @@ impl Buf {
 }
 
 /// Bytes a checkpoint writes into a block when it is pushed, rather than a transaction at its
-/// commit. A context keeps the newest of a block's late writes, so its checkpoint logs the
-/// block as the last commit of the context left it, and commits never lock or copy it: the
+/// commit. A context keeps the newest of a block's late writes (merged into the widest, when
+/// their ranges nest: `CilCtx::set_late`), so its checkpoint logs the block as the last commit
+/// of the context left it, and commits never lock or copy it: the
 /// filesystem header, which nearly every commit changes (`fs/tx.rs`), is written this way.
 /// Commits that write a block late must reach the CIL in the order their bytes were made.
 #[derive(Debug, Clone, PartialEq, Eq)]
