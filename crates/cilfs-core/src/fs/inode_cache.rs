@@ -16,7 +16,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Shards of the cache: enough that the threads of a machine seldom meet in one.
-pub(crate) const SHARDS: usize = 64;
+pub(crate) const SHARDS: usize = 256;
 
 /// The shard of `ino`: a multiplicative hash, so that the consecutive numbers of one
 /// directory's run land in different shards.
