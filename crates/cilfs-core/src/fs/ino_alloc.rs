@@ -17,7 +17,9 @@
 //! past the end of that number's run. The lanes of a mount start at that mark, so after a crash
 //! or an unmount no number in the tree is ever handed out again. Numbers of a run or a lane not
 //! used before then are skipped, never reused: each mount may pass over up to
-//! `LANES * LANE_WIDTH` numbers (2^24) of the 2^64.
+//! `LANES * LANE_WIDTH` numbers (2^20), and a lane a directory used up the rest of it (none if
+//! it was used up). Numbers pass 2^32, which 32-bit programs built without large file support
+//! cannot stat, after some four thousand mounts that each made sixteen directories or more.
 
 use parking_lot::Mutex;
 
@@ -28,7 +30,7 @@ pub(crate) const RUN_MAX: u64 = 2048;
 /// Lanes new directories take in turn, and the numbers in each; a lane used up is replaced by
 /// a fresh one past every other.
 pub(crate) const LANES: usize = 16;
-pub(crate) const LANE_WIDTH: u64 = 1 << 20;
+pub(crate) const LANE_WIDTH: u64 = 1 << 16;
 /// Directories with a run open at once; past it the runs are dropped (their rest is skipped).
 const OPEN_RUNS_MAX: usize = 4096;
 
@@ -82,8 +84,7 @@ impl InoAlloc {
     pub(crate) fn alloc_dir(&self) -> (u64, u64) {
         let mut r = self.inner.lock();
         let lane = r.next_lane();
-        let start = r.lanes[lane].0;
-        r.start_run(start, RUN_MIN, lane)
+        r.start_run(None, RUN_MIN, lane)
     }
 
     /// A number for a new inode in directory `dir`, and the end of its run: what the
@@ -98,14 +99,14 @@ impl InoAlloc {
             }
             Some(run) => {
                 let (len, lane) = ((run.len * 2).min(RUN_MAX), run.lane);
-                r.start_run(dir, len, lane)
+                r.start_run(Some(dir), len, lane)
             }
             // A directory made before this mount, or whose run was dropped: the next lane,
             // as a new directory takes (by its number, directories that are lanes apart
             // would all share one).
             None => {
                 let lane = r.next_lane();
-                r.start_run(dir, RUN_MIN, lane)
+                r.start_run(Some(dir), RUN_MIN, lane)
             }
         }
     }
@@ -118,9 +119,9 @@ impl Runs {
         lane
     }
 
-    /// A new run of `len` numbers in `lane` for directory `dir`: its first number (taken now)
-    /// and its end.
-    fn start_run(&mut self, dir: u64, len: u64, lane: usize) -> (u64, u64) {
+    /// A new run of `len` numbers in `lane` for directory `dir` (None: for the new directory
+    /// whose number is the run's first): its first number (taken now) and its end.
+    fn start_run(&mut self, dir: Option<u64>, len: u64, lane: usize) -> (u64, u64) {
         if self.open.len() >= OPEN_RUNS_MAX {
             self.open.clear();
         }
@@ -132,7 +133,7 @@ impl Runs {
         let end = start + len;
         self.lanes[lane].0 = end;
         self.open.insert(
-            dir,
+            dir.unwrap_or(start),
             Run {
                 next: start + 1,
                 end,
@@ -191,6 +192,26 @@ mod tests {
             last = a.alloc(9).0;
         }
         assert_eq!(last, first + RUN_MIN * 3);
+    }
+
+    /// A directory made when its lane has no numbers left starts a fresh lane, and its entries
+    /// follow it there; the directory whose run ended that lane keeps its own. (The run was once
+    /// recorded under the number the used-up lane would have given: another lane's first
+    /// directory, whose entries then moved into the new directory's lane. Found by a review.)
+    #[test]
+    fn a_directory_made_when_its_lane_is_used_up_keeps_its_run() {
+        let a = InoAlloc::new(5);
+        // Directories of one run each until every lane is used up exactly.
+        let per_lane = LANE_WIDTH / RUN_MIN;
+        for i in 0..LANES as u64 * per_lane {
+            let (d, _) = a.alloc_dir();
+            assert!(d < 5 + LANES as u64 * LANE_WIDTH, "directory {i} at {d}");
+        }
+        // The next takes lane 0 again, which has nothing left: a fresh lane, and its entries
+        // follow it there.
+        let (d, end) = a.alloc_dir();
+        assert_eq!(d, 5 + LANES as u64 * LANE_WIDTH);
+        assert_eq!(a.alloc(d), (d + 1, end), "its entries follow it");
     }
 
     /// The directories made one after another each fill a lane of their own, and a lane used

@@ -810,6 +810,10 @@ pub(crate) mod tests {
         ]
     }
 
+    /// First key parts of `matches_btreemap`'s seven objects: apart by more than `SPLIT_GAP`,
+    /// so that splits fall between objects as well as at the middle.
+    const OBJECTS_APART: u64 = SPLIT_GAP + 1;
+
     proptest! {
         /// The tree behaves as an ordered map, and never leaks nor double-frees a node.
         #[test]
@@ -819,25 +823,25 @@ pub(crate) mod tests {
             for o in ops {
                 match o {
                     Op::Insert(k, l) => {
-                        let key = Key::new(k % 7, k);
+                        let key = Key::new(k % 7 * OBJECTS_APART, k);
                         let l = l.min(crate::fs::tree::node::max_value_bytes(512));
                         let v = vec![(k % 251) as u8; l];
                         let old = insert(&mut s, &mut root, 1, key, &v).expect("insert");
                         prop_assert_eq!(old, model.insert(key, v));
                     }
                     Op::Remove(k) => {
-                        let key = Key::new(k % 7, k);
+                        let key = Key::new(k % 7 * OBJECTS_APART, k);
                         let old = remove(&mut s, &mut root, 1, key).expect("remove");
                         prop_assert_eq!(old, model.remove(&key));
                     }
                     Op::Ge(k) => {
-                        let key = Key::new(k % 7, k);
+                        let key = Key::new(k % 7 * OBJECTS_APART, k);
                         let got = seek_ge(&mut s, root, 1, key).expect("ge");
                         let want = model.range(key..).next().map(|(k, v)| (*k, v.clone()));
                         prop_assert_eq!(got, want);
                     }
                     Op::Le(k) => {
-                        let key = Key::new(k % 7, k);
+                        let key = Key::new(k % 7 * OBJECTS_APART, k);
                         let got = seek_le(&mut s, root, 1, key).expect("le");
                         let want = model.range(..=key).next_back().map(|(k, v)| (*k, v.clone()));
                         prop_assert_eq!(got, want);
@@ -849,8 +853,8 @@ pub(crate) mod tests {
             prop_assert_eq!(&all, &want);
             let scanned = scan(&mut s, root, 1, Key::MIN, Key::MAX, usize::MAX).expect("scan");
             prop_assert_eq!(&scanned, &want);
-            let from = Key::new(3, 0);
-            let to = Key::new(5, u64::MAX);
+            let from = Key::new(3 * OBJECTS_APART, 0);
+            let to = Key::new(5 * OBJECTS_APART, u64::MAX);
             let part = scan(&mut s, root, 1, from, to, 17).expect("scan");
             let want_part: Vec<_> = model.range(from..=to).take(17).map(|(k, v)| (*k, v.clone())).collect();
             prop_assert_eq!(part, want_part);
