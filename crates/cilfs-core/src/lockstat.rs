@@ -54,6 +54,19 @@ impl LockWaits {
         g
     }
 
+    /// `acquire` for a lock held only for moments (a buffer, an inode cache or page cache
+    /// shard, the header): a waiter polls it for a few microseconds before it blocks
+    /// (`adaptive::spin_then_block`).
+    pub fn acquire_short<G>(
+        &self,
+        try_lock: impl Fn() -> Option<G>,
+        lock: impl FnOnce() -> G,
+    ) -> G {
+        self.acquire(&try_lock, || {
+            crate::adaptive::spin_then_block(&try_lock, lock)
+        })
+    }
+
     pub fn snapshot(&self) -> LockWaitStats {
         LockWaitStats {
             name: self.name,

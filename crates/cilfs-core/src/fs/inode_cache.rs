@@ -114,7 +114,7 @@ impl InodeCache {
     /// The shard of `ino`, locked for a moment.
     pub fn lock(&self, ino: u64) -> MutexGuard<'_, InodeTable> {
         let m = &self.shards[shard_of(ino)];
-        self.waits.acquire(|| m.try_lock(), || m.lock())
+        self.waits.acquire_short(|| m.try_lock(), || m.lock())
     }
 
     /// Tests: whether `ino`'s shard is held now (by anyone, this thread included).
@@ -133,7 +133,7 @@ impl InodeCache {
                 .into_iter()
                 .map(|i| {
                     let m = &self.shards[i];
-                    (i, self.waits.acquire(|| m.try_lock(), || m.lock()))
+                    (i, self.waits.acquire_short(|| m.try_lock(), || m.lock()))
                 })
                 .collect(),
         }
@@ -142,7 +142,7 @@ impl InodeCache {
     /// `f` on each shard in turn, each locked only for its call.
     pub fn for_each_shard(&self, mut f: impl FnMut(&mut InodeTable)) {
         for m in &self.shards {
-            f(&mut self.waits.acquire(|| m.try_lock(), || m.lock()));
+            f(&mut self.waits.acquire_short(|| m.try_lock(), || m.lock()));
         }
     }
 

@@ -372,13 +372,13 @@ impl Fs {
     /// The busy extents; counted in the lock table.
     pub(crate) fn lock_busy(&self) -> BusyGuard<'_> {
         self.busy_waits
-            .acquire(|| self.busy.try_lock(), || self.busy.lock())
+            .acquire_short(|| self.busy.try_lock(), || self.busy.lock())
     }
 
     /// The header, locked for a moment (the state lock held shared); counted in the lock table.
     pub(crate) fn hdr<'s>(&self, st: &'s FsState) -> MutexGuard<'s, Header> {
         self.hdr_waits
-            .acquire(|| st.hdr.try_lock(), || st.hdr.lock())
+            .acquire_short(|| st.hdr.try_lock(), || st.hdr.lock())
     }
 
     /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).

@@ -167,7 +167,7 @@ impl PageCache {
 
     fn shard(&self, ino: u64) -> MutexGuard<'_, Shard> {
         let m = &self.shards[shard_of(ino)];
-        self.waits.acquire(|| m.try_lock(), || m.lock())
+        self.waits.acquire_short(|| m.try_lock(), || m.lock())
     }
 
     /// `ino`'s pages, its shard locked until the result is dropped.
@@ -226,7 +226,7 @@ impl PageCache {
     pub fn dirty_inodes(&self) -> Vec<u64> {
         let mut out: Vec<u64> = Vec::new();
         for s in self.shards.iter() {
-            let shard = self.waits.acquire(|| s.try_lock(), || s.lock());
+            let shard = self.waits.acquire_short(|| s.try_lock(), || s.lock());
             for (&(i, _), p) in &shard.pages {
                 if p.dirty && out.last() != Some(&i) {
                     out.push(i);

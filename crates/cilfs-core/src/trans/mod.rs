@@ -378,7 +378,7 @@ impl<'j> Transaction<'j> {
             let g = if wait {
                 self.journal
                     .buf_waits
-                    .acquire(|| h.buf.try_lock(), || h.buf.lock())
+                    .acquire_short(|| h.buf.try_lock(), || h.buf.lock())
             } else {
                 match h.buf.try_lock() {
                     Some(g) => g,
@@ -491,7 +491,9 @@ impl PublishLocks {
 
 /// `buf` held to read, its waits counted in the lock table (`buffer`).
 fn read_counted(journal: &Journal, buf: &Buf) -> BufReadGuard {
-    journal.buf_waits.acquire(|| buf.try_read(), || buf.read())
+    journal
+        .buf_waits
+        .acquire_short(|| buf.try_read(), || buf.read())
 }
 
 /// Copies one transaction's changes of a block into the buffer.
