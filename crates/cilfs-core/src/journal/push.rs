@@ -70,6 +70,8 @@ impl Journal {
     /// Formats the locked buffers into the current CIL context (relogging replaces older images) and
     /// moves the transaction's reservation into the context's charge.
     /// `late`: a block the transaction writes late (`LateWrite`), kept in the same context.
+    /// `images`: the images of `bufs` formatted beforehand (`Transaction::preformat`), each
+    /// swapped with the one it replaces in the CIL (empty for a block new to the context).
     /// `throttled`: the committer waited below the hard limit before it locked anything
     /// (`wait_below_hard_limit`), and must not wait here: it holds buffer locks that the AIL
     /// may need to move the tail, which the push may need to switch contexts. The context may
@@ -81,7 +83,7 @@ impl Journal {
         bufs: &[(&Arc<Buf>, &BufData)],
         late: Option<(&Arc<Buf>, &LateWrite)>,
         throttled: bool,
-        images: Option<Vec<Vec<u8>>>,
+        mut images: Option<&mut [Vec<u8>]>,
     ) -> Result<u64, JournalError> {
         debug_assert!(images.as_ref().is_none_or(|v| v.len() == bufs.len()));
         if let Err(e) = self.check_alive() {
@@ -102,12 +104,13 @@ impl Journal {
             self.wait_for_room(&mut cil, adding);
         }
         let seq = cil.seq;
-        let mut images = images.map(Vec::into_iter);
-        for &(buf, g) in bufs {
+        for (i, &(buf, g)) in bufs.iter().enumerate() {
             let item = || Arc::clone(buf) as Arc<dyn LogItem>;
-            match images.as_mut().and_then(Iterator::next) {
-                Some(mut image) => {
-                    cil.insert_with(buf.blkno(), item, |out| std::mem::swap(out, &mut image))
+            match images.as_deref_mut() {
+                // The image it replaces comes back in its place, for the caller to free after
+                // it lets go of the CIL and its turn.
+                Some(images) => {
+                    cil.insert_with(buf.blkno(), item, |out| std::mem::swap(out, &mut images[i]))
                 }
                 None => cil.insert_with(buf.blkno(), item, |out| buf.format_into(g, out)),
             }

@@ -1138,6 +1138,41 @@ fn late_writes_land_with_their_commits_newest_first() {
     }
 }
 
+/// A commit that brings its images formatted (`Transaction::preformat`, as optimistic commits
+/// do before their turn) gets back, in their place, the images they replaced in the CIL, to
+/// free after its turn: nothing for a block new to the context, the earlier commit's image for
+/// a block relogged in it. The CIL keeps the newest, and the checkpoint logs it.
+#[test]
+fn preformatted_images_come_back_with_what_they_replaced() {
+    let dev = fresh(53);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let commit = |byte: u8| {
+        let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
+        let b = tx.buf(400).unwrap();
+        tx.write(b, 100, &[byte; 200]);
+        let mut locks = tx.lock_changed().unwrap();
+        tx.publish_locked(&mut locks);
+        let images = tx.preformat(&locks);
+        assert_eq!(images.len(), 1);
+        let formatted = images[0].clone();
+        let (seq, locks) = tx.insert_locked(locks, true, Some(images)).unwrap();
+        (seq, formatted, locks.replaced().to_vec())
+    };
+    let (_, first, replaced) = commit(1);
+    assert_eq!(
+        replaced,
+        vec![Vec::<u8>::new()],
+        "a block new to the context"
+    );
+    let (seq, second, replaced) = commit(2);
+    assert_eq!(replaced, vec![first], "the first commit's image, replaced");
+    assert_ne!(second, replaced[0]);
+    j.force(seq).unwrap();
+    let crashed = crashed_keeping(&dev, u32::MAX);
+    let _j = open(&crashed, FlushPolicy::Reduced);
+    assert_eq!(read_byte(&crashed, 400), 2, "the newest image was logged");
+}
+
 /// A block committed several times in one checkpoint is logged with every range changed
 /// since it was last written back, each as its last commit left it: ranges copied by earlier
 /// commits of the context, overlapping ones, a cancel and reuse, and the ranges an earlier

@@ -393,6 +393,7 @@ impl<'j> Transaction<'j> {
         Ok(Some(PublishLocks {
             guards,
             spent: Vec::new(),
+            replaced: Vec::new(),
         }))
     }
 
@@ -456,11 +457,13 @@ impl<'j> Transaction<'j> {
             .map(|(i, _, g)| (&self.held[*i].buf, &**g))
             .collect();
         let late = self.late.as_ref().map(|(b, w)| (b, w));
-        let r = self
-            .journal
-            .commit_images(self.unit, &logged, late, throttled, images);
+        let mut images = images;
+        let r =
+            self.journal
+                .commit_images(self.unit, &logged, late, throttled, images.as_deref_mut());
         drop(logged);
         locks.spent = std::mem::take(&mut self.held);
+        locks.replaced = images.unwrap_or_default();
         r.map(|seq| (seq, locks))
     }
 }
@@ -477,9 +480,18 @@ pub struct PublishLocks {
     /// insert, those reference counts passed between the cores inside the publish turn: half
     /// of a leaf commit's turn with two threads creating.
     spent: Vec<Held>,
+    /// The images its preformatted ones replaced in the CIL, freed with the locks, after the
+    /// turn: most were allocated by other threads, whose heaps a free reaches across cores.
+    replaced: Vec<Vec<u8>>,
 }
 
 impl PublishLocks {
+    /// The images the commit's preformatted ones replaced in the CIL (tests).
+    #[cfg(test)]
+    pub(crate) fn replaced(&self) -> &[Vec<u8>] {
+        &self.replaced
+    }
+
     /// The block as it is published now, if it is one of these (locked by this commit).
     pub fn get(&self, blkno: u64) -> Option<&BufData> {
         self.guards
