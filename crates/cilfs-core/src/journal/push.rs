@@ -85,7 +85,13 @@ impl Journal {
         throttled: bool,
         mut images: Option<&mut [Vec<u8>]>,
     ) -> Result<u64, JournalError> {
-        debug_assert!(images.as_ref().is_none_or(|v| v.len() == bufs.len()));
+        // Image i is block i's: a count that differs would log one block's bytes as another's.
+        assert!(
+            images.as_ref().is_none_or(|v| v.len() == bufs.len()),
+            "{} preformatted images for {} logged blocks",
+            images.as_ref().map_or(0, |v| v.len()),
+            bufs.len()
+        );
         if let Err(e) = self.check_alive() {
             self.release_reservation(unit);
             return Err(e);
