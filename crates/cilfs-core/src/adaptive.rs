@@ -49,30 +49,37 @@ impl AdaptiveMutex {
     }
 
     fn lock_contended(&self) -> MutexGuard<'_, ()> {
-        let start = now_ns();
-        loop {
-            for _ in 0..32 {
-                std::hint::spin_loop();
-            }
-            if let Some(g) = self.inner.try_lock() {
-                return g;
-            }
-            if !keeps_spinning(now_ns(), self.since.load(Ordering::Relaxed), start) {
-                return self.inner.lock();
-            }
-        }
+        poll_then_block(
+            || self.inner.try_lock(),
+            |now, start| keeps_spinning(now, self.since.load(Ordering::Relaxed), start),
+            || self.inner.lock(),
+        )
     }
 }
 
-/// Most a waiter for a buffer's lock spins before it blocks (`spin_then_block`).
-const BUF_SPIN_MAX_NS: u64 = 5_000;
+/// Most a waiter for a lock held only for moments spins before it blocks (`spin_then_block`).
+const SHORT_SPIN_MAX_NS: u64 = 5_000;
 
-/// Takes a lock through `try_lock` polled for a few microseconds, then through `lock`: for the
-/// buffers' reader-writer locks, whose holds are mostly a microsecond or two (the AIL copying
-/// a block to write it back, a commit publishing its leaves). Blocking at once, a waiter among
-/// eight threads on two vCPUs gave its CPU away and came back only when the scheduler got round
-/// to it, milliseconds later.
+/// Takes a lock through `try_lock` polled for a few microseconds, then through `lock`: for
+/// locks held only for moments (`LockWaits::acquire_short`), such as the buffers', whose holds
+/// are mostly a microsecond or two (the AIL copying a block to write it back, a commit
+/// publishing its leaves). Blocking at once, a waiter among eight threads on two vCPUs gave its
+/// CPU away and came back only when the scheduler got round to it, milliseconds later.
 pub fn spin_then_block<G>(try_lock: impl Fn() -> Option<G>, lock: impl FnOnce() -> G) -> G {
+    poll_then_block(
+        try_lock,
+        |now, start| now.saturating_sub(start) <= SHORT_SPIN_MAX_NS,
+        lock,
+    )
+}
+
+/// Polls `try_lock` between short spins while `keeps_polling(now, start)` holds (`now_ns`
+/// times; `start`: when the wait began), then takes the lock through `lock`.
+fn poll_then_block<G>(
+    try_lock: impl Fn() -> Option<G>,
+    keeps_polling: impl Fn(u64, u64) -> bool,
+    lock: impl FnOnce() -> G,
+) -> G {
     let start = now_ns();
     loop {
         for _ in 0..32 {
@@ -81,7 +88,7 @@ pub fn spin_then_block<G>(try_lock: impl Fn() -> Option<G>, lock: impl FnOnce() 
         if let Some(g) = try_lock() {
             return g;
         }
-        if now_ns().saturating_sub(start) > BUF_SPIN_MAX_NS {
+        if !keeps_polling(now_ns(), start) {
             return lock();
         }
     }

@@ -88,9 +88,7 @@ impl Header {
         put_root(&mut out[40..56], self.fs_root);
         put_root(&mut out[56..72], self.bno_root);
         put_root(&mut out[72..88], self.size_root);
-        out[88..96].copy_from_slice(&self.next_ino.to_le_bytes());
-        out[96..104].copy_from_slice(&self.free_blocks.to_le_bytes());
-        out[104..112].copy_from_slice(&self.inode_count.to_le_bytes());
+        out[COUNTERS].copy_from_slice(&self.counters());
         out[112..120].copy_from_slice(&self.data_start.to_le_bytes());
         out[120..128].copy_from_slice(&self.data_end.to_le_bytes());
         out[128..132].copy_from_slice(&(self.freelist.len() as u32).to_le_bytes());
@@ -107,11 +105,19 @@ impl Header {
     /// The counters a commit of leaves alone changes (next_ino, free_blocks, inode_count),
     /// encoded: their offset in the block and their bytes, as `encode_into` sets them.
     pub fn encode_counters(&self) -> (usize, Vec<u8>) {
-        let mut out = Vec::with_capacity(COUNTERS.len());
-        for v in [self.next_ino, self.free_blocks, self.inode_count] {
-            out.extend_from_slice(&v.to_le_bytes());
+        (COUNTERS.start, self.counters().to_vec())
+    }
+
+    /// next_ino, free_blocks and inode_count, encoded one after another (`COUNTERS`).
+    fn counters(&self) -> [u8; COUNTERS.end - COUNTERS.start] {
+        let mut out = [0u8; COUNTERS.end - COUNTERS.start];
+        for (slot, v) in
+            out.chunks_exact_mut(8)
+                .zip([self.next_ino, self.free_blocks, self.inode_count])
+        {
+            slot.copy_from_slice(&v.to_le_bytes());
         }
-        (COUNTERS.start, out)
+        out
     }
 
     pub fn decode(b: &[u8], blkno: u64) -> FsResult<Header> {
