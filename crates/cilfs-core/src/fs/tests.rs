@@ -91,6 +91,13 @@ fn opts(clock: &TestClock) -> FsOptions {
 
 const U: Cred = Cred::user(1000, 1000);
 
+/// A regular file `name` made by `U` in the root directory: its inode number.
+fn file_in_root(fs: &Fs, name: &[u8]) -> u64 {
+    fs.mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino
+}
+
 fn names(fs: &Fs, dir: u64) -> Vec<String> {
     let mut out: Vec<String> = fs
         .readdir(dir, 0, 10_000)
@@ -227,10 +234,7 @@ fn file_data_sparse_truncate_fallocate_seek() {
     let clock = TestClock::new();
     let dev = new_dev(2);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     let free0 = fs.statfs().bfree;
     assert_eq!(fs.write(U, f, 0, b"hello").unwrap(), 5);
     assert_eq!(fs.read(f, 0, 100).unwrap(), b"hello");
@@ -303,10 +307,7 @@ fn file_data_sparse_truncate_fallocate_seek() {
     assert!(back[11_000..].iter().all(|&b| b == 7));
     assert_eq!(fs.getattr(f).unwrap().size, 20_000);
     // Punching holes into a sparse file allocates nothing, edges included.
-    let sp = fs
-        .mknod(U, ROOT_INO, b"sparse", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let sp = file_in_root(&fs, b"sparse");
     fs.setattr(
         U,
         sp,
@@ -333,10 +334,7 @@ fn xattrs_and_the_change_xattr() {
     let clock = TestClock::new();
     let dev = new_dev(3);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.setxattr(f, b"user.a", b"1", XattrFlags::default())
         .unwrap();
     fs.setxattr(f, b"user.b", &[9u8; 300], XattrFlags::default())
@@ -421,10 +419,7 @@ fn a_change_query_of_an_inode_not_in_memory_takes_no_exclusive_lock() {
     let clock = TestClock::new();
     let dev = new_dev(42);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, b"x").unwrap();
     fs.unmount().unwrap();
     drop(fs);
@@ -454,10 +449,7 @@ fn lazy_change_attribute() {
     let clock = TestClock::new();
     let dev = new_dev(4);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 100]).unwrap();
     // Time stands still and nobody asked: a 1-byte overwrite logs no inode.
     let before = fs.stats.snapshot();
@@ -569,10 +561,7 @@ fn a_write_that_waits_for_log_space_logs_its_change() {
     let clock = TestClock::new();
     let dev = new_dev(95);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 4096]).unwrap();
     fs.sync().unwrap();
     let seen = fs.change_attr(f).unwrap();
@@ -621,10 +610,7 @@ fn eager_change_attribute_logs_every_write() {
             ..opts(&clock)
         },
     );
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 10]).unwrap();
     let before = fs.stats.snapshot();
     for i in 0..20 {
@@ -642,19 +628,13 @@ fn fsynced_file_survives_crash_and_orphans_are_reclaimed() {
         let clock = TestClock::new();
         let dev = new_dev(10 + seed);
         let fs = mount(&dev, opts(&clock));
-        let f = fs
-            .mknod(U, ROOT_INO, b"kept", inode::S_IFREG | 0o644, 0)
-            .unwrap()
-            .ino;
+        let f = file_in_root(&fs, b"kept");
         fs.write(U, f, 0, &vec![0xAB; 10_000]).unwrap();
         fs.fsync(f).unwrap();
         fs.sync().unwrap();
         let free_before = fs.statfs().bfree;
         // An open file, unlinked, with data: an orphan until release, or until the next mount.
-        let o = fs
-            .mknod(U, ROOT_INO, b"orphan", inode::S_IFREG | 0o644, 0)
-            .unwrap()
-            .ino;
+        let o = file_in_root(&fs, b"orphan");
         fs.open_inode(o).unwrap();
         fs.write(U, o, 0, &vec![1u8; 50_000]).unwrap();
         fs.unlink(ROOT_INO, b"orphan").unwrap();
@@ -688,10 +668,7 @@ fn full_device_gives_enospc_and_unlink_still_works() {
     let clock = TestClock::new();
     let dev = new_dev(6);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"big", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"big");
     let chunk = vec![5u8; 1 << 20];
     let mut off = 0;
     // Fill with shrinking writes until not even one block fits.
@@ -733,10 +710,7 @@ fn full_device_gives_enospc_and_unlink_still_works() {
     assert_eq!(fs.read(f, off - 10, 10).unwrap(), vec![5u8; 10]);
     fs.unlink(ROOT_INO, b"big").unwrap();
     fs.sync().unwrap();
-    let f2 = fs
-        .mknod(U, ROOT_INO, b"again", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f2 = file_in_root(&fs, b"again");
     fs.write(U, f2, 0, &chunk).unwrap();
     assert_clean(&fs);
 }
@@ -747,10 +721,7 @@ fn checker_finds_damage() {
     let clock = TestClock::new();
     let dev = new_dev(7);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 5000]).unwrap();
     assert_clean(&fs);
     let damage = |what: &dyn Fn(&mut tx::FsTx<'_>)| {
@@ -832,10 +803,7 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
     let dev = new_dev(8);
     let fs = mount(&dev, opts(&clock));
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     let value = vec![0x6b; 2 * BS as usize + 100];
     fs.setxattr(f, b"user.big", &value, XattrFlags::default())
         .unwrap();
@@ -1006,10 +974,7 @@ fn allocation_looks_past_many_busy_small_extents() {
         fs.unlink(ROOT_INO, format!("f{i}").as_bytes()).unwrap();
     }
     assert_eq!(checkpoints(), before, "a checkpoint made the frees stable");
-    let g = fs
-        .mknod(U, ROOT_INO, b"new", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let g = file_in_root(&fs, b"new");
     let other = vec![9u8; BS as usize];
     let first_write = dev.volatile_writes();
     fs.write(U, g, 0, &other).unwrap();
@@ -1125,10 +1090,7 @@ fn renames_with_only_busy_space_force_the_log_instead_of_shutting_down() {
 fn a_large_xattr_forces_the_log_when_only_a_busy_extent_is_long_enough() {
     let clock = TestClock::new();
     let fs = mount_with_a_large_cil(&new_dev(64), &clock);
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.sync().unwrap();
     let mut taken = take_all_free_space(&fs);
     {
@@ -1261,10 +1223,7 @@ fn xattr_values_in_reused_node_blocks(crash: bool) {
         fs.unlink(d, &long(i)).unwrap();
     }
     fs.sync().unwrap();
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     let mut rng = 0x1234_5678_9abc_def0u64 ^ u64::from(crash);
     let mut values = Vec::new();
     for i in 0..20 {
@@ -1350,10 +1309,7 @@ fn acls_are_validated_kept_in_step_with_the_mode_and_inherited() {
     let clock = TestClock::new();
     let dev = new_dev(90);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     let deny = acl_value(&[
         (USER_OBJ, 6, X),
         (USER, 0, NOBODY),
@@ -1515,10 +1471,7 @@ fn checker_finds_acls_out_of_step() {
     use acl::{ACCESS, DEFAULT, GROUP_OBJ, OTHER, USER_OBJ};
     let clock = TestClock::new();
     let fs = mount(&new_dev(92), opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     let v = acl_value(&[(USER_OBJ, 7, X), (GROUP_OBJ, 0, X), (OTHER, 0, X)]);
     let mut st = fs.state.write();
     fs.with_tx(&mut st, |t, _| {
@@ -1753,10 +1706,7 @@ fn relatime_moves_atime_after_a_change_or_a_day_without_a_change_or_a_force() {
     clock.advance_ms(10 * DAY_MS);
     let dev = new_dev(43);
     let fs = mount(&dev, atime_opts(&clock, AtimeMode::Relative, false));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, b"data").unwrap();
     let mtime = times(&fs, f).1;
     let change = fs.change_attr(f).unwrap();
@@ -1846,10 +1796,7 @@ fn noatime_never_and_strictatime_always_moves_atime() {
     for (mode, seed) in [(AtimeMode::Never, 45), (AtimeMode::Strict, 46)] {
         let dev = new_dev(seed);
         let fs = mount(&dev, atime_opts(&clock, mode, false));
-        let f = fs
-            .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-            .unwrap()
-            .ino;
+        let f = file_in_root(&fs, b"f");
         let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
         fs.write(U, f, 0, b"data").unwrap();
         let old = Timespec { sec: 1000, nsec: 0 };
@@ -1880,10 +1827,7 @@ fn lazytime_keeps_timestamps_in_memory_until_the_inode_is_logged() {
     clock.advance_ms(10 * DAY_MS);
     let dev = new_dev(47);
     let fs = mount(&dev, atime_opts(&clock, AtimeMode::Relative, true));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 4096]).unwrap();
     fs.sync().unwrap();
     clock.advance_ms(1000);
@@ -1911,10 +1855,7 @@ fn a_read_only_mount_moves_no_atime() {
     clock.advance_ms(10 * DAY_MS);
     let dev = new_dev(48);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, b"data").unwrap();
     let before = times(&fs, f).0;
     fs.unmount().unwrap();
@@ -1944,10 +1885,7 @@ fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
     let clock = TestClock::new();
     let dev = new_dev(93);
     let fs = mount(&dev, opts(&clock));
-    let other = fs
-        .mknod(U, ROOT_INO, b"other", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let other = file_in_root(&fs, b"other");
     fs.sync().unwrap();
     let j = Arc::clone(fs.journal());
     let mut held = hold_all_log_space(&j);
@@ -2395,10 +2333,7 @@ fn an_fsync_whose_data_write_fails_keeps_its_pages_for_the_next() {
     let clock = TestClock::new();
     let dev = new_dev(97);
     let fs = mount(&dev, opts(&clock));
-    let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 3 * 4096]).unwrap();
     fs.sync().unwrap();
     fs.write(U, f, 0, &[2u8; 3 * 4096]).unwrap();
@@ -2447,10 +2382,7 @@ fn a_new_node_replayed_onto_a_used_block_needs_nothing_of_its_middle() {
     let dev = new_dev(31);
     let fs = mount(&dev, opts(&clock));
     // Blocks full of 0xEE, then freed and stable: the allocator hands them out again.
-    let junk = fs
-        .mknod(U, ROOT_INO, b"junk", inode::S_IFREG | 0o644, 0)
-        .unwrap()
-        .ino;
+    let junk = file_in_root(&fs, b"junk");
     fs.write(U, junk, 0, &vec![0xEE; 3 << 20]).unwrap();
     fs.fsync(junk).unwrap();
     fs.unlink(ROOT_INO, b"junk").unwrap();
