@@ -130,13 +130,56 @@ impl Buf {
 /// their ranges nest: `CilCtx::set_late`), so its checkpoint logs the block as the last commit
 /// of the context left it, and commits never lock or copy it: the
 /// filesystem header, which nearly every commit changes (`fs/tx.rs`), is written this way.
-/// Commits that write a block late must reach the CIL in the order their bytes were made.
+/// Commits that write a block's bytes late must reach the CIL in the order they made them.
+///
+/// Counters (`counters`) are not bytes but changes: each context sums its commits' changes of
+/// a counter, and its push moves the block's counter by the sum from where the last push left
+/// it. So commits that change counters alone may reach the CIL in any order, and a context's
+/// checkpoint holds exactly the changes of the commits in it and before it. The bytes of a
+/// late write never change a counter (the push keeps the counters as they were around them),
+/// unless `counters_set` says its bytes hold the counters' first values (mkfs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LateWrite {
     pub offset: usize,
+    /// Empty: the commit changes counters only.
     pub bytes: Vec<u8>,
     /// Where the block keeps its LSN stamp, which the bytes never overwrite.
     pub lsn_offset: u16,
+    /// (offset, change) of little-endian u64 counters, each at most once.
+    pub counters: Vec<(usize, CounterChange)>,
+    /// The bytes set the counters they cover, from which `counters` then move them: only a
+    /// context's first late write of the block may (`CilCtx::set_late`).
+    pub counters_set: bool,
+}
+
+/// How a commit moves a counter of a block written late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterChange {
+    /// Adds (wrapping: a decrement is its two's complement).
+    Add(u64),
+    /// Raises to at least this.
+    Max(u64),
+}
+
+impl CounterChange {
+    /// The counter at `v` moved by this change.
+    pub fn apply(self, v: u64) -> u64 {
+        match self {
+            CounterChange::Add(d) => v.wrapping_add(d),
+            CounterChange::Max(m) => v.max(m),
+        }
+    }
+
+    /// This change followed by `later`, as one; None if they are of different kinds.
+    pub fn then(self, later: CounterChange) -> Option<CounterChange> {
+        match (self, later) {
+            (CounterChange::Add(a), CounterChange::Add(b)) => {
+                Some(CounterChange::Add(a.wrapping_add(b)))
+            }
+            (CounterChange::Max(a), CounterChange::Max(b)) => Some(CounterChange::Max(a.max(b))),
+            _ => None,
+        }
+    }
 }
 
 impl Buf {
@@ -150,10 +193,45 @@ impl Buf {
             "a late write past the end of block {}",
             self.blkno
         );
+        let counter = |at: usize| {
+            assert!(
+                at + 8 <= g.data.len(),
+                "a late counter past the end of block {}",
+                self.blkno
+            );
+            at..at + 8
+        };
+        // The counters as the last push left them, unless these bytes set them.
+        let kept: Vec<(usize, [u8; 8])> = if w.counters_set {
+            Vec::new()
+        } else {
+            w.counters
+                .iter()
+                .map(|&(at, _)| {
+                    let mut v = [0u8; 8];
+                    v.copy_from_slice(&g.data[counter(at)]);
+                    (at, v)
+                })
+                .collect()
+        };
         g.keeping_stamp(Some(w.lsn_offset), |g| {
             g.data[a..b].copy_from_slice(&w.bytes);
+            for (at, v) in &kept {
+                g.data[*at..*at + 8].copy_from_slice(v);
+            }
+            for &(at, change) in &w.counters {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(&g.data[at..at + 8]);
+                let moved = change.apply(u64::from_le_bytes(v));
+                g.data[at..at + 8].copy_from_slice(&moved.to_le_bytes());
+            }
         });
-        g.dirty.insert(a as u32, (b - a) as u32);
+        if b > a {
+            g.dirty.insert(a as u32, (b - a) as u32);
+        }
+        for &(at, _) in &w.counters {
+            g.dirty.insert(at as u32, 8);
+        }
         g.cancelled = false;
         g.lsn_offset = Some(w.lsn_offset);
         self.bump_version(&mut g);

@@ -2,6 +2,8 @@
 //! image of its latest state. Relogging an item replaces its image, so an object changed many
 //! times between checkpoints is written to the log once, in its newest state.
 
+#[cfg(all(test, not(loom)))]
+use crate::buf::CounterChange;
 use crate::buf::{Buf, LateWrite};
 use crate::log::item_format::buf_item_len;
 use crate::log::record::OP_HEADER_BYTES;
@@ -84,11 +86,9 @@ impl CilCtx {
     }
 
     /// Makes `w` the late write of `buf` in this context, pinning the buffer the first time.
-    /// An older one is replaced, or, when it covers more of the block than `w`, takes `w`'s
-    /// bytes (the header's counters alone, written by most commits, inside the whole header
-    /// another commit of this context wrote): ranges of a block's late writes nest. Counted as
-    /// the whole block formatted: what the push logs is the buffer's dirty range, which late
-    /// writes keep to one range of the block.
+    /// An older one is merged with it (`merge_late`): bytes nest, counter changes add up.
+    /// Counted as the whole block formatted: what the push logs is the buffer's dirty range,
+    /// which late writes keep to one range of the block.
     pub fn set_late(&mut self, buf: &Arc<Buf>, w: &LateWrite, block_size: usize) {
         let key = buf.blkno();
         match self.items.entry(key) {
@@ -112,27 +112,57 @@ impl CilCtx {
     }
 }
 
-/// `w`, the newer, merged into `old`: copied into it if `old`'s range holds `w`'s, else in its
-/// place (its range must then hold `old`'s: otherwise the bytes between would be neither's).
+/// `w`, the newer, merged into `old`.
+/// - Bytes: `w`'s are copied into `old`'s if `old`'s range holds them (the header's counters
+///   alone inside the whole header another commit of the context wrote), else take their place
+///   (their range must then hold `old`'s: otherwise the bytes between would be neither's).
+/// - Counters: each one's changes add up (`CounterChange::then`): commits that change only
+///   counters may come in any order.
 fn merge_late(key: ItemKey, old: &mut LateWrite, w: &LateWrite) {
     assert_eq!(
         old.lsn_offset, w.lsn_offset,
         "block {key}: late writes disagree on its stamp"
     );
+    // Bytes that set the counters start from nothing the context changed before them.
+    assert!(
+        !w.counters_set,
+        "block {key}: a late write that sets its counters after other late writes"
+    );
     let (o, n) = (
         old.offset..old.offset + old.bytes.len(),
         w.offset..w.offset + w.bytes.len(),
     );
-    if o.start <= n.start && n.end <= o.end {
+    if n.is_empty() {
+        // Counters alone.
+    } else if o.is_empty() && !old.counters_set {
+        old.offset = w.offset;
+        old.bytes.clear();
+        old.bytes.extend_from_slice(&w.bytes);
+    } else if o.start <= n.start && n.end <= o.end {
         old.bytes[n.start - o.start..n.end - o.start].copy_from_slice(&w.bytes);
     } else {
         assert!(
             n.start <= o.start && o.end <= n.end,
             "block {key}: late write {n:?} neither holds nor is held by {o:?}"
         );
+        // The counter values those bytes set would be lost with them.
+        assert!(
+            !old.counters_set,
+            "block {key}: bytes that set its counters replaced by a late write"
+        );
         old.offset = w.offset;
         old.bytes.clear();
         old.bytes.extend_from_slice(&w.bytes);
+    }
+    for &(at, change) in &w.counters {
+        match old.counters.iter_mut().find(|(a, _)| *a == at) {
+            Some((_, c)) => {
+                *c = c
+                    .then(change)
+                    .unwrap_or_else(|| panic!("block {key}: counter at {at} changed in two ways"))
+            }
+            None => old.counters.push((at, change)),
+        }
     }
 }
 
@@ -171,6 +201,15 @@ mod tests {
             offset,
             bytes: bytes.to_vec(),
             lsn_offset: 8,
+            counters: Vec::new(),
+            counters_set: false,
+        }
+    }
+
+    fn counters(changes: &[(usize, CounterChange)]) -> LateWrite {
+        LateWrite {
+            counters: changes.to_vec(),
+            ..late(0, &[])
         }
     }
 
@@ -199,5 +238,39 @@ mod tests {
     fn late_writes_that_overlap_without_nesting_are_refused() {
         let mut old = late(88, &[1; 24]);
         merge_late(7, &mut old, &late(100, &[2; 24]));
+    }
+
+    /// Counter changes of one context add up whatever their order, beside bytes that come
+    /// before or after them, which keep their own nesting.
+    #[test]
+    fn late_counter_changes_add_up_in_any_order() {
+        use CounterChange::{Add, Max};
+        let changes = [
+            counters(&[(96, Add(5)), (88, Max(70))]),
+            late(0, &[9; 200]),
+            counters(&[(96, Add(3u64.wrapping_neg())), (104, Add(1))]),
+            counters(&[(88, Max(60)), (104, Add(1))]),
+        ];
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]] {
+            let mut old = changes[order[0]].clone();
+            for &i in &order[1..] {
+                merge_late(7, &mut old, &changes[i]);
+            }
+            let mut got = old.counters.clone();
+            got.sort_by_key(|c| c.0);
+            assert_eq!(got, vec![(88, Max(70)), (96, Add(2)), (104, Add(2))]);
+            assert_eq!((old.offset, old.bytes.clone()), (0, vec![9; 200]));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "sets its counters after other late writes")]
+    fn bytes_that_set_the_counters_come_first_in_their_context() {
+        let mut old = counters(&[(96, CounterChange::Add(1))]);
+        let set = LateWrite {
+            counters_set: true,
+            ..late(0, &[1; 200])
+        };
+        merge_late(7, &mut old, &set);
     }
 }

@@ -5,6 +5,7 @@
 use super::error::{FsError, FsResult};
 use super::tree::btree::Root;
 use super::tree::node::{arr4, arr8};
+use crate::buf::CounterChange;
 
 pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
 pub const HEADER_VERSION: u32 = 1;
@@ -102,10 +103,27 @@ impl Header {
         out[p..].fill(0);
     }
 
-    /// The counters a commit of leaves alone changes (next_ino, free_blocks, inode_count),
-    /// encoded: their offset in the block and their bytes, as `encode_into` sets them.
-    pub fn encode_counters(&self) -> (usize, Vec<u8>) {
-        (COUNTERS.start, self.counters().to_vec())
+    /// How the counters moved from `before` to `self`, as a commit writes them late
+    /// (`LateWrite::counters`): next_ino raised, free_blocks and inode_count moved by the
+    /// difference. Empty if none moved.
+    pub fn counter_changes(&self, before: &Header) -> Vec<(usize, CounterChange)> {
+        let at = |i: usize| COUNTERS.start + 8 * i;
+        let mut out = Vec::new();
+        if self.next_ino > before.next_ino {
+            out.push((at(0), CounterChange::Max(self.next_ino)));
+        }
+        for (i, (now, was)) in [
+            (self.free_blocks, before.free_blocks),
+            (self.inode_count, before.inode_count),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            if now != was {
+                out.push((at(i + 1), CounterChange::Add(now.wrapping_sub(was))));
+            }
+        }
+        out
     }
 
     /// next_ino, free_blocks and inode_count, encoded one after another (`COUNTERS`).
@@ -197,11 +215,9 @@ impl Header {
 mod tests {
     use super::*;
 
-    /// The counters a commit of leaves writes late are the bytes a whole encoding puts there.
-    #[test]
-    fn the_counters_encoded_alone_are_the_whole_encodings_bytes() {
+    fn sample() -> Header {
         let root = |blkno| Root { blkno, level: 1 };
-        let h = Header {
+        Header {
             fs_root: root(40),
             bno_root: root(41),
             size_root: root(42),
@@ -211,22 +227,34 @@ mod tests {
             data_start: 16,
             data_end: 1 << 20,
             freelist: vec![50, 51, 52],
-        };
-        let mut whole = vec![0u8; 4096];
-        h.encode_into(&mut whole);
-        let (offset, bytes) = h.encode_counters();
-        assert_eq!(&whole[offset..offset + bytes.len()], &bytes[..]);
-        assert_eq!(bytes.len(), 24);
-        // And nothing else: changing the counters changes only those bytes.
-        let mut h2 = h.clone();
-        (h2.next_ino, h2.free_blocks, h2.inode_count) = (1, 2, 3);
-        let mut whole2 = vec![0u8; 4096];
-        h2.encode_into(&mut whole2);
-        let differ: Vec<usize> = (0..4096).filter(|&i| whole[i] != whole2[i]).collect();
-        assert!(
-            differ.iter().all(|i| (offset..offset + 24).contains(i)),
-            "{differ:?}"
-        );
-        assert_eq!(Header::decode(&whole2, 0).unwrap(), h2);
+        }
+    }
+
+    /// A header's counter changes, applied to the bytes of the header before them, give the
+    /// bytes of the header after them, and touch nothing else: what a push does with a
+    /// commit's late counters.
+    #[test]
+    fn counter_changes_move_the_encoded_counters_alone() {
+        let before = sample();
+        let mut after = before.clone();
+        after.next_ino += 5;
+        after.free_blocks -= 3;
+        after.inode_count += 1;
+        let mut bytes = vec![0u8; 4096];
+        before.encode_into(&mut bytes);
+        let changes = after.counter_changes(&before);
+        assert_eq!(changes.len(), 3);
+        for &(at, change) in &changes {
+            let v = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            bytes[at..at + 8].copy_from_slice(&change.apply(v).to_le_bytes());
+        }
+        let mut want = vec![0u8; 4096];
+        after.encode_into(&mut want);
+        assert_eq!(bytes, want);
+        assert_eq!(Header::decode(&bytes, 0).unwrap(), after);
+        // A lower next_ino is no change (numbers are only ever raised), nor are equal counts.
+        let mut lower = before.clone();
+        lower.next_ino -= 1;
+        assert!(lower.counter_changes(&before).is_empty());
     }
 }

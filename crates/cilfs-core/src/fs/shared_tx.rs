@@ -525,7 +525,7 @@ impl Fs {
         // and locks as leaf commits do.
         let mut turn = None;
         if !leaves_only {
-            let g = self.take_turn(leaves_only);
+            let g = self.take_turn();
             match t.tx.try_lock_changed() {
                 Ok(Some(locks)) => turn = Some((g, locks)),
                 Ok(None) => {}
@@ -568,14 +568,22 @@ impl Fs {
         run_once(&AFTER_CHECK);
         let dir_changed = sc.changes_a_dir(touched);
         // A commit of leaves alone cannot fail to merge its counters: it copies into its
-        // buffers, and formats what they log, before its turn, side by side with others; the
-        // turn only moves the images into the CIL.
+        // buffers, and formats what they log, side by side with others, and takes no turn:
+        // its counters go to the log as changes, which commits may add in any order
+        // (`LateWrite::counters`), and its blocks are its own until it lets go of them.
         let images = leaves_only.then(|| {
             t.tx.publish_locked(&mut locks);
             t.tx.preformat(&locks)
         });
         let inserted = {
-            let _turn = turn.unwrap_or_else(|| self.take_turn(leaves_only));
+            let _turn = match turn {
+                Some(g) => Some(g),
+                None if !leaves_only => Some(self.take_turn()),
+                None => {
+                    before_turn_hook(true);
+                    None
+                }
+            };
             t.insert_shared(locks, images, &st.hdr, &self.roots_moved)?
         };
         let Some((seq, locks)) = inserted else {
@@ -613,18 +621,25 @@ impl Fs {
         Ok(true)
     }
 
-    /// Waits for the publish turn (`leaves_only`: for a commit that changes leaves only).
-    fn take_turn(&self, leaves_only: bool) -> parking_lot::MutexGuard<'_, ()> {
-        #[cfg(test)]
-        BEFORE_TURN.with(|h| {
-            if let Some(f) = h.borrow_mut().as_mut() {
-                f(leaves_only);
-            }
-        });
-        #[cfg(not(test))]
-        let _ = leaves_only;
+    /// Waits for the publish turn: a commit that changes interior nodes or the header's
+    /// structure (roots, free list, data range), whose merge of the header must see the last
+    /// such commit's.
+    fn take_turn(&self) -> parking_lot::MutexGuard<'_, ()> {
+        before_turn_hook(false);
         self.publishing.lock(&self.publish_waits)
     }
+}
+
+/// Tests: runs this thread's `BEFORE_TURN` hook, if any.
+fn before_turn_hook(leaves_only: bool) {
+    #[cfg(test)]
+    BEFORE_TURN.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(leaves_only);
+        }
+    });
+    #[cfg(not(test))]
+    let _ = leaves_only;
 }
 
 /// Tests: a hook given whether the commit changes leaves only.
@@ -634,7 +649,8 @@ pub(crate) type TurnHook = Box<dyn FnMut(bool)>;
 #[cfg(test)]
 thread_local! {
     /// Tests: run by every optimistic commit of this thread just before it waits for its
-    /// turn.
+    /// turn, or, for a commit of leaves, which takes none, at the same place: just before it
+    /// inserts into the CIL.
     pub(crate) static BEFORE_TURN: std::cell::RefCell<Option<TurnHook>> =
         const { std::cell::RefCell::new(None) };
 }

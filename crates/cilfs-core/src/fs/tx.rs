@@ -10,6 +10,7 @@ use super::header::{
 };
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{unused_stretch, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
+use crate::buf::{CounterChange, LateWrite};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
@@ -196,8 +197,9 @@ impl<'a> FsTx<'a> {
     /// Whether this transaction changes leaves only (`shared_tx.rs`): of the header only the
     /// counters commits merge as deltas (no root, no free list, no data range, no free block
     /// count), it allocates and frees nothing, and it writes no interior node. Such a commit
-    /// can never fail to merge its header, so it publishes its buffers before its turn; and
-    /// a reader sees each leaf whole, before or after it, with no change of shape to check.
+    /// can never fail to merge its header, so it publishes its buffers as soon as it has
+    /// checked them, and takes no turn; and a reader sees each leaf whole, before or after
+    /// it, with no change of shape to check.
     /// A free list the commit would refill or drain counts as a change.
     pub(crate) fn leaves_only(&self) -> bool {
         let (b, m) = (&self.hdr_before, &self.hdr);
@@ -221,15 +223,16 @@ impl<'a> FsTx<'a> {
     }
 
     /// The end of a publish under the shared state lock, its buffers locked (`locks`) and,
-    /// when it changes leaves only (`leaves_only`), published already; the caller's turn
-    /// (`Fs::publishing`) held; `images`, what its buffers log, formatted before the turn
-    /// when they were published already. Merges its header into the filesystem's (`hdr`), publishes
-    /// the buffers if it had not, and inserts into the CIL: header merges and CIL inserts
-    /// happen in the order of the turns, so each checkpoint's header counts exactly the
-    /// commits in it. None: a root, the free list or the data range it changed was changed
-    /// by a commit since it copied the header; nothing is published and the operation runs
-    /// again. A root that moves bumps `roots_moved` (what readers check, `ReadView`) before
-    /// the header shows it.
+    /// when it changes leaves only (`leaves_only`), published already, with `images`, what
+    /// its buffers log, formatted; else the caller's turn (`Fs::publishing`) held. Merges its
+    /// header into the filesystem's (`hdr`), publishes the buffers if it had not, and inserts
+    /// into the CIL. Its counters go to the log as changes (`LateWrite::counters`), which
+    /// each checkpoint sums, so each checkpoint's header counts exactly the commits in it
+    /// whatever order they came in; the rest of the header only commits holding the turn
+    /// change, in the order of their turns. None: a root, the free list or the data range it
+    /// changed was changed by a commit since it copied the header; nothing is published and
+    /// the operation runs again. A root that moves bumps `roots_moved` (what readers check,
+    /// `ReadView`) before the header shows it.
     pub(crate) fn insert_shared(
         mut self,
         mut locks: PublishLocks,
@@ -242,26 +245,22 @@ impl<'a> FsTx<'a> {
         debug_assert!(images.is_none() || leaves_only);
         if leaves_only {
             // Only counters moved: the filesystem's move by as much, in place (a merge
-            // clones the header, free list and all).
-            let (b, m) = (&self.hdr_before, &self.hdr);
-            let inodes = m.inode_count.wrapping_sub(b.inode_count);
-            let free = m.free_blocks.wrapping_sub(b.free_blocks);
-            let counters = {
-                let mut cur = hdr.lock();
-                let next_ino = m.next_ino.max(cur.next_ino);
-                (inodes != 0 || free != 0 || next_ino != cur.next_ino).then(|| {
-                    cur.inode_count = cur.inode_count.wrapping_add(inodes);
-                    cur.free_blocks = cur.free_blocks.wrapping_add(free);
-                    cur.next_ino = next_ino;
-                    cur.encode_counters()
-                })
-            };
-            // Its counters alone: the rest of the header is as the last late write of it left
-            // it, in this context or an earlier one (`CilCtx::set_late` nests them). The whole
-            // header, encoded and copied twice under the turn, was a third of its hold.
-            if let Some((offset, bytes)) = counters {
-                self.tx
-                    .write_late(self.hdr_blk, offset, bytes, HEADER_LSN_OFFSET)?;
+            // clones the header, free list and all), and the log's by the same changes, summed
+            // by the push (`LateWrite::counters`), in whatever order commits reach the CIL.
+            let changes = self.hdr.counter_changes(&self.hdr_before);
+            if !changes.is_empty() {
+                {
+                    let mut cur = hdr.lock();
+                    let (b, m) = (&self.hdr_before, &self.hdr);
+                    cur.inode_count = cur
+                        .inode_count
+                        .wrapping_add(m.inode_count.wrapping_sub(b.inode_count));
+                    cur.free_blocks = cur
+                        .free_blocks
+                        .wrapping_add(m.free_blocks.wrapping_sub(b.free_blocks));
+                    cur.next_ino = cur.next_ino.max(m.next_ino);
+                }
+                self.tx.write_late(self.hdr_blk, counters_late(changes))?;
             }
         } else {
             let mut cur = hdr.lock();
@@ -272,8 +271,8 @@ impl<'a> FsTx<'a> {
                 if self.hdr.roots() != cur.roots() {
                     roots_moved.fetch_add(1, Ordering::AcqRel);
                 }
+                write_header_late(&mut self.tx, self.hdr_blk, false, &self.hdr, &cur)?;
                 *cur = self.hdr.clone();
-                write_header_late(&mut self.tx, self.hdr_blk, false, &cur)?;
             }
         }
         if !leaves_only {
@@ -452,7 +451,13 @@ impl<'a> FsTx<'a> {
             // what a create spent under the filesystem's exclusive lock. Commits that change
             // the header reach the CIL in the order of their headers: all of them commit under
             // that lock. mkfs writes the whole block, the rest the bytes an encoding sets.
-            write_header_late(&mut self.tx, self.hdr_blk, self.force_header, &self.hdr)?;
+            write_header_late(
+                &mut self.tx,
+                self.hdr_blk,
+                self.force_header,
+                &self.hdr,
+                &self.hdr_before,
+            )?;
         }
         // Over its reservation the log-space accounting would run behind what the CIL holds;
         // operations are built to stay under it, which the tests check.
@@ -792,12 +797,14 @@ impl NodeStore for FsTx<'_> {
 
 /// Hands `h`, encoded, to `tx` as the late write of the header block `hdr_blk`
 /// (`LateWrite`): the whole block when `whole` (mkfs, `force_header_write`), else the bytes an
-/// encoding sets.
+/// encoding sets. Its counters go as their changes from `before`, the header it started from
+/// (the push sums a context's changes); only the whole block, written by mkfs, sets them.
 fn write_header_late(
     tx: &mut Transaction<'_>,
     hdr_blk: u64,
     whole: bool,
     h: &Header,
+    before: &Header,
 ) -> FsResult<()> {
     let len = if whole {
         tx.journal.block_size() as usize
@@ -805,9 +812,40 @@ fn write_header_late(
         HEADER_ENCODED_BYTES
     };
     let mut bytes = vec![0u8; len];
-    h.encode_into(&mut bytes);
-    tx.write_late(hdr_blk, 0, bytes, HEADER_LSN_OFFSET)?;
+    if whole {
+        // mkfs's counters start from `before`'s, and move by its own changes.
+        Header {
+            next_ino: before.next_ino,
+            free_blocks: before.free_blocks,
+            inode_count: before.inode_count,
+            ..h.clone()
+        }
+        .encode_into(&mut bytes);
+    } else {
+        h.encode_into(&mut bytes);
+    }
+    tx.write_late(
+        hdr_blk,
+        LateWrite {
+            offset: 0,
+            bytes,
+            lsn_offset: HEADER_LSN_OFFSET,
+            counters: h.counter_changes(before),
+            counters_set: whole,
+        },
+    )?;
     Ok(())
+}
+
+/// A late write of the header that only moves its counters.
+fn counters_late(changes: Vec<(usize, CounterChange)>) -> LateWrite {
+    LateWrite {
+        offset: 0,
+        bytes: Vec::new(),
+        lsn_offset: HEADER_LSN_OFFSET,
+        counters: changes,
+        counters_set: false,
+    }
 }
 
 /// Debug builds, after a publish under the shared lock, its buffers still locked (`locks`):

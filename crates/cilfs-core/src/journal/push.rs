@@ -96,9 +96,11 @@ impl Journal {
             self.release_reservation(unit);
             return Err(e);
         }
+        // Held for a moment (the images move in, the charge moves over), by every commit:
+        // a waiter polls before it sleeps, as for the buffers.
         let mut cil = self
             .cil_waits
-            .acquire(|| self.cil.try_lock(), || self.cil.lock());
+            .acquire_short(|| self.cil.try_lock(), || self.cil.lock());
         if self.cfg.push_mode == PushMode::Background && !throttled {
             // Committers block at 2S (before adding, so the context never passes it) until the
             // push has switched contexts; a transaction larger than 2S goes into an empty one.

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::buf::{CounterChange, LateWrite};
 use crate::format::superblock::SbLog;
 use crate::log::FlushPolicy;
 use crate::mkfs::{write_filesystem, Layout};
@@ -1103,7 +1104,17 @@ fn late_writes_land_with_their_commits_newest_first() {
         let mut tx = j.begin(Reservation::for_buffers(2, BS)).unwrap();
         let b = tx.buf(blkno).unwrap();
         tx.write(b, 100, &[byte; 200]);
-        tx.write_late(500, 0, vec![byte; 600], 8).unwrap();
+        tx.write_late(
+            500,
+            LateWrite {
+                offset: 0,
+                bytes: vec![byte; 600],
+                lsn_offset: 8,
+                counters: Vec::new(),
+                counters_set: false,
+            },
+        )
+        .unwrap();
         tx.commit().unwrap()
     };
     commit(400, 1);
@@ -1226,4 +1237,94 @@ fn a_block_relogged_in_one_checkpoint_carries_every_dirty_range() {
     assert_eq!(b[..600], want[..600], "block 300");
     crashed.read(301 * u64::from(BS), &mut b).unwrap();
     assert_eq!(b[100..108], [6; 8], "block 301 after its reuse");
+}
+
+/// Counters written late as changes (`LateWrite::counters`): each checkpoint's block holds
+/// the sum of the changes of the commits in it and before it, whichever order they came in,
+/// and bytes written late beside them (which carry stale counter values) never overwrite them.
+/// The device dies at every IO of two unforced checkpoints and loses any of its volatile
+/// writes: the counters always match the commits that survived.
+#[test]
+fn late_counter_changes_sum_to_the_commits_each_checkpoint_holds() {
+    let ops = {
+        let (dev, before) = late_counter_run(None);
+        dev.op_count() - before
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for fault_after in 0..=ops {
+        let (dev, _) = late_counter_run(Some(fault_after));
+        let n = dev.volatile_writes();
+        for mask in 0..(1u32 << n.min(8)) {
+            let crashed = crashed_keeping(&dev, mask);
+            drop(open(&crashed, FlushPolicy::Reduced));
+            let at = format!("fault after {fault_after}, mask {mask:b}");
+            let survived = (1..=9u64)
+                .take_while(|i| read_byte(&crashed, 400 + i) == 1)
+                .count() as u64;
+            assert!(survived >= 4, "{at}: forced commits lost");
+            assert!(
+                (survived + 1..=9).all(|i| read_byte(&crashed, 400 + i) == 0),
+                "{at}: a commit after a lost one survived"
+            );
+            let mut b = vec![0u8; BS as usize];
+            crashed.read(500 * u64::from(BS), &mut b).unwrap();
+            let c = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+            assert_eq!(
+                (c(200), c(208), c(216)),
+                (survived, (2 * survived).wrapping_neg(), 10 * survived),
+                "{at}: counters of {survived} commits"
+            );
+            seen.insert(survived);
+        }
+    }
+    // Commits 1-4 forced, 5-6 and 7-9 in a checkpoint each.
+    assert_eq!(seen, [4, 6, 9].into(), "crashes kept other checkpoints");
+}
+
+/// `late_counter_changes_sum_to_the_commits_each_checkpoint_holds`'s workload, the device
+/// dying `fault_after` IOs after four forced commits: commit i marks block 400 + i and counts
+/// itself at 200 (by 1) and at 208 (down by 2), and raises 216 to 10 x i; every third also
+/// writes 300 late bytes of 0xee over those places. Returns the device and its IO count
+/// when the forced commits were stable.
+fn late_counter_run(fault_after: Option<u64>) -> (Arc<SimDevice>, u64) {
+    use CounterChange::{Add, Max};
+    let dev = fresh(52);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let commit = |i: u64| -> Result<u64, JournalError> {
+        let mut tx = j.begin(Reservation::for_buffers(2, BS))?;
+        let b = tx.buf(400 + i)?;
+        tx.write(b, 100, &[1; 200]);
+        let late = LateWrite {
+            offset: 0,
+            bytes: if i % 3 == 0 {
+                vec![0xee; 300]
+            } else {
+                Vec::new()
+            },
+            lsn_offset: 8,
+            counters: vec![
+                (208, Add(2u64.wrapping_neg())),
+                (216, Max(10 * i)),
+                (200, Add(1)),
+            ],
+            counters_set: false,
+        };
+        tx.write_late(500, late)?;
+        tx.commit()
+    };
+    for i in 1..=3 {
+        commit(i).unwrap();
+    }
+    let seq = commit(4).unwrap();
+    j.force(seq).unwrap();
+    let before = dev.op_count();
+    if let Some(k) = fault_after {
+        dev.inject_fault(before + k, cilfs_device::FaultMode::FromThenOn);
+    }
+    let _ = (5..=6).try_for_each(|i| commit(i).map(drop));
+    let _ = j.push(j.current_seq());
+    let _ = (7..=9).try_for_each(|i| commit(i).map(drop));
+    let _ = j.push(j.current_seq());
+    dev.clear_fault();
+    (dev, before)
 }

@@ -206,26 +206,13 @@ impl<'j> Transaction<'j> {
         h.logged = true;
     }
 
-    /// Writes `bytes` at `offset` of block `blkno` when the checkpoint that holds this commit
-    /// is pushed, instead of at commit (`LateWrite`); a later call replaces the bytes. The
-    /// block must never be held by a transaction: the header is written only this way.
-    pub fn write_late(
-        &mut self,
-        blkno: u64,
-        offset: usize,
-        bytes: Vec<u8>,
-        lsn_offset: u16,
-    ) -> Result<(), JournalError> {
+    /// Writes `w` into block `blkno` when the checkpoint that holds this commit is pushed,
+    /// instead of at commit (`LateWrite`); a later call replaces it. The block must never be
+    /// held by a transaction: the header is written only this way.
+    pub fn write_late(&mut self, blkno: u64, w: LateWrite) -> Result<(), JournalError> {
         assert!(!self.holds(blkno), "block {blkno} is held and written late");
         let buf = self.journal.buf(blkno)?;
-        self.late = Some((
-            buf,
-            LateWrite {
-                offset,
-                bytes,
-                lsn_offset,
-            },
-        ));
+        self.late = Some((buf, w));
         Ok(())
     }
 

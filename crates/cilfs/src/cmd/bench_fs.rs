@@ -314,6 +314,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "checkpoints": d(js.log.checkpoints, base_j.log.checkpoints),
         "iclog_writes": d(js.log.iclog_writes, base_j.log.iclog_writes),
         "log_bytes": d(js.log.log_bytes, base_j.log.log_bytes),
+        "items_logged": d(js.items_logged, base_j.items_logged),
         "ail_writeback_bytes": d(js.ail_writeback_bytes, base_j.ail_writeback_bytes),
         "noiclog_waits": d(js.log.noiclog_waits, base_j.log.noiclog_waits),
         "log_forces": d(js.log.log_forces, base_j.log.log_forces),
