@@ -34,7 +34,7 @@ use cilfs_core::fs::acl;
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr};
 use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
-use cilfs_core::journal::{Journal, JournalConfig, PushMode};
+use cilfs_core::journal::{CilSharding, Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
 use cilfs_core::mkfs::{write_filesystem, Layout};
 use cilfs_device::rng::SimRng;
@@ -145,6 +145,8 @@ fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
         push_mode: PushMode::Inline,
         cache_bytes_max: Some(256 * u64::from(BS)),
         log_force_interval: None,
+        // Every checkpoint a merge of the CIL's shards.
+        cil_sharding: CilSharding::Rotate,
     }
 }
 

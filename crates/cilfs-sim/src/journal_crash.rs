@@ -6,7 +6,7 @@
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
-use cilfs_core::journal::{Journal, JournalConfig, PushMode};
+use cilfs_core::journal::{CilSharding, Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
 use cilfs_core::mkfs::{write_filesystem, Layout};
 use cilfs_core::trans::Reservation;
@@ -112,6 +112,8 @@ fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
         // Fewer buffers than the workload's region, so eviction and re-reading are exercised.
         cache_bytes_max: Some(32 * u64::from(BS)),
         log_force_interval: None,
+        // Every checkpoint a merge of the CIL's shards.
+        cil_sharding: CilSharding::Rotate,
     }
 }
 

@@ -1,6 +1,11 @@
 //! The committed item list: the items of the current checkpoint context, each with the formatted
 //! image of its latest state. Relogging an item replaces its image, so an object changed many
-//! times between checkpoints is written to the log once, in its newest state.
+//! times between checkpoints is written to the log once, in its newest state. Commits insert
+//! into shards of it (`shards.rs`), merged when the context is pushed.
+
+mod shards;
+
+pub use shards::{Cil, ShardGuard, BYTES_SHARD, SHARDS};
 
 #[cfg(all(test, not(loom)))]
 use crate::buf::CounterChange;
@@ -22,6 +27,19 @@ pub struct CilEntry {
     pub image: Vec<u8>,
     /// A block written late (`LateWrite`): its image is made when the context is pushed.
     pub late: Option<(Arc<Buf>, LateWrite)>,
+    /// The buffer's version the image was formatted at: of two shards' images of a block,
+    /// the newer (`shards::merge`).
+    pub version: u64,
+}
+
+impl CilEntry {
+    /// Op-stream bytes it adds to its context (blocks of `block_size` bytes).
+    fn stream_bytes(&self, block_size: usize) -> u64 {
+        match &self.late {
+            Some(_) => late_bound(block_size),
+            None => (OP_HEADER_BYTES + self.image.len()) as u64,
+        }
+    }
 }
 
 /// One checkpoint context: the sequence it will be written as, and its items.
@@ -49,12 +67,13 @@ impl CilCtx {
         self.items.is_empty()
     }
 
-    /// Inserts or relogs the item of `key`, its image written by `fill` into the vector of the
-    /// image it replaces (empty for an item new to this context, which `item` then gives). Pins
-    /// the item the first time this context holds it.
+    /// Inserts or relogs the item of `key`, its image (of the buffer at `version`) written by
+    /// `fill` into the vector of the image it replaces (empty for an item new to this context,
+    /// which `item` then gives). Pins the item the first time this context holds it.
     pub fn insert_with(
         &mut self,
         key: ItemKey,
+        version: u64,
         item: impl FnOnce() -> Arc<dyn LogItem>,
         fill: impl FnOnce(&mut Vec<u8>),
     ) {
@@ -68,6 +87,8 @@ impl CilCtx {
                     "block {key} committed in place and written late"
                 );
                 self.stream_bytes -= (OP_HEADER_BYTES + e.image.len()) as u64;
+                debug_assert!(version >= e.version, "block {key} relogged older");
+                e.version = version;
                 e
             }
             std::collections::btree_map::Entry::Vacant(v) => {
@@ -78,6 +99,7 @@ impl CilCtx {
                     item,
                     image: Vec::new(),
                     late: None,
+                    version,
                 })
             }
         };
@@ -105,6 +127,7 @@ impl CilCtx {
                     item: Arc::clone(buf) as Arc<dyn LogItem>,
                     image: Vec::new(),
                     late: Some((Arc::clone(buf), w.clone())),
+                    version: 0,
                 });
                 self.stream_bytes += late_bound(block_size);
             }

@@ -397,6 +397,8 @@ impl Fs {
             st.cache.waits.snapshot(),
             self.journal.buf_waits.snapshot(),
             self.journal.cil_waits.snapshot(),
+            self.journal.space_waits.snapshot(),
+            self.journal.grant.waits.snapshot(),
         ]
     }
 

@@ -36,6 +36,7 @@ pub(crate) fn jcfg() -> JournalConfig {
         push_mode: PushMode::Inline,
         cache_bytes_max: Some(1 << 20),
         log_force_interval: None,
+        cil_sharding: Default::default(),
     }
 }
 

@@ -11,7 +11,7 @@ pub use stats::JournalStats;
 
 use crate::ail::{Ail, WritebackIo};
 use crate::buf::{Buf, BufCache};
-use crate::cil::{CilCtx, CilLimits};
+use crate::cil::{Cil, CilLimits};
 use crate::format::superblock::SbLog;
 use crate::format::{FormatError, Superblock};
 use crate::geometry::{Geometry, GeometryError, LogLocation};
@@ -63,6 +63,18 @@ pub enum PushMode {
     Background,
 }
 
+/// Which shard of the CIL a commit takes (`cil/shards.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CilSharding {
+    /// Its thread's, so that threads seldom meet and a thread's relogs stay in one shard.
+    #[default]
+    ByThread,
+    /// Two commits in a shard, then the next of three (the crash explorers): a checkpoint
+    /// holds both relogs within a shard and images the push merges from several. A block
+    /// logged in several shards is counted in each, so contexts reach their limits sooner.
+    Rotate,
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct JournalConfig {
     pub log: LogConfig,
@@ -77,6 +89,7 @@ pub struct JournalConfig {
     /// worker; at least 10 ms]. So commits too light to fill the CIL to its limit are
     /// checkpointed within about this interval.
     pub log_force_interval: Option<std::time::Duration>,
+    pub cil_sharding: CilSharding,
 }
 
 /// The smallest default metadata cache.
@@ -112,14 +125,22 @@ pub struct Journal {
     pub(crate) limits: CilLimits,
     pub(crate) space_math: LogSpace,
     pub(crate) cache: BufCache,
-    pub(crate) cil: Mutex<CilCtx>,
+    pub(crate) cil: Cil,
+    /// With `cil_room`: the push switched contexts (or the journal shut down), for committers
+    /// blocked at the hard limit.
     pub(crate) cil_switched: Condvar,
+    pub(crate) cil_room: Mutex<()>,
+    /// `CilSharding::Rotate`: the shard the next commit takes.
+    pub(crate) cil_next_shard: std::sync::atomic::AtomicUsize,
     /// The current context passed the hard limit (2S): set by a commit, cleared when the push
     /// switches contexts. Lets `wait_below_hard_limit` skip the CIL's lock.
     pub(crate) cil_over_hard_limit: std::sync::atomic::AtomicBool,
     /// Contention on the metadata buffer locks and on the CIL lock (the lock table).
     pub(crate) buf_waits: LockWaits,
     pub(crate) cil_waits: LockWaits,
+    /// Contention on `space`'s lock, which every commit takes to turn its reservation into
+    /// its context's charge.
+    pub(crate) space_waits: LockWaits,
     pub(crate) writer: Mutex<LogWriter>,
     pub(crate) space: Mutex<SpaceState>,
     /// The highest checkpoint sequence that is stable (or was empty). Stored under `space`'s
@@ -328,11 +349,14 @@ impl Journal {
             logdev,
             limits,
             space_math,
-            cil: Mutex::new(CilCtx::new(1)),
+            cil: Cil::new(1),
             cil_switched: Condvar::new(),
+            cil_room: Mutex::new(()),
+            cil_next_shard: std::sync::atomic::AtomicUsize::new(0),
             cil_over_hard_limit: std::sync::atomic::AtomicBool::new(false),
             buf_waits: LockWaits::new("buffer"),
             cil_waits: LockWaits::new("cil"),
+            space_waits: LockWaits::new("log space"),
             writer: Mutex::new(writer),
             space: Mutex::new(SpaceState {
                 cil_charged: 0,
@@ -364,6 +388,12 @@ impl Journal {
             *j.ail_worker.lock() = Some(ail_worker::AilWorker::start(&j));
         }
         Ok(j)
+    }
+
+    /// The log space accounting, locked; its waits counted (`space_waits`).
+    pub(crate) fn space(&self) -> parking_lot::MutexGuard<'_, SpaceState> {
+        self.space_waits
+            .acquire_short(|| self.space.try_lock(), || self.space.lock())
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -484,7 +514,10 @@ impl Journal {
             }
         }
         self.grant.shut_down();
-        self.cil_switched.notify_all();
+        {
+            let _room = self.cil_room.lock();
+            self.cil_switched.notify_all();
+        }
         self.checkpoint_done.notify_all();
         Err(e)
     }
@@ -527,7 +560,7 @@ impl Journal {
             Err(e) => return self.shut_down(e),
         };
         {
-            let mut sp = self.space.lock();
+            let mut sp = self.space();
             sp.head = w.head();
             sp.safe_tail = lsn;
             self.publish_space(&sp);
@@ -558,10 +591,7 @@ impl Journal {
 
     fn cover_locked(&self, w: &mut LogWriter) -> Result<bool, JournalError> {
         let covered_at = self.extra.covered_head.load(Ordering::Relaxed);
-        if !self.ail.lock().is_empty()
-            || !self.cil.lock().is_empty()
-            || covered_at == w.head().raw()
-        {
+        if !self.ail.lock().is_empty() || !self.cil.is_empty() || covered_at == w.head().raw() {
             return Ok(false);
         }
         let lsn = match w.write_unmount() {
@@ -572,7 +602,7 @@ impl Journal {
             .covered_head
             .store(w.head().raw(), Ordering::Relaxed);
         self.extra.covers.fetch_add(1, Ordering::Relaxed);
-        let mut sp = self.space.lock();
+        let mut sp = self.space();
         sp.head = w.head();
         sp.safe_tail = sp.safe_tail.max(lsn);
         self.publish_space(&sp);
@@ -588,7 +618,7 @@ impl Journal {
 
     /// (bytes reserved by open transactions, bytes charged by unwritten CIL contexts).
     pub fn space_in_use(&self) -> (u64, u64) {
-        let charged = self.space.lock().cil_charged;
+        let charged = self.space().cil_charged;
         (self.grant.read(|g| g.reserved), charged)
     }
 

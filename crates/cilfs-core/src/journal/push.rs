@@ -1,8 +1,8 @@
 //! Committing into the CIL, pushing checkpoints, and log forces.
 
-use super::{Journal, JournalError, PushMode, SpaceState};
+use super::{CilSharding, Journal, JournalError, PushMode, SpaceState};
 use crate::buf::{Buf, BufData, LateWrite};
-use crate::cil::{late_bound, CilCtx};
+use crate::cil::{late_bound, BYTES_SHARD};
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
 use crate::log::{LogWriter, Lsn};
@@ -22,27 +22,26 @@ impl Journal {
         {
             return;
         }
-        let mut cil = self
-            .cil_waits
-            .acquire(|| self.cil.try_lock(), || self.cil.lock());
-        self.wait_for_room(&mut cil, 0);
+        self.wait_for_room(0);
     }
 
-    /// Waits (the CIL locked as `cil`) while adding `adding` bytes would take a context that
-    /// holds something past the hard limit, for the push to switch contexts.
-    fn wait_for_room(&self, cil: &mut parking_lot::MutexGuard<'_, CilCtx>, adding: u64) {
+    /// Waits, holding no shard of the CIL (the push needs them all to switch), while adding
+    /// `adding` bytes would take a context that holds something past the hard limit, for the
+    /// push to switch contexts.
+    fn wait_for_room(&self, adding: u64) {
         let mut blocked_since = None;
-        while !cil.is_empty()
-            && cil.stream_bytes + adding > self.limits.hard_limit
+        let mut room = self.cil_room.lock();
+        while !self.cil.is_empty()
+            && self.cil.stream_bytes() + adding > self.limits.hard_limit
             && self.check_alive().is_ok()
         {
             blocked_since.get_or_insert_with(std::time::Instant::now);
             self.extra
                 .cil_blocked_commits
                 .fetch_add(1, Ordering::Relaxed);
-            let seq = cil.seq;
-            self.request_push(seq);
-            self.cil_switched.wait(cil);
+            self.request_push(self.cil.seq());
+            // The push notifies under `cil_room` once it switched: no wakeup is missed.
+            self.cil_switched.wait(&mut room);
         }
         if let Some(t) = blocked_since {
             self.extra
@@ -54,17 +53,12 @@ impl Journal {
     /// After a throttled commit (`commit_images`) let go of its locks: in inline mode, the
     /// push it owes once the context passed S.
     pub(crate) fn push_if_due(&self) -> Result<(), JournalError> {
-        if self.cfg.push_mode != PushMode::Inline {
+        if self.cfg.push_mode != PushMode::Inline
+            || self.cil.stream_bytes() < self.limits.space_limit
+        {
             return Ok(());
         }
-        let seq = {
-            let cil = self.cil.lock();
-            if cil.stream_bytes < self.limits.space_limit {
-                return Ok(());
-            }
-            cil.seq
-        };
-        self.push(seq)
+        self.push(self.cil.seq())
     }
 
     /// Formats the locked buffers into the current CIL context (relogging replaces older images) and
@@ -96,42 +90,56 @@ impl Journal {
             self.release_reservation(unit);
             return Err(e);
         }
-        // Held for a moment (the images move in, the charge moves over), by every commit:
-        // a waiter polls before it sleeps, as for the buffers.
-        let mut cil = self
-            .cil_waits
-            .acquire_short(|| self.cil.try_lock(), || self.cil.lock());
         if self.cfg.push_mode == PushMode::Background && !throttled {
-            // Committers block at 2S (before adding, so the context never passes it) until the
-            // push has switched contexts; a transaction larger than 2S goes into an empty one.
+            // Committers block at 2S (before adding, so the context passes it only by what
+            // commits in flight add) until the push has switched contexts; a transaction
+            // larger than 2S goes into an empty one.
             let adding: u64 = bufs
                 .iter()
                 .map(|(_, g)| (OP_HEADER_BYTES + Buf::formatted_len(g)) as u64)
                 .sum::<u64>()
                 + late.map_or(0, |_| late_bound(self.block_size() as usize));
-            self.wait_for_room(&mut cil, adding);
+            self.wait_for_room(adding);
         }
+        // A shard of the CIL, held for a moment (the images move in, the charge moves over):
+        // its thread's, so that threads seldom meet there; shard 0 for late bytes, whose
+        // order is that shard's (`cil/shards.rs`).
+        let shard = if late.is_some_and(|(_, w)| !w.bytes.is_empty()) {
+            BYTES_SHARD
+        } else {
+            match self.cfg.cil_sharding {
+                CilSharding::ByThread => crate::counter::shard(),
+                CilSharding::Rotate => {
+                    (self.cil_next_shard.fetch_add(1, Ordering::Relaxed) / 2) % 3
+                }
+            }
+        };
+        let mut cil = self.cil.lock(shard, &self.cil_waits);
         let seq = cil.seq;
         for (i, &(buf, g)) in bufs.iter().enumerate() {
             let item = || Arc::clone(buf) as Arc<dyn LogItem>;
             match images.as_deref_mut() {
                 // The image it replaces comes back in its place, for the caller to free after
                 // it lets go of the CIL and its turn.
-                Some(images) => {
-                    cil.insert_with(buf.blkno(), item, |out| std::mem::swap(out, &mut images[i]))
+                Some(images) => cil.insert_with(buf.blkno(), g.version, item, |out| {
+                    std::mem::swap(out, &mut images[i])
+                }),
+                None => {
+                    cil.insert_with(buf.blkno(), g.version, item, |out| buf.format_into(g, out))
                 }
-                None => cil.insert_with(buf.blkno(), item, |out| buf.format_into(g, out)),
             }
         }
         if let Some((buf, w)) = late {
             cil.set_late(buf, w, self.block_size() as usize);
         }
+        // Charged per shard: the shards' charges add up to at least the merged context's
+        // (`sectors_bound` is subadditive, and the merge only drops images).
         let charge = self.charge_for(cil.stream_bytes);
         let delta = charge.saturating_sub(cil.charge);
         cil.charge = charge.max(cil.charge);
-        let bytes = cil.stream_bytes;
+        let bytes = cil.cil_stream_bytes();
         {
-            let mut sp = self.space.lock();
+            let mut sp = self.space();
             sp.cil_charged += delta;
             // The reservation becomes the context's charge in one step, so no waiter ever sees
             // the space twice.
@@ -182,13 +190,12 @@ impl Journal {
 
     /// Forces everything committed so far.
     pub fn force_all(&self) -> Result<(), JournalError> {
-        let seq = self.cil.lock().seq;
-        self.force(seq)
+        self.force(self.cil.seq())
     }
 
     /// The current CIL sequence: what a commit now would join.
     pub fn current_seq(&self) -> u64 {
-        self.cil.lock().seq
+        self.cil.seq()
     }
 
     pub fn completed_seq(&self) -> u64 {
@@ -236,7 +243,7 @@ impl Journal {
     /// their checkpoint done. Every holder of the writer releases it through here.
     pub(crate) fn release_writer(&self, writer: parking_lot::MutexGuard<'_, LogWriter>) {
         drop(writer);
-        let _sp = self.space.lock();
+        let _sp = self.space();
         self.checkpoint_done.notify_all();
     }
 
@@ -247,7 +254,7 @@ impl Journal {
         &self,
         seq: u64,
     ) -> Result<Option<parking_lot::MutexGuard<'_, LogWriter>>, JournalError> {
-        let mut sp = self.space.lock();
+        let mut sp = self.space();
         loop {
             if self.completed_seq() >= seq {
                 return Ok(None);
@@ -274,11 +281,9 @@ impl Journal {
         loop {
             if let Some(f) = in_flight.take() {
                 let want = seq.max(self.force_target.load(Ordering::Relaxed));
-                let next_ready = {
-                    let cil = self.cil.lock();
-                    !cil.is_empty()
-                        && (cil.seq <= want || cil.stream_bytes >= self.limits.space_limit)
-                };
+                let next_ready = !self.cil.is_empty()
+                    && (self.cil.seq() <= want
+                        || self.cil.stream_bytes() >= self.limits.space_limit);
                 // A commit that already completed is completed now: its items reach the AIL
                 // and its forcers go before the next body is written.
                 if !next_ready || !writer.commit_pending() || self.check_alive().is_err() {
@@ -296,14 +301,12 @@ impl Journal {
                 return Ok(());
             }
             self.check_alive()?;
-            let ctx = {
-                let mut cil = self.cil.lock();
-                let next = CilCtx::new(cil.seq + 1);
-                let ctx = std::mem::replace(&mut *cil, next);
-                self.cil_over_hard_limit.store(false, Ordering::Release);
+            let ctx = self.cil.switch(self.block_size() as usize);
+            self.cil_over_hard_limit.store(false, Ordering::Release);
+            {
+                let _room = self.cil_room.lock();
                 self.cil_switched.notify_all();
-                ctx
-            };
+            }
             let carry_tail = std::mem::take(&mut write_empty);
             if ctx.is_empty() {
                 if carry_tail {
@@ -312,7 +315,7 @@ impl Journal {
                     // Only reached with nothing in flight: one in flight is followed only by a
                     // context seen non-empty, and committers only add to it.
                     debug_assert!(in_flight.is_none());
-                    self.set_completed_seq(&mut self.space.lock(), ctx.seq);
+                    self.set_completed_seq(&mut self.space(), ctx.seq);
                     self.checkpoint_done.notify_all();
                     continue;
                 }
@@ -396,7 +399,7 @@ impl Journal {
             }
         }
         {
-            let mut sp = self.space.lock();
+            let mut sp = self.space();
             sp.cil_charged -= f.charge;
             // Against the body records' tail: recovery starts there if the commit is lost.
             let used = self.space_math.distance(f.written.body_tail, f.end);

@@ -99,7 +99,7 @@ impl Journal {
     /// How far relief writes back: a quarter of the log past the safe tail (XFS's free
     /// threshold).
     fn relief_target(&self) -> Lsn {
-        let safe_tail = self.space.lock().safe_tail;
+        let safe_tail = self.space().safe_tail;
         self.space_math
             .advance(safe_tail, self.space_math.sectors / 4)
     }
@@ -109,9 +109,9 @@ impl Journal {
     /// checkpoint to carry a tail that moved. Returns whether a checkpoint was pushed, or
     /// (after a short pause) whether items locked at the moment may free space once unlocked.
     pub(crate) fn free_space(&self, target: Lsn) -> Result<bool, JournalError> {
-        let before = self.space.lock().safe_tail;
+        let before = self.space().safe_tail;
         let r = self.write_back_ail(target)?;
-        let cil_has_items = !self.cil.lock().is_empty();
+        let cil_has_items = !self.cil.is_empty();
         if r.pinned > 0 || cil_has_items {
             // A push samples the tail and flushes the data device before it writes.
             let seq = self.current_seq();
@@ -180,7 +180,7 @@ impl Journal {
         if self.ahead_paused.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let head = self.space.lock().head;
+        let head = self.space().head;
         let target = if self.cache.over_limit() {
             Lsn::from_raw(u64::MAX)
         } else if self.available() < self.capacity() / 2 {

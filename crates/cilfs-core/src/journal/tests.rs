@@ -32,6 +32,7 @@ fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
         // 64 buffers: tests touching hundreds of blocks exercise eviction.
         cache_bytes_max: Some(64 * 1024),
         log_force_interval: None,
+        cil_sharding: Default::default(),
     }
 }
 
@@ -516,7 +517,7 @@ fn overlap_step_by_step(
     };
     // Checkpoint 2, filled to S while the pusher holds the writer, so nothing switches it.
     let mut n2 = 0;
-    while j.cil.lock().stream_bytes < s {
+    while j.cil.stream_bytes() < s {
         assert_eq!(commit_block(SECOND.0 + n2, SECOND.1), 2);
         n2 += 1;
     }

@@ -5,7 +5,7 @@
 //! that does not fit queues behind every earlier one; the one at the head of the queue calls the
 //! journal back to make space (write the AIL back, push the CIL, flush), the others sleep.
 
-use crate::sync::{lock, wait, Condvar, Mutex};
+use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 
 #[derive(Debug, Default)]
@@ -47,9 +47,18 @@ pub enum ReserveError<E> {
 pub struct GrantHead {
     state: Mutex<GrantState>,
     changed: Condvar,
+    /// Contention on `state`'s lock (the lock table's `grant head`): every transaction takes
+    /// it to reserve and again to commit.
+    pub waits: crate::lockstat::LockWaits,
 }
 
 impl GrantHead {
+    /// `state` locked, its waits counted.
+    fn locked(&self) -> MutexGuard<'_, GrantState> {
+        self.waits
+            .acquire(|| self.state.try_lock().ok(), || lock(&self.state))
+    }
+
     pub fn new(capacity: u64) -> Self {
         Self {
             state: Mutex::new(GrantState {
@@ -57,6 +66,7 @@ impl GrantHead {
                 ..Default::default()
             }),
             changed: Condvar::new(),
+            waits: crate::lockstat::LockWaits::new("grant head"),
         }
     }
 
@@ -68,7 +78,7 @@ impl GrantHead {
         unit: u64,
         mut make_space: impl FnMut() -> Result<bool, E>,
     ) -> Result<Option<std::time::Duration>, ReserveError<E>> {
-        let mut g = lock(&self.state);
+        let mut g = self.locked();
         let max = g.capacity / 4;
         if unit > max {
             return Err(ReserveError::TooLarge { need: unit, max });
@@ -109,7 +119,7 @@ impl GrantHead {
                 let seen = g.version;
                 drop(g);
                 let progress = make_space();
-                g = lock(&self.state);
+                g = self.locked();
                 match progress {
                     Ok(true) => continue,
                     // Something changed while the lock was dropped: its wakeup went to nobody.
@@ -131,7 +141,7 @@ impl GrantHead {
     /// never sleeps and never makes space. `Ok(false)`: the caller must wait (`reserve`)
     /// somewhere it holds no lock another operation needs, then try again.
     pub fn try_reserve(&self, unit: u64) -> Result<bool, ReserveError<std::convert::Infallible>> {
-        let mut g = lock(&self.state);
+        let mut g = self.locked();
         let max = g.capacity / 4;
         if unit > max {
             return Err(ReserveError::TooLarge { need: unit, max });
@@ -154,7 +164,7 @@ impl GrantHead {
     /// first looks at the state, under the same lock, so none can miss this change.
     pub fn update<R>(&self, f: impl FnOnce(&mut GrantState) -> R) -> R {
         let (r, waiters) = {
-            let mut g = lock(&self.state);
+            let mut g = self.locked();
             g.version += 1;
             (f(&mut g), !g.waiters.is_empty())
         };
@@ -176,7 +186,7 @@ impl GrantHead {
     }
 
     pub fn read<R>(&self, f: impl FnOnce(&GrantState) -> R) -> R {
-        f(&lock(&self.state))
+        f(&self.locked())
     }
 
     /// Fails every waiter and every later reservation.

@@ -572,6 +572,7 @@ mod tests {
                 push_mode: PushMode::Inline,
                 cache_bytes_max: Some(1 << 20),
                 log_force_interval: None,
+                cil_sharding: Default::default(),
             }
         }
 

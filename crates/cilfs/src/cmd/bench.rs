@@ -259,6 +259,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         push_mode: PushMode::Background,
         cache_bytes_max: a.cache_size,
         log_force_interval: None,
+        cil_sharding: Default::default(),
     };
     let j = Journal::open(Arc::clone(&data), logdev.clone(), cfg).map_err(Failure::usage)?;
     let (first, _) = j.metadata_area();
