@@ -54,6 +54,14 @@ impl LockWaits {
         g
     }
 
+    /// The lock through `try_lock` alone: counted as taken if it was, else not at all (the
+    /// caller then waits for it through `acquire_short`, which counts the wait).
+    pub fn try_acquire<G>(&self, try_lock: impl FnOnce() -> Option<G>) -> Option<G> {
+        let g = try_lock()?;
+        self.acquired[shard()].0.fetch_add(1, Ordering::Relaxed);
+        Some(g)
+    }
+
     /// `acquire` for a lock held only for moments (a buffer, an inode cache or page cache
     /// shard, the header): a waiter polls it for a few microseconds before it blocks
     /// (`adaptive::spin_then_block`).
