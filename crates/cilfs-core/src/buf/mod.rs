@@ -136,8 +136,10 @@ impl Buf {
 /// a counter, and its push moves the block's counter by the sum from where the last push left
 /// it. So commits that change counters alone may reach the CIL in any order, and a context's
 /// checkpoint holds exactly the changes of the commits in it and before it. The bytes of a
-/// late write never change a counter (the push keeps the counters as they were around them),
-/// unless `counters_set` says its bytes hold the counters' first values (mkfs).
+/// late write never change a counter that a write of the context lists (the push keeps those
+/// as they were around the bytes), unless `counters_set` says its bytes hold the counters'
+/// first values (mkfs). So a write whose bytes cover counters must list each of them, with a
+/// change of nothing for one it does not move (`Header::counter_changes`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LateWrite {
     pub offset: usize,
@@ -168,6 +170,11 @@ impl CounterChange {
             CounterChange::Add(d) => v.wrapping_add(d),
             CounterChange::Max(m) => v.max(m),
         }
+    }
+
+    /// Whether it leaves every counter as it is.
+    pub fn is_nothing(self) -> bool {
+        matches!(self, CounterChange::Add(0) | CounterChange::Max(0))
     }
 
     /// This change followed by `later`, as one; None if they are of different kinds.

@@ -162,6 +162,11 @@ fn merge_late(key: ItemKey, old: &mut LateWrite, w: &LateWrite) {
         old.bytes.clear();
         old.bytes.extend_from_slice(&w.bytes);
     } else if o.start <= n.start && n.end <= o.end {
+        // Into bytes that set the counters, it would set them too.
+        assert!(
+            !old.counters_set,
+            "block {key}: a late write into bytes that set its counters"
+        );
         old.bytes[n.start - o.start..n.end - o.start].copy_from_slice(&w.bytes);
     } else {
         assert!(

@@ -1170,3 +1170,83 @@ fn creates_in_sibling_directories_change_no_inode_leaf_in_common() {
     );
     assert_clean(&fs);
 }
+
+/// A commit of leaves adds its counters to the header in memory before its CIL insert, with
+/// no turn. A commit that changes the header's structure (a link that splits a leaf, which
+/// changes no inode count) merged in between writes the header's bytes, that count among
+/// them, into an earlier checkpoint than the leaf commit's: its late write lists every
+/// counter, so the push keeps each as the checkpoints' own changes make it, and the leaf
+/// commit's inode is counted once. (Found by a review: the bytes carried the count, the push
+/// kept only the counters a commit of the context had moved, and the header counted the
+/// inode twice.)
+#[test]
+fn a_structural_commit_between_a_leaf_commits_counters_and_its_insert_counts_it_once() {
+    use super::tx::AFTER_HEADER_MERGE;
+    use std::sync::mpsc;
+    let (clock, dev, fs, da) = fresh_with(1719, b"dA");
+    let db = fs.mkdir(U, ROOT_INO, b"dB", 0o755).unwrap().ino;
+    let target = fs.mknod(U, da, b"target", 0o100_644, 0).unwrap().ino;
+    files_in(&fs, da, 100);
+    let fb = files_in(&fs, db, 100);
+    // The link's blocks and the create's are not the same: neither conflicts with the other.
+    assert!(inode_leaves(&fs, &[da, target]).is_disjoint(&inode_leaves(&fs, &[db, fb[99]])));
+    fs.journal.force_all().unwrap();
+    let (paused_tx, paused_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let fs = &fs;
+        let create = s.spawn(move || {
+            let mut once = Some((paused_tx, go_rx));
+            AFTER_HEADER_MERGE.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move |leaves_only| {
+                    if let Some((paused, go)) = once.take().filter(|_| leaves_only) {
+                        paused.send(()).unwrap();
+                        go.recv().unwrap();
+                    }
+                }))
+            });
+            fs.mknod(U, db, b"late", 0o100_644, 0).unwrap();
+            AFTER_HEADER_MERGE.with(|h| h.borrow_mut().take());
+        });
+        // The create's counters are in memory; its insert waits.
+        paused_rx.recv().unwrap();
+        let structural = std::rc::Rc::new(std::cell::Cell::new(false));
+        let seen = structural.clone();
+        AFTER_HEADER_MERGE.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move |leaves_only| {
+                if !leaves_only {
+                    seen.set(true);
+                }
+            }))
+        });
+        let mut i = 0;
+        while !structural.get() {
+            fs.link(
+                target,
+                da,
+                format!("link-with-a-long-name-{i:05}").as_bytes(),
+            )
+            .unwrap();
+            i += 1;
+            assert!(i < 2000, "no link changed the header's structure");
+        }
+        AFTER_HEADER_MERGE.with(|h| h.borrow_mut().take());
+        // The link's checkpoint, before the create's.
+        fs.journal.force_all().unwrap();
+        go_tx.send(()).unwrap();
+        create.join().unwrap();
+    });
+    fs.journal.force_all().unwrap();
+    let on_block = {
+        let buf = fs.journal.buf(fs.hdr_blk).unwrap();
+        let g = buf.lock();
+        super::header::Header::decode(&g.data, fs.hdr_blk).unwrap()
+    };
+    let in_memory = fs.read_state().hdr.lock().clone();
+    assert_eq!(on_block.inode_count, in_memory.inode_count);
+    assert_eq!(on_block.next_ino, in_memory.next_ino);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = super::tests::mount(&dev, opts(&clock));
+    assert_clean(&fs);
+}

@@ -105,25 +105,31 @@ impl Header {
 
     /// How the counters moved from `before` to `self`, as a commit writes them late
     /// (`LateWrite::counters`): next_ino raised, free_blocks and inode_count moved by the
-    /// difference. Empty if none moved.
-    pub fn counter_changes(&self, before: &Header) -> Vec<(usize, CounterChange)> {
+    /// difference; all three, a counter that did not move with a change of nothing. A late
+    /// write of the header's bytes must list every counter they cover: the push keeps only
+    /// the counters a context's writes list where the checkpoints before left them, and the
+    /// values the bytes carry may count commits of another context (a commit of leaves adds
+    /// its counters to the header in memory before its insert, with no turn).
+    pub fn counter_changes(&self, before: &Header) -> [(usize, CounterChange); 3] {
         let at = |i: usize| COUNTERS.start + 8 * i;
-        let mut out = Vec::new();
-        if self.next_ino > before.next_ino {
-            out.push((at(0), CounterChange::Max(self.next_ino)));
-        }
-        for (i, (now, was)) in [
-            (self.free_blocks, before.free_blocks),
-            (self.inode_count, before.inode_count),
+        [
+            (
+                at(0),
+                CounterChange::Max(if self.next_ino > before.next_ino {
+                    self.next_ino
+                } else {
+                    0
+                }),
+            ),
+            (
+                at(1),
+                CounterChange::Add(self.free_blocks.wrapping_sub(before.free_blocks)),
+            ),
+            (
+                at(2),
+                CounterChange::Add(self.inode_count.wrapping_sub(before.inode_count)),
+            ),
         ]
-        .into_iter()
-        .enumerate()
-        {
-            if now != was {
-                out.push((at(i + 1), CounterChange::Add(now.wrapping_sub(was))));
-            }
-        }
-        out
     }
 
     /// next_ino, free_blocks and inode_count, encoded one after another (`COUNTERS`).
@@ -243,7 +249,6 @@ mod tests {
         let mut bytes = vec![0u8; 4096];
         before.encode_into(&mut bytes);
         let changes = after.counter_changes(&before);
-        assert_eq!(changes.len(), 3);
         for &(at, change) in &changes {
             let v = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
             bytes[at..at + 8].copy_from_slice(&change.apply(v).to_le_bytes());
@@ -255,6 +260,9 @@ mod tests {
         // A lower next_ino is no change (numbers are only ever raised), nor are equal counts.
         let mut lower = before.clone();
         lower.next_ino -= 1;
-        assert!(lower.counter_changes(&before).is_empty());
+        assert!(lower
+            .counter_changes(&before)
+            .iter()
+            .all(|(_, c)| c.is_nothing()));
     }
 }

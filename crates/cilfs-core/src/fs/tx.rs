@@ -248,7 +248,7 @@ impl<'a> FsTx<'a> {
             // clones the header, free list and all), and the log's by the same changes, summed
             // by the push (`LateWrite::counters`), in whatever order commits reach the CIL.
             let changes = self.hdr.counter_changes(&self.hdr_before);
-            if !changes.is_empty() {
+            if !changes.iter().all(|(_, c)| c.is_nothing()) {
                 {
                     let mut cur = hdr.lock();
                     let (b, m) = (&self.hdr_before, &self.hdr);
@@ -260,7 +260,8 @@ impl<'a> FsTx<'a> {
                         .wrapping_add(m.free_blocks.wrapping_sub(b.free_blocks));
                     cur.next_ino = cur.next_ino.max(m.next_ino);
                 }
-                self.tx.write_late(self.hdr_blk, counters_late(changes))?;
+                self.tx
+                    .write_late(self.hdr_blk, counters_late(changes.to_vec()))?;
             }
         } else {
             let mut cur = hdr.lock();
@@ -275,6 +276,12 @@ impl<'a> FsTx<'a> {
                 *cur = self.hdr.clone();
             }
         }
+        #[cfg(test)]
+        AFTER_HEADER_MERGE.with(|h| {
+            if let Some(f) = h.borrow_mut().as_mut() {
+                f(leaves_only);
+            }
+        });
         if !leaves_only {
             self.tx.publish_locked(&mut locks);
         }
@@ -830,7 +837,8 @@ fn write_header_late(
             offset: 0,
             bytes,
             lsn_offset: HEADER_LSN_OFFSET,
-            counters: h.counter_changes(before),
+            // Every counter, moved or not: the bytes cover them all (`counter_changes`).
+            counters: h.counter_changes(before).to_vec(),
             counters_set: whole,
         },
     )?;
@@ -1336,4 +1344,16 @@ mod logged_leaf_tests {
             }
         }
     }
+}
+
+/// Tests: a hook given whether the commit changes leaves only.
+#[cfg(test)]
+pub(crate) type HeaderMergeHook = Box<dyn FnMut(bool)>;
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: run by `insert_shared` of this thread after its header reached the filesystem's
+    /// and before its CIL insert.
+    pub(crate) static AFTER_HEADER_MERGE: std::cell::RefCell<Option<HeaderMergeHook>> =
+        const { std::cell::RefCell::new(None) };
 }

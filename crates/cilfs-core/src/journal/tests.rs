@@ -1242,7 +1242,8 @@ fn a_block_relogged_in_one_checkpoint_carries_every_dirty_range() {
 
 /// Counters written late as changes (`LateWrite::counters`): each checkpoint's block holds
 /// the sum of the changes of the commits in it and before it, whichever order they came in,
-/// and bytes written late beside them (which carry stale counter values) never overwrite them.
+/// and bytes written late over them (which carry stale values) never overwrite the counters
+/// the writes list (every write here lists all three, as the header's must).
 /// The device dies at every IO of two unforced checkpoints and loses any of its volatile
 /// writes: the counters always match the commits that survived.
 #[test]
