@@ -18,7 +18,11 @@
 //!
 //! What must hold (what recovery needs): every prefix of the CIL, the state a checkpoint
 //! boundary could leave after a crash, is the state some serial run of the transactions in it
-//! would leave, and the header counter in it counts exactly them. The model without the
+//! would leave, and the header's count in it, replayed as the push does (bytes a commit wrote
+//! set it unless they list it; each commit's change moves it), counts exactly them. A commit
+//! adds its count to the header in memory and inserts into the CIL in two holds, as the real
+//! one does, so one that writes the header's bytes may encode a count whose insert comes
+//! after its own: the model whose bytes do not list the count must fail. The model without the
 //! read-set lock check lets two commits each miss the other's write (write skew): its test
 //! expects loom to find that.
 
@@ -136,10 +140,28 @@ struct Store {
     blocks: Vec<Block>,
     /// The publish turn, which structural commits alone take.
     turn: Mutex<()>,
-    /// The CIL in insert order (transaction ids) and the header counter, under its lock.
-    cil: Mutex<(Vec<usize>, u64)>,
+    /// The header's count in memory (`FsState.hdr`): what a commit adds to it, and what a
+    /// commit writing the header's bytes encodes.
+    hdr: Mutex<u64>,
+    /// The CIL in insert order, under its lock.
+    cil: Mutex<Vec<Entry>>,
+    /// Whether a write of the header's bytes lists the count (`Header::counter_changes`);
+    /// false is the model of the bug a review found, for the test that shows the model
+    /// finds it.
+    bytes_list_the_count: bool,
     /// Each transaction's reads as it saw them when it committed: (block, value).
     seen: Mutex<Vec<(usize, Vec<(usize, u64)>)>>,
+}
+
+/// A commit in the CIL, with its late write of the header: its change of the count, and,
+/// for one that writes the header's bytes, the count they carry and whether it lists the
+/// count (then the push keeps the count around the bytes).
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    id: usize,
+    delta: u64,
+    bytes: Option<u64>,
+    listed: bool,
 }
 
 /// A transaction: reads `reads`, writes `writes`, each written block getting a value made from
@@ -197,7 +219,7 @@ fn run(store: &Store, t: &Txn, check_read_locks: bool) {
                 store.blocks[b].lock(true).set(v);
                 store.blocks[b].version.fetch_add(1, Ordering::Release);
             }
-            commit_turn(store, t.id, seen);
+            commit_turn(store, t, seen);
             return;
         }
         // Build: each block read under its lock for a moment, its version noted.
@@ -295,24 +317,46 @@ fn run(store: &Store, t: &Txn, check_read_locks: bool) {
             None if t.structural => Some(Quiet::new(store.turn.lock().unwrap())),
             None => None,
         };
-        insert(store, t.id);
+        insert(store, t, t.structural);
         drop(turn);
         drop(guards);
         return;
     }
 }
 
-fn commit_turn(store: &Store, id: usize, seen: Vec<(usize, u64)>) {
-    store.seen.lock().unwrap().push((id, seen));
+/// The exclusive path's commit: it writes the header's bytes, as `FsTx::commit` does.
+fn commit_turn(store: &Store, t: &Txn, seen: Vec<(usize, u64)>) {
+    store.seen.lock().unwrap().push((t.id, seen));
     let _turn = Quiet::new(store.turn.lock().unwrap());
-    insert(store, id);
+    insert(store, t, true);
 }
 
-/// Inserts into the CIL and counts itself in the header counter.
-fn insert(store: &Store, id: usize) {
-    let mut cil = store.cil.lock().unwrap();
-    cil.0.push(id);
-    cil.1 += 1;
+/// Adds its count (a commit of leaves is a create: 1; one changing structure: 0) to the
+/// header in memory, then inserts into the CIL: two holds, as `insert_shared` (the header's
+/// lock, then the CIL's), so another commit may merge the header between them. One that
+/// `writes_bytes` (holding the turn or the exclusive lock) encodes the count as it is then.
+fn insert(store: &Store, t: &Txn, writes_bytes: bool) {
+    let delta = u64::from(!t.structural);
+    let bytes = {
+        let mut h = store.hdr.lock().unwrap();
+        *h += delta;
+        writes_bytes.then_some(*h)
+    };
+    store.cil.lock().unwrap().push(Entry {
+        id: t.id,
+        delta,
+        bytes,
+        listed: store.bytes_list_the_count,
+    });
+}
+
+/// The count a checkpoint holding `prefix` writes, replayed as the push does: bytes set it
+/// unless they list it, then each change moves it.
+fn replayed_count(prefix: &[Entry]) -> u64 {
+    prefix.iter().fold(0, |c, e| match e.bytes {
+        Some(v) if !e.listed => v,
+        _ => c + e.delta,
+    })
 }
 
 /// The blocks after running `order` serially from zeros.
@@ -347,6 +391,10 @@ fn permutations(ids: &[usize]) -> Vec<Vec<usize>> {
 
 /// Runs the transactions on threads of their own and checks every prefix of the CIL.
 fn check(txns: Vec<Txn>, nblocks: usize, check_read_locks: bool) {
+    check_with(txns, nblocks, check_read_locks, true);
+}
+
+fn check_with(txns: Vec<Txn>, nblocks: usize, check_read_locks: bool, bytes_list_the_count: bool) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(move || {
@@ -354,8 +402,10 @@ fn check(txns: Vec<Txn>, nblocks: usize, check_read_locks: bool) {
             state: RwLock::new(()),
             blocks: (0..nblocks).map(|_| Block::new()).collect(),
             turn: Mutex::new(()),
-            cil: Mutex::new((Vec::new(), 0)),
+            hdr: Mutex::new(0),
+            cil: Mutex::new(Vec::new()),
             seen: Mutex::new(Vec::new()),
+            bytes_list_the_count,
         });
         let threads: Vec<_> = txns
             .iter()
@@ -372,8 +422,9 @@ fn check(txns: Vec<Txn>, nblocks: usize, check_read_locks: bool) {
         for th in threads {
             th.join().unwrap();
         }
-        let (cil, counter) = store.cil.lock().unwrap().clone();
-        assert_eq!(counter as usize, cil.len());
+        let entries = store.cil.lock().unwrap().clone();
+        let cil: Vec<usize> = entries.iter().map(|e| e.id).collect();
+        assert_eq!(cil.len(), txns.len());
         // Each prefix, replayed as the CIL holds it (each block's newest image), must be
         // what some serial run of the same transactions leaves.
         let seen = store.seen.lock().unwrap().clone();
@@ -388,6 +439,13 @@ fn check(txns: Vec<Txn>, nblocks: usize, check_read_locks: bool) {
                     replay[b] = v;
                 }
             }
+            // The header's count in that checkpoint: exactly its creates.
+            let creates = prefix.iter().filter(|&&id| !txns[id].structural).count() as u64;
+            assert_eq!(
+                replayed_count(&entries[..n]),
+                creates,
+                "the CIL's first {n} commits {prefix:?} count {creates} creates"
+            );
             let serializable = permutations(prefix)
                 .iter()
                 .any(|order| serial(&txns, order, nblocks) == replay);
@@ -485,6 +543,33 @@ fn loom_a_structural_commit_that_falls_back_neither_deadlocks_nor_skews() {
 #[should_panic(expected = "deadlock")]
 fn loom_a_structural_commit_waiting_for_blocks_under_the_turn_deadlocks() {
     check(structural_fallback(true), 2, true);
+}
+
+/// A commit of leaves (a create) and one changing structure on other blocks: the create's
+/// count may reach the header in memory before the other merges it and its insert after.
+fn create_beside_split() -> Vec<Txn> {
+    vec![
+        Txn {
+            structural: true,
+            ..Txn::leaf(0, vec![], vec![0])
+        },
+        Txn::leaf(1, vec![], vec![1]),
+    ]
+}
+
+/// Every checkpoint's header counts exactly its creates: the structural commit's bytes list
+/// the count, so the push keeps it around them.
+#[test]
+fn loom_a_header_written_beside_a_create_counts_exactly_the_creates_before_it() {
+    check(create_beside_split(), 2, true);
+}
+
+/// The same with the bytes not listing the count (the bug a review found): a checkpoint
+/// holding the structural commit alone counts the create whose insert comes after.
+#[test]
+#[should_panic(expected = "creates")]
+fn loom_header_bytes_that_do_not_list_the_count_count_a_create_too_early() {
+    check_with(create_beside_split(), 2, true, false);
 }
 
 /// Two structural commits in write skew: each falls back or conflicts, never both publish a
