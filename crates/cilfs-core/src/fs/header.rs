@@ -132,6 +132,19 @@ impl Header {
         ]
     }
 
+    /// Moves the counters by `changes` (`counter_changes` of another header): what the push
+    /// does to the encoded ones.
+    pub fn apply_counter_changes(&mut self, changes: &[(usize, CounterChange)]) {
+        for &(at, change) in changes {
+            let field = match (at - COUNTERS.start) / 8 {
+                0 => &mut self.next_ino,
+                1 => &mut self.free_blocks,
+                _ => &mut self.inode_count,
+            };
+            *field = change.apply(*field);
+        }
+    }
+
     /// next_ino, free_blocks and inode_count, encoded one after another (`COUNTERS`).
     fn counters(&self) -> [u8; COUNTERS.end - COUNTERS.start] {
         let mut out = [0u8; COUNTERS.end - COUNTERS.start];
@@ -257,6 +270,9 @@ mod tests {
         after.encode_into(&mut want);
         assert_eq!(bytes, want);
         assert_eq!(Header::decode(&bytes, 0).unwrap(), after);
+        let mut moved = before.clone();
+        moved.apply_counter_changes(&changes);
+        assert_eq!(moved, after);
         // A lower next_ino is no change (numbers are only ever raised), nor are equal counts.
         let mut lower = before.clone();
         lower.next_ino -= 1;

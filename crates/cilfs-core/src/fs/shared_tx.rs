@@ -633,26 +633,31 @@ impl Fs {
 /// Tests: runs this thread's `BEFORE_TURN` hook, if any.
 fn before_turn_hook(leaves_only: bool) {
     #[cfg(test)]
-    BEFORE_TURN.with(|h| {
-        if let Some(f) = h.borrow_mut().as_mut() {
-            f(leaves_only);
-        }
-    });
+    run_commit_hook(&BEFORE_TURN, leaves_only);
     #[cfg(not(test))]
     let _ = leaves_only;
 }
 
 /// Tests: a hook given whether the commit changes leaves only.
 #[cfg(test)]
-pub(crate) type TurnHook = Box<dyn FnMut(bool)>;
+pub(crate) type CommitHook = std::cell::RefCell<Option<Box<dyn FnMut(bool)>>>;
+
+/// Tests: runs this thread's `hook`, if set, given whether the commit changes leaves only.
+#[cfg(test)]
+pub(crate) fn run_commit_hook(hook: &'static std::thread::LocalKey<CommitHook>, leaves_only: bool) {
+    hook.with(|h| {
+        if let Some(f) = h.borrow_mut().as_mut() {
+            f(leaves_only);
+        }
+    });
+}
 
 #[cfg(test)]
 thread_local! {
     /// Tests: run by every optimistic commit of this thread just before it waits for its
     /// turn, or, for a commit of leaves, which takes none, at the same place: just before it
     /// inserts into the CIL.
-    pub(crate) static BEFORE_TURN: std::cell::RefCell<Option<TurnHook>> =
-        const { std::cell::RefCell::new(None) };
+    pub(crate) static BEFORE_TURN: CommitHook = const { std::cell::RefCell::new(None) };
 }
 
 /// Tests: a hook an optimistic operation of this thread runs once, at a point named below.

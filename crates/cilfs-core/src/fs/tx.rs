@@ -249,17 +249,7 @@ impl<'a> FsTx<'a> {
             // by the push (`LateWrite::counters`), in whatever order commits reach the CIL.
             let changes = self.hdr.counter_changes(&self.hdr_before);
             if !changes.iter().all(|(_, c)| c.is_nothing()) {
-                {
-                    let mut cur = hdr.lock();
-                    let (b, m) = (&self.hdr_before, &self.hdr);
-                    cur.inode_count = cur
-                        .inode_count
-                        .wrapping_add(m.inode_count.wrapping_sub(b.inode_count));
-                    cur.free_blocks = cur
-                        .free_blocks
-                        .wrapping_add(m.free_blocks.wrapping_sub(b.free_blocks));
-                    cur.next_ino = cur.next_ino.max(m.next_ino);
-                }
+                hdr.lock().apply_counter_changes(&changes);
                 self.tx
                     .write_late(self.hdr_blk, counters_late(changes.to_vec()))?;
             }
@@ -277,11 +267,7 @@ impl<'a> FsTx<'a> {
             }
         }
         #[cfg(test)]
-        AFTER_HEADER_MERGE.with(|h| {
-            if let Some(f) = h.borrow_mut().as_mut() {
-                f(leaves_only);
-            }
-        });
+        super::shared_tx::run_commit_hook(&AFTER_HEADER_MERGE, leaves_only);
         if !leaves_only {
             self.tx.publish_locked(&mut locks);
         }
@@ -313,15 +299,13 @@ impl<'a> FsTx<'a> {
             )*};
         }
         structural!(fs_root, bno_root, size_root, freelist, data_start, data_end);
-        m.free_blocks = cur
-            .free_blocks
-            .wrapping_add(m.free_blocks.wrapping_sub(b.free_blocks));
-        m.inode_count = cur
-            .inode_count
-            .wrapping_add(m.inode_count.wrapping_sub(b.inode_count));
-        // Inode numbers come from `Fs::alloc_ino`; a transaction only ever raises the mark
-        // past the numbers it used.
-        m.next_ino = m.next_ino.max(cur.next_ino);
+        // Counters move by as much from the newest (the next inode number only ever raised:
+        // numbers come from `Fs::alloc_ino`, and a transaction raises the mark past those it
+        // used).
+        let changes = m.counter_changes(b);
+        (m.next_ino, m.free_blocks, m.inode_count) =
+            (cur.next_ino, cur.free_blocks, cur.inode_count);
+        m.apply_counter_changes(&changes);
         self.hdr_before = cur.clone();
         true
     }
@@ -1346,14 +1330,10 @@ mod logged_leaf_tests {
     }
 }
 
-/// Tests: a hook given whether the commit changes leaves only.
-#[cfg(test)]
-pub(crate) type HeaderMergeHook = Box<dyn FnMut(bool)>;
-
 #[cfg(test)]
 thread_local! {
     /// Tests: run by `insert_shared` of this thread after its header reached the filesystem's
     /// and before its CIL insert.
-    pub(crate) static AFTER_HEADER_MERGE: std::cell::RefCell<Option<HeaderMergeHook>> =
+    pub(crate) static AFTER_HEADER_MERGE: super::shared_tx::CommitHook =
         const { std::cell::RefCell::new(None) };
 }
