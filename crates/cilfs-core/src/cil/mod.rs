@@ -209,7 +209,9 @@ pub struct CilLimits {
 
 impl CilLimits {
     /// S = min(log / 8, 16 x logbufs x logbsize), or `requested`; never more than a quarter of
-    /// the log, so a checkpoint (at most 2S) never exceeds half of it.
+    /// the log, so a checkpoint of 2S (where committers block; commits in flight may add a
+    /// little more, as in XFS) stays near half of it. What keeps the log from overrunning is
+    /// the charges, not this bound.
     pub fn new(log_bytes: u64, cfg: &LogConfig, requested: Option<u64>) -> Self {
         let default = (log_bytes / 8).min(16 * u64::from(cfg.logbufs) * u64::from(cfg.logbsize));
         let s = requested.unwrap_or(default).clamp(4096, log_bytes / 4);

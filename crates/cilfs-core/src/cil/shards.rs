@@ -16,7 +16,7 @@
 use super::{merge_late, CilCtx, CilEntry, CHECKPOINT_FIXED_STREAM};
 use crate::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Shards: as many as the per-thread counters' (`counter::SHARDS`), whose thread numbering
 /// picks them.
@@ -38,6 +38,10 @@ pub struct Cil {
     /// Op-stream bytes of the items in every shard, kept by the commits under their shard's
     /// lock: what the space limit, the hard limit and emptiness are checked against.
     items_bytes: AtomicU64,
+    /// The open context passed the hard limit (2S): set by a commit under its shard's lock,
+    /// cleared by the switch with every shard held (so a commit into the next context cannot
+    /// have its mark cleared). Lets `wait_below_hard_limit` skip the CIL.
+    over_hard_limit: AtomicBool,
 }
 
 impl Cil {
@@ -48,6 +52,7 @@ impl Cil {
                 .collect(),
             seq: AtomicU64::new(seq),
             items_bytes: AtomicU64::new(0),
+            over_hard_limit: AtomicBool::new(false),
         }
     }
 
@@ -66,6 +71,11 @@ impl Cil {
         self.items_bytes.load(Ordering::Acquire) == 0
     }
 
+    /// Whether a commit found the open context past the hard limit.
+    pub fn over_hard_limit(&self) -> bool {
+        self.over_hard_limit.load(Ordering::Acquire)
+    }
+
     /// Shard `i` (of `SHARDS`) locked, its waits counted in `waits`. Its context's sequence is
     /// the open one's for as long as it is held.
     pub fn lock(&self, i: usize, waits: &LockWaits) -> ShardGuard<'_> {
@@ -77,6 +87,7 @@ impl Cil {
             ctx,
             before,
             items_bytes: &self.items_bytes,
+            over_hard_limit: &self.over_hard_limit,
         }
     }
 
@@ -93,6 +104,7 @@ impl Cil {
             .map(|g| std::mem::replace(&mut **g, CilCtx::new(next)))
             .collect();
         self.items_bytes.store(0, Ordering::Release);
+        self.over_hard_limit.store(false, Ordering::Release);
         self.seq.store(next, Ordering::Release);
         drop(guards);
         merge(seq, taken, block_size)
@@ -107,9 +119,15 @@ pub struct ShardGuard<'a> {
     ctx: MutexGuard<'a, CilCtx>,
     before: u64,
     items_bytes: &'a AtomicU64,
+    over_hard_limit: &'a AtomicBool,
 }
 
 impl ShardGuard<'_> {
+    /// The open context is past the hard limit (`Cil::over_hard_limit`).
+    pub fn set_over_hard_limit(&self) {
+        self.over_hard_limit.store(true, Ordering::Release);
+    }
+
     /// The CIL's op-stream bytes as of this shard's changes so far.
     pub fn cil_stream_bytes(&self) -> u64 {
         CHECKPOINT_FIXED_STREAM

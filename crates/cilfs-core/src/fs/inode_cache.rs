@@ -123,34 +123,46 @@ impl InodeCache {
         self.shards[shard_of(ino)].is_locked()
     }
 
-    /// The shards of every inode in `inos`, locked in shard order. It never waits while it
-    /// holds one: a shard found held, it lets go of those it took, waits for that one alone,
-    /// and starts again. Waiting for a second shard with the first held, a thread whose
-    /// holder the scheduler had preempted stopped everyone who needed the first too (eight
-    /// threads on two vCPUs).
+    /// The shards of every inode in `inos`, locked. It never waits for one while it holds
+    /// another: a shard found held, it lets go of the others, waits for that one alone, and
+    /// then only tries the rest (so the order it takes them in makes no cycle). Waiting for a
+    /// second shard with the first held, a thread whose holder the scheduler had preempted
+    /// stopped everyone who needed the first too (eight threads on two vCPUs).
     pub fn lock_many(&self, inos: impl IntoIterator<Item = u64>) -> ShardGuards<'_> {
         let mut idx: Vec<usize> = inos.into_iter().map(shard_of).collect();
         idx.sort_unstable();
         idx.dedup();
-        'again: loop {
-            let mut guards = Vec::with_capacity(idx.len());
-            for &i in &idx {
-                let m = &self.shards[i];
-                if guards.is_empty() {
-                    // Nothing held yet: it may wait here.
-                    guards.push((i, self.waits.acquire_short(|| m.try_lock(), || m.lock())));
+        let lock = |i: usize| {
+            let m = &self.shards[i];
+            self.waits.acquire_short(|| m.try_lock(), || m.lock())
+        };
+        let mut held: Vec<Option<MutexGuard<'_, InodeTable>>> = idx.iter().map(|_| None).collect();
+        loop {
+            let mut busy = None;
+            for (k, &i) in idx.iter().enumerate() {
+                if held[k].is_some() {
                     continue;
                 }
-                match self.waits.try_acquire(|| m.try_lock()) {
-                    Some(g) => guards.push((i, g)),
+                if held.iter().all(Option::is_none) {
+                    // Nothing held: it may wait.
+                    held[k] = Some(lock(i));
+                    continue;
+                }
+                match self.waits.try_acquire(|| self.shards[i].try_lock()) {
+                    Some(g) => held[k] = Some(g),
                     None => {
-                        drop(guards);
-                        drop(self.waits.acquire_short(|| m.try_lock(), || m.lock()));
-                        continue 'again;
+                        busy = Some(k);
+                        break;
                     }
                 }
             }
-            return ShardGuards { guards };
+            let Some(k) = busy else {
+                return ShardGuards {
+                    guards: idx.into_iter().zip(held.into_iter().flatten()).collect(),
+                };
+            };
+            held.iter_mut().for_each(|h| *h = None);
+            held[k] = Some(lock(idx[k]));
         }
     }
 

@@ -132,9 +132,6 @@ pub struct Journal {
     pub(crate) cil_room: Mutex<()>,
     /// `CilSharding::Rotate`: the shard the next commit takes.
     pub(crate) cil_next_shard: std::sync::atomic::AtomicUsize,
-    /// The current context passed the hard limit (2S): set by a commit, cleared when the push
-    /// switches contexts. Lets `wait_below_hard_limit` skip the CIL's lock.
-    pub(crate) cil_over_hard_limit: std::sync::atomic::AtomicBool,
     /// Contention on the metadata buffer locks and on the CIL lock (the lock table).
     pub(crate) buf_waits: LockWaits,
     pub(crate) cil_waits: LockWaits,
@@ -353,7 +350,6 @@ impl Journal {
             cil_switched: Condvar::new(),
             cil_room: Mutex::new(()),
             cil_next_shard: std::sync::atomic::AtomicUsize::new(0),
-            cil_over_hard_limit: std::sync::atomic::AtomicBool::new(false),
             buf_waits: LockWaits::new("buffer"),
             cil_waits: LockWaits::new("cil"),
             space_waits: LockWaits::new("log space"),

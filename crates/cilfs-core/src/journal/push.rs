@@ -17,9 +17,7 @@ impl Journal {
     /// for the push to switch contexts: what a committer that will not wait in
     /// `commit_images` does before it locks its buffers.
     pub(crate) fn wait_below_hard_limit(&self) {
-        if self.cfg.push_mode != PushMode::Background
-            || !self.cil_over_hard_limit.load(Ordering::Acquire)
-        {
+        if self.cfg.push_mode != PushMode::Background || !self.cil.over_hard_limit() {
             return;
         }
         self.wait_for_room(0);
@@ -157,7 +155,7 @@ impl Journal {
         self.extra.commits.fetch_add(1, Ordering::Relaxed);
         self.extra.cil_bytes_max.fetch_max(bytes, Ordering::Relaxed);
         if bytes > self.limits.hard_limit {
-            self.cil_over_hard_limit.store(true, Ordering::Release);
+            cil.set_over_hard_limit();
         }
         if bytes < self.limits.space_limit {
             return Ok(seq);
@@ -302,7 +300,6 @@ impl Journal {
             }
             self.check_alive()?;
             let ctx = self.cil.switch(self.block_size() as usize);
-            self.cil_over_hard_limit.store(false, Ordering::Release);
             {
                 let _room = self.cil_room.lock();
                 self.cil_switched.notify_all();
@@ -315,7 +312,12 @@ impl Journal {
                     // Only reached with nothing in flight: one in flight is followed only by a
                     // context seen non-empty, and committers only add to it.
                     debug_assert!(in_flight.is_none());
-                    self.set_completed_seq(&mut self.space(), ctx.seq);
+                    // A commit that logged nothing was still charged for a checkpoint's own
+                    // ops: given back, or the log would shrink by that much for good.
+                    let mut sp = self.space();
+                    sp.cil_charged -= ctx.charge;
+                    self.set_completed_seq(&mut sp, ctx.seq);
+                    self.publish_space(&sp);
                     self.checkpoint_done.notify_all();
                     continue;
                 }
