@@ -15,13 +15,28 @@ use crate::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Shards of the cache: enough that the threads of a machine seldom meet in one.
+/// Shards of the page cache and of the inode IO locks (`shard_of`).
 pub(crate) const SHARDS: usize = 256;
 
-/// The shard of `ino`: a multiplicative hash, so that the consecutive numbers of one
-/// directory's run land in different shards.
+/// `ino` hashed into `bits` bits: a multiplicative hash, so that the consecutive numbers of
+/// one directory's run land in different shards.
+fn hash_bits(ino: u64, bits: u32) -> usize {
+    (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+}
+
+/// The page cache's and the IO locks' shard of `ino` (of `SHARDS`).
 pub(crate) fn shard_of(ino: u64) -> usize {
-    (ino.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SHARDS.trailing_zeros())) as usize
+    hash_bits(ino, SHARDS.trailing_zeros())
+}
+
+/// Shards of an inode cache of about `max` inodes: a thousand inodes or more each, 16 to
+/// 1,024. Every create locks its directory's shard and its new inode's, and with 8 threads a
+/// new inode landing in another thread's directory shard made most of the cache's waits: 1,024
+/// shards took the cache's row from 10-12% to 7-9% of 8 creating threads' time. Fewer for a
+/// small cache, whose trims, each of the shards a commit locked, would otherwise find a shard
+/// of one inode, its own, not yet stable, and never trim.
+pub(crate) fn shard_count_for(max: usize) -> usize {
+    (max / 1024).clamp(16, 1024).next_power_of_two()
 }
 
 /// A map of inodes in memory: a whole table (an operation's scratch copies), every shard of
@@ -60,28 +75,38 @@ impl InodeMap for InodeTable {
 /// Most inodes a shard keeps before it drops some (`Fs::trim_cache`), for a cache of about
 /// `max`: its share, at least one.
 pub(crate) fn shard_max(max: usize) -> usize {
-    max.div_ceil(SHARDS).max(1)
+    max.div_ceil(shard_count_for(max)).max(1)
 }
 
 #[derive(Debug)]
 pub(crate) struct InodeCache {
-    shards: [Mutex<InodeTable>; SHARDS],
+    shards: Vec<Mutex<InodeTable>>,
+    /// log2 of the number of shards.
+    bits: u32,
     /// Contention on the shards' locks, all counted as one row of the lock table.
     pub waits: LockWaits,
     /// Per shard, bumped under its lock whenever an entry leaves it under the shared state
     /// lock (a commit freeing an inode, a trim): an open that read an inode item while the
     /// inode was not in memory inserts what it read only if nothing left the shard meanwhile
     /// (`Fs::open_inode`), since what left may have been newer than what it read.
-    removals: [AtomicU64; SHARDS],
+    removals: Vec<AtomicU64>,
 }
 
 impl InodeCache {
-    pub fn new() -> Self {
+    /// A cache of about `max` inodes (`shard_count_for`).
+    pub fn new(max: usize) -> Self {
+        let n = shard_count_for(max);
         Self {
-            shards: std::array::from_fn(|_| Mutex::new(InodeTable::default())),
+            shards: (0..n).map(|_| Mutex::new(InodeTable::default())).collect(),
+            bits: n.trailing_zeros(),
             waits: LockWaits::new("inode cache"),
-            removals: std::array::from_fn(|_| AtomicU64::new(0)),
+            removals: (0..n).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// The shard of `ino`.
+    pub(crate) fn shard(&self, ino: u64) -> usize {
+        hash_bits(ino, self.bits)
     }
 
     /// `ino` in memory, reached through the exclusive state lock.
@@ -91,36 +116,38 @@ impl InodeCache {
 
     /// The shard of `ino`, reached through the exclusive state lock.
     pub fn shard_mut(&mut self, ino: u64) -> &mut InodeTable {
-        self.shards[shard_of(ino)].get_mut()
+        let i = self.shard(ino);
+        self.shards[i].get_mut()
     }
 
     /// Every shard, reached through the exclusive state lock.
     pub fn all(&mut self) -> AllShards<'_> {
         AllShards {
-            shards: self.shards.each_mut().map(Mutex::get_mut),
+            bits: self.bits,
+            shards: self.shards.iter_mut().map(Mutex::get_mut).collect(),
         }
     }
 
     /// Entries that left `ino`'s shard so far (read under its lock).
     pub fn removals(&self, ino: u64) -> u64 {
-        self.removals[shard_of(ino)].load(Ordering::Relaxed)
+        self.removals[self.shard(ino)].load(Ordering::Relaxed)
     }
 
     /// An entry left `ino`'s shard (its lock held, or the exclusive state lock).
     pub fn removed(&self, ino: u64) {
-        self.removals[shard_of(ino)].fetch_add(1, Ordering::Relaxed);
+        self.removals[self.shard(ino)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The shard of `ino`, locked for a moment.
     pub fn lock(&self, ino: u64) -> MutexGuard<'_, InodeTable> {
-        let m = &self.shards[shard_of(ino)];
+        let m = &self.shards[self.shard(ino)];
         self.waits.acquire_short(|| m.try_lock(), || m.lock())
     }
 
     /// Tests: whether `ino`'s shard is held now (by anyone, this thread included).
     #[cfg(test)]
     pub fn is_locked(&self, ino: u64) -> bool {
-        self.shards[shard_of(ino)].is_locked()
+        self.shards[self.shard(ino)].is_locked()
     }
 
     /// The shards of every inode in `inos`, locked. It never waits for one while it holds
@@ -129,7 +156,7 @@ impl InodeCache {
     /// second shard with the first held, a thread whose holder the scheduler had preempted
     /// stopped everyone who needed the first too (eight threads on two vCPUs).
     pub fn lock_many(&self, inos: impl IntoIterator<Item = u64>) -> ShardGuards<'_> {
-        let mut idx: Vec<usize> = inos.into_iter().map(shard_of).collect();
+        let mut idx: Vec<usize> = inos.into_iter().map(|i| self.shard(i)).collect();
         idx.sort_unstable();
         idx.dedup();
         let lock = |i: usize| {
@@ -158,6 +185,7 @@ impl InodeCache {
             }
             let Some(k) = busy else {
                 return ShardGuards {
+                    bits: self.bits,
                     guards: idx.into_iter().zip(held.into_iter().flatten()).collect(),
                 };
             };
@@ -183,7 +211,8 @@ impl InodeCache {
 
 /// Every shard of the cache, under the exclusive state lock.
 pub(crate) struct AllShards<'a> {
-    shards: [&'a mut InodeTable; SHARDS],
+    bits: u32,
+    shards: Vec<&'a mut InodeTable>,
 }
 
 impl AllShards<'_> {
@@ -197,16 +226,17 @@ impl AllShards<'_> {
 
 impl InodeMap for AllShards<'_> {
     fn table(&self, ino: u64) -> &InodeTable {
-        self.shards[shard_of(ino)]
+        self.shards[hash_bits(ino, self.bits)]
     }
     fn table_mut(&mut self, ino: u64) -> &mut InodeTable {
-        self.shards[shard_of(ino)]
+        self.shards[hash_bits(ino, self.bits)]
     }
 }
 
 /// The shards an operation locked (`InodeCache::lock_many`): it may reach only inodes in
 /// them.
 pub(crate) struct ShardGuards<'a> {
+    bits: u32,
     /// (shard, its lock), in shard order.
     guards: Vec<(usize, MutexGuard<'a, InodeTable>)>,
 }
@@ -222,7 +252,7 @@ impl ShardGuards<'_> {
 
 impl InodeMap for ShardGuards<'_> {
     fn table(&self, ino: u64) -> &InodeTable {
-        let s = shard_of(ino);
+        let s = hash_bits(ino, self.bits);
         match self.guards.iter().find(|(i, _)| *i == s) {
             Some((_, g)) => g,
             None => panic!("inode {ino} reached without its shard locked"),
@@ -230,7 +260,7 @@ impl InodeMap for ShardGuards<'_> {
     }
 
     fn table_mut(&mut self, ino: u64) -> &mut InodeTable {
-        let s = shard_of(ino);
+        let s = hash_bits(ino, self.bits);
         match self.guards.iter_mut().find(|(i, _)| *i == s) {
             Some((_, g)) => g,
             None => panic!("inode {ino} reached without its shard locked"),
@@ -249,32 +279,47 @@ mod tests {
         let used: std::collections::HashSet<usize> = (1000..1016).map(shard_of).collect();
         assert!(used.len() >= 12, "16 numbers in {} shards", used.len());
         assert!((0..10_000u64).all(|i| shard_of(i) < SHARDS));
+        let c = InodeCache::new(1 << 21);
+        assert_eq!(c.shards.len(), 1024);
+        let used: std::collections::HashSet<usize> = (1000..1016).map(|i| c.shard(i)).collect();
+        assert!(used.len() >= 14, "16 numbers in {} shards", used.len());
+    }
+
+    /// The default cache (1.5 million inodes on 24 GiB) has 1,024 shards; a small one fewer,
+    /// each of a thousand inodes or more, and never fewer than 16.
+    #[test]
+    fn the_shard_count_follows_the_cache_size() {
+        assert_eq!(shard_count_for(1_500_000), 1024);
+        assert_eq!(shard_count_for(200_000), 256);
+        assert_eq!(shard_count_for(64), 16);
+        assert_eq!(shard_max(64), 4);
+        assert_eq!(shard_max(1_500_000), 1465);
     }
 
     /// Locking the shards of several inodes takes each shard once, whatever the order given.
     #[test]
     fn lock_many_takes_each_shard_once_in_order() {
-        let c = InodeCache::new();
+        let c = InodeCache::new(1 << 20);
         let g = c.lock_many([7, 3, 7, 1_000_003, 3]);
         let idx: Vec<usize> = g.guards.iter().map(|(i, _)| *i).collect();
         let mut sorted = idx.clone();
         sorted.sort_unstable();
         sorted.dedup();
         assert_eq!(idx, sorted);
-        assert!(c.shards[shard_of(7)].try_lock().is_none());
+        assert!(c.shards[c.shard(7)].try_lock().is_none());
         drop(g);
-        assert!(c.shards[shard_of(7)].try_lock().is_some());
+        assert!(c.shards[c.shard(7)].try_lock().is_some());
     }
 
     /// A thread locking two shards that finds the second held waits for it holding neither:
     /// whoever needs the first goes on meanwhile.
     #[test]
     fn lock_many_waits_for_a_held_shard_holding_none() {
-        let c = InodeCache::new();
+        let c = InodeCache::new(1 << 20);
         // Two inodes whose shards are in that order.
         let (a, b) = (1..)
             .map(|i| (i, i + 1))
-            .find(|&(x, y)| shard_of(x) < shard_of(y))
+            .find(|&(x, y)| c.shard(x) < c.shard(y))
             .unwrap();
         let held = c.lock(b);
         std::thread::scope(|s| {

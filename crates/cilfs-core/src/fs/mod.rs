@@ -326,7 +326,7 @@ impl Fs {
             hdr_blk: first,
             state: RwLock::new(FsState {
                 hdr: Mutex::new(hdr),
-                inodes: InodeCache::new(),
+                inodes: InodeCache::new(opts.inode_cache_max),
                 cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Busy::default(),
