@@ -200,37 +200,24 @@ impl Buf {
             "a late write past the end of block {}",
             self.blkno
         );
-        let counter = |at: usize| {
+        for &(at, _) in &w.counters {
             assert!(
                 at + 8 <= g.data.len(),
                 "a late counter past the end of block {}",
                 self.blkno
             );
-            at..at + 8
-        };
-        // The counters as the last push left them, unless these bytes set them.
-        let kept: Vec<(usize, [u8; 8])> = if w.counters_set {
-            Vec::new()
-        } else {
-            w.counters
-                .iter()
-                .map(|&(at, _)| {
-                    let mut v = [0u8; 8];
-                    v.copy_from_slice(&g.data[counter(at)]);
-                    (at, v)
-                })
-                .collect()
-        };
+        }
+        // Each counter from where the last push left it, unless these bytes set it.
+        let base: Vec<Option<u64>> = w
+            .counters
+            .iter()
+            .map(|&(at, _)| (!w.counters_set).then(|| counter_at(&g.data, at)))
+            .collect();
         g.keeping_stamp(Some(w.lsn_offset), |g| {
             g.data[a..b].copy_from_slice(&w.bytes);
-            for (at, v) in &kept {
-                g.data[*at..*at + 8].copy_from_slice(v);
-            }
-            for &(at, change) in &w.counters {
-                let mut v = [0u8; 8];
-                v.copy_from_slice(&g.data[at..at + 8]);
-                let moved = change.apply(u64::from_le_bytes(v));
-                g.data[at..at + 8].copy_from_slice(&moved.to_le_bytes());
+            for (&(at, change), base) in w.counters.iter().zip(base) {
+                let v = base.unwrap_or_else(|| counter_at(&g.data, at));
+                g.data[at..at + 8].copy_from_slice(&change.apply(v).to_le_bytes());
             }
         });
         if b > a {
@@ -245,6 +232,13 @@ impl Buf {
         out.clear();
         self.format_into(&g, out);
     }
+}
+
+/// The little-endian u64 counter at `at` of a block.
+fn counter_at(data: &[u8], at: usize) -> u64 {
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&data[at..at + 8]);
+    u64::from_le_bytes(v)
 }
 
 impl LogItem for Buf {

@@ -157,11 +157,7 @@ fn merge_late(key: ItemKey, old: &mut LateWrite, w: &LateWrite) {
     );
     if n.is_empty() {
         // Counters alone.
-    } else if o.is_empty() && !old.counters_set {
-        old.offset = w.offset;
-        old.bytes.clear();
-        old.bytes.extend_from_slice(&w.bytes);
-    } else if o.start <= n.start && n.end <= o.end {
+    } else if !o.is_empty() && o.start <= n.start && n.end <= o.end {
         // Into bytes that set the counters, it would set them too.
         assert!(
             !old.counters_set,
@@ -169,8 +165,9 @@ fn merge_late(key: ItemKey, old: &mut LateWrite, w: &LateWrite) {
         );
         old.bytes[n.start - o.start..n.end - o.start].copy_from_slice(&w.bytes);
     } else {
+        // No bytes yet, or fewer than these.
         assert!(
-            n.start <= o.start && o.end <= n.end,
+            o.is_empty() || (n.start <= o.start && o.end <= n.end),
             "block {key}: late write {n:?} neither holds nor is held by {o:?}"
         );
         // The counter values those bytes set would be lost with them.

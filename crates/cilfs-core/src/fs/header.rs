@@ -111,24 +111,15 @@ impl Header {
     /// values the bytes carry may count commits of another context (a commit of leaves adds
     /// its counters to the header in memory before its insert, with no turn).
     pub fn counter_changes(&self, before: &Header) -> [(usize, CounterChange); 3] {
+        let (now, was) = (self.counter_values(), before.counter_values());
         let at = |i: usize| COUNTERS.start + 8 * i;
         [
             (
                 at(0),
-                CounterChange::Max(if self.next_ino > before.next_ino {
-                    self.next_ino
-                } else {
-                    0
-                }),
+                CounterChange::Max(if now[0] > was[0] { now[0] } else { 0 }),
             ),
-            (
-                at(1),
-                CounterChange::Add(self.free_blocks.wrapping_sub(before.free_blocks)),
-            ),
-            (
-                at(2),
-                CounterChange::Add(self.inode_count.wrapping_sub(before.inode_count)),
-            ),
+            (at(1), CounterChange::Add(now[1].wrapping_sub(was[1]))),
+            (at(2), CounterChange::Add(now[2].wrapping_sub(was[2]))),
         ]
     }
 
@@ -136,25 +127,33 @@ impl Header {
     /// does to the encoded ones.
     pub fn apply_counter_changes(&mut self, changes: &[(usize, CounterChange)]) {
         for &(at, change) in changes {
-            let field = match (at - COUNTERS.start) / 8 {
-                0 => &mut self.next_ino,
-                1 => &mut self.free_blocks,
-                _ => &mut self.inode_count,
-            };
-            *field = change.apply(*field);
+            let mut fields = self.counter_fields();
+            let field = &mut fields[(at - COUNTERS.start) / 8];
+            **field = change.apply(**field);
         }
     }
 
     /// next_ino, free_blocks and inode_count, encoded one after another (`COUNTERS`).
     fn counters(&self) -> [u8; COUNTERS.end - COUNTERS.start] {
         let mut out = [0u8; COUNTERS.end - COUNTERS.start];
-        for (slot, v) in
-            out.chunks_exact_mut(8)
-                .zip([self.next_ino, self.free_blocks, self.inode_count])
-        {
+        for (slot, v) in out.chunks_exact_mut(8).zip(self.counter_values()) {
             slot.copy_from_slice(&v.to_le_bytes());
         }
         out
+    }
+
+    /// The counters in the order `COUNTERS` holds them.
+    fn counter_values(&self) -> [u64; 3] {
+        [self.next_ino, self.free_blocks, self.inode_count]
+    }
+
+    /// The counters in the order `COUNTERS` holds them, to change.
+    fn counter_fields(&mut self) -> [&mut u64; 3] {
+        [
+            &mut self.next_ino,
+            &mut self.free_blocks,
+            &mut self.inode_count,
+        ]
     }
 
     pub fn decode(b: &[u8], blkno: u64) -> FsResult<Header> {
