@@ -1,6 +1,7 @@
 //! Metadata buffers: blocks of the data device with the byte ranges changed since they were last
 //! written back, and the cache that hands out the newest in-memory version of each block.
 
+mod copies;
 mod ranges;
 
 pub use ranges::RangeSet;
@@ -17,8 +18,10 @@ use std::sync::Arc;
 /// A buffer held to change it: no one else reads or writes it meanwhile.
 pub type BufGuard = parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>;
 /// A buffer held to read it: readers share it (every descent reads the root and the upper
-/// nodes), a writer waits for them.
-pub type BufReadGuard = parking_lot::lock_api::ArcRwLockReadGuard<RawRwLock, BufData>;
+/// nodes), a writer waits for them. Borrowed from the buffer rather than counted on its
+/// lock's `Arc`: reads are held for moments, and the count's increment and decrement moved
+/// the root's and the upper nodes' lines between the cores on every step of every descent.
+pub type BufReadGuard<'a> = parking_lot::lock_api::RwLockReadGuard<'a, RawRwLock, BufData>;
 
 /// The contents and log state of one block.
 #[derive(Debug)]
@@ -64,7 +67,10 @@ pub struct Buf {
     /// `BufData::version`, readable without the lock: a commit checking what it read looks at
     /// every block it touched (some twenty for a create), under the filesystem's exclusive
     /// lock, where no commit can move a version, so the lock would only cost time there.
-    version: AtomicU64,
+    /// In a cache line of its own: the buffer's reference count and pins, beside it, change
+    /// with every lookup, insert and checkpoint, and a thread's copy of a node checks this on
+    /// every step through it (`buf/copies.rs`).
+    version: crate::counter::Padded,
 }
 
 impl Buf {
@@ -80,8 +86,8 @@ impl Buf {
         self.state.try_write_arc()
     }
 
-    pub fn read(&self) -> BufReadGuard {
-        self.state.read_arc()
+    pub fn read(&self) -> BufReadGuard<'_> {
+        self.state.read()
     }
 
     /// Whether a writer holds the lock or waits for its readers to leave (when `try_read`
@@ -92,19 +98,19 @@ impl Buf {
         self.state.is_locked_exclusive()
     }
 
-    pub fn try_read(&self) -> Option<BufReadGuard> {
-        self.state.try_read_arc()
+    pub fn try_read(&self) -> Option<BufReadGuard<'_>> {
+        self.state.try_read()
     }
 
     /// The block's version as last published (see `version`).
     pub fn version(&self) -> u64 {
-        self.version.load(Ordering::Acquire)
+        self.version.0.load(Ordering::Acquire)
     }
 
     /// A commit changed the block (its lock held as `g`): a new version.
     pub fn bump_version(&self, g: &mut BufData) {
         g.version += 1;
-        self.version.store(g.version, Ordering::Release);
+        self.version.0.store(g.version, Ordering::Release);
     }
 
     /// Formats the item payload a checkpoint logs for this block now into `out`.
@@ -414,7 +420,7 @@ impl BufCache {
                 version: 0,
             })),
             pins: AtomicU32::new(0),
-            version: AtomicU64::new(0),
+            version: crate::counter::Padded(AtomicU64::new(0)),
         });
         bufs.insert(blkno, Arc::clone(&b));
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;

@@ -1250,3 +1250,41 @@ fn a_structural_commit_between_a_leaf_commits_counters_and_its_insert_counts_it_
     let fs = super::tests::mount(&dev, opts(&clock));
     assert_clean(&fs);
 }
+
+/// An optimistic build steps through the fs tree's interior nodes as its thread's copies
+/// (`buf/copies.rs`), holding no lock on them. Once another commit changes a node it stepped
+/// through (here the root, which gains an entry when a leaf below it splits), the build must
+/// see it moved: its descents are then checked again from the newest root, and an error it met
+/// no longer counts as the operation's (`saw_one_state`).
+#[test]
+fn a_build_that_stepped_through_a_node_copy_sees_the_node_change() {
+    let (_clock, _dev, fs, d) = fresh_with(1720, b"d");
+    let name = |i: u32| format!("{i:0>100}").into_bytes();
+    for i in 0..400 {
+        fs.mknod(U, d, &name(i), 0o100_644, 0).unwrap();
+    }
+    let hdr = fs.hdr(&fs.read_state()).clone();
+    assert!(hdr.fs_root.level > 0, "the tree has interior nodes");
+    let mut t = FsTx::begin_optimistic(&fs.journal, &hdr, fs.hdr_blk, &fs.busy).unwrap();
+    assert_eq!(dir::lookup(&mut t, TREE_FS, d, b"x").unwrap(), None);
+    assert!(t.copies_current());
+    assert!(t.saw_one_state(&hdr));
+    let root = fs.journal.buf(hdr.fs_root.blkno).unwrap();
+    let v0 = root.version();
+    let mut i = 400;
+    while root.version() == v0 {
+        fs.mknod(U, d, &name(i), 0o100_644, 0).unwrap();
+        i += 1;
+        assert!(i < 5000, "the root never changed");
+    }
+    assert_eq!(
+        fs.hdr(&fs.read_state()).fs_root,
+        hdr.fs_root,
+        "the root did not move"
+    );
+    assert!(
+        !t.copies_current(),
+        "a copy of a changed node counted as current"
+    );
+    assert!(!t.saw_one_state(&hdr));
+}

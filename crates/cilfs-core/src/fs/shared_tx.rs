@@ -544,7 +544,7 @@ impl Fs {
         // saw it (or, for an interior node or a looked-up key, leading to the same place).
         // Reads through its own locks; none waits.
         let roots = self.hdr(&st).roots();
-        if t.tx.read_set_locked() || !t.still_current(roots, t.roots_moved(roots), Some(&locks)) {
+        if t.read_set_locked() || !t.still_current(roots, t.roots_moved(roots), Some(&locks)) {
             return Ok(false);
         }
         if !self.blocks_still_free(&t) {

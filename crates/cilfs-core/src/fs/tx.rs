@@ -68,6 +68,9 @@ struct Reads {
     strong_leaves: Vec<u64>,
     /// Interior nodes read.
     interior: Vec<u64>,
+    /// Interior nodes stepped through as this thread's copy (`buf/copies.rs`), not held:
+    /// (block, version of the copy).
+    interior_copies: Vec<(u64, u64)>,
     /// A traversal went from one leaf to the next through interior nodes.
     sideways: bool,
 }
@@ -182,6 +185,7 @@ impl<'a> FsTx<'a> {
     pub(crate) fn saw_one_state(&self, cur: &Header) -> bool {
         let b = &self.hdr_before;
         self.tx.stale().is_none()
+            && self.copies_current()
             && !self.roots_moved(cur.roots())
             && b.freelist == cur.freelist
             && (b.data_start, b.data_end) == (cur.data_start, cur.data_end)
@@ -329,11 +333,13 @@ impl<'a> FsTx<'a> {
         locked: Option<&PublishLocks>,
     ) -> bool {
         let stale = self.tx.stale_blocks();
-        if stale.is_empty() && !roots_moved {
+        // A node stepped through as a copy counts as an interior node read and changed since.
+        let copies_moved = !self.copies_current();
+        if stale.is_empty() && !roots_moved && !copies_moved {
             return true;
         }
         let o = &self.opt;
-        let mut interior_moved = roots_moved;
+        let mut interior_moved = roots_moved || copies_moved;
         for &(b, changed_here) in &stale {
             if changed_here || o.strong_leaves.contains(&b) {
                 return false;
@@ -368,6 +374,28 @@ impl<'a> FsTx<'a> {
                 })
     }
 
+    /// Whether every interior node this transaction stepped through as a copy is still at the
+    /// copy's version (one that cannot be looked at counts as changed).
+    pub(crate) fn copies_current(&self) -> bool {
+        let j = self.tx.journal;
+        self.opt
+            .interior_copies
+            .iter()
+            .all(|&(b, v)| j.version_and_locked(b).is_ok_and(|(now, _)| now == v))
+    }
+
+    /// Whether a block this optimistic transaction only read is locked by another commit now
+    /// (`Transaction::read_set_locked`, whose fence comes first), the nodes it stepped through
+    /// as copies included. One it holds itself is left to the transaction's own check: it
+    /// locks what it changes.
+    pub(crate) fn read_set_locked(&self) -> bool {
+        let j = self.tx.journal;
+        self.tx.read_set_locked()
+            || self.opt.interior_copies.iter().any(|&(b, _)| {
+                !self.tx.holds(b) && j.version_and_locked(b).is_ok_and(|(_, locked)| locked)
+            })
+    }
+
     /// Debug builds: every leaf of the fs tree this optimistic transaction changes is where a
     /// descent from the newest root leads for its first and last key (a check that
     /// `still_current` let nothing through that misplaces a key).
@@ -388,6 +416,13 @@ impl<'a> FsTx<'a> {
     /// the filesystem lock gives up for a block that is not in the buffer cache rather than
     /// read it there.
     fn node_read<R>(&mut self, blkno: u64, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
+        self.read_outside_if_uncached(blkno)?;
+        Ok(self.tx.buf_read(blkno, f)?.1)
+    }
+
+    /// Built under the filesystem lock: gives up (`Retry::Read`) for a block this transaction
+    /// does not hold and the buffer cache does not have, to read it with no lock held.
+    fn read_outside_if_uncached(&self, blkno: u64) -> FsResult<()> {
         if self.under_lock
             && !self.tx.holds(blkno)
             && self.tx.journal.cached_buf(blkno).is_none()
@@ -395,7 +430,7 @@ impl<'a> FsTx<'a> {
         {
             return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
         }
-        Ok(self.tx.buf_read(blkno, f)?.1)
+        Ok(())
     }
 
     /// Notes that what this transaction does rests on all of leaf `blkno` of `tree`, as if it
@@ -711,9 +746,20 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        let step = self.node_read(blkno, |d| {
-            super::tree::node::raw_step(d, blkno, tree, level, key)
-        })??;
+        let step_in = |d: &[u8]| super::tree::node::raw_step(d, blkno, tree, level, key);
+        // An optimistic descent steps through an interior node it has not changed as its
+        // thread's copy, taking no lock, and its commit checks the copy's version.
+        if self.optimistic && level > 0 && !self.tx.holds(blkno) {
+            self.read_outside_if_uncached(blkno)?;
+            let (version, step) = self.tx.journal.read_copy(blkno, step_in)?;
+            let step = step?;
+            self.trees_read |= 1 << tree;
+            if !self.opt.interior_copies.contains(&(blkno, version)) {
+                self.opt.interior_copies.push((blkno, version));
+            }
+            return Ok(step);
+        }
+        let step = self.node_read(blkno, step_in)??;
         self.trees_read |= 1 << tree;
         if self.optimistic {
             match &step {

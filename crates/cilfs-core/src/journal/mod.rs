@@ -468,6 +468,28 @@ impl Journal {
         Ok(self.cache.get(blkno)?)
     }
 
+    /// `f` on this thread's copy of block `blkno` (`buf/copies.rs`), copied now if the thread
+    /// keeps none at the block's current version: the version `f` saw and its answer. For
+    /// interior tree nodes, which every descent passes: stepping through a copy takes no lock.
+    pub fn read_copy<R>(
+        &self,
+        blkno: u64,
+        f: impl Fn(&[u8]) -> R,
+    ) -> Result<(u64, R), JournalError> {
+        self.check_metadata_block(blkno)?;
+        if let Some(r) = self.cache.with_copy(blkno, &f) {
+            return Ok(r);
+        }
+        Ok(self.cache.copy_and(blkno, f)?)
+    }
+
+    /// The version of metadata block `blkno` now (`Buf::version`), and whether another commit
+    /// holds it locked: what a commit checks of a block it stepped through as a copy.
+    pub fn version_and_locked(&self, blkno: u64) -> Result<(u64, bool), JournalError> {
+        self.check_metadata_block(blkno)?;
+        Ok(self.cache.version_and_locked(blkno)?)
+    }
+
     /// `buf` for a block about to be written whole (a newly allocated node): not read from the
     /// device when it is not in memory.
     pub fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {

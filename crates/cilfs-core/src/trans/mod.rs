@@ -489,7 +489,7 @@ impl PublishLocks {
 }
 
 /// `buf` held to read, its waits counted in the lock table (`buffer`).
-fn read_counted(journal: &Journal, buf: &Buf) -> BufReadGuard {
+fn read_counted<'b>(journal: &Journal, buf: &'b Buf) -> BufReadGuard<'b> {
     journal
         .buf_waits
         .acquire_short(|| buf.try_read(), || buf.read())
