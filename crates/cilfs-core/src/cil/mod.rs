@@ -3,6 +3,7 @@
 //! times between checkpoints is written to the log once, in its newest state. Commits insert
 //! into shards of it (`shards.rs`), merged when the context is pushed.
 
+pub mod image_pool;
 mod shards;
 
 pub use shards::{Cil, ShardGuard, BYTES_SHARD, SHARDS};

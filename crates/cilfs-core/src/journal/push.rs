@@ -122,9 +122,12 @@ impl Journal {
                 Some(images) => cil.insert_with(buf.blkno(), g.version, item, |out| {
                     std::mem::swap(out, &mut images[i])
                 }),
-                None => {
-                    cil.insert_with(buf.blkno(), g.version, item, |out| buf.format_into(g, out))
-                }
+                None => cil.insert_with(buf.blkno(), g.version, item, |out| {
+                    if out.capacity() == 0 {
+                        *out = crate::cil::image_pool::POOL.take();
+                    }
+                    buf.format_into(g, out)
+                }),
             }
         }
         if let Some((buf, w)) = late {
@@ -349,7 +352,7 @@ impl Journal {
             let mut completed = Ok(());
             let written = writer.write_checkpoint_async(
                 ctx.seq,
-                images.into_iter(),
+                images.iter(),
                 |start| {
                     let tail = self.ail.lock().min_lsn().unwrap_or(start).min(start);
                     floor.map_or(tail, |f| tail.min(f))
@@ -361,6 +364,8 @@ impl Journal {
                     completed.is_ok()
                 },
             );
+            // Copied into iclogs: the vectors go back for committers to format into.
+            crate::cil::image_pool::POOL.give_spare(images);
             completed?;
             let written = match written {
                 Ok(w) => w,

@@ -65,7 +65,10 @@ pub fn encode_buf_item_into(
         flags |= BUF_LSN_STAMP;
     }
     out.clear();
-    out.reserve(len);
+    if out.capacity() < len {
+        // Not `reserve`: a reallocation would copy the old capacity's bytes, all stale.
+        *out = Vec::with_capacity(len);
+    }
     out.extend_from_slice(&ITEM_BUF.to_le_bytes());
     out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&lsn_offset.unwrap_or(0).to_le_bytes());

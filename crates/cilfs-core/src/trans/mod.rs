@@ -416,7 +416,7 @@ impl<'j> Transaction<'j> {
             .iter()
             .filter(|(i, _, _)| self.held[*i].logged)
             .map(|(i, _, g)| {
-                let mut out = Vec::new();
+                let mut out = crate::cil::image_pool::POOL.take();
                 self.held[*i].buf.format_into(g, &mut out);
                 out
             })
@@ -467,9 +467,16 @@ pub struct PublishLocks {
     /// insert, those reference counts passed between the cores inside the publish turn: half
     /// of a leaf commit's turn with two threads creating.
     spent: Vec<Held>,
-    /// The images its preformatted ones replaced in the CIL, freed with the locks, after the
-    /// turn: most were allocated by other threads, whose heaps a free reaches across cores.
+    /// The images its preformatted ones replaced in the CIL, given back with the locks, after
+    /// the turn, to this thread's stash (`cil/image_pool.rs`): most were allocated by other
+    /// threads, whose heaps a free reached across cores.
     replaced: Vec<Vec<u8>>,
+}
+
+impl Drop for PublishLocks {
+    fn drop(&mut self) {
+        crate::cil::image_pool::POOL.give(self.replaced.drain(..));
+    }
 }
 
 impl PublishLocks {
