@@ -41,26 +41,33 @@ fn slot(blkno: u64) -> usize {
     (spread(blkno) >> 40) as usize % SLOTS
 }
 
+/// A state of a block: the buffer it was read in (`Buf::uid`) and its version there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufState {
+    pub uid: u64,
+    pub version: u64,
+}
+
 impl BufCache {
-    /// `f` on this thread's copy of block `blkno`, if it keeps one and the block is still at
-    /// the copy's version: the version and `f`'s answer. No lock is taken.
-    pub fn with_copy<R>(&self, blkno: u64, f: impl FnOnce(&[u8]) -> R) -> Option<(u64, R)> {
+    /// `f` on this thread's copy of block `blkno`, if it keeps one and the block is still in
+    /// the copy's state: that state and `f`'s answer. No lock is taken.
+    pub fn with_copy<R>(&self, blkno: u64, f: impl FnOnce(&[u8]) -> R) -> Option<(BufState, R)> {
         COPIES.with(|c| match &c.borrow()[slot(blkno)] {
             Some(n) if n.cache == self.id && n.buf.blkno() == blkno => {
-                (n.buf.version() == n.version).then(|| (n.version, f(&n.data)))
+                (n.buf.version() == n.version).then(|| (n.state(), f(&n.data)))
             }
             _ => None,
         })
     }
 
     /// Copies block `blkno` as it is now (under its read lock) into this thread's copies, and
-    /// runs `f` on the copy: the version copied and `f`'s answer. Reads the block if it is
-    /// not in memory.
+    /// runs `f` on the copy: the state copied and `f`'s answer. Reads the block if it is not
+    /// in memory.
     pub fn copy_and<R>(
         &self,
         blkno: u64,
         f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<(u64, R), cilfs_device::DeviceError> {
+    ) -> Result<(BufState, R), cilfs_device::DeviceError> {
         let buf = self.get(blkno)?;
         COPIES.with(|c| {
             let mut c = c.borrow_mut();
@@ -86,22 +93,35 @@ impl BufCache {
                 version,
                 data,
             });
-            Ok((version, f(&n.data)))
+            Ok((n.state(), f(&n.data)))
         })
     }
 
-    /// The version of block `blkno` now and whether a commit holds it locked, seen through
-    /// this thread's copy of the block when it keeps one (no count taken on the buffer), else
-    /// through the cache.
-    pub fn version_and_locked(&self, blkno: u64) -> Result<(u64, bool), cilfs_device::DeviceError> {
-        let state = |b: &Buf| (b.version(), b.locked_exclusive());
+    /// The state of block `blkno` now and whether a commit holds it locked, seen through this
+    /// thread's copy of the block when it keeps one (no count taken on the buffer), else
+    /// through the cache's maps; None if the block is not in memory. Never reads the device:
+    /// a commit checks this under its locks.
+    pub fn state_and_locked(&self, blkno: u64) -> Option<(BufState, bool)> {
+        let of = |b: &Buf| {
+            let state = BufState {
+                uid: b.uid(),
+                version: b.version(),
+            };
+            (state, b.locked_exclusive())
+        };
         let copied = COPIES.with(|c| match &c.borrow()[slot(blkno)] {
-            Some(n) if n.cache == self.id && n.buf.blkno() == blkno => Some(state(&n.buf)),
+            Some(n) if n.cache == self.id && n.buf.blkno() == blkno => Some(of(&n.buf)),
             _ => None,
         });
-        match copied {
-            Some(s) => Ok(s),
-            None => Ok(state(&*self.get(blkno)?)),
+        copied.or_else(|| self.cached(blkno).map(|b| of(&b)))
+    }
+}
+
+impl NodeCopy {
+    fn state(&self) -> BufState {
+        BufState {
+            uid: self.buf.uid(),
+            version: self.version,
         }
     }
 }
@@ -125,21 +145,25 @@ mod tests {
     fn a_copy_serves_until_its_block_changes() {
         let cache = cache_with(3, 1);
         assert_eq!(cache.with_copy(3, |d| d[0]), None, "no copy yet");
-        let (v0, first) = cache.copy_and(3, |d| d[0]).unwrap();
+        let (s0, first) = cache.copy_and(3, |d| d[0]).unwrap();
         assert_eq!(first, 1);
-        assert_eq!(cache.with_copy(3, |d| d[0]), Some((v0, 1)));
+        assert_eq!(cache.with_copy(3, |d| d[0]), Some((s0, 1)));
         let buf = cache.get(3).unwrap();
         {
             let mut g = buf.lock();
             g.data[0] = 2;
             // Locked by a commit: seen as such through the copy.
-            assert_eq!(cache.version_and_locked(3).unwrap(), (v0, true));
+            assert_eq!(cache.state_and_locked(3), Some((s0, true)));
             buf.bump_version(&mut g);
         }
         assert_eq!(cache.with_copy(3, |d| d[0]), None, "a stale copy served");
-        assert_eq!(cache.version_and_locked(3).unwrap(), (v0 + 1, false));
-        assert_eq!(cache.copy_and(3, |d| d[0]).unwrap(), (v0 + 1, 2));
-        assert_eq!(cache.with_copy(3, |d| d[0]), Some((v0 + 1, 2)));
+        let s1 = BufState {
+            version: s0.version + 1,
+            ..s0
+        };
+        assert_eq!(cache.state_and_locked(3), Some((s1, false)));
+        assert_eq!(cache.copy_and(3, |d| d[0]).unwrap(), (s1, 2));
+        assert_eq!(cache.with_copy(3, |d| d[0]), Some((s1, 2)));
     }
 
     /// Copies are the calling thread's own, and of their own cache: two filesystems in one
@@ -171,5 +195,44 @@ mod tests {
         assert!(cache.evicted() > 400);
         assert!(cache.cached(5).is_some(), "the copied block was evicted");
         assert!(cache.with_copy(5, |_| ()).is_some());
+    }
+
+    /// A block evicted and read again gets a new buffer whose versions start over: the state
+    /// a copy was taken in must not match the new buffer's however often it changed since
+    /// (a commit would take a node changed under it for the one it stepped through). The
+    /// state of a block not in memory is not read from the device.
+    #[test]
+    fn a_state_of_an_evicted_buffer_never_matches_its_successor() {
+        let dev = Arc::new(SimDevice::new(4096 * 1024, 7));
+        let cache = BufCache::new(dev, 4096, 16 * 4096);
+        let bump = |n: u64| {
+            let b = cache.get(5).unwrap();
+            for _ in 0..n {
+                let mut g = b.lock();
+                g.data[0] = g.data[0].wrapping_add(1);
+                b.bump_version(&mut g);
+                g.dirty.clear();
+            }
+        };
+        bump(3);
+        let (seen, _) = cache.copy_and(5, |_| ()).unwrap();
+        assert_eq!(seen.version, 3);
+        // The copy's slot taken by another block (same slot), then the hot slot and the
+        // map's hold let go through eviction.
+        let other = (6..300).find(|&b| slot(b) == slot(5)).unwrap();
+        cache.copy_and(other, |_| ()).unwrap();
+        for b in 300..1000 {
+            cache.get(b).unwrap();
+        }
+        assert!(cache.cached(5).is_none(), "block 5 stayed in memory");
+        assert_eq!(
+            cache.state_and_locked(5),
+            None,
+            "the state of a block not in memory"
+        );
+        bump(3);
+        let (now, _) = cache.state_and_locked(5).unwrap();
+        assert_eq!(now.version, seen.version);
+        assert_ne!(now, seen, "a new buffer's state matched an evicted one's");
     }
 }

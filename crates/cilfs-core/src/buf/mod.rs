@@ -4,6 +4,7 @@
 mod copies;
 mod ranges;
 
+pub use copies::BufState;
 pub use ranges::RangeSet;
 
 use crate::log::item_format::{buf_item_len, encode_buf_item_into};
@@ -62,6 +63,10 @@ impl BufData {
 #[derive(Debug)]
 pub struct Buf {
     blkno: u64,
+    /// This buffer's identity, never reused: after an eviction the block's next buffer starts
+    /// its versions again from 0, so a version alone names a state only with the buffer it
+    /// was read in (`buf/copies.rs`).
+    uid: u64,
     state: Arc<RwLock<BufData>>,
     pins: AtomicU32,
     /// `BufData::version`, readable without the lock: a commit checking what it read looks at
@@ -76,6 +81,11 @@ pub struct Buf {
 impl Buf {
     pub fn blkno(&self) -> u64 {
         self.blkno
+    }
+
+    /// This buffer's identity (see `uid`).
+    pub fn uid(&self) -> u64 {
+        self.uid
     }
 
     pub fn lock(&self) -> BufGuard {
@@ -410,8 +420,10 @@ impl BufCache {
     /// Adds a buffer for `blkno` holding `data` to its map (whose lock `bufs` is), and runs an
     /// eviction pass when the cache has grown past its mark.
     fn insert(&self, mut bufs: MutexGuard<'_, BlockMap>, blkno: u64, data: AlignedBuf) -> Arc<Buf> {
+        static NEXT_UID: AtomicU64 = AtomicU64::new(1);
         let b = Arc::new(Buf {
             blkno,
+            uid: NEXT_UID.fetch_add(1, Ordering::Relaxed),
             state: Arc::new(RwLock::new(BufData {
                 data,
                 dirty: RangeSet::default(),

@@ -97,18 +97,20 @@ impl Pool {
         });
     }
 
-    /// Gives back a written checkpoint's images to the spare list, as many as it keeps; the
-    /// rest are freed.
-    pub fn give_spare(&self, images: impl IntoIterator<Item = Vec<u8>>) {
+    /// Takes a written checkpoint's images into the spare list, as many as it keeps; the rest
+    /// stay in `images`, for the caller to free with no lock held.
+    pub fn give_spare(&self, images: &mut Vec<Vec<u8>>) {
         let mut spare = self.spare.lock();
-        for mut v in images {
+        images.retain_mut(|v| {
             let c = v.capacity();
-            if worth_keeping(c) && spare.bytes + c <= SPARE_MAX_BYTES {
-                v.clear();
-                spare.bytes += c;
-                spare.vecs.push(v);
+            if !worth_keeping(c) || spare.bytes + c > SPARE_MAX_BYTES {
+                return true;
             }
-        }
+            v.clear();
+            spare.bytes += c;
+            spare.vecs.push(std::mem::take(v));
+            false
+        });
     }
 }
 
@@ -142,7 +144,8 @@ mod tests {
             written.push(vec![9u8; 5000]);
         }
         let at: Vec<usize> = written.iter().map(|v| v.as_ptr() as usize).collect();
-        P.give_spare(written);
+        P.give_spare(&mut written);
+        assert!(written.is_empty());
         std::thread::spawn(move || {
             let taken: Vec<Vec<u8>> = (0..3).map(|_| P.take()).collect();
             for p in at {
@@ -161,8 +164,12 @@ mod tests {
     #[test]
     fn the_spare_list_is_bounded() {
         let p = Pool::new();
-        p.give_spare((0..4000).map(|_| Vec::<u8>::with_capacity(4096)));
-        p.give_spare([Vec::<u8>::with_capacity(KEEP_MAX_CAPACITY + 1)]);
+        let mut many: Vec<Vec<u8>> = (0..4000).map(|_| Vec::with_capacity(4096)).collect();
+        p.give_spare(&mut many);
+        assert!(!many.is_empty(), "the rest comes back to be freed");
+        let mut large = vec![Vec::<u8>::with_capacity(KEEP_MAX_CAPACITY + 1)];
+        p.give_spare(&mut large);
+        assert_eq!(large.len(), 1);
         let spare = p.spare.lock();
         assert!(spare.bytes > SPARE_MAX_BYTES / 2);
         assert!(spare.bytes <= SPARE_MAX_BYTES);

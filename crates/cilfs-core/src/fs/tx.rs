@@ -10,7 +10,7 @@ use super::header::{
 };
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{unused_stretch, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
-use crate::buf::{CounterChange, LateWrite};
+use crate::buf::{BufState, CounterChange, LateWrite};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
@@ -69,8 +69,8 @@ struct Reads {
     /// Interior nodes read.
     interior: Vec<u64>,
     /// Interior nodes stepped through as this thread's copy (`buf/copies.rs`), not held:
-    /// (block, version of the copy).
-    interior_copies: Vec<(u64, u64)>,
+    /// (block, the state the copy was taken in).
+    interior_copies: Vec<(u64, BufState)>,
     /// A traversal went from one leaf to the next through interior nodes.
     sideways: bool,
 }
@@ -381,7 +381,7 @@ impl<'a> FsTx<'a> {
         self.opt
             .interior_copies
             .iter()
-            .all(|&(b, v)| j.version_and_locked(b).is_ok_and(|(now, _)| now == v))
+            .all(|&(b, seen)| j.buf_state(b).is_some_and(|(now, _)| now == seen))
     }
 
     /// Whether a block this optimistic transaction only read is locked by another commit now
@@ -392,7 +392,7 @@ impl<'a> FsTx<'a> {
         let j = self.tx.journal;
         self.tx.read_set_locked()
             || self.opt.interior_copies.iter().any(|&(b, _)| {
-                !self.tx.holds(b) && j.version_and_locked(b).is_ok_and(|(_, locked)| locked)
+                !self.tx.holds(b) && j.buf_state(b).is_some_and(|(_, locked)| locked)
             })
     }
 
@@ -749,18 +749,20 @@ impl NodeStore for FsTx<'_> {
         let step_in = |d: &[u8]| super::tree::node::raw_step(d, blkno, tree, level, key);
         // An optimistic descent steps through an interior node it has not changed as its
         // thread's copy, taking no lock, and its commit checks the copy's version.
+        // What it read counts before any error it met there: an error met in a state that
+        // changed since (a root freed and reused) is not the operation's (`saw_one_state`).
         if self.optimistic && level > 0 && !self.tx.holds(blkno) {
             self.read_outside_if_uncached(blkno)?;
-            let (version, step) = self.tx.journal.read_copy(blkno, step_in)?;
-            let step = step?;
+            let (seen, step) = self.tx.journal.read_copy(blkno, step_in)?;
             self.trees_read |= 1 << tree;
-            if !self.opt.interior_copies.contains(&(blkno, version)) {
-                self.opt.interior_copies.push((blkno, version));
+            if !self.opt.interior_copies.contains(&(blkno, seen)) {
+                self.opt.interior_copies.push((blkno, seen));
             }
-            return Ok(step);
+            return step;
         }
-        let step = self.node_read(blkno, step_in)??;
+        let step = self.node_read(blkno, step_in)?;
         self.trees_read |= 1 << tree;
+        let step = step?;
         if self.optimistic {
             match &step {
                 RawStep::Child(_) if !self.opt.interior.contains(&blkno) => {

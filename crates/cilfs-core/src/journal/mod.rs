@@ -10,7 +10,7 @@ mod stats;
 pub use stats::JournalStats;
 
 use crate::ail::{Ail, WritebackIo};
-use crate::buf::{Buf, BufCache};
+use crate::buf::{Buf, BufCache, BufState};
 use crate::cil::{Cil, CilLimits};
 use crate::format::superblock::SbLog;
 use crate::format::{FormatError, Superblock};
@@ -469,13 +469,13 @@ impl Journal {
     }
 
     /// `f` on this thread's copy of block `blkno` (`buf/copies.rs`), copied now if the thread
-    /// keeps none at the block's current version: the version `f` saw and its answer. For
+    /// keeps none in the block's current state: the state `f` saw and its answer. For
     /// interior tree nodes, which every descent passes: stepping through a copy takes no lock.
     pub fn read_copy<R>(
         &self,
         blkno: u64,
         f: impl Fn(&[u8]) -> R,
-    ) -> Result<(u64, R), JournalError> {
+    ) -> Result<(BufState, R), JournalError> {
         self.check_metadata_block(blkno)?;
         if let Some(r) = self.cache.with_copy(blkno, &f) {
             return Ok(r);
@@ -483,11 +483,14 @@ impl Journal {
         Ok(self.cache.copy_and(blkno, f)?)
     }
 
-    /// The version of metadata block `blkno` now (`Buf::version`), and whether another commit
-    /// holds it locked: what a commit checks of a block it stepped through as a copy.
-    pub fn version_and_locked(&self, blkno: u64) -> Result<(u64, bool), JournalError> {
-        self.check_metadata_block(blkno)?;
-        Ok(self.cache.version_and_locked(blkno)?)
+    /// The state of metadata block `blkno` now, and whether a commit holds it locked (None if
+    /// it is not in memory): what a commit checks of a block it stepped through as a copy.
+    /// Never reads the device.
+    pub fn buf_state(&self, blkno: u64) -> Option<(BufState, bool)> {
+        if blkno < self.meta_first || blkno >= self.meta_end {
+            return None;
+        }
+        self.cache.state_and_locked(blkno)
     }
 
     /// `buf` for a block about to be written whole (a newly allocated node): not read from the

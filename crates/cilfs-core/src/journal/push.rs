@@ -364,8 +364,11 @@ impl Journal {
                     completed.is_ok()
                 },
             );
-            // Copied into iclogs: the vectors go back for committers to format into.
-            crate::cil::image_pool::POOL.give_spare(images);
+            // Copied into iclogs: the vectors go back for committers to format into (those the
+            // spare list does not keep are freed here, outside its lock).
+            let mut images = images;
+            crate::cil::image_pool::POOL.give_spare(&mut images);
+            drop(images);
             completed?;
             let written = match written {
                 Ok(w) => w,

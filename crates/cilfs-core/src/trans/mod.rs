@@ -467,9 +467,9 @@ pub struct PublishLocks {
     /// insert, those reference counts passed between the cores inside the publish turn: half
     /// of a leaf commit's turn with two threads creating.
     spent: Vec<Held>,
-    /// The images its preformatted ones replaced in the CIL, given back with the locks, after
-    /// the turn, to this thread's stash (`cil/image_pool.rs`): most were allocated by other
-    /// threads, whose heaps a free reached across cores.
+    /// The images its preformatted ones replaced in the CIL, given back to this thread's stash
+    /// (`cil/image_pool.rs`) as the locks are let go, after the turn: most were allocated by
+    /// other threads, whose heaps a free reached across cores.
     replaced: Vec<Vec<u8>>,
 }
 
