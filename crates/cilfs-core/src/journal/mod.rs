@@ -480,7 +480,7 @@ impl Journal {
         if let Some(r) = self.cache.with_copy(blkno, &f) {
             return Ok(r);
         }
-        Ok(self.cache.copy_and(blkno, f)?)
+        Ok(self.cache.copy_and(blkno, &self.buf_waits, f)?)
     }
 
     /// The state of metadata block `blkno` now, and whether a commit holds it locked (None if
