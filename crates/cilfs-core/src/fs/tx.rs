@@ -374,8 +374,9 @@ impl<'a> FsTx<'a> {
                 })
     }
 
-    /// Whether every interior node this transaction stepped through as a copy is still at the
-    /// copy's version (one that cannot be looked at counts as changed).
+    /// Whether every interior node this transaction stepped through as a copy is still in the
+    /// copy's state: the same buffer at the same version (one no longer in memory counts as
+    /// changed).
     pub(crate) fn copies_current(&self) -> bool {
         let j = self.tx.journal;
         self.opt
@@ -748,7 +749,7 @@ impl NodeStore for FsTx<'_> {
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
         let step_in = |d: &[u8]| super::tree::node::raw_step(d, blkno, tree, level, key);
         // An optimistic descent steps through an interior node it has not changed as its
-        // thread's copy, taking no lock, and its commit checks the copy's version.
+        // thread's copy, taking no lock, and its commit checks the copy's state.
         // What it read counts before any error it met there: an error met in a state that
         // changed since (a root freed and reused) is not the operation's (`saw_one_state`).
         if self.optimistic && level > 0 && !self.tx.holds(blkno) {
