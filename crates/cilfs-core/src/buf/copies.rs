@@ -49,14 +49,19 @@ pub struct BufState {
 }
 
 impl BufCache {
+    /// `f` on this thread's copy of block `blkno` from this cache, if it keeps one.
+    fn in_copy<R>(&self, blkno: u64, f: impl FnOnce(&NodeCopy) -> Option<R>) -> Option<R> {
+        COPIES.with(|c| match &c.borrow()[slot(blkno)] {
+            Some(n) if n.cache == self.id && n.buf.blkno() == blkno => f(n),
+            _ => None,
+        })
+    }
+
     /// `f` on this thread's copy of block `blkno`, if it keeps one and the block is still in
     /// the copy's state: that state and `f`'s answer. No lock is taken.
     pub fn with_copy<R>(&self, blkno: u64, f: impl FnOnce(&[u8]) -> R) -> Option<(BufState, R)> {
-        COPIES.with(|c| match &c.borrow()[slot(blkno)] {
-            Some(n) if n.cache == self.id && n.buf.blkno() == blkno => {
-                (n.buf.version() == n.version).then(|| (n.state(), f(&n.data)))
-            }
-            _ => None,
+        self.in_copy(blkno, |n| {
+            (n.buf.version() == n.version).then(|| (n.state(), f(&n.data)))
         })
     }
 
@@ -103,18 +108,19 @@ impl BufCache {
     /// through the cache's maps; None if the block is not in memory. Never reads the device:
     /// a commit checks this under its locks.
     pub fn state_and_locked(&self, blkno: u64) -> Option<(BufState, bool)> {
-        let of = |b: &Buf| {
-            let state = BufState {
-                uid: b.uid(),
-                version: b.version(),
-            };
-            (state, b.locked_exclusive())
-        };
-        let copied = COPIES.with(|c| match &c.borrow()[slot(blkno)] {
-            Some(n) if n.cache == self.id && n.buf.blkno() == blkno => Some(of(&n.buf)),
-            _ => None,
-        });
-        copied.or_else(|| self.cached(blkno).map(|b| of(&b)))
+        let of = |b: &Buf| (b.state_now(), b.locked_exclusive());
+        self.in_copy(blkno, |n| Some(of(&n.buf)))
+            .or_else(|| self.cached(blkno).map(|b| of(&b)))
+    }
+}
+
+impl Buf {
+    /// The state the buffer is in now: its identity and its version.
+    fn state_now(&self) -> BufState {
+        BufState {
+            uid: self.uid(),
+            version: self.version(),
+        }
     }
 }
 

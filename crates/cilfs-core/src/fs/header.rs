@@ -126,8 +126,8 @@ impl Header {
     /// Moves the counters by `changes` (`counter_changes` of another header): what the push
     /// does to the encoded ones.
     pub fn apply_counter_changes(&mut self, changes: &[(usize, CounterChange)]) {
+        let mut fields = self.counter_fields();
         for &(at, change) in changes {
-            let mut fields = self.counter_fields();
             let field = &mut fields[(at - COUNTERS.start) / 8];
             **field = change.apply(**field);
         }

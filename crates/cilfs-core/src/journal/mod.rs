@@ -457,10 +457,9 @@ impl Journal {
     /// The newest in-memory version of a metadata block.
     /// Metadata block `blkno` if it is in the buffer cache (None also when out of range).
     pub fn cached_buf(&self, blkno: u64) -> Option<Arc<Buf>> {
-        if blkno < self.meta_first || blkno >= self.meta_end {
-            return None;
-        }
-        self.cache.cached(blkno)
+        self.is_metadata_block(blkno)
+            .then(|| self.cache.cached(blkno))
+            .flatten()
     }
 
     pub fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
@@ -487,10 +486,9 @@ impl Journal {
     /// it is not in memory): what a commit checks of a block it stepped through as a copy.
     /// Never reads the device.
     pub fn buf_state(&self, blkno: u64) -> Option<(BufState, bool)> {
-        if blkno < self.meta_first || blkno >= self.meta_end {
-            return None;
-        }
-        self.cache.state_and_locked(blkno)
+        self.is_metadata_block(blkno)
+            .then(|| self.cache.state_and_locked(blkno))
+            .flatten()
     }
 
     /// `buf` for a block about to be written whole (a newly allocated node): not read from the
@@ -500,9 +498,14 @@ impl Journal {
         Ok(self.cache.get_fresh(blkno))
     }
 
+    /// Whether `blkno` is in the metadata area.
+    fn is_metadata_block(&self, blkno: u64) -> bool {
+        (self.meta_first..self.meta_end).contains(&blkno)
+    }
+
     /// Refuses a block outside the metadata area.
     fn check_metadata_block(&self, blkno: u64) -> Result<(), JournalError> {
-        if blkno < self.meta_first || blkno >= self.meta_end {
+        if !self.is_metadata_block(blkno) {
             return Err(JournalError::BlockOutOfRange {
                 blkno,
                 first: self.meta_first,

@@ -327,7 +327,7 @@ impl Journal {
             }
             let nitems = ctx.items.len() as u64;
             let bound = late_bound(self.block_size() as usize) as usize - OP_HEADER_BYTES;
-            let (items, images): (Vec<_>, Vec<_>) = ctx
+            let (items, mut images): (Vec<_>, Vec<_>) = ctx
                 .items
                 .into_values()
                 .map(|mut e| {
@@ -366,7 +366,6 @@ impl Journal {
             );
             // Copied into iclogs: the vectors go back for committers to format into (those the
             // spare list does not keep are freed here, outside its lock).
-            let mut images = images;
             crate::cil::image_pool::POOL.give_spare(&mut images);
             drop(images);
             completed?;
