@@ -155,8 +155,11 @@ impl Journal {
                 g.in_use = in_use;
             });
         }
-        self.extra.commits.fetch_add(1, Ordering::Relaxed);
-        self.extra.cil_bytes_max.fetch_max(bytes, Ordering::Relaxed);
+        self.extra.commits.add(1);
+        let max = &self.extra.cil_bytes_max.0;
+        if bytes > max.load(Ordering::Relaxed) {
+            max.fetch_max(bytes, Ordering::Relaxed);
+        }
         if bytes > self.limits.hard_limit {
             cil.set_over_hard_limit();
         }
@@ -519,7 +522,7 @@ impl Worker {
                     // a checkpoint, as XFS's log worker forces the log every 30 s: otherwise a
                     // load that never fills the CIL to its limit would never be made durable
                     // before a sync. A whole interval without commits covers the log.
-                    let commits = j.extra.commits.load(Ordering::Relaxed);
+                    let commits = j.extra.commits.get();
                     let r = if commits == commits_seen {
                         j.cover().map(drop)
                     } else {

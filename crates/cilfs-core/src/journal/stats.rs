@@ -5,8 +5,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug, Default)]
 pub(crate) struct ExtraCounters {
-    pub commits: AtomicU64,
-    pub cil_bytes_max: AtomicU64,
+    /// Bumped by every commit: spread over cache lines, as is the maximum below by being
+    /// written only when it rises (`crate::counter`).
+    pub commits: crate::counter::Counter,
+    pub cil_bytes_max: crate::counter::Padded,
     pub cil_blocked_commits: AtomicU64,
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,
@@ -59,9 +61,9 @@ impl Journal {
             log: self.counters.snapshot(),
             data_dev: self.data.stats(),
             log_dev: self.logdev.as_ref().map(|d| d.stats()),
-            commits: l(&self.extra.commits),
+            commits: self.extra.commits.get(),
             cil_space_limit: self.limits.space_limit,
-            cil_bytes_max: l(&self.extra.cil_bytes_max),
+            cil_bytes_max: l(&self.extra.cil_bytes_max.0),
             cil_blocked_commits: l(&self.extra.cil_blocked_commits),
             ail_writeback_bytes: l(&self.extra.ail_writeback_bytes),
             ail_len: self.ail.lock().len() as u64,

@@ -505,7 +505,7 @@ fn overlap_step_by_step(
     // the pusher may switch contexts as soon as S is passed.)
     q.flush_hold.arm();
     let mut n1 = 0;
-    while j.extra.cil_bytes_max.load(Ordering::Relaxed) < s {
+    while j.extra.cil_bytes_max.0.load(Ordering::Relaxed) < s {
         assert_eq!(commit_block(FIRST.0 + n1, FIRST.1), 1);
         n1 += 1;
     }
