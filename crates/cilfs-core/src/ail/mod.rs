@@ -8,14 +8,39 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// Items, grouped by the checkpoint that last logged them.
+///
+/// A checkpoint's items enter as one batch (XFS splices a checkpoint's log items onto the
+/// AIL's tail in one list operation, `xfs_trans_ail_update_bulk`), so entering costs a push
+/// onto a vector per item instead of an insert into an ordered map, and an item that a newer
+/// checkpoint relogged leaves an empty slot behind. Every batch in `batches` holds at least one
+/// item, so the first one's LSN is the tail.
 #[derive(Debug, Default)]
 pub struct Ail {
-    by_lsn: BTreeMap<(Lsn, ItemKey), Arc<dyn LogItem>>,
-    /// Block numbers, hashed without SipHash (`numhash`): every item of every checkpoint is
-    /// looked up here when it enters the AIL, on the push thread.
-    lsn_of: crate::numhash::NumberMap<Lsn>,
+    batches: BTreeMap<Lsn, Batch>,
+    /// Where each item is: its batch and its slot there. Block numbers, hashed without
+    /// SipHash (`numhash`): every item of every checkpoint is looked up here when it enters.
+    place: crate::numhash::NumberMap<(Lsn, u32)>,
 }
 
+/// The items of one checkpoint still in the AIL at its LSN.
+#[derive(Debug, Default)]
+struct Batch {
+    slots: Vec<Slot>,
+    /// Slots holding an item.
+    live: usize,
+}
+
+#[derive(Debug)]
+struct Slot {
+    key: ItemKey,
+    /// None once the item moved to a newer checkpoint or was written back.
+    item: Option<Arc<dyn LogItem>>,
+}
+
+/// A batch of at least this many slots is compacted once fewer than a quarter of them hold
+/// items, so that a checkpoint whose items were nearly all relogged holds little memory.
+const COMPACT_MIN_SLOTS: usize = 64;
 /// What one AIL push did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AilPush {
@@ -28,32 +53,90 @@ pub struct AilPush {
 
 impl Ail {
     pub fn len(&self) -> usize {
-        self.by_lsn.len()
+        self.place.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_lsn.is_empty()
+        self.place.is_empty()
     }
 
     /// The tail: the lowest LSN in the AIL.
     pub fn min_lsn(&self) -> Option<Lsn> {
-        self.by_lsn.keys().next().map(|k| k.0)
+        let (&lsn, b) = self.batches.first_key_value()?;
+        debug_assert!(b.live > 0, "an empty batch at {lsn}");
+        Some(lsn)
     }
 
     /// Inserts an item at `lsn`, or moves it there; an item only moves forward.
     pub fn insert(&mut self, item: Arc<dyn LogItem>, lsn: Lsn) {
-        let key = item.key();
-        if let Some(old) = self.lsn_of.insert(key, lsn) {
-            assert!(old <= lsn, "AIL item {key} moving back from {old} to {lsn}");
-            self.by_lsn.remove(&(old, key));
+        self.insert_all(lsn, vec![item]);
+    }
+
+    /// Inserts a checkpoint's items at its LSN, or moves them there from the older checkpoints
+    /// that logged them before: one batch. An item already at this LSN is replaced in its slot.
+    pub fn insert_all(&mut self, lsn: Lsn, items: Vec<Arc<dyn LogItem>>) {
+        // Checked before anything changes: past here nothing panics, so a failed check leaves
+        // the AIL as it was instead of items out of one batch and not yet in the other.
+        for item in &items {
+            let key = item.key();
+            if let Some(&(old, _)) = self.place.get(&key) {
+                assert!(old <= lsn, "AIL item {key} moving back from {old} to {lsn}");
+            }
         }
-        self.by_lsn.insert((lsn, key), item);
+        let Self { batches, place } = self;
+        for item in &items {
+            let key = item.key();
+            if let Some(&(old, slot)) = place.get(&key) {
+                if old < lsn {
+                    place.remove(&key);
+                    vacate(batches, place, old, slot);
+                }
+            }
+        }
+        if items.is_empty() {
+            return;
+        }
+        let batch = batches.entry(lsn).or_default();
+        for item in items {
+            let key = item.key();
+            if let Some(&(_, slot)) = place.get(&key) {
+                let s = &mut batch.slots[slot as usize];
+                debug_assert_eq!(s.key, key);
+                debug_assert!(s.item.is_some());
+                s.item = Some(item);
+                continue;
+            }
+            let slot = u32::try_from(batch.slots.len()).expect("AIL batch of 2^32 items");
+            batch.slots.push(Slot {
+                key,
+                item: Some(item),
+            });
+            batch.live += 1;
+            place.insert(key, (lsn, slot));
+        }
+    }
+
+    /// The item at `(lsn, key)`, if it is still there.
+    fn get(&self, lsn: Lsn, key: ItemKey) -> Option<&Arc<dyn LogItem>> {
+        let &(at, slot) = self.place.get(&key)?;
+        if at != lsn {
+            return None;
+        }
+        self.batches.get(&at)?.slots[slot as usize].item.as_ref()
     }
 
     /// The entries below `target`, in block order (the order write back goes out in).
     pub fn below(&self, target: Lsn) -> Vec<(Lsn, ItemKey)> {
-        let mut v: Vec<(Lsn, ItemKey)> =
-            self.by_lsn.range(..(target, 0)).map(|(k, _)| *k).collect();
+        let mut v: Vec<(Lsn, ItemKey)> = self
+            .batches
+            .range(..target)
+            .flat_map(|(&lsn, b)| {
+                b.slots
+                    .iter()
+                    .filter(|s| s.item.is_some())
+                    .map(move |s| (lsn, s.key))
+            })
+            .collect();
         v.sort_unstable_by_key(|&(_, key)| key);
         v
     }
@@ -69,7 +152,7 @@ impl Ail {
     ) -> WritebackBatch {
         let mut b = WritebackBatch::default();
         for &k in entries {
-            let Some(item) = self.by_lsn.get(&k) else {
+            let Some(item) = self.get(k.0, k.1) else {
                 continue;
             };
             match item.prepare_write_back(k.0, uuid) {
@@ -98,10 +181,39 @@ impl Ail {
     /// checkpoint's changes.
     pub fn remove_written(&mut self, done: &[(Lsn, ItemKey)]) {
         for &(lsn, key) in done {
-            if self.lsn_of.get(&key) == Some(&lsn) {
-                self.lsn_of.remove(&key);
-                self.by_lsn.remove(&(lsn, key));
+            if let Some(&(at, slot)) = self.place.get(&key) {
+                if at == lsn {
+                    self.place.remove(&key);
+                    vacate(&mut self.batches, &mut self.place, lsn, slot);
+                }
             }
+        }
+    }
+}
+
+/// Empties slot `slot` of the batch at `lsn` (its item moved on or left, and `place` no longer
+/// points at it); a batch left empty goes, one left mostly empty is compacted.
+fn vacate(
+    batches: &mut BTreeMap<Lsn, Batch>,
+    place: &mut crate::numhash::NumberMap<(Lsn, u32)>,
+    lsn: Lsn,
+    slot: u32,
+) {
+    let b = batches
+        .get_mut(&lsn)
+        .unwrap_or_else(|| panic!("AIL has no batch at {lsn}"));
+    let s = &mut b.slots[slot as usize];
+    assert!(
+        s.item.take().is_some(),
+        "AIL slot {slot} at {lsn} already empty"
+    );
+    b.live -= 1;
+    if b.live == 0 {
+        batches.remove(&lsn);
+    } else if b.slots.len() >= COMPACT_MIN_SLOTS && b.live * 4 < b.slots.len() {
+        b.slots.retain(|s| s.item.is_some());
+        for (i, s) in b.slots.iter().enumerate() {
+            place.insert(s.key, (lsn, i as u32));
         }
     }
 }
@@ -442,6 +554,173 @@ mod tests {
         assert!(ail.lock().is_empty());
         for &b in &blocks {
             assert_eq!(read(&sim, b), (b % 251) as u8 + 1, "block {b}");
+        }
+    }
+
+    /// What the AIL must answer, kept the plain way: each item's LSN.
+    fn model_below(model: &BTreeMap<ItemKey, Lsn>, target: Lsn) -> Vec<(Lsn, ItemKey)> {
+        let mut v: Vec<_> = model
+            .iter()
+            .filter(|(_, &l)| l < target)
+            .map(|(&k, &l)| (l, k))
+            .collect();
+        v.sort_unstable_by_key(|&(_, k)| k);
+        v
+    }
+
+    fn assert_matches(ail: &Ail, model: &BTreeMap<ItemKey, Lsn>) {
+        assert_eq!(ail.len(), model.len());
+        assert_eq!(ail.min_lsn(), model.values().min().copied());
+        let all = Lsn::from_raw(u64::MAX);
+        assert_eq!(ail.below(all), model_below(model, all));
+        for (&lsn, b) in &ail.batches {
+            assert!(b.live > 0, "empty batch at {lsn}");
+            assert_eq!(b.live, b.slots.iter().filter(|s| s.item.is_some()).count());
+        }
+        for (&key, &(lsn, slot)) in &ail.place {
+            let s = &ail.batches[&lsn].slots[slot as usize];
+            assert_eq!(s.key, key, "slot {slot} at {lsn}");
+            assert!(s.item.is_some(), "{key} placed in an empty slot");
+        }
+    }
+
+    #[test]
+    fn relogged_items_leave_their_checkpoint_and_the_tail_follows() {
+        let mut ail = Ail::default();
+        ail.insert_all(lsn(8), vec![block(1, 1, 0), block(2, 2, 0), block(3, 3, 0)]);
+        ail.insert_all(lsn(16), vec![block(4, 4, 0)]);
+        ail.insert_all(lsn(24), vec![block(1, 1, 0), block(2, 2, 0)]);
+        // Block 3 still holds the tail at the first checkpoint.
+        assert_eq!(ail.min_lsn(), Some(lsn(8)));
+        assert_eq!(ail.below(lsn(16)), vec![(lsn(8), 3)]);
+        assert_eq!(ail.len(), 4);
+        // An entry a push saw before its item moved on finds nothing to write.
+        let mut r = AilPush::default();
+        let stale = ail.prepare_batch(&[(lsn(8), 1)], &[0; 16], &mut r);
+        assert_eq!((r.written, stale.done.len()), (0, 0));
+        ail.insert_all(lsn(24), vec![block(3, 3, 0)]);
+        assert_eq!(ail.min_lsn(), Some(lsn(16)));
+        assert!(
+            !ail.batches.contains_key(&lsn(8)),
+            "an empty checkpoint stays"
+        );
+        ail.remove_written(&[(lsn(16), 4)]);
+        assert_eq!(ail.min_lsn(), Some(lsn(24)));
+        assert_eq!(
+            ail.below(lsn(32)),
+            vec![(lsn(24), 1), (lsn(24), 2), (lsn(24), 3)]
+        );
+    }
+
+    #[test]
+    fn a_mostly_relogged_checkpoint_is_compacted_and_its_items_stay_reachable() {
+        let mut ail = Ail::default();
+        ail.insert_all(lsn(8), (0..1000u64).map(|b| block(b, 1, 0)).collect());
+        ail.insert_all(
+            lsn(16),
+            (0..1000u64)
+                .filter(|b| b % 5 != 0)
+                .map(|b| block(b, 2, 0))
+                .collect(),
+        );
+        // Compacted once a quarter of its 1000 slots held items (249), not since.
+        let old = &ail.batches[&lsn(8)];
+        assert_eq!((old.live, old.slots.len()), (200, 249));
+        let left = ail.below(lsn(16));
+        assert_eq!(
+            left,
+            (0..1000u64)
+                .step_by(5)
+                .map(|b| (lsn(8), b))
+                .collect::<Vec<_>>()
+        );
+        // Every one of them is still found through its new slot, and written back.
+        let mut r = AilPush::default();
+        let batch = ail.prepare_batch(&left, &[0; 16], &mut r);
+        assert_eq!(r.written, 200);
+        ail.remove_written(&batch.done);
+        assert_eq!(ail.min_lsn(), Some(lsn(16)));
+        assert_eq!(ail.len(), 800);
+    }
+
+    #[test]
+    fn an_item_logged_again_at_its_lsn_is_replaced_in_its_slot() {
+        let mut ail = Ail::default();
+        ail.insert(block(7, 1, 0), lsn(8));
+        ail.insert_all(lsn(8), vec![block(7, 9, 0), block(8, 8, 0)]);
+        assert_eq!(ail.len(), 2);
+        let mut r = AilPush::default();
+        let b = ail.prepare_batch(&ail.below(lsn(16)), &[0; 16], &mut r);
+        assert_eq!(b.done, vec![(lsn(8), 7), (lsn(8), 8)]);
+        assert_eq!(b.writes[0].1[0], 9, "the older image was written");
+    }
+
+    proptest::proptest! {
+        /// Checkpoints of random items at rising LSNs (some at the same LSN twice), write backs
+        /// of random entries (some already moved on): the AIL answers as the plain model does.
+        #[test]
+        fn batches_answer_as_a_map_of_lsns(
+            ops in proptest::collection::vec(
+                (0u8..3, proptest::collection::vec(0u64..300, 0..80), 0u32..6),
+                1..60,
+            )
+        ) {
+            let mut ail = Ail::default();
+            let mut model: BTreeMap<ItemKey, Lsn> = BTreeMap::new();
+            let mut at = 8u32;
+            for (kind, keys, step) in ops {
+                match kind {
+                    0 => {
+                        at += 8 * step;
+                        let l = lsn(at);
+                        ail.insert_all(l, keys.iter().map(|&k| block(k, 1, 0)).collect());
+                        for &k in &keys {
+                            model.insert(k, l);
+                        }
+                    }
+                    1 => {
+                        // A low LSN, maybe between or below the batches there are: only
+                        // items not past it may go there.
+                        let l = lsn(8 + 4 * step);
+                        at = at.max(8 + 4 * step);
+                        let keys: Vec<u64> = keys
+                            .into_iter()
+                            .filter(|k| model.get(k).is_none_or(|&m| m <= l))
+                            .collect();
+                        ail.insert_all(l, keys.iter().map(|&k| block(k, 1, 0)).collect());
+                        for &k in &keys {
+                            model.insert(k, l);
+                        }
+                    }
+                    _ => {
+                        // Entries as a push saw them, some since moved: only those still at
+                        // that LSN leave.
+                        let target = lsn(at.saturating_sub(8 * step));
+                        let seen = ail.below(target);
+                        let done: Vec<_> = seen
+                            .iter()
+                            .copied()
+                            .filter(|&(_, k)| keys.contains(&k) || k % 3 == 0)
+                            .collect();
+                        let again: Vec<u64> = keys
+                            .iter()
+                            .copied()
+                            .filter(|&k| k % 2 == 0 && model.get(&k).is_none_or(|&m| m <= lsn(at)))
+                            .collect();
+                        ail.insert_all(lsn(at), again.iter().map(|&k| block(k, 1, 0)).collect());
+                        for &k in &again {
+                            model.insert(k, lsn(at));
+                        }
+                        ail.remove_written(&done);
+                        for (l, k) in done {
+                            if model.get(&k) == Some(&l) {
+                                model.remove(&k);
+                            }
+                        }
+                    }
+                }
+                assert_matches(&ail, &model);
+            }
         }
     }
 

@@ -403,12 +403,15 @@ impl Journal {
             .items_logged
             .fetch_add(f.nitems, Ordering::Relaxed);
         {
+            // Unpinned and moved under one hold of the AIL lock, under which the AIL thread
+            // looks at pins (`Ail::prepare_batch`): it sees them pinned where they were, or
+            // unpinned where they are.
             let mut ail = self.ail.lock();
-            for item in f.items {
+            for item in &f.items {
                 let prev = item.pins().fetch_sub(1, Ordering::AcqRel);
-                ail.insert(item, f.written.start);
                 debug_assert!(prev > 0, "unpinning an unpinned item");
             }
+            ail.insert_all(f.written.start, f.items);
         }
         {
             let mut sp = self.space();
