@@ -41,6 +41,7 @@ struct Slot {
 /// A batch of at least this many slots is compacted once fewer than a quarter of them hold
 /// items, so that a checkpoint whose items were nearly all relogged holds little memory.
 const COMPACT_MIN_SLOTS: usize = 64;
+
 /// What one AIL push did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AilPush {
