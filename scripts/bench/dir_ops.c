@@ -1,10 +1,11 @@
 // `cilfs bench fs`'s workloads on a kernel filesystem, as a control for what a second thread can
-// add on this machine: each thread in a directory of its own, THREADS threads for SECONDS.
+// add on this machine: each thread in a directory of its own (or, with `shared`, all in one),
+// THREADS threads for SECONDS.
 //   create  empty files, open(O_CREAT) then close
 //   unlink  files the thread created beforehand (not timed)
 //   fsync   a 4 KiB write at one of 256 places in the thread's file, then fsync
 // Prints one JSON line: operations a second over all threads.
-// Usage: dir_ops WORKLOAD DIR THREADS SECONDS
+// Usage: dir_ops WORKLOAD DIR THREADS SECONDS [shared]
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,6 +22,7 @@ static enum workload work;
 static const char *root;
 static atomic_int stop;
 static atomic_int ended; /* workers that returned */
+static int shared;       /* every thread in directory t0, as `bench fs --shared-dir` */
 // Unlinks need their files made first: enough that no thread runs out within SECONDS.
 static long prepared;
 
@@ -53,7 +55,7 @@ static void *work_until_stopped(struct worker *w) {
     memset(block, w->id, sizeof block);
     int fd = -1;
     if (work == FSYNC) {
-        snprintf(path, sizeof path, "%s/t%d/file", root, w->id);
+        snprintf(path, sizeof path, "%s/t%d/file%d", root, shared ? 0 : w->id, w->id);
         fd = open(path, O_CREAT | O_RDWR, 0644);
         if (fd < 0) {
             perror(path);
@@ -64,7 +66,7 @@ static void *work_until_stopped(struct worker *w) {
     for (long i = 0; !atomic_load_explicit(&stop, memory_order_relaxed); i++) {
         switch (work) {
         case CREATE:
-            snprintf(path, sizeof path, "%s/t%d/c%ld", root, w->id, i);
+            snprintf(path, sizeof path, "%s/t%d/c%d_%ld", root, shared ? 0 : w->id, w->id, i);
             if (make_file(path) < 0) {
                 w->failed = 1;
                 return NULL;
@@ -74,7 +76,7 @@ static void *work_until_stopped(struct worker *w) {
             if (i >= prepared) {
                 return NULL;
             }
-            snprintf(path, sizeof path, "%s/t%d/u%ld", root, w->id, i);
+            snprintf(path, sizeof path, "%s/t%d/u%d_%ld", root, shared ? 0 : w->id, w->id, i);
             if (unlink(path) < 0) {
                 perror(path);
                 w->failed = 1;
@@ -105,10 +107,11 @@ static void *run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s create|unlink|fsync DIR THREADS SECONDS\n", argv[0]);
+    if (argc != 5 && !(argc == 6 && !strcmp(argv[5], "shared"))) {
+        fprintf(stderr, "usage: %s create|unlink|fsync DIR THREADS SECONDS [shared]\n", argv[0]);
         return 2;
     }
+    shared = argc == 6;
     if (!strcmp(argv[1], "create")) {
         work = CREATE;
     } else if (!strcmp(argv[1], "unlink")) {
@@ -130,13 +133,13 @@ int main(int argc, char **argv) {
     char path[4096];
     prepared = work == UNLINK ? 200000 : 0;
     for (int t = 0; t < threads; t++) {
-        snprintf(path, sizeof path, "%s/t%d", root, t);
-        if (mkdir(path, 0755) < 0) {
+        snprintf(path, sizeof path, "%s/t%d", root, shared ? 0 : t);
+        if ((!shared || t == 0) && mkdir(path, 0755) < 0) {
             perror(path);
             return 1;
         }
         for (long i = 0; i < prepared; i++) {
-            snprintf(path, sizeof path, "%s/t%d/u%ld", root, t, i);
+            snprintf(path, sizeof path, "%s/t%d/u%d_%ld", root, shared ? 0 : t, t, i);
             if (make_file(path) < 0) {
                 return 1;
             }
