@@ -23,6 +23,9 @@ static const char *root;
 static atomic_int stop;
 static atomic_int ended; /* workers that returned */
 static int shared;       /* every thread in directory t0, as `bench fs --shared-dir` */
+
+/* The directory thread `id` works in. */
+static int dir_of(int id) { return shared ? 0 : id; }
 // Unlinks need their files made first: enough that no thread runs out within SECONDS.
 static long prepared;
 
@@ -55,7 +58,7 @@ static void *work_until_stopped(struct worker *w) {
     memset(block, w->id, sizeof block);
     int fd = -1;
     if (work == FSYNC) {
-        snprintf(path, sizeof path, "%s/t%d/file%d", root, shared ? 0 : w->id, w->id);
+        snprintf(path, sizeof path, "%s/t%d/file%d", root, dir_of(w->id), w->id);
         fd = open(path, O_CREAT | O_RDWR, 0644);
         if (fd < 0) {
             perror(path);
@@ -66,7 +69,7 @@ static void *work_until_stopped(struct worker *w) {
     for (long i = 0; !atomic_load_explicit(&stop, memory_order_relaxed); i++) {
         switch (work) {
         case CREATE:
-            snprintf(path, sizeof path, "%s/t%d/c%d_%ld", root, shared ? 0 : w->id, w->id, i);
+            snprintf(path, sizeof path, "%s/t%d/c%d_%ld", root, dir_of(w->id), w->id, i);
             if (make_file(path) < 0) {
                 w->failed = 1;
                 return NULL;
@@ -76,7 +79,7 @@ static void *work_until_stopped(struct worker *w) {
             if (i >= prepared) {
                 return NULL;
             }
-            snprintf(path, sizeof path, "%s/t%d/u%d_%ld", root, shared ? 0 : w->id, w->id, i);
+            snprintf(path, sizeof path, "%s/t%d/u%d_%ld", root, dir_of(w->id), w->id, i);
             if (unlink(path) < 0) {
                 perror(path);
                 w->failed = 1;
@@ -133,13 +136,13 @@ int main(int argc, char **argv) {
     char path[4096];
     prepared = work == UNLINK ? 200000 : 0;
     for (int t = 0; t < threads; t++) {
-        snprintf(path, sizeof path, "%s/t%d", root, shared ? 0 : t);
+        snprintf(path, sizeof path, "%s/t%d", root, dir_of(t));
         if ((!shared || t == 0) && mkdir(path, 0755) < 0) {
             perror(path);
             return 1;
         }
         for (long i = 0; i < prepared; i++) {
-            snprintf(path, sizeof path, "%s/t%d/u%d_%ld", root, shared ? 0 : t, t, i);
+            snprintf(path, sizeof path, "%s/t%d/u%d_%ld", root, dir_of(t), t, i);
             if (make_file(path) < 0) {
                 return 1;
             }

@@ -35,15 +35,6 @@ fn content(seed: u64, len: usize) -> Vec<u8> {
 /// Sizes that cross the cases: empty, inside one block, exactly one, several, past a hole.
 const SIZES: [usize; 7] = [0, 1, 100, 4096, 5000, 70_000, 300_000];
 
-/// Errors a thread may meet in the shared directory, where the others change the same names.
-fn expected_race(e: &std::io::Error) -> bool {
-    use rustix::io::Errno;
-    matches!(
-        e.raw_os_error().map(Errno::from_raw_os_error),
-        Some(Errno::NOENT | Errno::EXIST | Errno::NOTEMPTY | Errno::ISDIR | Errno::NOTDIR)
-    )
-}
-
 /// What one thread left in its own directory: name -> (seed, length).
 type Model = HashMap<String, (u64, usize)>;
 
@@ -226,11 +217,15 @@ fn run_thread(
     }
 }
 
+/// Lets pass the errors a thread may meet in the shared directory, where the others change
+/// the same names.
 fn ignore_race(e: std::io::Error) -> std::io::Result<()> {
-    if expected_race(&e) {
-        Ok(())
-    } else {
-        Err(e)
+    use rustix::io::Errno;
+    match Errno::from_io_error(&e) {
+        Some(Errno::NOENT | Errno::EXIST | Errno::NOTEMPTY | Errno::ISDIR | Errno::NOTDIR) => {
+            Ok(())
+        }
+        _ => Err(e),
     }
 }
 
