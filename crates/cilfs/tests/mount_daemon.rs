@@ -295,8 +295,9 @@ fn under_systemd_messages_go_to_the_journal_stream_with_priorities() {
     let n = sock.recv(&mut buf).expect("READY=1 within 60 s");
     assert!(buf[..n].starts_with(b"READY=1"));
     kill_process(Pid::from_raw(daemon.id() as i32).unwrap(), Signal::TERM).unwrap();
-    assert!(wait_for_exit(&mut daemon).success());
+    let status = wait_for_exit(&mut daemon);
     let said = fs::read_to_string(&stream).unwrap();
+    assert!(status.success(), "{status}: {said}");
     assert!(said.contains("<6>SIGTERM: unmounting"), "{said}");
     assert!(said.contains("unmounted from"), "{said}");
     for l in said.lines() {

@@ -41,16 +41,11 @@ impl FuseDev {
     }
 
     /// Reads the next request into `buf`. A read interrupted by a signal, or whose request
-    /// the kernel dropped meanwhile (interrupted before we took it: ENOENT), is retried; ENODEV
-    /// means unmounted.
+    /// the kernel dropped meanwhile (interrupted before we took it: ENOENT), is retried.
     pub fn receive(&self, buf: &mut [u8]) -> std::io::Result<Received> {
         loop {
-            match rustix::io::read(&self.fd, &mut *buf) {
-                Ok(0) => return Ok(Received::Ended),
-                Ok(n) => return Ok(Received::Request(n)),
-                Err(Errno::INTR | Errno::AGAIN | Errno::NOENT) => continue,
-                Err(Errno::NODEV) => return Ok(Received::Ended),
-                Err(e) => return Err(e.into()),
+            if let Some(r) = read_outcome(rustix::io::read(&self.fd, &mut *buf)) {
+                return r;
             }
         }
     }
@@ -76,5 +71,39 @@ impl FuseDev {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+}
+
+/// What one read of /dev/fuse means; `None` to read again. The connection's end comes as
+/// ENODEV (unmounted, or aborted through /sys/fs/fuse/connections) or, when the kernel marks
+/// the connection aborted, ECONNABORTED: both end the session, whose clean shutdown follows.
+/// The second was seen on 6.18 when an unmount (a SIGTERM's) came right after the mount.
+fn read_outcome(r: rustix::io::Result<usize>) -> Option<std::io::Result<Received>> {
+    match r {
+        Ok(0) | Err(Errno::NODEV | Errno::CONNABORTED) => Some(Ok(Received::Ended)),
+        Ok(n) => Some(Ok(Received::Request(n))),
+        Err(Errno::INTR | Errno::AGAIN | Errno::NOENT) => None,
+        Err(e) => Some(Err(e.into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connections_end_ends_the_session_and_other_errors_do_not() {
+        for end in [Ok(0), Err(Errno::NODEV), Err(Errno::CONNABORTED)] {
+            assert_eq!(read_outcome(end).unwrap().unwrap(), Received::Ended);
+        }
+        assert_eq!(
+            read_outcome(Ok(80)).unwrap().unwrap(),
+            Received::Request(80)
+        );
+        for again in [Errno::INTR, Errno::AGAIN, Errno::NOENT] {
+            assert!(read_outcome(Err(again)).is_none());
+        }
+        let e = read_outcome(Err(Errno::INVAL)).unwrap().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
     }
 }

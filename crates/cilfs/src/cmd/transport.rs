@@ -72,7 +72,16 @@ impl Session {
     /// Serves until unmounted.
     pub fn run(self, fs: &Arc<Fs>, opts: &MountOpts) -> Result<(), anyhow::Error> {
         match self {
-            Session::Fuser(s) => s.run().map_err(anyhow::Error::from),
+            // fuser ends quietly on ENODEV only; ECONNABORTED is the same end of the
+            // connection (see cilfs-fuse's dev.rs), and the clean shutdown follows.
+            Session::Fuser(s) => match s.run() {
+                Err(e)
+                    if e.raw_os_error() == Some(rustix::io::Errno::CONNABORTED.raw_os_error()) =>
+                {
+                    Ok(())
+                }
+                r => r.map_err(anyhow::Error::from),
+            },
             Session::Native(s) => {
                 let cfg = native::ServeConfig {
                     threads: opts.threads,
