@@ -13,8 +13,8 @@ use std::process::{Command, Output};
 
 mod common;
 use common::{
-    errno, in_open_fuse_namespace, mounts_on, nobodys_base, run, set_atime_2001, sha1, transported,
-    wait_for_exit, Mounted, Y2001,
+    errno, in_open_fuse_namespace, mounts_on, nobodys_base, output, run, set_atime_2001, sha1,
+    transported, wait_for_exit, Mounted, Y2001,
 };
 
 fn cilfs(args: &[&str]) -> Output {
@@ -23,10 +23,7 @@ fn cilfs(args: &[&str]) -> Output {
 
 /// `cilfs` with extra environment variables.
 fn cilfs_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    transported(args)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
+    output(transported(args).envs(env.iter().copied()))
 }
 
 /// The log file a mount names in its "messages in PATH" line.

@@ -26,7 +26,7 @@ const HELPERS: [&str; 5] = [
 ];
 
 fn run(program: &str, args: &[&str]) -> Output {
-    Command::new(program).args(args).output().unwrap()
+    common::output(Command::new(program).args(args))
 }
 
 fn text(b: &[u8]) -> String {
