@@ -91,7 +91,6 @@ impl Ail {
             let key = item.key();
             if let Some(&(old, slot)) = place.get(&key) {
                 if old < lsn {
-                    place.remove(&key);
                     vacate(batches, place, old, slot);
                 }
             }
@@ -186,7 +185,6 @@ impl Ail {
         for &(lsn, key) in done {
             if let Some(&(at, slot)) = self.place.get(&key) {
                 if at == lsn {
-                    self.place.remove(&key);
                     vacate(&mut self.batches, &mut self.place, lsn, slot);
                 }
             }
@@ -194,8 +192,8 @@ impl Ail {
     }
 }
 
-/// Empties slot `slot` of the batch at `lsn` (its item moved on or left, and `place` no longer
-/// points at it); a batch left empty goes, one left mostly empty is compacted.
+/// Empties slot `slot` of the batch at `lsn` and forgets its item's place (the item moved on or
+/// left); a batch left empty goes, one left mostly empty is compacted.
 fn vacate(
     batches: &mut BTreeMap<Lsn, Batch>,
     place: &mut crate::numhash::NumberMap<(Lsn, u32)>,
@@ -210,6 +208,7 @@ fn vacate(
         s.item.take().is_some(),
         "AIL slot {slot} at {lsn} already empty"
     );
+    place.remove(&s.key);
     b.live -= 1;
     if b.live == 0 {
         batches.remove(&lsn);
