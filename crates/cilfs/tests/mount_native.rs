@@ -313,16 +313,10 @@ fn native_mounts_fall_back_to_dev_fuse_when_the_queues_cannot_register() {
     // The daemon keeps the image's lock until it has exited, a moment after its mount went.
     let pattern = format!("mount {} {} ", img.display(), dir.display());
     let exited = (0..500).any(|_| {
-        let running = Command::new("pgrep")
-            .args(["-f", &pattern])
-            .output()
-            .unwrap()
-            .status
-            .success();
-        if running {
+        common::daemon_pid(&pattern).is_none() || {
             std::thread::sleep(std::time::Duration::from_millis(20));
+            false
         }
-        !running
     });
     assert!(exited, "the daemon kept running after its mount went");
     ok(cilfs(&["check", s(&img)]), "check");

@@ -169,15 +169,20 @@ impl Drop for UnmountAll {
     }
 }
 
-/// Kills the daemon whose command line holds `pattern` with SIGKILL (no unmount record,
-/// nothing written back) and takes its dead mount on `dir` away.
-pub fn kill_daemon_matching(pattern: &str, dir: &Path) {
-    let pids = Command::new("pgrep")
+/// The process id of a process whose command line holds `pattern` (pgrep -f), if one runs.
+pub fn daemon_pid(pattern: &str) -> Option<String> {
+    let out = Command::new("pgrep")
         .args(["-f", pattern])
         .output()
         .unwrap();
-    let pid = String::from_utf8(pids.stdout).unwrap();
-    let pid = pid.lines().next().expect("daemon pid").to_string();
+    let pids = String::from_utf8(out.stdout).unwrap();
+    pids.lines().next().map(str::to_string)
+}
+
+/// Kills the daemon whose command line holds `pattern` with SIGKILL (no unmount record,
+/// nothing written back) and takes its dead mount on `dir` away.
+pub fn kill_daemon_matching(pattern: &str, dir: &Path) {
+    let pid = daemon_pid(pattern).expect("daemon pid");
     assert!(Command::new("kill")
         .args(["-9", &pid])
         .status()
