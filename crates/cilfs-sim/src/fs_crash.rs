@@ -10,8 +10,9 @@
 //!   (a regular file's size is not part of it: a size grown by a write into blocks the file owns
 //!   is logged later, like data in a page cache; the contents checks cover it);
 //! - a file fsynced and not modified afterwards has exactly the contents it had;
-//! - in ordered mode no byte of any file is one it was never written with (only zeros or values
-//!   written to that file at that offset);
+//! - in ordered mode no byte of any file is one it was never written with (only values written
+//!   to that file at that offset, or zeros where it held a hole by then): a size is never logged
+//!   ahead of its data, so an appended file reads as a prefix of what was written;
 //! - a change attribute read before the crash is below the one read after for a file whose
 //!   contents differ;
 //! - every xattr is the one of that prefix, its value byte for byte, ACLs included (random valid
@@ -98,6 +99,8 @@ struct Model {
     last_commit: HashMap<u64, usize>,
     /// Writes: inode -> (offset, length, byte) of every write.
     writes: HashMap<u64, Vec<(u64, u64, u8)>>,
+    /// Per inode, its contents as far as zeros go (`Zeros`).
+    zeros: HashMap<u64, Zeros>,
     /// (device op count at the fsync's return, inode, fsync op index, contents then).
     synced: Vec<(usize, u64, usize, Arc<Vec<u8>>)>,
     /// (device op count at the query, inode, value read, contents then).
@@ -106,6 +109,58 @@ struct Model {
     values: HashMap<u64, Arc<Vec<u8>>>,
     /// Digests of values whose blocks had been tree nodes or file data before.
     reused_values: HashSet<u64>,
+}
+
+/// Where a regular file may read as zeros: every byte written is nonzero, so a zero is a byte
+/// the file held as a hole (past the end at a write, or grown by a truncate).
+#[derive(Debug, Default)]
+struct Zeros {
+    /// The size now, and per byte below it whether it holds written data.
+    size: u64,
+    written: Vec<bool>,
+    /// Per byte, the first operation after which the file held a zero there.
+    since: Vec<usize>,
+}
+
+impl Zeros {
+    /// Bytes `[size, to)` become part of the file as zeros at operation `op`.
+    fn grow(&mut self, to: u64, op: usize) {
+        let (from, to) = (self.size as usize, to as usize);
+        if to <= from {
+            return;
+        }
+        self.written.resize(to, false);
+        if self.since.len() < to {
+            self.since.resize(to, usize::MAX);
+        }
+        for s in &mut self.since[from..to] {
+            *s = (*s).min(op);
+        }
+        self.size = to as u64;
+    }
+
+    fn write(&mut self, off: u64, len: u64, op: usize) {
+        self.grow(off, op);
+        let end = (off + len) as usize;
+        if self.written.len() < end {
+            self.written.resize(end, false);
+        }
+        self.written[off as usize..end].fill(true);
+        self.size = self.size.max(end as u64);
+    }
+
+    fn truncate(&mut self, to: u64, op: usize) {
+        if to < self.size {
+            self.written.truncate(to as usize);
+            self.size = to;
+        }
+        self.grow(to, op);
+    }
+
+    /// Whether byte `p` may read as zero in a state no newer than operation `newest`.
+    fn zero_ok(&self, p: usize, newest: usize) -> bool {
+        self.since.get(p).is_some_and(|&s| s <= newest)
+    }
 }
 
 impl Model {
@@ -427,6 +482,10 @@ fn workload(
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
                 if let Ok(a) = fs.mknod(cred, d, &n, 0o100_644, 0) {
+                    // A number used again starts empty; zeros it held before stay allowed.
+                    if let Some(z) = m.zeros.get_mut(&a.ino) {
+                        z.truncate(0, op);
+                    }
                     touched.extend([a.ino, d]);
                 }
             }
@@ -445,6 +504,7 @@ fn workload(
                 match fs.write(cred, f, off, &vec![byte; len as usize]) {
                     Ok(_) => {
                         m.writes.entry(f).or_default().push((off, len, byte));
+                        m.zeros.entry(f).or_default().write(off, len, op);
                         m.modified.entry(f).or_default().push(op);
                         touched.push(f);
                     }
@@ -454,15 +514,17 @@ fn workload(
             }
             45..=49 if !files.is_empty() => {
                 let f = pick(&mut rng, &files);
+                let size = rng.below(FILE_MAX);
                 fs.setattr(
                     cred,
                     f,
                     SetAttr {
-                        size: Some(rng.below(FILE_MAX)),
+                        size: Some(size),
                         ..SetAttr::default()
                     },
                 )
                 .map_err(|e| format!("op {op}: truncate: {e}"))?;
+                m.zeros.entry(f).or_default().truncate(size, op);
                 m.modified.entry(f).or_default().push(op);
                 touched.push(f);
             }
@@ -765,7 +827,13 @@ fn check_point(
             }
             let c = contents(&fs, ino)?;
             let writes = m.writes.get(&ino).map(Vec::as_slice).unwrap_or(&[]);
+            let zeros = m.zeros.get(&ino);
             for (p, &b) in c.iter().enumerate() {
+                if b == 0 && !zeros.is_some_and(|z| z.zero_ok(p, newest)) {
+                    return Err(format!(
+                        "inode {ino} byte {p} reads zero, a byte it never held as zero by operation {newest} (a size logged ahead of its data)"
+                    ));
+                }
                 let p = p as u64;
                 if b != 0
                     && !writes

@@ -1,7 +1,7 @@
 //! Mount tests of the daemon's operability: where its messages go (a log file that follows no
 //! symbolic link, with timestamps; the journal's stream under systemd), corruption met while
 //! mounted (logged with its block, the image marked for a check), the `sync`, `dirsync` and
-//! `nodiratime` options, and a user's own mount. Needs root and /dev/fuse, as mount.rs.
+//! `nodiratime` options, ordered data after a killed daemon, and a user's own mount. Needs root and /dev/fuse, as mount.rs.
 #![allow(clippy::unwrap_used)]
 
 use rustix::io::Errno;
@@ -332,6 +332,52 @@ fn sync_and_dirsync_make_changes_durable_before_the_reply() {
         }
         m.unmount();
     }
+}
+
+/// Ordered data through the mount: files appended in 4 KiB writes with no fsync, another
+/// file and the directory fsynced, the daemon SIGKILLed: after recovery each appended file
+/// reads as a prefix of what was written, never with zeros where its data was still in the
+/// daemon's page cache.
+#[test]
+fn appended_files_read_as_a_prefix_of_what_was_written_after_a_killed_daemon() {
+    let m = Mounted::new("256M", &[]);
+    let chunk = |k: usize, round: usize| -> Vec<u8> {
+        (0..4096)
+            .map(|j| (1 + (round * 7 + k * 13 + j) % 251) as u8)
+            .collect()
+    };
+    let names: Vec<String> = (0..8).map(|k| format!("a{k}")).collect();
+    let mut files: Vec<File> = names
+        .iter()
+        .map(|n| File::create(m.p(n)).unwrap())
+        .collect();
+    let rounds = 200;
+    for round in 0..rounds {
+        for (k, f) in files.iter_mut().enumerate() {
+            f.write_all(&chunk(k, round)).unwrap();
+        }
+    }
+    drop(files);
+    let mut other = File::create(m.p("synced")).unwrap();
+    other.write_all(b"forced").unwrap();
+    other.sync_all().unwrap();
+    File::open(&m.dir).unwrap().sync_all().unwrap();
+    m.kill_daemon();
+    m.mount(&[]);
+    for (k, n) in names.iter().enumerate() {
+        let got = fs::read(m.p(n)).unwrap();
+        let want: Vec<u8> = (0..rounds).flat_map(|r| chunk(k, r)).collect();
+        assert!(got.len() <= want.len(), "{n}: {} bytes", got.len());
+        if let Some(p) = got.iter().zip(&want).position(|(a, b)| a != b) {
+            panic!(
+                "{n} ({} of {} bytes) differs from what was written at byte {p}: not a prefix",
+                got.len(),
+                want.len()
+            );
+        }
+    }
+    assert_eq!(fs::read(m.p("synced")).unwrap(), b"forced");
+    m.unmount();
 }
 
 /// `nodiratime`: a readdir leaves the directory's atime alone while reads still move files'

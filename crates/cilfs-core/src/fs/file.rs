@@ -63,6 +63,9 @@ impl Fs {
         let (project, disk) = {
             let mut st = self.write_state();
             if st.cache.zero_from(ino, fb, from) {
+                if let Some(m) = st.inodes.get_mut(&ino) {
+                    self.note_dirty(&mut m.inode, Some(fb));
+                }
                 return Ok(());
             }
             let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);

@@ -103,7 +103,11 @@ impl FileType {
 /// preallocation that a crash left behind, which the next last release frees.
 pub const INODE_PREALLOC: u32 = 1;
 
-/// An inode as stored, with the change counter's value (without the queried flag).
+/// `Inode::dirty_from` when no page of the file is dirty.
+pub const NOT_DIRTY: u64 = u64::MAX;
+
+/// An inode as stored, with the change counter's value (without the queried flag), and two
+/// sizes kept in memory beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inode {
     pub ino: u64,
@@ -111,7 +115,17 @@ pub struct Inode {
     pub uid: u32,
     pub gid: u32,
     pub nlink: u32,
+    /// The size POSIX sees (XFS's i_size).
     pub size: u64,
+    /// In memory only: the size the log holds, which is what `encode` writes (XFS's di_size).
+    /// In ordered mode it never covers bytes that are only in the page cache
+    /// (`Inode::ordered_size`), so a crash shows an appended file as a prefix of what was
+    /// written, never a tail of zeros.
+    pub disk_size: u64,
+    /// In memory only: the lowest byte of a page written dirty since the file was last
+    /// written back whole (`NOT_DIRTY` if none; lower than the truth is safe, only slower).
+    /// Set in ordered mode only.
+    pub dirty_from: u64,
     /// Blocks allocated to the file (data and, for symlinks/xattrs, nothing else).
     pub blocks: u64,
     pub atime: Timespec,
@@ -200,13 +214,29 @@ impl Inode {
         }
     }
 
+    /// The size the next log of this inode may record: the POSIX size, unless pages below it
+    /// and past what the log holds are dirty, in which case the log's size grows only to the
+    /// first of them (a truncate below the logged size is logged as it is).
+    pub fn ordered_size(&self) -> u64 {
+        if self.size <= self.disk_size {
+            return self.size;
+        }
+        self.size.min(self.disk_size.max(self.dirty_from))
+    }
+
+    /// Notes pages from byte `from` on written dirty (ordered mode).
+    pub fn note_dirty(&mut self, from: u64) {
+        self.dirty_from = self.dirty_from.min(from);
+    }
+
+    /// The item, with the size the log holds (`disk_size`).
     pub fn encode(&self) -> [u8; INODE_ITEM_BYTES] {
         let mut b = [0u8; INODE_ITEM_BYTES];
         b[0..4].copy_from_slice(&self.mode.to_le_bytes());
         b[4..8].copy_from_slice(&self.uid.to_le_bytes());
         b[8..12].copy_from_slice(&self.gid.to_le_bytes());
         b[12..16].copy_from_slice(&self.nlink.to_le_bytes());
-        b[16..24].copy_from_slice(&self.size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.disk_size.to_le_bytes());
         b[24..32].copy_from_slice(&self.blocks.to_le_bytes());
         for (i, t) in [self.atime, self.mtime, self.ctime, self.crtime]
             .iter()
@@ -235,13 +265,16 @@ impl Inode {
             sec: i64::from_le_bytes(arr8(&b[p..p + 8])),
             nsec: u32::from_le_bytes(arr4(&b[p + 8..p + 12])),
         };
+        let size = u64::from_le_bytes(arr8(&b[16..24]));
         let i = Inode {
             ino,
             mode: u32::from_le_bytes(arr4(&b[0..4])),
             uid: u32::from_le_bytes(arr4(&b[4..8])),
             gid: u32::from_le_bytes(arr4(&b[8..12])),
             nlink: u32::from_le_bytes(arr4(&b[12..16])),
-            size: u64::from_le_bytes(arr8(&b[16..24])),
+            size,
+            disk_size: size,
+            dirty_from: NOT_DIRTY,
             blocks: u64::from_le_bytes(arr8(&b[24..32])),
             atime: ts(32),
             mtime: ts(44),

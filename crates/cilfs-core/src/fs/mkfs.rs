@@ -61,6 +61,8 @@ pub fn format(journal: &Journal, uid: u32, gid: u32) -> FsResult<()> {
             gid,
             nlink: 2,
             size: 0,
+            disk_size: 0,
+            dirty_from: super::inode::NOT_DIRTY,
             blocks: 0,
             atime: now,
             mtime: now,

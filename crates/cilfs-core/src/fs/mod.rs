@@ -625,8 +625,10 @@ pub(crate) fn log_inode(
     stats: &stats::FsCounters,
 ) -> FsResult<()> {
     m.inode.change = m.change.peek();
+    m.inode.disk_size = m.inode.ordered_size();
     t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
-    m.unlogged = false;
+    // A size held back by dirty pages is logged again once they are written back.
+    m.unlogged = m.inode.disk_size != m.inode.size;
     stats.inode_logs.add(1);
     Ok(())
 }
@@ -648,3 +650,6 @@ mod publish_model;
 
 #[cfg(test)]
 mod tenant_tests;
+
+#[cfg(test)]
+mod ordered_data_tests;

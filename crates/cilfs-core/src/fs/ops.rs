@@ -344,6 +344,8 @@ impl Fs {
             gid,
             nlink: if is_dir { 2 } else { 1 },
             size: target.map_or(0, |t| t.len() as u64),
+            disk_size: 0,
+            dirty_from: super::inode::NOT_DIRTY,
             blocks: 0,
             atime: now,
             mtime: now,

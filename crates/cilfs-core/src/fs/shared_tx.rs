@@ -333,20 +333,26 @@ impl Drop for FreeingMarks<'_> {
 }
 
 /// Whether `now` differs from `was` only in what an overwrite that logs nothing changes (the
-/// size, grown, and the times).
+/// size, grown, the times and its first dirty page), or a write back of its pages (that
+/// first dirty page forgotten).
 fn only_an_unlogged_write_changed(was: &Inode, now: &Inode) -> bool {
     let mut w = was.clone();
     w.size = now.size;
     w.mtime = now.mtime;
     w.ctime = now.ctime;
+    w.dirty_from = now.dirty_from;
     w == *now && now.size >= was.size
 }
 
-/// Puts on `copy` (what a commit publishes) what an overwrite that logs nothing changed from
-/// `was` to `now` meanwhile.
+/// Puts on `copy` (what a commit publishes) what an overwrite that logs nothing, or a write
+/// back, changed from `was` to `now` meanwhile. Both hold the inode's IO lock, so the commit
+/// itself wrote no pages of it: their first dirty page is the one to keep.
 fn keep_unlogged_write(copy: &mut Inode, was: &Inode, now: &Inode) {
     if now.size != was.size {
         copy.size = copy.size.max(now.size);
+    }
+    if now.dirty_from != was.dirty_from {
+        copy.dirty_from = now.dirty_from;
     }
     if now.mtime != was.mtime {
         copy.mtime = now.mtime;

@@ -27,7 +27,7 @@ use super::setid::{drop_caps, CAPS_XATTR};
 use super::shared_tx::FilePages;
 use super::stats::{bump, bump_bytes};
 use super::types::{Cred, Reserve};
-use super::{log_inode, Fs, FsState, InodeMem, IversionMode};
+use super::{log_inode, DataMode, Fs, FsState, InodeMem, IversionMode};
 use cilfs_device::AlignedBuf;
 
 /// A partial block at an edge of the write that the file owns below its old size: its old
@@ -389,6 +389,7 @@ impl Fs {
             m.inode.mtime = now;
             m.inode.ctime = now;
             m.inode.size = m.inode.size.max(end);
+            self.note_dirty(&mut m.inode, first_block(&blocks));
             m.inode.mode &= !d.kill;
             log_inode(t, m, &self.stats)?;
             if caps {
@@ -444,6 +445,7 @@ impl Fs {
         #[cfg(test)]
         run_before_puts_hook(ino);
         super::retry::changed_memory();
+        self.note_dirty(&mut m.inode, first_block(&blocks));
         put_blocks(&mut pages, blocks);
         drop(pages);
         bump_bytes(&self.stats.data_write_bytes, data.len());
@@ -488,7 +490,7 @@ impl Fs {
             Ok(n) => n,
             Err(e) => return Err(t.fail(e)),
         };
-        {
+        let first_dirty = {
             let mut pages = st.cache.lock(ino);
             let blocks = match self.write_blocks(plan, staged, data, &pages) {
                 Ok(b) => b,
@@ -498,12 +500,15 @@ impl Fs {
                 }
             };
             super::retry::changed_memory();
+            let first = first_block(&blocks);
             put_blocks(&mut pages, blocks);
-        }
+            first
+        };
         bump_bytes(&self.stats.data_write_bytes, data.len());
         let Some(m) = st.inodes.get_mut(&ino) else {
             return Err(FsError::NotFound);
         };
+        self.note_dirty(&mut m.inode, first_dirty);
         m.change.maybe_increment(true);
         bump(&self.stats.change_bumps);
         m.inode.mtime = now;
@@ -531,6 +536,14 @@ impl Fs {
             self.attrs_changed(ino);
         }
         Ok(Ok(data.len()))
+    }
+
+    /// In ordered mode, notes that pages from file block `first` on go into the page cache dirty, so the size the log
+    /// holds does not pass the first of them until they are written back.
+    pub(crate) fn note_dirty(&self, inode: &mut super::inode::Inode, first: Option<u64>) {
+        if let (DataMode::Ordered, Some(fb)) = (self.opts.data, first) {
+            inode.note_dirty(fb * u64::from(self.bs));
+        }
     }
 
     /// Whether a write of `data` by `cred` to `m` logs its inode now, and why.
@@ -683,6 +696,11 @@ fn dropped_pages(plan: &Plan, pages: &InodePages<'_>) -> Vec<u64> {
                 .map(|t| t.fb),
         )
         .collect()
+}
+
+/// The lowest file block of `blocks`.
+fn first_block(blocks: &FilePages) -> Option<u64> {
+    blocks.iter().map(|(fb, _)| *fb).min()
 }
 
 /// Puts the write's pages (`Fs::write_blocks`), dirty.

@@ -4,6 +4,7 @@
 
 use super::error::FsResult;
 use super::extent::extents_in;
+use super::inode::NOT_DIRTY;
 use super::iolock::IoMode;
 use super::stats::bump;
 use super::{log_inode, Fs};
@@ -42,6 +43,11 @@ impl Fs {
         written?;
         if !all_written {
             return Ok(());
+        }
+        // Every page is on disk now (the caller's IO lock keeps writes out): the size the log
+        // holds may cover all of the file.
+        if let Some(m) = self.read_state().inodes.lock(ino).get_mut(&ino) {
+            m.inode.dirty_from = NOT_DIRTY;
         }
         self.log_unlogged(ino)
     }
@@ -87,7 +93,8 @@ impl Fs {
     }
 
     /// Logs `ino`'s inode if its in-memory copy ran ahead of the log (after its pages were
-    /// written: a logged size never covers data that is only in memory). Built and published
+    /// written: in ordered mode a logged size never covers data that is only in memory,
+    /// `Inode::ordered_size`). Built and published
     /// optimistically (`shared_tx.rs`): an fsync takes no lock another inode needs.
     fn log_unlogged(&self, ino: u64) -> FsResult<()> {
         let unlogged = |fs: &Fs| {
