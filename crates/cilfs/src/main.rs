@@ -55,6 +55,9 @@ enum Command {
     Tenant(cmd::tenant::Command),
     /// Check every structure of a filesystem without writing to it
     Check(cmd::check::Args),
+    /// Make a filesystem with a damaged log mountable again: replay the log up to the damage
+    /// and discard the rest (as xfs_repair -L), then check
+    Repair(cmd::repair::Args),
     /// Print every record and op of the log, like xfs_logprint
     Logprint(cmd::logprint::Args),
     /// Crash-test a layer on simulated devices
@@ -118,6 +121,7 @@ fn main() -> ExitCode {
         Command::Stat(a) => cmd::stat::run(a),
         Command::Tenant(c) => cmd::tenant::run(c),
         Command::Check(a) => cmd::check::run(a),
+        Command::Repair(a) => cmd::repair::run(a),
         Command::Logprint(a) => cmd::logprint::run(a),
         Command::Crashtest(k) => cmd::crashtest::run(k),
         Command::Bench(k) => cmd::bench::run(k),

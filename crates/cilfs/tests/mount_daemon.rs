@@ -380,6 +380,104 @@ fn appended_files_read_as_a_prefix_of_what_was_written_after_a_killed_daemon() {
     m.unmount();
 }
 
+/// Damage in the middle of a dirty log: mount refuses with the way out, check reports it,
+/// repair replays up to the damage and starts the log again, and a second repair has nothing
+/// to do.
+#[test]
+fn a_log_damaged_before_committed_checkpoints_is_refused_and_repaired() {
+    let m = Mounted::new("64M", &[]);
+    for i in 0..12 {
+        let mut f = File::create(m.p(&format!("f{i}"))).unwrap();
+        f.write_all(&[i as u8 + 1; 3000]).unwrap();
+        f.sync_all().unwrap();
+        File::open(&m.dir).unwrap().sync_all().unwrap();
+    }
+    m.kill_daemon();
+    let img = m.img.to_str().unwrap();
+    let out = common::cilfs(&["logprint", "--json", img]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = log["records"].as_array().unwrap();
+    let n = records.len();
+    assert!(n >= 2, "{n} records");
+    // Not the last record (a commit): a committed checkpoint follows the damage.
+    let r = records[..n - 1]
+        .iter()
+        .find(|r| r["sectors"].as_u64().unwrap() >= 2)
+        .unwrap();
+    let at = log["log_offset"].as_u64().unwrap() + r["log_byte"].as_u64().unwrap() + 512 + 100;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&m.img)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(std::io::SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0x40;
+    f.seek(std::io::SeekFrom::Start(at)).unwrap();
+    f.write_all(&b).unwrap();
+    drop(f);
+    let dir = m.dir.to_str().unwrap();
+    let out = common::cilfs_transported(&["mount", img, dir]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a damaged log mounted");
+    assert!(
+        said.contains("is damaged at lsn") && said.contains("cilfs repair"),
+        "{said}"
+    );
+    assert_eq!(mounts_on(&m.dir), 0);
+    let out = common::cilfs(&["check", img]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("log: the log is damaged"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let sum = sha1(&m.img);
+    let out = common::cilfs(&["repair", "-n", img]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("would replay it up to the damage"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(sha1(&m.img), sum, "repair -n wrote to the image");
+    let out = common::cilfs(&["repair", img]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("repaired: consistent"));
+    let out = common::cilfs(&["repair", img]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("nothing to repair"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    m.mount(&[]);
+    // What survives is a prefix of the fsynced files, each whole.
+    let mut kept = 0;
+    for i in 0..12 {
+        match fs::read(m.p(&format!("f{i}"))) {
+            Ok(d) => {
+                assert_eq!(d, vec![i as u8 + 1; 3000], "f{i}");
+                assert_eq!(kept, i, "f{i} kept after a lost file");
+                kept += 1;
+            }
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound),
+        }
+    }
+    assert!(kept < 12, "the damage lost nothing");
+    m.unmount();
+}
+
 /// `nodiratime`: a readdir leaves the directory's atime alone while reads still move files'
 /// (strictatime); `diratime` (the default) moves it.
 #[test]

@@ -586,7 +586,13 @@ pub fn check_image(
     use std::sync::Arc;
     let data: Arc<dyn cilfs_device::Device> = Arc::new(OverlayDevice::new(data));
     let logdev = logdev.map(|l| Arc::new(OverlayDevice::new(l)) as Arc<dyn cilfs_device::Device>);
-    let j = crate::journal::Journal::open(data, logdev, crate::journal::JournalConfig::default())?;
+    // Salvage: a damaged log is one problem, and the rest is checked as the log up to the
+    // damage leaves it (what `cilfs repair` would keep).
+    let j = crate::journal::Journal::open_salvage(
+        data,
+        logdev,
+        crate::journal::JournalConfig::default(),
+    )?;
     let recovery = j.recovery_report().clone();
     let fs = Fs::open(
         j,
@@ -595,5 +601,10 @@ pub fn check_image(
             ..super::FsOptions::default()
         },
     )?;
-    Ok((check(&fs)?, recovery))
+    let mut report = check(&fs)?;
+    if recovery.damaged {
+        let what = recovery.torn.as_deref().unwrap_or("damaged");
+        report.problems.insert(0, format!("log: {what}"));
+    }
+    Ok((report, recovery))
 }

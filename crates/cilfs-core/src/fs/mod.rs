@@ -653,3 +653,6 @@ mod tenant_tests;
 
 #[cfg(test)]
 mod ordered_data_tests;
+
+#[cfg(test)]
+mod log_damage_tests;

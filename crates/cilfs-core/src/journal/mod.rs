@@ -17,7 +17,7 @@ use crate::format::{FormatError, Superblock};
 use crate::geometry::{Geometry, GeometryError, LogLocation};
 use crate::lockstat::LockWaits;
 use crate::log::recover::{
-    replay, scan_log, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
+    replay, scan_log, LogEnd, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
 };
 use crate::log::writer::{ConfigError, LogPlacement};
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
@@ -51,6 +51,26 @@ pub enum JournalError {
     ReservationTooLarge { need: u64, max: u64 },
     #[error("block {blkno} is outside the metadata area {first}..{end}")]
     BlockOutOfRange { blkno: u64, first: u64, end: u64 },
+    /// Recovery found damage in the stable part of the log (`LogEnd::Damaged`): replaying
+    /// only what comes before it would drop committed checkpoints without a word.
+    #[error(
+        "{0}. The mount is refused, since replaying the log only up to the damage would lose \
+         those checkpoints without a word. `cilfs repair` replays it up to the damage and \
+         discards the rest (their changes are lost); a read-only mount with `-o \
+         ro,norecovery` shows the files as written in place, without the log"
+    )]
+    DamagedLog(String),
+}
+
+/// What `Journal::open_with` does with the log it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recovery {
+    /// Replays every committed checkpoint; refuses a damaged log.
+    Replay,
+    /// Replays nothing (`norecovery`).
+    Skip,
+    /// Replays the checkpoints before damage and discards the log past it (repair).
+    Salvage,
 }
 
 /// Who runs CIL pushes.
@@ -181,7 +201,11 @@ pub struct RecoveryReport {
     pub replay: ReplayStats,
     pub head: Lsn,
     pub tail: Lsn,
+    /// What recovery discarded past the end of the valid log, if anything (a torn write, or
+    /// in salvage mode the damage and the checkpoints past it).
     pub torn: Option<String>,
+    /// Salvage mode discarded committed checkpoints past damage in the log.
+    pub damaged: bool,
 }
 
 pub(crate) fn log_region<'a>(
@@ -229,7 +253,18 @@ impl Journal {
         logdev: Option<Arc<dyn Device>>,
         cfg: JournalConfig,
     ) -> Result<Arc<Self>, JournalError> {
-        Self::open_with(data, logdev, cfg, true)
+        Self::open_with(data, logdev, cfg, Recovery::Replay)
+    }
+
+    /// Mounts a filesystem whose log may be damaged (repair, and check in memory): replays
+    /// the committed checkpoints before the damage and starts the log again there, discarding
+    /// what lies past it (as `xfs_repair -L` zeroes a log); the report says what was lost.
+    pub fn open_salvage(
+        data: Arc<dyn Device>,
+        logdev: Option<Arc<dyn Device>>,
+        cfg: JournalConfig,
+    ) -> Result<Arc<Self>, JournalError> {
+        Self::open_with(data, logdev, cfg, Recovery::Salvage)
     }
 
     /// Mounts without replaying the log (XFS's `norecovery`): the metadata is what was written
@@ -241,15 +276,16 @@ impl Journal {
         logdev: Option<Arc<dyn Device>>,
         cfg: JournalConfig,
     ) -> Result<Arc<Self>, JournalError> {
-        Self::open_with(data, logdev, cfg, false)
+        Self::open_with(data, logdev, cfg, Recovery::Skip)
     }
 
     fn open_with(
         data: Arc<dyn Device>,
         logdev: Option<Arc<dyn Device>>,
         cfg: JournalConfig,
-        recover: bool,
+        mode: Recovery,
     ) -> Result<Arc<Self>, JournalError> {
+        let recover = mode != Recovery::Skip;
         let geo = Geometry::read(&*data, logdev.as_deref())?;
         let mut cfg = cfg;
         if cfg.log == LogConfig::default() {
@@ -260,6 +296,12 @@ impl Journal {
         let bs = geo.sb.block_size;
         let region = log_region(&geo, &*data, logdev.as_deref());
         let s = scan_log(&region, bs)?;
+        let damaged = matches!(s.end, LogEnd::Damaged { .. });
+        if damaged && mode == Recovery::Replay {
+            return Err(JournalError::DamagedLog(
+                s.end.describe().unwrap_or_default(),
+            ));
+        }
         let (meta_first, meta_end) = match geo.sb.log {
             SbLog::Internal { start } => (start + geo.sb.log_blocks, geo.sb.data_blocks),
             SbLog::External { .. } => (1, geo.sb.data_blocks),
@@ -323,12 +365,8 @@ impl Journal {
             replay: replayed,
             head: s.head,
             tail: s.tail,
-            torn: match &s.end {
-                crate::log::recover::LogEnd::Torn { lsn, reason } => {
-                    Some(format!("{lsn}: {reason}"))
-                }
-                _ => None,
-            },
+            torn: s.end.describe(),
+            damaged,
         };
         let limits = CilLimits::new(geo.log_bytes, &cfg.log, cfg.cil_limit);
         // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.

@@ -5,6 +5,9 @@
 //! header names its own LSN, its CRC matches, and its mount generation and tail do not go back.
 //! The first record that fails ends the log: a torn or lost write (holes can only follow the last
 //! stable commit record, because every commit iclog is PREFLUSH+FUA) or the old end of the log.
+//! Unless valid records chain on past it up to a commit or unmount record: those were written
+//! after everything before them was stable, so the failed record was stable too and is damage,
+//! not a crash's torn write (`LogEnd::Damaged`, which refuses a mount).
 //! Records of an older mount generation beyond the head can never be chained on later, because
 //! every mount raises the generation in the superblock before it writes the log.
 
@@ -107,6 +110,15 @@ pub enum LogEnd {
     Clean,
     /// A record at the head failed validation: a torn or lost write, discarded.
     Torn { lsn: Lsn, reason: String },
+    /// A record failed validation and valid records chain on past it up to `commit`, a commit
+    /// (or unmount) record: damage in the stable part of the log, not a torn write. The walk
+    /// stopped at the damage; `lost` checkpoints committed past it are not in `checkpoints`.
+    Damaged {
+        lsn: Lsn,
+        reason: String,
+        commit: Lsn,
+        lost: Vec<u64>,
+    },
     /// The walk covered the whole log.
     Full,
 }
@@ -133,6 +145,38 @@ impl LogScan {
         self.checkpoints.is_empty()
     }
 }
+
+impl LogEnd {
+    /// What the end says to an administrator: None for the normal end of the log.
+    pub fn describe(&self) -> Option<String> {
+        match self {
+            LogEnd::Clean | LogEnd::Full => None,
+            LogEnd::Torn { lsn, reason } => Some(format!(
+                "the log ends in a torn or lost write at lsn {lsn} ({reason}): what follows it \
+                 was in flight at the crash and was never committed"
+            )),
+            LogEnd::Damaged {
+                lsn,
+                reason,
+                commit,
+                lost,
+            } => Some(format!(
+                "the log is damaged at lsn {lsn} ({reason}), and valid records follow it up to \
+                 a commit record at lsn {commit}: {} committed checkpoint(s) ({}) lie past the \
+                 damage",
+                lost.len(),
+                lost.iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+}
+
+/// How far past a failed record the walk looks for records that chain on (`committed_past`):
+/// more than the largest iclog (256 KiB) and a damaged block around it.
+const LOOK_PAST_SECTORS: u32 = 4096;
 
 /// What is at a log position.
 enum RecordRead {
@@ -257,13 +301,33 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
         unmounted: false,
         end: LogEnd::Clean,
     };
-    if region.stamp(0)? == 0 {
-        return Ok(empty(Lsn::new(1, 0)));
-    }
-    let rough = rough_head(region)?;
-    let Some(last) = last_record_before(region, rough)? else {
-        // No valid record anywhere: nothing was ever committed. Start a fresh cycle so that no
-        // old sector can be mistaken for a new one.
+    let rough = if region.stamp(0)? == 0 {
+        None
+    } else {
+        Some(rough_head(region)?)
+    };
+    let last = match rough {
+        Some(r) => last_record_before(region, r)?,
+        None => None,
+    };
+    let Some(last) = last else {
+        // No record where the cycle stamps lead (a log never written, or damage at its
+        // start): a log with a commit record anywhere is damaged, not empty.
+        if let Some((commit, lost, cycle)) = commit_records_anywhere(region)? {
+            let mut scan = empty(Lsn::new(cycle.saturating_add(1), 0));
+            scan.end = LogEnd::Damaged {
+                lsn: Lsn::new(1, 0),
+                reason: "no valid record where the cycle stamps lead".into(),
+                commit,
+                lost,
+            };
+            return Ok(scan);
+        }
+        if rough.is_none() {
+            return Ok(empty(Lsn::new(1, 0)));
+        }
+        // Nothing was ever committed. Start a fresh cycle so that no old sector can be
+        // mistaken for a new one.
         let c = region.stamp(0)?.max(region.stamp(space.sectors - 1)?);
         return match c.checked_add(1) {
             Some(next) => Ok(empty(Lsn::new(next, 0))),
@@ -287,6 +351,8 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
     let mut building: HashMap<u64, Building> = HashMap::new();
     let mut pos = tail;
     let mut prev: Option<RecordHeader> = None;
+    // Why the walk stopped before the end of the log, if it did.
+    let mut stopped: Option<String> = None;
     let corrupt = |lsn: Lsn, reason: String| RecoveryError::Corrupt {
         lsn,
         offset: region.byte_offset(lsn),
@@ -298,22 +364,23 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
             RecordRead::Valid(h, rec) => (h, rec),
             RecordRead::OtherCycle => {
                 scan.end = LogEnd::Clean;
+                stopped = Some(format!("sector of cycle {}", region.stamp(pos.block())?));
                 break;
             }
             RecordRead::Invalid(reason) => {
+                stopped = Some(reason.clone());
                 scan.end = LogEnd::Torn { lsn: pos, reason };
                 break;
             }
         };
         if let Some(p) = prev {
             if h.generation < p.generation || h.tail < p.tail {
-                scan.end = LogEnd::Torn {
-                    lsn: pos,
-                    reason: format!(
-                        "stale record (generation {}, tail {}) after generation {}, tail {}",
-                        h.generation, h.tail, p.generation, p.tail
-                    ),
-                };
+                let reason = format!(
+                    "stale record (generation {}, tail {}) after generation {}, tail {}",
+                    h.generation, h.tail, p.generation, p.tail
+                );
+                stopped = Some(reason.clone());
+                scan.end = LogEnd::Torn { lsn: pos, reason };
                 break;
             }
         }
@@ -421,10 +488,142 @@ pub fn scan_log(region: &LogRegion<'_>, block_size: u32) -> Result<LogScan, Reco
         pos = space.advance(pos, h.total_sectors() as u32);
     }
     scan.head = pos;
+    if let Some(reason) = stopped {
+        let after = prev.unwrap_or(last);
+        if let Some((commit, lost)) = committed_past(region, pos, &after)? {
+            scan.end = LogEnd::Damaged {
+                lsn: pos,
+                reason,
+                commit,
+                lost,
+            };
+        }
+    }
     let mut uncommitted: Vec<u64> = building.into_keys().collect();
     uncommitted.sort_unstable();
     scan.uncommitted = uncommitted;
     Ok(scan)
+}
+
+/// Looks past `stop`, where the walk found no valid record, for valid records that chain on
+/// after `prev` (the last valid one: same or later generation, a tail not behind it), up to a
+/// commit or unmount record. A crash can leave only iclogs that were in flight past a torn
+/// write, and a commit iclog is issued only once every iclog before it has completed, with a
+/// pre-flush: a commit record past `stop` means the record at `stop` was stable, and is
+/// damaged. Returns the first such record and the checkpoints committed past `stop`.
+///
+/// Each run of valid records is followed to its end, and the search goes on from there (more
+/// damage may cut the log again), for at most `LOOK_PAST_SECTORS` sectors between runs.
+fn committed_past(
+    region: &LogRegion<'_>,
+    stop: Lsn,
+    prev: &RecordHeader,
+) -> Result<Option<(Lsn, Vec<u64>)>, RecoveryError> {
+    let space = region.space;
+    let total = u64::from(space.sectors);
+    let mut lost = Vec::new();
+    let mut first_commit = None;
+    let mut last = *prev;
+    let mut cursor = stop;
+    'search: while space.distance(stop, cursor) < total {
+        let window = LOOK_PAST_SECTORS
+            .min((total - space.distance(stop, cursor)) as u32)
+            .saturating_sub(1);
+        // One read of the window; a record is tried only where a sector carries the cycle its
+        // place would have (most mounts stop at sectors of the previous cycle: no more reads).
+        let sectors = region.read_wrapping(cursor, window as usize + 1)?;
+        for k in 1..=window {
+            let at = space.advance(cursor, k);
+            let s = &sectors[k as usize * SECTOR..(k as usize + 1) * SECTOR];
+            if stamp_of(s) != at.cycle() {
+                continue;
+            }
+            let RecordRead::Valid(h, _) = read_record(region, at)? else {
+                continue;
+            };
+            if h.generation < last.generation || h.tail < last.tail {
+                continue;
+            }
+            // A record that chains on: follow the run to its end, then search past it.
+            let mut pos = at;
+            while space.distance(stop, pos) < total {
+                let RecordRead::Valid(h, rec) = read_record(region, pos)? else {
+                    break;
+                };
+                let stream = unpack(&rec, h.payload_len as usize);
+                if h.generation < last.generation || h.tail < last.tail {
+                    break;
+                }
+                let Ok(ops) = parse_ops(&stream) else {
+                    break;
+                };
+                for op in ops {
+                    match op.header.kind {
+                        OpKind::Commit => {
+                            lost.push(op.header.tid);
+                            first_commit = first_commit.or(Some(pos));
+                        }
+                        OpKind::Unmount => first_commit = first_commit.or(Some(pos)),
+                        OpKind::Start | OpKind::Item => {}
+                    }
+                }
+                last = h;
+                pos = space.advance(pos, h.total_sectors() as u32);
+            }
+            cursor = pos;
+            continue 'search;
+        }
+        break;
+    }
+    // With no commit past the stop, whatever chains on was in flight: a torn end after all.
+    Ok(first_commit.map(|c| (c, lost)))
+}
+
+/// Every valid record in the log, wherever it is (a record names its own place): used only
+/// when the cycle stamps lead to none. Returns the first commit or unmount record, the
+/// checkpoints committed, and the highest cycle seen.
+fn commit_records_anywhere(
+    region: &LogRegion<'_>,
+) -> Result<Option<(Lsn, Vec<u64>, u32)>, RecoveryError> {
+    let n = region.space.sectors;
+    let mut found: Option<Lsn> = None;
+    let mut lost = Vec::new();
+    let mut cycle = 0u32;
+    let mut at = 0u32;
+    while at < n {
+        let len = LOOK_PAST_SECTORS.min(n - at);
+        let mut chunk = vec![0u8; len as usize * SECTOR];
+        region.read(at, &mut chunk)?;
+        for (k, sector) in chunk.chunks(SECTOR).enumerate() {
+            let block = at + k as u32;
+            let Ok(h) = RecordHeader::decode(sector) else {
+                continue;
+            };
+            if h.lsn.block() != block || h.lsn.cycle() == 0 {
+                continue;
+            }
+            let RecordRead::Valid(h, rec) = read_record(region, h.lsn)? else {
+                continue;
+            };
+            let stream = unpack(&rec, h.payload_len as usize);
+            let Ok(ops) = parse_ops(&stream) else {
+                continue;
+            };
+            cycle = cycle.max(h.lsn.cycle());
+            for op in ops {
+                match op.header.kind {
+                    OpKind::Commit => {
+                        lost.push(op.header.tid);
+                        found = found.or(Some(h.lsn));
+                    }
+                    OpKind::Unmount => found = found.or(Some(h.lsn)),
+                    OpKind::Start | OpKind::Item => {}
+                }
+            }
+        }
+        at += len;
+    }
+    Ok(found.map(|f| (f, lost, cycle)))
 }
 
 /// Bytes at a block's LSN stamp: the LSN, the filesystem UUID and a CRC32C of the whole block

@@ -1,11 +1,13 @@
 //! Recovery on corrupted logs: bit flips, truncation, zeroed sectors, wrong cycle stamps and pure
 //! garbage never panic; whatever is damaged ends the log, and every checkpoint that lies wholly
-//! before the first damaged sector is still recovered, exactly as written.
+//! before the first damaged sector is still recovered, exactly as written. A checkpoint that lies
+//! wholly past the last damaged sector makes the end `Damaged`, naming it: damage is never taken
+//! for a torn end when committed checkpoints follow it.
 
 #![allow(clippy::unwrap_used)]
 
 use super::item_format::{decode_item, encode_buf_item, BufImage};
-use super::recover::{scan_log, LogRegion, RecoveryError};
+use super::recover::{scan_log, LogEnd, LogRegion, RecoveryError};
 use super::{LogSpace, Lsn};
 use cilfs_device::{Device, SimDevice, WriteFlags};
 use proptest::prelude::*;
@@ -60,8 +62,8 @@ fn sizes() -> impl Strategy<Value = Vec<Vec<u16>>> {
     proptest::collection::vec(proptest::collection::vec(1u16..4000, 0..6), 1..8)
 }
 
-/// Scans the damaged log; `first_bad` is the first damaged sector.
-fn check(w: &Written, first_bad: u64) -> Result<(), TestCaseError> {
+/// Scans the damaged log; `first_bad` and `last_bad` are the first and last damaged sectors.
+fn check(w: &Written, first_bad: u64, last_bad: u64) -> Result<(), TestCaseError> {
     let region = LogRegion {
         dev: &*w.dev,
         offset: 0,
@@ -89,6 +91,31 @@ fn check(w: &Written, first_bad: u64) -> Result<(), TestCaseError> {
                 first_bad,
                 scan.checkpoints.len()
             );
+            // Checkpoints (by sequence) whose records all lie past the last damaged sector.
+            let past: Vec<u64> = (1..w.checkpoints.len())
+                .filter(|&i| w.checkpoints[i - 1].1 > last_bad)
+                .map(|i| i as u64 + 1)
+                .collect();
+            match &scan.end {
+                LogEnd::Damaged { lost, .. } => {
+                    for seq in &past {
+                        prop_assert!(
+                            lost.contains(seq),
+                            "checkpoint {} past the damage not named lost: {:?}",
+                            seq,
+                            lost
+                        );
+                    }
+                }
+                end => prop_assert!(
+                    past.is_empty() || scan.checkpoints.len() == w.checkpoints.len(),
+                    "checkpoints {:?} lie past the damage (sectors {}..={}) but the end is {:?}",
+                    past,
+                    first_bad,
+                    last_bad,
+                    end
+                ),
+            }
         }
     }
     Ok(())
@@ -107,13 +134,14 @@ proptest! {
     #[test]
     fn bit_flips(sz in sizes(), flips in proptest::collection::vec((any::<u64>(), 0u8..8), 1..4)) {
         let w = build(&sz);
-        let mut first = u64::MAX;
+        let (mut first, mut last) = (u64::MAX, 0);
         for (pos, bit) in flips {
             let byte = pos % (w.end * 512);
             first = first.min(byte / 512);
+            last = last.max(byte / 512);
             rewrite(&w.dev, byte / 512, |s| s[(byte % 512) as usize] ^= 1 << bit);
         }
-        check(&w, first)?;
+        check(&w, first, last)?;
     }
 
     #[test]
@@ -123,32 +151,34 @@ proptest! {
         for s in from..w.end {
             rewrite(&w.dev, s, |b| b.fill(0));
         }
-        check(&w, from)?;
+        check(&w, from, w.end)?;
     }
 
     #[test]
     fn zeroed_sectors(sz in sizes(), which in proptest::collection::vec(any::<u64>(), 1..5)) {
         let w = build(&sz);
-        let mut first = u64::MAX;
+        let (mut first, mut last) = (u64::MAX, 0);
         for x in which {
             let s = x % w.end;
             first = first.min(s);
+            last = last.max(s);
             rewrite(&w.dev, s, |b| b.fill(0));
         }
-        check(&w, first)?;
+        check(&w, first, last)?;
     }
 
     #[test]
     fn wrong_cycles(sz in sizes(), which in proptest::collection::vec((any::<u64>(), any::<u32>()), 1..5)) {
         let w = build(&sz);
-        let mut first = u64::MAX;
+        let (mut first, mut last) = (u64::MAX, 0);
         for (x, cycle) in which {
             let s = x % w.end;
             let cycle = if cycle == 1 { 2 } else { cycle };
             first = first.min(s);
+            last = last.max(s);
             rewrite(&w.dev, s, |b| b[..4].copy_from_slice(&cycle.to_le_bytes()));
         }
-        check(&w, first)?;
+        check(&w, first, last)?;
     }
 
     #[test]

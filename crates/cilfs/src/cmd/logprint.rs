@@ -80,6 +80,11 @@ pub fn run(a: Args) -> Result<(), Failure> {
             "torn write discarded at lsn {lsn} (log byte {}): {reason}",
             u64::from(lsn.block()) * 512
         ),
+        LogEnd::Damaged { lsn, .. } => format!(
+            "damaged at lsn {lsn} (log byte {}): {}",
+            u64::from(lsn.block()) * 512,
+            s.end.describe().unwrap_or_default()
+        ),
     };
     if a.json {
         let records: Vec<_> = s
@@ -112,6 +117,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             "records": records,
             "checkpoints": checkpoints,
             "uncommitted": s.uncommitted,
+            "log_offset": geo.log_offset,
             "head": s.head.to_string(),
             "tail": s.tail.to_string(),
             "unmounted": s.unmounted,

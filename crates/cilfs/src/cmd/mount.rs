@@ -554,18 +554,18 @@ fn log_recovery(image: &Path, journal: &Journal) {
     } else if !r.was_clean {
         tracing::info!(
             "{image}: recovered the log: {} checkpoints replayed ({} block images written, {} \
-             cancelled, {} older than the disk's; log tail {}, head {}){}",
+             cancelled, {} older than the disk's; log tail {}, head {})",
             r.checkpoints_replayed,
             r.replay.items_replayed,
             r.replay.items_cancelled,
             r.replay.items_newer_on_disk,
             r.tail,
             r.head,
-            r.torn
-                .as_deref()
-                .map(|t| format!(", torn end at {t}"))
-                .unwrap_or_default()
         );
+        // What recovery discarded is said out loud, whatever the reason.
+        if let Some(t) = &r.torn {
+            tracing::warn!("{image}: {t}");
+        }
     } else {
         tracing::info!(target: QUIET, "{image}: the log was clean: nothing to replay");
     }
