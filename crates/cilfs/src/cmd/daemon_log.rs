@@ -1,6 +1,7 @@
 //! Where the mount daemon's messages go: its `tracing` events (and the libraries') to the
 //! systemd journal when its stderr is the journal's stream (a unit), else to syslog when
-//! /dev/log exists, else to a log file of its own, with a timestamp on every line. `CILFS_LOG=journal|syslog|file` picks one. The log file is kept in a directory that
+//! /dev/log exists, else to a log file of its own, with a timestamp on every line.
+//! `CILFS_LOG=journal|syslog|file` picks one. The log file is kept in a directory that
 //! only its owner can write (/run/cilfs for root, $XDG_RUNTIME_DIR/cilfs or /tmp/cilfs-UID for
 //! a user) and opened with O_NOFOLLOW and O_APPEND: never a symbolic link followed, never a
 //! truncation, so another user can neither point it at a file nor erase what it said.

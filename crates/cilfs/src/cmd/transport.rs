@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 /// What `transport=fuser` is refused with: the fuser crate's transport is not built any more.
 pub const FUSER_REFUSED: &str = "transport=fuser: the fuser transport has been removed; cilfs \
-     serves FUSE itself (transport=native, the default: leave the option out), and uring=on|off|auto \
-     picks io_uring queues or /dev/fuse reads";
+     serves FUSE itself (transport=native, the default: leave the option out), and \
+     uring=on|off|auto picks io_uring queues or /dev/fuse reads";
 
 /// `transport=`: `native` names the one transport (accepted so that fstab lines naming it
 /// still mount); `fuser` and anything else is refused.
