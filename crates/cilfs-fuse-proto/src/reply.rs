@@ -14,12 +14,27 @@ impl Errno {
     pub const EPERM: Errno = Errno(libc::EPERM);
     pub const ENOENT: Errno = Errno(libc::ENOENT);
     pub const EIO: Errno = Errno(libc::EIO);
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
     pub const EAGAIN: Errno = Errno(libc::EAGAIN);
+    pub const EACCES: Errno = Errno(libc::EACCES);
+    pub const EEXIST: Errno = Errno(libc::EEXIST);
+    pub const EXDEV: Errno = Errno(libc::EXDEV);
+    pub const ENOTDIR: Errno = Errno(libc::ENOTDIR);
+    pub const EISDIR: Errno = Errno(libc::EISDIR);
     pub const EINVAL: Errno = Errno(libc::EINVAL);
+    pub const EFBIG: Errno = Errno(libc::EFBIG);
+    pub const ENOSPC: Errno = Errno(libc::ENOSPC);
+    pub const EROFS: Errno = Errno(libc::EROFS);
+    pub const EMLINK: Errno = Errno(libc::EMLINK);
     pub const ERANGE: Errno = Errno(libc::ERANGE);
+    pub const ENAMETOOLONG: Errno = Errno(libc::ENAMETOOLONG);
     pub const ENOSYS: Errno = Errno(libc::ENOSYS);
+    pub const ENOTEMPTY: Errno = Errno(libc::ENOTEMPTY);
     pub const ENODATA: Errno = Errno(libc::ENODATA);
     pub const EPROTO: Errno = Errno(libc::EPROTO);
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    pub const EUCLEAN: Errno = Errno(libc::EUCLEAN);
 
     pub fn new(errno: i32) -> Result<Errno, ProtoError> {
         if (1..=511).contains(&errno) {

@@ -1,7 +1,7 @@
-//! What both transports keep and convert alike: the caller of a request as a [`Cred`], and who
-//! opened each file handle. A write the kernel sends from its page cache (a shared writable
-//! mmap, or any write with writeback_cache) carries the flusher's credentials, not the
-//! writer's, and the set-user-ID rules must judge the writer.
+//! The caller of a request as a [`Cred`], and who opened each file handle. A write the kernel
+//! sends from its page cache (a shared writable mmap, or any write with writeback_cache)
+//! carries the flusher's credentials, not the writer's, and the set-user-ID rules must judge
+//! the writer.
 
 use cilfs_core::fs::types::Cred;
 use parking_lot::Mutex;

@@ -1,6 +1,6 @@
-//! Requests served by opcode, and the transport serving them: what `cilfs stat` shows as
-//! `requests_<opcode>`, `transport_*` and `uring_*` (one mount per daemon, so one set per
-//! process).
+//! Requests served by opcode, and whether io_uring queues serve them: what `cilfs stat` shows
+//! as `requests_<opcode>`, `transport_uring` and `uring_*` (one mount per daemon, so one set
+//! per process).
 
 use cilfs_fuse_proto::Opcode;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -9,20 +9,18 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 const SLOTS: usize = 64;
 
 static BY_OPCODE: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
-static TRANSPORT: AtomicU8 = AtomicU8::new(Transport::Fuser as u8);
+static TRANSPORT: AtomicU8 = AtomicU8::new(Transport::Native as u8);
 static URING_QUEUES: AtomicU64 = AtomicU64::new(0);
 static URING_ENTRIES: AtomicU64 = AtomicU64::new(0);
 static URING_REQUESTS: AtomicU64 = AtomicU64::new(0);
 
-/// Which transport serves the mount.
+/// How requests reach the mount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Transport {
-    /// fuser's session over /dev/fuse.
-    Fuser = 0,
-    /// cilfs's own, reading /dev/fuse.
+    /// Reads of /dev/fuse.
     Native = 1,
-    /// cilfs's own, with requests through io_uring queues.
+    /// io_uring queues.
     Uring = 2,
 }
 
@@ -49,20 +47,12 @@ pub fn set_uring(queues: usize, entries: usize) {
     set_transport(Transport::Uring);
 }
 
-/// `transport_native` (0 or 1: fuser or cilfs's own), `transport_uring` (1: cilfs's own with
-/// requests through io_uring queues, 0: through /dev/fuse reads), with io_uring
-/// `uring_queues`, `uring_entries` and `uring_requests` (requests answered over the ring),
-/// then `requests_<opcode>` for every opcode served at least once, over either path.
+/// `transport_uring` (1: requests through io_uring queues, 0: through /dev/fuse reads), with
+/// io_uring `uring_queues`, `uring_entries` and `uring_requests` (requests answered over the
+/// ring), then `requests_<opcode>` for every opcode served at least once, over either path.
 pub fn counters() -> Vec<(String, u64)> {
-    let t = TRANSPORT.load(Ordering::Relaxed);
-    let uring = t == Transport::Uring as u8;
-    let mut v = vec![
-        (
-            "transport_native".to_string(),
-            u64::from(t != Transport::Fuser as u8),
-        ),
-        ("transport_uring".to_string(), u64::from(uring)),
-    ];
+    let uring = TRANSPORT.load(Ordering::Relaxed) == Transport::Uring as u8;
+    let mut v = vec![("transport_uring".to_string(), u64::from(uring))];
     if uring {
         for (k, c) in [
             ("uring_queues", &URING_QUEUES),

@@ -279,10 +279,6 @@ fn special_files_xattrs_fallocate_seek_statfs() {
     // and over io_uring 1,000 requests through the queues (so that a mount that fell back to
     // /dev/fuse reads fails here).
     let t = common::test_transport();
-    assert_eq!(
-        v["transport_native"].as_u64(),
-        Some(u64::from(t != "fuser"))
-    );
     // The default (uring=auto) takes the queues exactly when the kernel's switch is on.
     if t != "default" {
         assert_eq!(v["transport_uring"].as_u64(), Some(u64::from(t == "uring")));
@@ -474,6 +470,8 @@ fn bad_mount_options_mount_nothing() {
         "cache=3G",
         "cache=1P",
         "cache=99999999999P",
+        "transport=fuser",
+        "transport=uring",
     ] {
         let out = cilfs(&[
             "mount",
@@ -489,6 +487,22 @@ fn bad_mount_options_mount_nothing() {
             .unwrap()
             .contains(dir.to_str().unwrap()));
     }
+    // The fuser transport is gone: asking for it names what serves instead.
+    let out = cilfs(&[
+        "mount",
+        img.to_str().unwrap(),
+        dir.to_str().unwrap(),
+        "-o",
+        "transport=fuser",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("transport=fuser: the fuser transport has been removed")
+            && err.contains("transport=native")
+            && err.contains("uring=on|off|auto"),
+        "{err}"
+    );
     // A second mount of a mounted image is refused.
     let dir2 = tmp.path().join("mnt2");
     fs::create_dir(&dir2).unwrap();
@@ -551,8 +565,8 @@ fn killed_daemon_leaves_a_log_the_next_mount_replays() {
     fs::write(m.p("kept"), b"synced").unwrap();
     File::open(m.p("kept")).unwrap().sync_all().unwrap();
     fs::create_dir(m.p("dir")).unwrap();
-    // A directory fsync makes the namespace change durable (fuser has no FUSE_SYNCFS, so
-    // sync(2) does not reach the filesystem).
+    // A directory fsync makes the namespace change durable (sync(2) reaches the filesystem
+    // only on a fuseblk.cilfs mount, through FUSE_SYNCFS).
     File::open(&m.dir).unwrap().sync_all().unwrap();
     // Kill the daemon: no unmount record.
     m.kill_daemon();
@@ -574,9 +588,9 @@ fn killed_daemon_leaves_a_log_the_next_mount_replays() {
 
 /// df comes back after a delete (issue 24, item 5): 200 MiB written and deleted on a 512 MiB
 /// image, with `sync` around the delete as a user would run it, and the free blocks are back
-/// within 1%. `sync` does not reach cilfs (fuser has no FUSE_SYNCFS), so this holds only
-/// because statfs counts the blocks freed by the unlink, busy until a checkpoint makes the free
-/// stable, as free: they came back 200 MiB short before.
+/// within 1%. `sync` need not reach cilfs (only a fuseblk.cilfs mount gets FUSE_SYNCFS), so
+/// this holds because statfs counts the blocks freed by the unlink, busy until a checkpoint
+/// makes the free stable, as free: they came back 200 MiB short before.
 #[test]
 fn df_comes_back_after_writing_and_deleting_200_mib() {
     let m = Mounted::new("512M", &[]);
@@ -1264,9 +1278,10 @@ fn attributes_stay_right_with_long_lifetimes() {
 }
 
 /// With FUSE_HANDLE_KILLPRIV_V2 the kernel leaves set-user-ID and set-group-ID to the daemon
-/// and tells whether a truncate's caller holds CAP_FSETID only in a flag fuser 0.18 does not
-/// pass on: root without CAP_FSETID loses them on a write, truncate or fallocate, as Linux
-/// says (root with it keeps them: `set_user_and_group_id_are_cleared_by_another_users_data_changes`).
+/// and tells whether a truncate's caller holds CAP_FSETID only in a flag cilfs does not read
+/// (the core asks the caller's process): root without CAP_FSETID loses them on a write,
+/// truncate or fallocate, as Linux says (root with it keeps them:
+/// `set_user_and_group_id_are_cleared_by_another_users_data_changes`).
 #[test]
 fn root_without_cap_fsetid_loses_set_user_and_group_id() {
     let m = Mounted::new("64M", &[]);

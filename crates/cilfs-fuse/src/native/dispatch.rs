@@ -1,10 +1,9 @@
-//! One decoded request in, one encoded answer out: each opcode translated to the `Fs` call the
-//! fuser adapter (`lib.rs`) makes for it, with the same arguments, lifetimes and errno rules,
-//! so that both transports serve the same filesystem. Errors become errno values in
-//! `errno.rs` only.
+//! One decoded request in, one encoded answer out: each opcode translated to one `Fs` call,
+//! whether the request came through /dev/fuse or an io_uring queue. Errors become errno values
+//! in `errno.rs` only.
 
-use super::super::openers::{caller, Openers};
-use super::super::{errno, stats_text, STATS_XATTR, TTL};
+use crate::openers::{caller, Openers};
+use crate::{errno, requests, STATS_XATTR};
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
 use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
@@ -15,6 +14,34 @@ use cilfs_fuse_proto::{
 };
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the kernel may keep attributes and names without asking again (entry and
+/// attribute lifetimes). Safe because nothing changes behind the kernel's back: a mount holds
+/// its image locked, so every change comes through this mount's kernel, which updates or
+/// marks stale its own copy with each request: a reply carrying attributes replaces them
+/// (lookup, create, mkdir, mknod, symlink, link, setattr); a write or fallocate marks size,
+/// blocks, mtime and ctime stale, a read or readdir atime, an unlink, rename, link or xattr
+/// change the ctime (and nlink, dropped in place, for the name removed), a change in a
+/// directory the directory's attributes, an ACL change or a reverse invalidation everything.
+/// Names change only through unlink, rmdir and rename, which the kernel applies to its
+/// dentries itself, and inode numbers are never reused. What the core changes beyond what the
+/// reply shows (set-user-ID and set-group-ID cleared by a write or fallocate) it reports
+/// through `FsOptions::attrs_changed`, which drops the kernel's copy (`AttrInvalidator`).
+/// Mount tests read each field from the kernel's copy right after such changes
+/// (`attributes_stay_right_with_long_lifetimes`,
+/// `set_user_and_group_id_cleared_behind_a_reply_reach_the_kernels_mode`). Every GETATTR and
+/// revalidating LOOKUP this saves is a round trip through the daemon.
+const TTL: Duration = Duration::from_secs(3600);
+
+/// The value of [`STATS_XATTR`]: every counter of the filesystem and of the transport.
+fn stats_text(fs: &Fs) -> Vec<u8> {
+    let mut out = String::new();
+    for (k, v) in fs.counters().into_iter().chain(requests::counters()) {
+        out.push_str(&format!("{k} {v}\n"));
+    }
+    out.into_bytes()
+}
 
 /// What a request gets back.
 #[derive(Debug)]
@@ -34,7 +61,7 @@ pub enum Answer {
 #[derive(Debug)]
 pub struct Dispatcher {
     fs: Arc<Fs>,
-    /// Who opened each file handle, as in lib.rs ([`Openers`]).
+    /// Who opened each file handle ([`Openers`]).
     openers: Openers,
     /// The kernel keeps written pages (`writeback_cache`): data cilfs has not seen yet.
     writeback_cache: bool,
@@ -83,14 +110,14 @@ fn wire_attr(a: &Attr) -> cilfs_fuse_proto::Attr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        // The kernel's fuse_attr carries 32 bits of device number, as fuser sends it.
+        // The kernel's fuse_attr carries 32 bits of device number.
         rdev: a.rdev as u32,
         blksize: a.blksize,
         flags: 0,
     }
 }
 
-/// Entry and attribute lifetimes: lib.rs's, so that both transports cache alike.
+/// Entry and attribute lifetimes: [`TTL`].
 fn entry_out(a: &Attr) -> EntryOut {
     EntryOut {
         nodeid: a.ino,
@@ -122,18 +149,12 @@ fn time_in(sec: u64, nsec: u32) -> Timespec {
     }
 }
 
-/// An errno for the reply; `errno()` maps only to values the kernel accepts, so the fallback
-/// is never taken in practice.
-fn code(e: i32) -> Errno {
-    Errno::new(e).unwrap_or(Errno::EIO)
-}
-
 fn fs_error(unique: u64, e: FsError) -> Answer {
-    Answer::Reply(Reply::error(unique, code(errno::replied(&e).code())))
+    Answer::Reply(Reply::error(unique, errno::replied(&e)))
 }
 
-fn fail(unique: u64, e: i32) -> Answer {
-    Answer::Reply(Reply::error(unique, code(e)))
+fn fail(unique: u64, e: Errno) -> Answer {
+    Answer::Reply(Reply::error(unique, e))
 }
 
 fn empty(unique: u64, r: Result<(), FsError>) -> Answer {
@@ -156,10 +177,10 @@ fn sized(unique: u64, size: u32, v: Vec<u8>) -> Answer {
     if size == 0 {
         match u32::try_from(v.len()) {
             Ok(n) => Answer::Reply(Reply::xattr_size(unique, n)),
-            Err(_) => fail(unique, libc::E2BIG),
+            Err(_) => fail(unique, Errno::E2BIG),
         }
     } else if v.len() > size as usize {
-        fail(unique, libc::ERANGE)
+        fail(unique, Errno::ERANGE)
     } else {
         Answer::Data { unique, data: v }
     }
@@ -196,7 +217,7 @@ impl Dispatcher {
     /// Answers one request (INIT excepted: the session negotiates it before serving).
     pub fn answer(&self, req: &Request<'_>) -> Answer {
         let h = &req.header;
-        crate::requests::count(h.opcode);
+        requests::count(h.opcode);
         let u = h.unique;
         let ino = h.nodeid;
         let fs = &*self.fs;
@@ -310,9 +331,14 @@ impl Dispatcher {
             }
             Op::Releasedir(_) => empty(u, fs.release_inode(ino)),
             Op::Fsync(_) | Op::Fsyncdir(_) => empty(u, fs.fsync(ino)),
-            // ENOSYS, as lib.rs answers: the kernel then sends no FLUSH again on this mount,
-            // and nothing is owed at close (see lib.rs's flush).
-            Op::Flush(_) => fail(u, libc::ENOSYS),
+            // ENOSYS: the kernel then sends no FLUSH again on this mount (`fc->no_flush`), and
+            // every close costs one synchronous round trip less. Nothing is owed at close:
+            // there are no locks to drop (the kernel keeps POSIX locks locally), dirty data
+            // waits in the daemon's page cache whatever happens at close (fsync makes it
+            // durable), the kernel still writes back its own dirty pages before a close
+            // returns (writeback_cache), and the open count that keeps an unlinked file alive
+            // drops at release, which still comes.
+            Op::Flush(_) => fail(u, Errno::ENOSYS),
             Op::Setxattr { arg, name, value } => {
                 let flags = arg.flags as i32;
                 let f = XattrFlags {
@@ -356,7 +382,7 @@ impl Dispatcher {
                 }
                 Ok(_) => {
                     let _ = fs.release_inode(ino);
-                    fail(u, libc::ENOTDIR)
+                    fail(u, Errno::ENOTDIR)
                 }
                 Err(e) => fs_error(u, e),
             },
@@ -375,7 +401,7 @@ impl Dispatcher {
                     }
                     match Reply::dirents(u, &out) {
                         Ok(r) => Answer::Reply(r),
-                        Err(_) => fail(u, libc::EIO),
+                        Err(_) => fail(u, Errno::EIO),
                     }
                 }
                 Err(e) => fs_error(u, e),
@@ -388,8 +414,9 @@ impl Dispatcher {
                             Ok(a) => a,
                             // Unlinked since the listing was read: its name is gone too.
                             Err(FsError::NotFound) => continue,
-                            // A corrupt or unreadable inode fails the listing rather than
-                            // dropping a name silently (as the fuser adapter does).
+                            // A corrupt or unreadable inode fails the listing (EUCLEAN, EIO)
+                            // rather than dropping a name silently; entries already added go
+                            // out first and the next call starts at the failing one.
                             Err(e) if i == 0 => return fs_error(u, e),
                             Err(_) => break,
                         };
@@ -402,7 +429,7 @@ impl Dispatcher {
                     }
                     match Reply::dirents_plus(u, &out) {
                         Ok(r) => Answer::Reply(r),
-                        Err(_) => fail(u, libc::EIO),
+                        Err(_) => fail(u, Errno::EIO),
                     }
                 }
                 Err(e) => fs_error(u, e),
@@ -426,7 +453,7 @@ impl Dispatcher {
                 let mode = f.mode as i32;
                 let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
                 if mode & !known != 0 {
-                    return fail(u, libc::EOPNOTSUPP);
+                    return fail(u, Errno::EOPNOTSUPP);
                 }
                 let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
                 let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
@@ -439,17 +466,17 @@ impl Dispatcher {
             // cilfs's holes may not be holes: ENOSYS has the kernel answer SEEK_DATA and
             // SEEK_HOLE itself from then on (the whole file as data), as for a FUSE server
             // without LSEEK.
-            Op::Lseek(_) if self.writeback_cache => fail(u, libc::ENOSYS),
+            Op::Lseek(_) if self.writeback_cache => fail(u, Errno::ENOSYS),
             Op::Lseek(l) => {
                 let data = match l.whence as i32 {
                     libc::SEEK_DATA => true,
                     libc::SEEK_HOLE => false,
-                    _ => return fail(u, libc::EINVAL),
+                    _ => return fail(u, Errno::EINVAL),
                 };
                 // A negative offset lies outside the file, as past its end: ENXIO, as Linux
                 // filesystems answer (iomap_seek_data/hole).
                 if (l.offset as i64) < 0 {
-                    return fail(u, libc::ENXIO);
+                    return fail(u, Errno::ENXIO);
                 }
                 match fs.seek(ino, l.offset, data) {
                     Ok(o) => Answer::Reply(Reply::lseek(u, o)),
@@ -461,11 +488,11 @@ impl Dispatcher {
             Op::Syncfs(_) => empty(u, fs.sync()),
             // Unmounting: everything is made stable when the session ends.
             Op::Destroy => Answer::Reply(Reply::empty(u)),
-            // A second INIT after the handshake is the kernel's mistake, answered as fuser does.
-            Op::Init(_) => fail(u, libc::EIO),
-            // What fuser answers for the callbacks lib.rs leaves at their default: the kernel
-            // then handles locks locally, falls back from STATX to GETATTR and from
-            // COPY_FILE_RANGE to reads and writes.
+            // A second INIT after the handshake is the kernel's mistake.
+            Op::Init(_) => fail(u, Errno::EIO),
+            // Not served: the kernel then handles locks locally, falls back from STATX to
+            // GETATTR and from COPY_FILE_RANGE to reads and writes, and an ioctl fails (Python's
+            // isatty() on every open() sends one).
             Op::Getlk(_)
             | Op::Setlk(_)
             | Op::Setlkw(_)
@@ -477,7 +504,7 @@ impl Dispatcher {
             | Op::Tmpfile { .. }
             | Op::Statx(_)
             | Op::Unsupported { .. }
-            | Op::Unknown { .. } => fail(u, libc::ENOSYS),
+            | Op::Unknown { .. } => fail(u, Errno::ENOSYS),
         }
     }
 
@@ -492,7 +519,7 @@ impl Dispatcher {
     ) -> Answer {
         let (noreplace, exchange) = (libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE);
         if flags & !(noreplace | exchange) != 0 {
-            return fail(u, libc::EINVAL);
+            return fail(u, Errno::EINVAL);
         }
         let f = RenameFlags {
             noreplace: flags & noreplace != 0,

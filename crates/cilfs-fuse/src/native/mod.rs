@@ -1,7 +1,5 @@
-//! cilfs's own FUSE transport (issue 18): /dev/fuse read and written directly, requests
-//! decoded and replies encoded by `cilfs-fuse-proto`, each opcode answered by the same `Fs`
-//! call as the fuser adapter makes (`dispatch.rs` mirrors lib.rs). Chosen with the mount
-//! option `transport=native`; fuser stays the default until the two are shown equal.
+//! The FUSE transport: /dev/fuse read and written directly, requests decoded and replies
+//! encoded by `cilfs-fuse-proto`, each opcode answered by one `Fs` call (`dispatch.rs`).
 //!
 //! - `mount.rs`: mount(2) with type `fuse.cilfs` (`fuseblk.cilfs` on a block device) and the
 //!   image as source as root; fusermount3, which passes /dev/fuse back, for anyone else.

@@ -7,8 +7,8 @@ use rustix::mount::MountFlags;
 use std::ffi::CString;
 use std::path::Path;
 
-/// What the mount looks like: the same choices the fuser path makes (see the cilfs binary's
-/// mount command), spelled as kernel flags and options.
+/// What the mount looks like (the cilfs binary's mount options), spelled as kernel flags and
+/// options.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MountOptions {
     /// What the mount table shows as the source: the image's path.

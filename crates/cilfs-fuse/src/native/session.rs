@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// The largest WRITE the kernel may send: what lib.rs's init() sets for fuser.
+/// The largest WRITE the kernel may send.
 const MAX_WRITE: u32 = 1 << 20;
 
 /// A request buffer: the kernel refuses a read smaller than the largest WRITE it may send
@@ -57,9 +57,10 @@ impl Notifier {
     }
 }
 
-/// The native transport's counterpart of lib.rs's `AttrInvalidator`: drops the kernel's
-/// copy of attributes the core changed behind a reply (set-user-ID and set-group-ID cleared
-/// by a write), once the session exists.
+/// Drops the kernel's copy of attributes the core changed behind a reply
+/// (`FsOptions::attrs_changed`: set-user-ID and set-group-ID cleared by a write, which the
+/// kernel follows by refreshing size and times only). Connected once the session exists;
+/// before that the kernel has nothing cached.
 #[derive(Debug, Clone, Default)]
 pub struct AttrInvalidator(Arc<OnceLock<Notifier>>);
 
@@ -81,8 +82,7 @@ impl AttrInvalidator {
     }
 }
 
-/// What INIT asks of the kernel: the flags the fuser adapter negotiates (fuser's own
-/// ASYNC_READ, BIG_WRITES and MAX_PAGES, and lib.rs's init()), the same sizes and the
+/// What INIT asks of the kernel: the flags below, the sizes for one max_write and the
 /// timestamp granularity of the filesystem; FUSE_OVER_IO_URING if `uring` (then the kernel
 /// holds requests back until the queues are registered, or one registration failed).
 pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
@@ -94,12 +94,20 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         | f::DO_READDIRPLUS
         | f::READDIRPLUS_AUTO
         | f::PARALLEL_DIROPS
-        // Handles that outlive the kernel's inode cache (see lib.rs's init()).
+        // File handles that outlive the kernel's inode cache (NFS export, open_by_handle_at):
+        // the kernel finds a forgotten inode by LOOKUP of "." in it, and checks the generation.
         | f::EXPORT_SUPPORT
-        // The core clears set-user-ID/set-group-ID and security.capability itself on write,
-        // truncate, fallocate and chown (see lib.rs's init()).
+        // The kernel then stops asking for security.capability before every write (it sets
+        // SB_NOSEC and remembers, per inode, that a check found nothing to clear) and stops
+        // refreshing attributes and sending a mode of its own before a truncate or chown: the
+        // core clears set-user-ID and set-group-ID by Linux's rules on every write, truncate,
+        // fallocate and chown (judging CAP_FSETID from the caller's process, `holds_fsetid`),
+        // and drops security.capability on each of them. What it clears behind a reply
+        // reaches the kernel through attrs_changed ([`AttrInvalidator`]).
         | f::HANDLE_KILLPRIV_V2
-        // Symlink targets never change and inode numbers are never reused.
+        // A symlink's target never changes and inode numbers are never reused, so the kernel
+        // may keep targets in its page cache instead of asking at every path walk through
+        // one (cilfs moves no atime on readlink).
         | f::CACHE_SYMLINKS;
     if fs.options().acl {
         flags |= f::POSIX_ACL;
@@ -117,7 +125,7 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         max_write: MAX_WRITE,
         // Enough 4 KiB pages for one max_write; the kernel caps it at its own limit.
         max_pages: (MAX_WRITE / 4096) as u16,
-        // fuser's defaults: 16 background requests, congestion at three quarters.
+        // 16 background requests, congestion at three quarters.
         max_background: 16,
         congestion_threshold: 12,
         time_gran: fs.options().tsgran_ns,

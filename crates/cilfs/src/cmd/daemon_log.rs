@@ -1,7 +1,7 @@
-//! Where the mount daemon's messages go: its `tracing` events (and the libraries', fuser's `log`
-//! records included) to the systemd journal when its stderr is the journal's stream (a unit),
-//! else to syslog when /dev/log exists, else to a log file of its own, with a timestamp on every
-//! line. `CILFS_LOG=journal|syslog|file` picks one. The log file is kept in a directory that
+//! Where the mount daemon's messages go: its `tracing` events (and the libraries') to the
+//! systemd journal when its stderr is the journal's stream (a unit), else to syslog when
+//! /dev/log exists, else to a log file of its own, with a timestamp on every line.
+//! `CILFS_LOG=journal|syslog|file` picks one. The log file is kept in a directory that
 //! only its owner can write (/run/cilfs for root, $XDG_RUNTIME_DIR/cilfs or /tmp/cilfs-UID for
 //! a user) and opened with O_NOFOLLOW and O_APPEND: never a symbolic link followed, never a
 //! truncation, so another user can neither point it at a file nor erase what it said.
@@ -310,13 +310,11 @@ struct DaemonLayer {
     pid: u32,
 }
 
-/// An event as one line: its message, then any other fields as `name=value`. Of the `log.*`
-/// fields that tracing-log adds for a `log` record only the target is kept, to filter on.
+/// An event as one line: its message, then any other fields as `name=value`.
 #[derive(Default)]
 struct Line {
     message: String,
     fields: String,
-    log_target: Option<String>,
 }
 
 impl Visit for Line {
@@ -325,8 +323,6 @@ impl Visit for Line {
             "message" => {
                 let _ = write!(self.message, "{value:?}");
             }
-            "log.target" => self.log_target = Some(format!("{value:?}")),
-            n if n.starts_with("log.") => {}
             n => {
                 let _ = write!(self.fields, " {n}={value:?}");
             }
@@ -336,20 +332,11 @@ impl Visit for Line {
     fn record_str(&mut self, field: &Field, value: &str) {
         match field.name() {
             "message" => self.message.push_str(value),
-            "log.target" => self.log_target = Some(value.to_string()),
-            n if n.starts_with("log.") => {}
             n => {
                 let _ = write!(self.fields, " {n}={value}");
             }
         }
     }
-}
-
-/// fuser's own records worth keeping: warnings and errors, but not the EINVAL of its unmount
-/// on drop, which comes every time the session ended by an unmount (ours, or umount(8)'s):
-/// the kernel had already taken the mount away.
-fn keep_fuser(level: &Level, message: &str) -> bool {
-    *level <= Level::WARN && !message.starts_with("Failed to umount filesystem: Invalid argument")
 }
 
 fn severity(l: &Level) -> nix::syslog::Severity {
@@ -367,10 +354,6 @@ impl<S: Subscriber> Layer<S> for DaemonLayer {
         let mut line = Line::default();
         event.record(&mut line);
         let meta = event.metadata();
-        let target = line.log_target.as_deref().unwrap_or(meta.target());
-        if target.starts_with("fuser") && !keep_fuser(meta.level(), &line.message) {
-            return;
-        }
         // One line per event, whatever a message held.
         let msg = format!("{}{}", line.message, line.fields).replace('\n', " ");
         // Errors from these writes have nowhere to go: a log that cannot be written is not a

@@ -6,11 +6,10 @@ use super::daemon_log::{self, DaemonLog, Echo, QUIET};
 use super::mount_opts::{self, MountOpts};
 use crate::Failure;
 use anyhow::anyhow;
-use cilfs_core::fs::{AtimeMode, Fs, FsOptions};
+use cilfs_core::fs::{Fs, FsOptions};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::Geometry;
 use cilfs_device::{Device, DirectIo, FileDevice, FileDeviceOptions};
-use fuser::{Config, MountOption, SessionACL};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -373,99 +372,27 @@ fn serve_logged(
     }
     .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
     log_recovery(&a.image, &journal);
-    let invalidator = super::transport::Invalidator::default();
+    let invalidator = cilfs_fuse::native::AttrInvalidator::default();
     let fs_opts = FsOptions {
-        attrs_changed: Some(invalidator.hook(opts.transport)),
+        attrs_changed: Some(invalidator.hook()),
         holds_fsetid: Some(Arc::new(cilfs_fuse::holds_fsetid)),
         ..opts.fs_options()
     };
     let fs = Fs::open(Arc::clone(&journal), fs_opts)
         .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
     observe_errors(&a.image, &journal, opts.ro);
-    let mut mo = vec![
-        MountOption::FSName(
-            std::fs::canonicalize(&a.image)
-                .unwrap_or_else(|_| a.image.clone())
-                .display()
-                .to_string(),
-        ),
-        // As a kernel option, not MountOption::Subtype: fuser's own mount(2) leaves that out
-        // and the mount table would say "fuse" (the kernel's fuse takes `subtype=` since
-        // 5.x's fs_context, and fusermount3 takes it as its own option).
-        MountOption::CUSTOM("subtype=cilfs".into()),
-        MountOption::DefaultPermissions,
-        // Without Dev and Suid fuser's mount sets nodev,nosuid; cilfs's defaults are mount(8)'s.
-        if opts.dev {
-            MountOption::Dev
-        } else {
-            MountOption::NoDev
-        },
-        if opts.suid {
-            MountOption::Suid
-        } else {
-            MountOption::NoSuid
-        },
-        if opts.ro {
-            MountOption::RO
-        } else {
-            MountOption::RW
-        },
-    ];
-    if opts.allow_other {
-        mo.push(MountOption::CUSTOM("allow_other".into()));
-    }
-    if !opts.exec {
-        mo.push(MountOption::NoExec);
-    }
-    // Only for the mount table's sake: the kernel leaves atime on FUSE inodes to us.
-    if opts.atime == AtimeMode::Never {
-        mo.push(MountOption::NoAtime);
-    }
-    // `sync` also makes the kernel send an fsync after every write; directory changes are
-    // forced by the core for both.
-    if opts.sync {
-        mo.push(MountOption::Sync);
-    }
-    if opts.dirsync {
-        mo.push(MountOption::DirSync);
-    }
-    let mut config = Config::default();
-    config.mount_options = mo;
-    config.acl = if opts.allow_other {
-        SessionACL::All
-    } else {
-        SessionACL::Owner
-    };
-    config.n_threads = Some(opts.threads);
-    config.clone_fd = true;
     if let Some(sig) = stop.signal() {
         return Err(Failure::usage(anyhow!(
             "{} came before the mount was made: nothing was written",
             sig.as_str()
         )));
     }
-    use super::transport::{Session, Transport};
-    let session = match opts.transport {
-        Transport::Fuser => {
-            let session = fuser::Session::new(
-                cilfs_fuse::CilfsFuse::new(Arc::clone(&fs), opts.writeback_cache),
-                &a.dir,
-                &config,
-            )
-            .map_err(|e| Failure::usage(mount_error(&a.dir, e)))?;
-            invalidator.fuser.connect(session.notifier());
-            Session::Fuser(session)
-        }
-        Transport::Native => {
-            // A user's mount goes through fusermount3, which says why it failed in words of
-            // its own: the usual obstacle, a /dev/fuse the user may not open, is explained
-            // here first, as for fuser.
-            if let Some(e) = user_cannot_open_dev_fuse(&a.dir) {
-                return Err(Failure::usage(e));
-            }
-            super::transport::mount_native(&a.image, &a.dir, opts, &fs, &invalidator)?
-        }
-    };
+    // A user's mount goes through fusermount3, which says why it failed in words of its own:
+    // the usual obstacle, a /dev/fuse the user may not open, is explained here first.
+    if let Some(e) = user_cannot_open_dev_fuse(&a.dir) {
+        return Err(Failure::usage(e));
+    }
+    let session = super::transport::mount_native(&a.image, &a.dir, opts, &fs, &invalidator)?;
     // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
     // that fails, dropping the session unmounts.
     gate.release().map_err(|e| {
@@ -614,26 +541,6 @@ fn observe_errors(image: &Path, journal: &Arc<Journal>, read_only: bool) {
             }
         }
     }));
-}
-
-/// Why the FUSE mount could not be made, with what to do when it is the usual obstacle: no
-/// /dev/fuse, or one a user may not open (fuser opens it before trying mount(2) and then
-/// fusermount3, so only root gets past a /dev/fuse without read-write access for others).
-fn mount_error(dir: &Path, e: std::io::Error) -> anyhow::Error {
-    let text = e.to_string();
-    let text = text.trim();
-    let fuse = Path::new("/dev/fuse");
-    if !fuse.exists() {
-        return anyhow!(
-            "mounting on {}: {text}: /dev/fuse does not exist: load the fuse module (modprobe \
-             fuse), or give the container the device",
-            dir.display()
-        );
-    }
-    if let Some(e) = user_cannot_open_dev_fuse(dir) {
-        return e;
-    }
-    anyhow!("mounting on {}: {}", dir.display(), text.replace('\n', " "))
 }
 
 /// For a mount by a user (not root), why it cannot be made if /dev/fuse will not open for

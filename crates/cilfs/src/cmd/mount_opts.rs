@@ -38,8 +38,6 @@ pub struct MountOpts {
     /// `dirsync`: every change of a directory.
     pub sync: bool,
     pub dirsync: bool,
-    /// `transport=native` (the default) or `transport=fuser`: which FUSE implementation serves.
-    pub transport: super::transport::Transport,
     /// With `transport=native`: requests through io_uring queues where the kernel allows
     /// (`uring=auto`, the default), always (`on`: or no mount), never (`off`: /dev/fuse reads).
     pub uring: cilfs_fuse::native::UringMode,
@@ -73,7 +71,6 @@ impl Default for MountOpts {
             diratime: true,
             sync: false,
             dirsync: false,
-            transport: super::transport::Transport::default(),
             uring: cilfs_fuse::native::UringMode::Auto,
             loop_dev: false,
         }
@@ -248,22 +245,10 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.loop_dev = true;
             }
-            "transport" => o.transport = super::transport::Transport::parse(need()?)?,
+            "transport" => super::transport::check_transport(need()?)?,
             "uring" => o.uring = super::transport::parse_uring(need()?)?,
             _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, transport, uring)")),
         }
-    }
-    if o.uring == cilfs_fuse::native::UringMode::On
-        && o.transport == super::transport::Transport::Fuser
-    {
-        return Err("uring=on needs transport=native (fuser has no FUSE over io_uring)".into());
-    }
-    if o.loop_dev && o.transport == super::transport::Transport::Fuser {
-        return Err(
-            "loop needs transport=native (fuser mounts every image as fuse, which sync(2) \
-             does not reach)"
-                .into(),
-        );
     }
     Ok(o)
 }
@@ -440,9 +425,7 @@ mod tests {
                 .loop_dev
         );
         assert!(parse(&["loop=1".into()]).is_err());
-        assert!(parse(&["loop,transport=fuser".into()])
-            .unwrap_err()
-            .contains("transport=native"));
+        assert!(parse(&["loop,transport=fuser".into()]).is_err());
     }
 
     #[test]

@@ -1,40 +1,36 @@
-//! Which FUSE transport a mount serves through: `transport=native` (the default, cilfs's own,
-//! `cilfs_fuse::native`, with requests through io_uring queues as `uring=auto|on|off` says) or
-//! `transport=fuser` (the fuser crate, kept for comparison while it is still maintained here).
-//! Native is the default since a run on a quiet machine (docs/bench-results.md, 2026-11-27)
-//! found it as fast as fuser over /dev/fuse and 1.3-1.8x faster over io_uring, and only it
-//! passes sync(2) on (on a block device), kills set-ID bits as the kernel asks and serves
-//! FUSE over io_uring. Both mount the same
-//! way (type fuse.cilfs, or fuseblk.cilfs for the native transport on a block device; the
-//! image as source; the same flags) and answer with the same `Fs`
-//! calls; the rest of the daemon (gate, signals, readiness, clean unmount) does not know which.
+//! The FUSE transport a mount serves through: cilfs's own (`cilfs_fuse::native`), decoding
+//! requests with cilfs-fuse-proto and answering each with one `Fs` call, through io_uring
+//! queues or /dev/fuse reads as `uring=auto|on|off` says. It mounts type fuse.cilfs
+//! (fuseblk.cilfs on a block device) with the image as source; the rest of the daemon (gate,
+//! signals, readiness, clean unmount) only makes the mount and runs the session.
 
 use super::mount_opts::MountOpts;
 use crate::Failure;
 use anyhow::anyhow;
-use cilfs_core::fs::{AtimeMode, AttrsChanged, Fs};
+use cilfs_core::fs::{AtimeMode, Fs};
 use cilfs_fuse::native;
 use std::path::Path;
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Transport {
-    Fuser,
-    #[default]
-    Native,
-}
+/// What `transport=fuser` is refused with: the fuser crate's transport is not built any more.
+pub const FUSER_REFUSED: &str = "transport=fuser: the fuser transport has been removed; cilfs \
+     serves FUSE itself (transport=native, the default: leave the option out), and \
+     uring=on|off|auto picks io_uring queues or /dev/fuse reads";
 
-impl Transport {
-    pub fn parse(v: &str) -> Result<Transport, String> {
-        match v {
-            "fuser" => Ok(Transport::Fuser),
-            "native" => Ok(Transport::Native),
-            x => Err(format!("transport={x}: use fuser or native")),
-        }
+/// `transport=`: `native` names the one transport (accepted so that fstab lines naming it
+/// still mount); `fuser` and anything else is refused.
+pub fn check_transport(v: &str) -> Result<(), String> {
+    match v {
+        "native" => Ok(()),
+        "fuser" => Err(FUSER_REFUSED.into()),
+        x => Err(format!(
+            "transport={x}: the one transport is native (uring=on|off|auto picks io_uring \
+             queues or /dev/fuse reads)"
+        )),
     }
 }
 
-/// `uring=`: whether the native transport takes requests through io_uring queues.
+/// `uring=`: whether requests come through io_uring queues.
 pub fn parse_uring(v: &str) -> Result<native::UringMode, String> {
     match v {
         "auto" => Ok(native::UringMode::Auto),
@@ -44,58 +40,23 @@ pub fn parse_uring(v: &str) -> Result<native::UringMode, String> {
     }
 }
 
-/// Where the core's "attributes changed behind a reply" goes: to the session of the
-/// transport in use, once it exists.
-#[derive(Debug, Clone, Default)]
-pub struct Invalidator {
-    pub fuser: cilfs_fuse::AttrInvalidator,
-    pub native: native::AttrInvalidator,
-}
-
-impl Invalidator {
-    pub fn hook(&self, t: Transport) -> AttrsChanged {
-        match t {
-            Transport::Fuser => self.fuser.hook(),
-            Transport::Native => self.native.hook(),
-        }
-    }
-}
-
 /// A mount made and not yet served.
 #[derive(Debug)]
-pub enum Session {
-    Fuser(fuser::Session<cilfs_fuse::CilfsFuse>),
-    Native(native::Session),
-}
+pub struct Session(native::Session);
 
 impl Session {
     /// Serves until unmounted.
     pub fn run(self, fs: &Arc<Fs>, opts: &MountOpts) -> Result<(), anyhow::Error> {
-        match self {
-            // fuser ends quietly on ENODEV only; ECONNABORTED is the same end of the
-            // connection (see cilfs-fuse's dev.rs), and the clean shutdown follows.
-            Session::Fuser(s) => match s.run() {
-                Err(e)
-                    if e.raw_os_error() == Some(rustix::io::Errno::CONNABORTED.raw_os_error()) =>
-                {
-                    Ok(())
-                }
-                r => r.map_err(anyhow::Error::from),
-            },
-            Session::Native(s) => {
-                let cfg = native::ServeConfig {
-                    threads: opts.threads,
-                    writeback_cache: opts.writeback_cache,
-                    uring: opts.uring,
-                };
-                s.run(Arc::clone(fs), cfg).map_err(anyhow::Error::from)
-            }
-        }
+        let cfg = native::ServeConfig {
+            threads: opts.threads,
+            writeback_cache: opts.writeback_cache,
+            uring: opts.uring,
+        };
+        self.0.run(Arc::clone(fs), cfg).map_err(anyhow::Error::from)
     }
 }
 
-/// The native mount's options: the choices the fuser path's MountOption list makes
-/// (mount.rs), as kernel flags and fuse options. An image on a block device mounts as
+/// The mount's options, as kernel flags and fuse options. An image on a block device mounts as
 /// `fuseblk.cilfs`, the one kind of /dev/fuse mount Linux passes sync(2) on to (FUSE_SYNCFS);
 /// `block_size` is the filesystem's, bounded by what the kernel takes (512 to a page).
 pub fn native_options(image: &Path, opts: &MountOpts, block_size: u32) -> native::MountOptions {
@@ -121,13 +82,13 @@ pub fn native_options(image: &Path, opts: &MountOpts, block_size: u32) -> native
     }
 }
 
-/// Mounts `dir` through the native transport.
+/// Mounts `dir`; `invalidator` then reaches the session.
 pub fn mount_native(
     image: &Path,
     dir: &Path,
     opts: &MountOpts,
     fs: &Fs,
-    invalidator: &Invalidator,
+    invalidator: &native::AttrInvalidator,
 ) -> Result<Session, Failure> {
     // uring=on: refused before anything is mounted when the kernel's switch is off or this
     // process may not set up io_uring (the session reports the rest: the kernel offers FUSE
@@ -141,8 +102,8 @@ pub fn mount_native(
         })?;
     }
     let s = native::Session::mount(dir, &native_options(image, opts, fs.block_size()))
-        .map_err(|e| Failure::usage(anyhow!("mounting on {}: {e}", dir.display())))?;
-    invalidator.native.connect(s.notifier());
+        .map_err(|e| Failure::usage(mount_error(dir, &e)))?;
+    invalidator.connect(s.notifier());
     // For the log only: the person mounting asked for it.
     tracing::info!(
         target: super::daemon_log::QUIET,
@@ -151,7 +112,21 @@ pub fn mount_native(
         opts.threads,
         opts.uring
     );
-    Ok(Session::Native(s))
+    Ok(Session(s))
+}
+
+/// Why the mount could not be made, with what to do when /dev/fuse does not exist.
+fn mount_error(dir: &Path, e: &native::MountError) -> anyhow::Error {
+    let missing = matches!(e, native::MountError::Open(io)
+        if io.kind() == std::io::ErrorKind::NotFound);
+    if missing {
+        return anyhow!(
+            "mounting on {}: {e}: /dev/fuse does not exist: load the fuse module (modprobe \
+             fuse), or give the container the device",
+            dir.display()
+        );
+    }
+    anyhow!("mounting on {}: {e}", dir.display())
 }
 
 #[cfg(test)]
@@ -160,28 +135,37 @@ mod tests {
 
     #[test]
     fn transport_names() {
-        assert_eq!(Transport::parse("fuser"), Ok(Transport::Fuser));
-        assert_eq!(Transport::parse("native"), Ok(Transport::Native));
-        assert!(Transport::parse("uring").is_err());
-        assert_eq!(Transport::default(), Transport::Native);
+        use super::super::mount_opts::{parse, MountOpts};
+        assert_eq!(check_transport("native"), Ok(()));
+        assert!(check_transport("uring").is_err());
         assert_eq!(parse_uring("on"), Ok(native::UringMode::On));
         assert_eq!(parse_uring("off"), Ok(native::UringMode::Off));
         assert_eq!(parse_uring("auto"), Ok(native::UringMode::Auto));
         assert!(parse_uring("yes").is_err());
-        let o = super::super::mount_opts::parse(&["transport=native,uring=on".into()]).unwrap();
+        let o = parse(&["transport=native,uring=on".into()]).unwrap();
         assert_eq!(o.uring, native::UringMode::On);
-        assert_eq!(
-            super::super::mount_opts::MountOpts::default().uring,
-            native::UringMode::Auto
-        );
-        // uring=on alone takes the default transport; with fuser it is refused.
-        let o = super::super::mount_opts::parse(&["uring=on".into()]).unwrap();
-        assert_eq!(o.transport, Transport::Native);
-        assert!(
-            super::super::mount_opts::parse(&["transport=fuser,uring=on".into()])
-                .unwrap_err()
-                .contains("transport=native")
-        );
+        assert_eq!(MountOpts::default().uring, native::UringMode::Auto);
+        let o = parse(&["uring=off".into()]).unwrap();
+        assert_eq!(o.uring, native::UringMode::Off);
+    }
+
+    /// `transport=fuser` is refused before anything is mounted, naming what replaced it,
+    /// alone or with any other option.
+    #[test]
+    fn transport_fuser_is_refused_naming_the_replacement() {
+        use super::super::mount_opts::parse;
+        assert_eq!(check_transport("fuser"), Err(FUSER_REFUSED.to_string()));
+        for opts in [
+            "transport=fuser",
+            "ro,transport=fuser",
+            "transport=fuser,uring=off",
+        ] {
+            let e = parse(&[opts.into()]).unwrap_err();
+            assert_eq!(e, FUSER_REFUSED, "{opts}");
+        }
+        assert!(FUSER_REFUSED.contains("transport=native"));
+        assert!(FUSER_REFUSED.contains("uring=on|off|auto"));
+        assert!(!FUSER_REFUSED.contains('\n'));
     }
 
     #[test]

@@ -40,27 +40,26 @@ pub fn output(cmd: &mut Command) -> Output {
     cmd.output().unwrap()
 }
 
-/// The mount options CILFS_TEST_TRANSPORT stands for: `fuser`, `native` (cilfs's own over
-/// /dev/fuse reads, `uring=off` so that the path is the same whatever the kernel's switch says)
-/// or `uring` (cilfs's own with requests through io_uring queues, `uring=on`: the mount fails
-/// rather than fall back).
+/// The mount options CILFS_TEST_TRANSPORT stands for: `native` (requests through /dev/fuse
+/// reads, `uring=off` so that the path is the same whatever the kernel's switch says) or
+/// `uring` (through io_uring queues, `uring=on`: the mount fails rather than fall back).
 pub fn transport_opts(t: &str) -> String {
     match t {
-        "native" => "transport=native,uring=off".into(),
-        "uring" => "transport=native,uring=on".into(),
-        t => format!("transport={t}"),
+        "native" => "uring=off".into(),
+        "uring" => "uring=on".into(),
+        t => panic!("CILFS_TEST_TRANSPORT={t}: use native or uring"),
     }
 }
 
-/// The transport the suite runs over (CILFS_TEST_TRANSPORT): `default` when unset, cilfs's own
-/// with `uring=auto` (io_uring queues or /dev/fuse reads, as the kernel's switch says).
+/// The transport the suite runs over (CILFS_TEST_TRANSPORT): `default` when unset, with
+/// `uring=auto` (io_uring queues or /dev/fuse reads, as the kernel's switch says).
 pub fn test_transport() -> String {
     std::env::var("CILFS_TEST_TRANSPORT").unwrap_or_else(|_| "default".into())
 }
 
-/// The cilfs command; with CILFS_TEST_TRANSPORT=fuser, native or uring in the environment
-/// every mount gets its `-o` options ([`transport_opts`]), so that a whole suite runs over
-/// each FUSE transport.
+/// The cilfs command; with CILFS_TEST_TRANSPORT=native or uring in the environment every
+/// mount gets its `-o` options ([`transport_opts`]), so that a whole suite runs over /dev/fuse
+/// reads and over io_uring queues.
 pub fn transported(args: &[&str]) -> Command {
     let mut cmd = Command::new(CILFS);
     cmd.args(args);
