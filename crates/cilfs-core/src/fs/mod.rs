@@ -656,3 +656,6 @@ mod ordered_data_tests;
 
 #[cfg(test)]
 mod log_damage_tests;
+
+#[cfg(test)]
+mod damage_tests;

@@ -270,6 +270,15 @@ pub fn seek_ge(
             let leaf = descend_edge(s, tree, blk, path[d].node.level - 1, false)?;
             // Leaves below the root are never empty.
             return match leaf_items(&leaf).first() {
+                // A key behind the one sought means keys out of order across nodes: an
+                // error, never an answer that sends a caller's scan backwards for ever.
+                Some(first) if first.0 < key => Err(FsError::corrupt(
+                    blk,
+                    format!(
+                        "subtree after key {key:?} begins at {:?}, before it",
+                        first.0
+                    ),
+                )),
                 Some(first) => Ok(Some(owned(first))),
                 None => Err(FsError::corrupt(blk, "empty leaf below the root")),
             };
@@ -307,6 +316,10 @@ pub fn seek_le(
             let blk = items[path[d].idx - 1].1;
             let leaf = descend_edge(s, tree, blk, path[d].node.level - 1, true)?;
             return match leaf_items(&leaf).last() {
+                Some(last) if last.0 > key => Err(FsError::corrupt(
+                    blk,
+                    format!("subtree before key {key:?} ends at {:?}, after it", last.0),
+                )),
                 Some(last) => Ok(Some(owned(last))),
                 None => Err(FsError::corrupt(blk, "empty leaf below the root")),
             };
