@@ -88,15 +88,7 @@ fn info_finds_the_header_with_an_external_log() {
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("fs.img");
     let log = tmp.path().join("log.img");
-    let out = cilfs(&[
-        "mkfs",
-        "-q",
-        "--size",
-        "32M",
-        "--logdev",
-        s(&log),
-        s(&img),
-    ]);
+    let out = cilfs(&["mkfs", "-q", "--size", "32M", "--logdev", s(&log), s(&img)]);
     assert!(out.status.success(), "{out:?}");
     let text = info(&["info", s(&img), "--logdev", s(&log)]);
     assert_eq!(number_after(&text, "inodes"), 1, "{text}");
