@@ -68,6 +68,15 @@ fn read_header(dev: &dyn Device, what: &'static str) -> Result<[u8; HEADER_BYTES
 }
 
 impl Geometry {
+    /// The metadata area, blocks `[first, end)` of the data device: past the internal log, or
+    /// past the superblock with an external one. Its first block is the filesystem header.
+    pub fn metadata_area(&self) -> (u64, u64) {
+        match self.sb.log {
+            SbLog::Internal { start } => (start + self.sb.log_blocks, self.sb.data_blocks),
+            SbLog::External { .. } => (1, self.sb.data_blocks),
+        }
+    }
+
     /// Reads and cross-checks the layout. `logdev` must be given exactly when the log is external.
     pub fn read(data: &dyn Device, logdev: Option<&dyn Device>) -> Result<Self, GeometryError> {
         let sb = Superblock::decode(&read_header(data, "data device")?)?;

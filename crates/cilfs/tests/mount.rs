@@ -307,6 +307,76 @@ fn special_files_xattrs_fallocate_seek_statfs() {
     m.unmount();
 }
 
+/// `cilfs stat DIR` opens with a summary in human units that agrees with statfs and names the
+/// transport and the data mode; the counters themselves come with --all, each with its rate.
+#[test]
+fn stat_summarises_the_mount_and_lists_the_counters_with_all() {
+    for (opts, mode) in [(&[][..], "ordered"), (&["data=writeback"][..], "writeback")] {
+        let m = Mounted::new("64M", opts);
+        for i in 0..10 {
+            fs::write(m.p(&format!("f{i}")), b"x").unwrap();
+        }
+        let dir = m.dir.to_str().unwrap();
+        let out = cilfs(&["stat", dir]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.starts_with(&format!("{dir}: rates over the last ")),
+            "{text}"
+        );
+        // The root and the ten files.
+        let st = rustix::fs::statvfs(&m.dir).unwrap();
+        assert_eq!(st.f_files - st.f_ffree, 11);
+        assert!(text.contains("\ninodes      11 used, "), "{text}");
+        // The data area: 64 MiB less the log.
+        let total = (st.f_blocks * st.f_frsize) as f64 / f64::from(1 << 20);
+        assert!(
+            text.contains(&format!(" available, of {total:.1} MiB (")),
+            "{text}"
+        );
+        assert!(text.contains("\noperations  "), "{text}");
+        assert!(text.contains(" writes/s, "), "{text}");
+        assert!(text.contains(&format!("\ndata mode   {mode} (")), "{text}");
+        let transport = match common::test_transport().as_str() {
+            "uring" => "io_uring, ",
+            "native" => "/dev/fuse reads",
+            _ => "",
+        };
+        assert!(
+            text.contains(&format!("\ntransport   {transport}")),
+            "{text}"
+        );
+        assert!(
+            !text.contains("transactions "),
+            "counters only with --all: {text}"
+        );
+
+        let out = cilfs(&["stat", "--all", dir]);
+        let all = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{all}");
+        assert!(all.contains("\ninodes      11 used, "), "{all}");
+        let line = |name: &str| {
+            all.lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("no {name} in {all}"))
+                .to_string()
+        };
+        // Each counter read twice, so each has its rate; no file was made between the readings
+        // (write back of the files' data may still run a transaction meanwhile).
+        assert!(line("transactions").ends_with("/s)"), "{all}");
+        assert!(line("requests_create").ends_with("  (+0/s)"), "{all}");
+        assert_eq!(
+            line("data_ordered").split_whitespace().nth(1),
+            Some(if mode == "ordered" { "1" } else { "0" })
+        );
+        m.unmount();
+    }
+}
+
 #[test]
 fn unlinked_open_files_live_until_closed() {
     let m = Mounted::new("128M", &[]);

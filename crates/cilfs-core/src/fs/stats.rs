@@ -165,6 +165,11 @@ impl super::Fs {
             ("items_logged", j.items_logged),
             ("covers", j.covers),
             ("cache_buffers", j.cache_buffers),
+            // A setting, not a count: 1 ordered, 0 writeback (the summary of `cilfs stat`).
+            (
+                "data_ordered",
+                u64::from(self.opts.data == super::DataMode::Ordered),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -12,7 +12,6 @@ pub use stats::JournalStats;
 use crate::ail::{Ail, WritebackIo};
 use crate::buf::{Buf, BufCache, BufState};
 use crate::cil::{Cil, CilLimits};
-use crate::format::superblock::SbLog;
 use crate::format::{FormatError, Superblock};
 use crate::geometry::{Geometry, GeometryError, LogLocation};
 use crate::lockstat::LockWaits;
@@ -302,10 +301,7 @@ impl Journal {
                 s.end.describe().unwrap_or_default(),
             ));
         }
-        let (meta_first, meta_end) = match geo.sb.log {
-            SbLog::Internal { start } => (start + geo.sb.log_blocks, geo.sb.data_blocks),
-            SbLog::External { .. } => (1, geo.sb.data_blocks),
-        };
+        let (meta_first, meta_end) = geo.metadata_area();
         let target = ReplayTarget {
             dev: &*data,
             block_size: bs,
