@@ -31,6 +31,9 @@ pub enum GeometryError {
     },
     #[error("{0}")]
     Format(#[from] FormatError),
+    /// No cilfs superblock where it belongs: another filesystem, or none.
+    #[error("not a cilfs filesystem: {0}")]
+    NotCilfs(&'static str),
     #[error("the filesystem has an external log: give its device with --logdev")]
     MissingLogDevice,
     #[error("the filesystem has an internal log, but a log device was given")]
@@ -67,6 +70,31 @@ fn read_header(dev: &dyn Device, what: &'static str) -> Result<[u8; HEADER_BYTES
     Ok(s)
 }
 
+/// What `dev` holds instead of a cilfs superblock: the kind of filesystem where its magic
+/// number says so (as blkid would name it).
+fn other_filesystem(dev: &dyn Device) -> &'static str {
+    const UNKNOWN: &str = "no cilfs superblock at its start (make one with cilfs mkfs)";
+    let len = (128 * 1024).min(dev.len() / 512 * 512) as usize;
+    let mut b = cilfs_device::AlignedBuf::zeroed(len);
+    if dev.read(0, &mut b).is_err() {
+        return UNKNOWN;
+    }
+    let at = |off: usize, magic: &[u8]| b.get(off..off + magic.len()) == Some(magic);
+    if at(1080, &[0x53, 0xef]) {
+        "it holds an ext2/ext3/ext4 filesystem"
+    } else if at(0, b"XFSB") {
+        "it holds an XFS filesystem"
+    } else if at(65_600, b"_BHRfS_M") {
+        "it holds a btrfs filesystem"
+    } else if at(510, &[0x55, 0xaa]) {
+        "it holds a FAT filesystem or a partition table"
+    } else if b[..len.min(4096)].iter().all(|&x| x == 0) {
+        "its start is zeros, no filesystem yet (make one with cilfs mkfs)"
+    } else {
+        UNKNOWN
+    }
+}
+
 impl Geometry {
     /// The metadata area, blocks `[first, end)` of the data device: past the internal log, or
     /// past the superblock with an external one. Its first block is the filesystem header.
@@ -79,7 +107,12 @@ impl Geometry {
 
     /// Reads and cross-checks the layout. `logdev` must be given exactly when the log is external.
     pub fn read(data: &dyn Device, logdev: Option<&dyn Device>) -> Result<Self, GeometryError> {
-        let sb = Superblock::decode(&read_header(data, "data device")?)?;
+        let sb = match Superblock::decode(&read_header(data, "data device")?) {
+            Err(FormatError::BadMagic { .. }) => {
+                return Err(GeometryError::NotCilfs(other_filesystem(data)))
+            }
+            r => r?,
+        };
         if sb.data_bytes() > data.len() {
             return Err(GeometryError::DeviceTooSmall {
                 what: "data device",

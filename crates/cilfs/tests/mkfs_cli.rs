@@ -242,10 +242,13 @@ fn default_mkfs_and_info_agree() {
         "{info}"
     );
     assert!(info.contains("state          clean"), "{info}");
+    // info goes on with the header's counts, which mkfs does not print.
+    let geometry = &info[..info.find("free space").unwrap_or(info.len())];
     assert!(
-        mkfs_text.starts_with(&info),
+        mkfs_text.starts_with(geometry),
         "mkfs prints the geometry info prints"
     );
+    assert!(info.contains("inodes         1 in use"), "{info}");
 }
 
 #[test]
@@ -253,6 +256,38 @@ fn info_on_garbage_names_the_problem() {
     let d = Dir::new();
     let img = d.path("junk.img");
     std::fs::write(&img, vec![0x5au8; 8192]).unwrap();
-    assert_refused(&cilfs(&["info", s(&img)]), "superblock: bad magic");
+    assert_refused(
+        &cilfs(&["info", s(&img)]),
+        "not a cilfs filesystem: no cilfs superblock at its start (make one with cilfs mkfs)",
+    );
     assert_refused(&cilfs(&["info", s(&d.path("none.img"))]), "none.img");
+}
+
+/// An image of another filesystem is named as such by every command that opens one.
+#[test]
+fn another_filesystems_image_is_named() {
+    let d = Dir::new();
+    let img = d.path("ext4.img");
+    let f = std::fs::File::create(&img).unwrap();
+    f.set_len(16 << 20).unwrap();
+    drop(f);
+    let made = std::process::Command::new("mkfs.ext4")
+        .args(["-q", "-F", s(&img)])
+        .status();
+    if !made.is_ok_and(|st| st.success()) {
+        eprintln!("skipped: mkfs.ext4 (e2fsprogs, from scripts/install-deps) did not run");
+        return;
+    }
+    for cmd in ["info", "check", "repair"] {
+        assert_refused(
+            &cilfs(&[cmd, s(&img)]),
+            "not a cilfs filesystem: it holds an ext2/ext3/ext4 filesystem",
+        );
+    }
+    let zero = d.path("zero.img");
+    std::fs::write(&zero, vec![0u8; 1 << 20]).unwrap();
+    assert_refused(
+        &cilfs(&["info", s(&zero)]),
+        "not a cilfs filesystem: its start is zeros, no filesystem yet",
+    );
 }

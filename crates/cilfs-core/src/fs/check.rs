@@ -477,6 +477,13 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             hdr.inode_count
         ));
     }
+    if hdr.next_ino > super::ino_alloc::INO_LIMIT {
+        c.problem(format!(
+            "next inode number {} is past the limit {}",
+            hdr.next_ino,
+            super::ino_alloc::INO_LIMIT
+        ));
+    }
     if hdr.next_ino <= max_ino {
         c.problem(format!(
             "next inode number {} is not above inode {max_ino}",

@@ -5,6 +5,7 @@
 
 use super::tests::{jcfg, mount, new_dev, TestClock};
 use super::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
+use super::tx::Trees;
 use super::types::Cred;
 use super::*;
 use crate::log::recover::write_lsn_stamp;
@@ -104,4 +105,134 @@ fn flipped_root_keys_never_hang_and_are_found_when_they_matter() {
         }
     }
     eprintln!("{harmful} of 48 flips changed what files read; the checker found {found}");
+}
+
+/// Changes made through a transaction, so every block keeps a valid stamp: damage no CRC
+/// catches, as a bad memory write before the write-back would leave.
+fn damage_committed(fs: &Fs, what: &dyn Fn(&mut tx::FsTx<'_>)) {
+    let mut st = fs.state.write();
+    let mut t = fs.begin(&st).unwrap();
+    what(&mut t);
+    fs.commit(&mut st, t).unwrap();
+}
+
+fn remount(dev: &Arc<SimDevice>, fs: Arc<Fs>) -> Result<Arc<Fs>, FsError> {
+    fs.unmount().unwrap();
+    drop(fs);
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg())?;
+    Fs::open(j, FsOptions::default())
+}
+
+/// The header's next inode number at 2^64-1 (valid CRC): creates fail as corrupt instead of
+/// wrapping round onto the root, everything else keeps working, and check reports it.
+#[test]
+fn a_next_inode_number_at_the_top_fails_creates_and_never_overwrites_the_root() {
+    let dev = new_dev(501);
+    let fs = mount(&dev, FsOptions::default());
+    let f = fs
+        .mknod(Cred::ROOT, ROOT_INO, b"kept", 0o100_644, 0)
+        .unwrap()
+        .ino;
+    fs.write(Cred::ROOT, f, 0, b"data").unwrap();
+    damage_committed(&fs, &|t| t.hdr.next_ino = u64::MAX);
+    let fs = remount(&dev, fs).unwrap();
+    for name in [&b"a"[..], b"b", b"c"] {
+        let r = fs.mknod(Cred::ROOT, ROOT_INO, name, 0o100_644, 0);
+        assert!(matches!(r, Err(FsError::Corrupt { .. })), "{r:?}");
+        assert!(matches!(
+            fs.mkdir(Cred::ROOT, ROOT_INO, name, 0o755),
+            Err(FsError::Corrupt { .. })
+        ));
+    }
+    assert_eq!(
+        fs.getattr(ROOT_INO).unwrap().kind,
+        inode::FileType::Directory
+    );
+    let kept = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
+    assert_eq!(fs.read(kept, 0, 10).unwrap(), b"data");
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("past the limit")),
+        "{:?}",
+        r.problems
+    );
+}
+
+/// A next inode number behind the numbers in use (valid CRC): a create handed a live inode's
+/// number fails instead of writing over it (later ones take numbers past it).
+#[test]
+fn a_next_inode_number_behind_the_live_ones_never_overwrites_an_inode() {
+    let dev = new_dev(502);
+    let fs = mount(&dev, FsOptions::default());
+    let f = fs
+        .mknod(Cred::ROOT, ROOT_INO, b"kept", 0o100_644, 0)
+        .unwrap()
+        .ino;
+    fs.write(Cred::ROOT, f, 0, b"data").unwrap();
+    damage_committed(&fs, &|t| t.hdr.next_ino = f);
+    let fs = remount(&dev, fs).unwrap();
+    for i in 0..40 {
+        match fs.mknod(Cred::ROOT, ROOT_INO, format!("new{i}").as_bytes(), 0o100_644, 0) {
+            Ok(a) => assert_ne!(a.ino, f, "a create took a live inode's number"),
+            Err(FsError::Corrupt { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let kept = fs.lookup(ROOT_INO, b"kept").unwrap();
+    assert_eq!(kept.ino, f);
+    assert_eq!(kept.size, 4);
+    assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
+}
+
+/// Inode sizes at 2^63 and past (valid CRC): the inode is corrupt for whoever needs it, the
+/// others work, and check reports it.
+#[test]
+fn a_size_past_the_largest_file_is_corrupt_and_found() {
+    let dev = new_dev(503);
+    let fs = mount(&dev, FsOptions::default());
+    let (a, b) = (
+        fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
+            .unwrap()
+            .ino,
+        fs.mknod(Cred::ROOT, ROOT_INO, b"b", 0o100_644, 0)
+            .unwrap()
+            .ino,
+    );
+    damage_committed(&fs, &|t| {
+        let k = tree::keys::key(a, tree::keys::KIND_INODE, 0);
+        let mut i = Inode::decode(a, &t.get(header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
+        i.size = 1 << 63;
+        i.disk_size = 1 << 63;
+        t.insert(header::TREE_FS, k, &i.encode()).unwrap();
+    });
+    let fs = remount(&dev, fs).unwrap();
+    assert!(matches!(fs.getattr(a), Err(FsError::Corrupt { .. })));
+    assert!(fs.getattr(b).is_ok());
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("past the largest file")),
+        "{:?}",
+        r.problems
+    );
+}
+
+/// A superblock whose data area was halved (valid CRC): the mount is refused, naming the
+/// disagreement, instead of serving reads and writes that fail.
+#[test]
+fn a_superblock_that_disagrees_with_the_header_refuses_the_mount() {
+    use crate::format::Superblock;
+    let dev = new_dev(504);
+    let mut s0 = AlignedBuf::zeroed(tests::BS as usize);
+    dev.read(0, &mut s0).unwrap();
+    let mut sb = Superblock::decode(&s0[..512]).unwrap();
+    sb.data_blocks /= 2;
+    s0[..512].copy_from_slice(&sb.encode());
+    dev.write(0, &s0, WriteFlags::FUA).unwrap();
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg()).unwrap();
+    let Err(FsError::Corrupt { what, .. }) = Fs::open(j, FsOptions::default()) else {
+        panic!("mounted");
+    };
+    assert!(what.contains("one of them is damaged"), "{what}");
 }

@@ -36,6 +36,11 @@ const OPEN_RUNS_MAX: usize = 4096;
 
 const _: () = assert!(RUN_MAX <= LANE_WIDTH);
 
+/// No inode number reaches this: a header whose next number is past it is corrupt (no
+/// filesystem hands out 2^62 numbers), and no number handed out ever wraps round onto a live
+/// inode such as the root.
+pub const INO_LIMIT: u64 = 1 << 62;
+
 #[derive(Debug)]
 pub(crate) struct InoAlloc {
     inner: Mutex<Runs>,
@@ -62,16 +67,17 @@ struct Run {
 }
 
 impl InoAlloc {
-    /// Lanes from `next_ino`, the header's mark, up.
+    /// Lanes from `next_ino`, the header's mark, up (a corrupt mark near 2^64 gives lanes
+    /// past `INO_LIMIT`, from which nothing is handed out).
     pub(crate) fn new(next_ino: u64) -> Self {
         let lanes = std::array::from_fn(|i| {
-            let start = next_ino + i as u64 * LANE_WIDTH;
-            (start, start + LANE_WIDTH)
+            let start = next_ino.saturating_add(i as u64 * LANE_WIDTH);
+            (start, start.saturating_add(LANE_WIDTH))
         });
         InoAlloc {
             inner: Mutex::new(Runs {
                 lanes,
-                fresh: next_ino + LANES as u64 * LANE_WIDTH,
+                fresh: next_ino.saturating_add(LANES as u64 * LANE_WIDTH),
                 rotor: 0,
                 open: Default::default(),
             }),
@@ -81,21 +87,23 @@ impl InoAlloc {
     /// A number for a new directory: the first of a run of its own in the next lane, whose rest
     /// its own entries' inodes take (`alloc` with its number), and the end of that run. A
     /// directory and what it holds then sit together in the tree, away from its siblings.
-    pub(crate) fn alloc_dir(&self) -> (u64, u64) {
+    /// None past `INO_LIMIT`.
+    pub(crate) fn alloc_dir(&self) -> Option<(u64, u64)> {
         let mut r = self.inner.lock();
         let lane = r.next_lane();
         r.start_run(None, RUN_MIN, lane)
     }
 
     /// A number for a new inode in directory `dir`, and the end of its run: what the
-    /// transaction using it must raise the header's `next_ino` to (at least).
-    pub(crate) fn alloc(&self, dir: u64) -> (u64, u64) {
+    /// transaction using it must raise the header's `next_ino` to (at least). None past
+    /// `INO_LIMIT`.
+    pub(crate) fn alloc(&self, dir: u64) -> Option<(u64, u64)> {
         let mut r = self.inner.lock();
         match r.open.get_mut(&dir) {
             Some(run) if run.next < run.end => {
                 let ino = run.next;
                 run.next += 1;
-                (ino, run.end)
+                Some((ino, run.end))
             }
             Some(run) => {
                 let (len, lane) = ((run.len * 2).min(RUN_MAX), run.lane);
@@ -120,14 +128,21 @@ impl Runs {
     }
 
     /// A new run of `len` numbers in `lane` for directory `dir` (None: for the new directory
-    /// whose number is the run's first): its first number (taken now) and its end.
-    fn start_run(&mut self, dir: Option<u64>, len: u64, lane: usize) -> (u64, u64) {
+    /// whose number is the run's first): its first number (taken now) and its end. None if it
+    /// would pass `INO_LIMIT`.
+    fn start_run(&mut self, dir: Option<u64>, len: u64, lane: usize) -> Option<(u64, u64)> {
         if self.open.len() >= OPEN_RUNS_MAX {
             self.open.clear();
         }
-        if self.lanes[lane].0 + len > self.lanes[lane].1 {
+        if self.lanes[lane].0.saturating_add(len) > self.lanes[lane].1 {
+            if self.fresh.saturating_add(LANE_WIDTH) > INO_LIMIT {
+                return None;
+            }
             self.lanes[lane] = (self.fresh, self.fresh + LANE_WIDTH);
             self.fresh += LANE_WIDTH;
+        }
+        if self.lanes[lane].0.saturating_add(len) > INO_LIMIT {
+            return None;
         }
         let start = self.lanes[lane].0;
         let end = start + len;
@@ -141,7 +156,7 @@ impl Runs {
                 lane,
             },
         );
-        (start, end)
+        Some((start, end))
     }
 }
 
@@ -149,18 +164,37 @@ impl Runs {
 mod tests {
     use super::*;
 
+    /// A corrupt mark near the top (next_ino 2^64-1, as a flipped header could hold) hands
+    /// out nothing, instead of wrapping round onto the root's number.
+    #[test]
+    fn numbers_never_pass_the_limit_or_wrap() {
+        for mark in [u64::MAX, u64::MAX - 3, INO_LIMIT, INO_LIMIT - 1] {
+            let a = InoAlloc::new(mark);
+            assert_eq!(a.alloc(1), None, "mark {mark}");
+            assert_eq!(a.alloc_dir(), None, "mark {mark}");
+        }
+        // Close below the limit: numbers until it, then none.
+        let a = InoAlloc::new(INO_LIMIT - 20 * LANE_WIDTH);
+        let mut last = 0;
+        while let Some((ino, end)) = a.alloc(1) {
+            assert!(ino < INO_LIMIT && end <= INO_LIMIT && ino > last);
+            last = ino;
+        }
+        assert!(last > INO_LIMIT - 20 * LANE_WIDTH);
+    }
+
     #[test]
     fn a_new_directory_starts_a_run_its_entries_continue() {
         let a = InoAlloc::new(100);
-        let (f, _) = a.alloc(1);
-        let (d1, end1) = a.alloc_dir();
-        let (d2, _) = a.alloc_dir();
+        let (f, _) = a.alloc(1).unwrap();
+        let (d1, end1) = a.alloc_dir().unwrap();
+        let (d2, _) = a.alloc_dir().unwrap();
         // Not next to its sibling or to the parent's run: a lane of its own each.
         assert!(
             d1 >= f + LANE_WIDTH && d2 >= d1 + LANE_WIDTH,
             "{f} {d1} {d2}"
         );
-        let (c, end) = a.alloc(d1);
+        let (c, end) = a.alloc(d1).unwrap();
         assert_eq!(
             (c, end),
             (d1 + 1, end1),
@@ -174,7 +208,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for i in 0..1000u64 {
             let dir = i % 3;
-            let (ino, end) = a.alloc(dir);
+            let (ino, end) = a.alloc(dir).unwrap();
             assert!(
                 ino >= 100 && ino < end,
                 "{ino} not below its run's end {end}"
@@ -182,14 +216,14 @@ mod tests {
             assert!(seen.insert(ino), "{ino} handed out twice");
         }
         // Within one directory the numbers of a run are consecutive.
-        let (x, _) = a.alloc(7);
-        let (y, _) = a.alloc(7);
+        let (x, _) = a.alloc(7).unwrap();
+        let (y, _) = a.alloc(7).unwrap();
         assert_eq!(y, x + 1);
         // A busy directory's runs grow, and follow one another in its lane.
-        let first = a.alloc(9).0;
+        let first = a.alloc(9).unwrap().0;
         let mut last = first;
         for _ in 0..RUN_MIN + RUN_MIN * 2 {
-            last = a.alloc(9).0;
+            last = a.alloc(9).unwrap().0;
         }
         assert_eq!(last, first + RUN_MIN * 3);
     }
@@ -204,14 +238,14 @@ mod tests {
         // Directories of one run each until every lane is used up exactly.
         let per_lane = LANE_WIDTH / RUN_MIN;
         for i in 0..LANES as u64 * per_lane {
-            let (d, _) = a.alloc_dir();
+            let (d, _) = a.alloc_dir().unwrap();
             assert!(d < 5 + LANES as u64 * LANE_WIDTH, "directory {i} at {d}");
         }
         // The next takes lane 0 again, which has nothing left: a fresh lane, and its entries
         // follow it there.
-        let (d, end) = a.alloc_dir();
+        let (d, end) = a.alloc_dir().unwrap();
         assert_eq!(d, 5 + LANES as u64 * LANE_WIDTH);
-        assert_eq!(a.alloc(d), (d + 1, end), "its entries follow it");
+        assert_eq!(a.alloc(d).unwrap(), (d + 1, end), "its entries follow it");
     }
 
     /// The directories made one after another each fill a lane of their own, and a lane used
@@ -220,7 +254,7 @@ mod tests {
     #[test]
     fn sibling_directories_fill_lanes_of_their_own_until_a_fresh_one() {
         let a = InoAlloc::new(5);
-        let dirs: Vec<u64> = (0..LANES).map(|_| a.alloc_dir().0).collect();
+        let dirs: Vec<u64> = (0..LANES).map(|_| a.alloc_dir().unwrap().0).collect();
         for (i, &d) in dirs.iter().enumerate() {
             assert_eq!(
                 d,
@@ -232,7 +266,7 @@ mod tests {
         let mut past_lanes = 0;
         // More than a lane's worth in the first directory, a little in the second.
         for i in 0..LANE_WIDTH + 4 * RUN_MAX {
-            let (ino, end) = a.alloc(dirs[0]);
+            let (ino, end) = a.alloc(dirs[0]).unwrap();
             assert!(ino >= 5 && ino < end, "{ino} outside its run (end {end})");
             assert!(seen.insert(ino), "{ino} handed out twice");
             if ino >= 5 + LANES as u64 * LANE_WIDTH {
@@ -244,7 +278,7 @@ mod tests {
                 );
             }
             if i % 1024 == 0 {
-                let (o, _) = a.alloc(dirs[1]);
+                let (o, _) = a.alloc(dirs[1]).unwrap();
                 assert!(
                     (dirs[1]..dirs[1] + LANE_WIDTH).contains(&o),
                     "{o} left the second directory's lane"
@@ -254,7 +288,7 @@ mod tests {
         }
         assert!(past_lanes > 0, "the first lane was used up and replaced");
         // The 17th directory shares the first lane, at its current end.
-        let (d, _) = a.alloc_dir();
+        let (d, _) = a.alloc_dir().unwrap();
         assert!(d >= 5 + LANES as u64 * LANE_WIDTH, "{d}");
     }
 }

@@ -292,6 +292,14 @@ impl Inode {
                 format!("inode {ino} has no valid file type (mode {:o})", i.mode),
             ));
         }
+        // No file reaches 2^63 bytes (off_t is signed): such a size is damage, and would make
+        // offsets computed from it overflow.
+        if i.size > i64::MAX as u64 {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("inode {ino} has size {}, past the largest file", i.size),
+            ));
+        }
         Ok(i)
     }
 }

@@ -318,6 +318,21 @@ impl Fs {
             let g = buf.read();
             Header::decode(&g.data, first)?
         };
+        // The superblock and the header must agree on the data area: blocks past the device's
+        // end, or a header that reaches them, would fail or land elsewhere at random.
+        let (_, end) = journal.metadata_area();
+        if hdr.data_start != first + 1 || hdr.data_end != end {
+            return Err(FsError::corrupt(
+                first,
+                format!(
+                    "the header's data area is blocks {}..{}, the superblock's {}..{end}: one \
+                     of them is damaged",
+                    hdr.data_start,
+                    hdr.data_end,
+                    first + 1
+                ),
+            ));
+        }
         let epoch = journal.superblock().unclean_epoch;
         let journal_data = Arc::clone(&journal.data);
         let inos = ino_alloc::InoAlloc::new(hdr.next_ino);

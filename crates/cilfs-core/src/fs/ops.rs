@@ -320,7 +320,29 @@ impl Fs {
             self.inos.alloc_dir()
         } else {
             self.inos.alloc(parent)
-        };
+        }
+        .ok_or_else(|| {
+            FsError::corrupt(
+                self.hdr_blk,
+                format!(
+                    "the header's next inode number {} leaves none below the limit {}",
+                    t.hdr.next_ino,
+                    super::ino_alloc::INO_LIMIT
+                ),
+            )
+        })?;
+        // A header whose mark fell behind the numbers in use must not make a create write over
+        // a live inode.
+        if t.get(TREE_FS, key(ino, KIND_INODE, 0))?.is_some() {
+            return Err(FsError::corrupt(
+                self.hdr_blk,
+                format!(
+                    "inode number {ino}, handed out from the header's next inode number {}, is \
+                     in use",
+                    t.hdr.next_ino
+                ),
+            ));
+        }
         t.hdr.next_ino = t.hdr.next_ino.max(run_end);
         t.hdr.inode_count += 1;
         for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
