@@ -60,6 +60,9 @@ pub struct FsCrashConfig {
     pub points: usize,
     pub policy: FlushPolicy,
     pub data: DataMode,
+    /// Only this run (numbered from 0, as failures name it), its crash points exactly as in the
+    /// whole exploration: replays one failure in seconds instead of every run before it.
+    pub only_run: Option<u64>,
 }
 
 pub use crate::journal_crash::CrashReport;
@@ -865,8 +868,11 @@ pub fn run_fs_crashtest(
     progress: &mut dyn FnMut(usize, usize),
 ) -> CrashReport {
     let mut report = CrashReport::default();
-    let mut run = 0u64;
+    let mut run = cfg.only_run.unwrap_or(0);
     while report.passed + report.failed < cfg.points {
+        if cfg.only_run.is_some_and(|r| r != run) {
+            break;
+        }
         let run_seed = SimRng::derive(cfg.seed, run).next_u64();
         report.runs += 1;
         let cil = CIL_LIMITS[(run % CIL_LIMITS.len() as u64) as usize];

@@ -12,6 +12,7 @@ fn check(seed: u64, policy: FlushPolicy, data: DataMode) {
         points: POINTS,
         policy,
         data,
+        only_run: None,
     };
     let r = run_fs_crashtest(&cfg, &mut |_, _| {});
     let mode = if data == DataMode::Ordered {

@@ -5,7 +5,9 @@
 //! Ordering (journal.md section 7): data for newly allocated blocks is written, and the write
 //! completed, before the transaction that maps them commits; the checkpoint's data-device flush
 //! then makes it stable before the commit record. Bytes past EOF in the last block are zeroed
-//! whenever the file grows over them, so a hole or a grown file never shows stale bytes.
+//! whenever the file grows over them, so a hole or a grown file never shows stale bytes; only
+//! those the file grows over: the rest may be data a truncate cut off that is not logged yet,
+//! and zeroing it would show zeros the file never held in a crash that keeps the old size.
 
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, holes, max_file_size, Extent};
@@ -50,9 +52,10 @@ impl Fs {
     }
 
     /// When a truncate or fallocate grows a file from `old_size` to `new_size`, zero the old
-    /// last block from EOF to its end, so the grown part reads as zeros: in the page cache if
-    /// it is there, else on disk, outside the filesystem lock. The caller holds `ino`'s IO
-    /// lock exclusively (nothing else puts its pages in the cache or moves its blocks).
+    /// last block from EOF up to `new_size` (or its end), so the grown part reads as zeros: in
+    /// the page cache if it is there, else on disk, outside the filesystem lock. The caller
+    /// holds `ino`'s IO lock exclusively (nothing else puts its pages in the cache or moves its
+    /// blocks).
     fn zero_eof_tail(&self, ino: u64, old_size: u64, new_size: u64) -> FsResult<()> {
         let bs = u64::from(self.bs);
         if old_size % bs == 0 || new_size <= old_size {
@@ -60,9 +63,11 @@ impl Fs {
         }
         let fb = old_size / bs;
         let from = (old_size % bs) as usize;
+        // Not past `new_size`: see the module comment.
+        let to = (new_size - fb * bs).min(bs) as usize;
         let (project, disk) = {
             let mut st = self.write_state();
-            if st.cache.zero_from(ino, fb, from) {
+            if st.cache.zero_range(ino, fb, from, to) {
                 if let Some(m) = st.inodes.get_mut(&ino) {
                     self.note_dirty(&mut m.inode, Some(fb));
                 }
@@ -75,15 +80,21 @@ impl Fs {
                 None => return Ok(()),
             }
         };
-        self.zero_block_from(project, disk, from)
+        self.zero_block_range(project, disk, from, to)
     }
 
-    /// Zeroes disk block `disk` from byte `from` to its end, in place (read, zero, write),
-    /// charged to `project`.
-    pub(crate) fn zero_block_from(&self, project: u32, disk: u64, from: usize) -> FsResult<()> {
+    /// Zeroes bytes `[from, to)` of disk block `disk` in place (read, zero, write), charged to
+    /// `project`.
+    pub(crate) fn zero_block_range(
+        &self,
+        project: u32,
+        disk: u64,
+        from: usize,
+        to: usize,
+    ) -> FsResult<()> {
         let mut buf = AlignedBuf::zeroed(self.bs as usize);
         self.data_read(project, disk, &mut buf)?;
-        buf[from..].fill(0);
+        buf[from..to].fill(0);
         self.data_write(project, disk, &buf)
     }
 

@@ -166,3 +166,71 @@ fn a_size_held_back_by_dirty_pages_is_logged_once_they_are_written() {
     assert_eq!(assert_prefix(&fs2, &inos, &written, "after write back"), 2);
     assert_clean(&fs2);
 }
+
+/// A file of 3 blocks and 600 bytes, all 0x4b, fsynced; truncated into its last block, then
+/// `regrow` (which zeroes the old last block past the new end), then its pages written back;
+/// the log never forced. A crash that keeps every data write shows the fsynced size (the
+/// truncates are only in memory): it may read the zeros the regrow brought into the file, but
+/// not zeros past the regrown end, which the file never held.
+fn shrink_regrow_crash(seed: u64, regrow: &dyn Fn(&Fs, u64)) {
+    let bs = u64::from(super::tests::BS);
+    let (size, short, grown) = (3 * bs + 600, 2 * bs + 300, 2 * bs + 900);
+    let clock = TestClock::new();
+    let dev = new_dev(seed);
+    let fs = mount(
+        &dev,
+        FsOptions {
+            clock: clock.clock(),
+            ..FsOptions::default()
+        },
+    );
+    let f = fs
+        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .unwrap()
+        .ino;
+    fs.write(U, f, 0, &vec![0x4b; size as usize]).unwrap();
+    fs.fsync(f).unwrap();
+    fs.truncate(U, f, short).unwrap();
+    regrow(&fs, f);
+    fs.writeback_all().unwrap();
+    let crashed = Arc::new(dev.crash_with(&mut |_, _| cilfs_device::Survival::Kept));
+    drop(fs);
+    let fs2 = mount(
+        &crashed,
+        FsOptions {
+            clock: clock.clock(),
+            ..FsOptions::default()
+        },
+    );
+    let got = fs2.read(f, 0, 1 << 20).unwrap();
+    assert_eq!(
+        got.len() as u64,
+        size,
+        "the fsynced size: the truncates were never logged"
+    );
+    for (p, &b) in got.iter().enumerate() {
+        let p = p as u64;
+        let zero_ok = (short..grown).contains(&p);
+        assert!(
+            b == 0x4b || (b == 0 && zero_ok),
+            "byte {p} reads {b:#x}: neither written nor a zero the file held"
+        );
+    }
+    assert_clean(&fs2);
+}
+
+#[test]
+fn a_regrow_by_truncate_never_zeroes_past_its_new_end_ahead_of_the_shrink() {
+    shrink_regrow_crash(330, &|fs, f| {
+        let bs = u64::from(super::tests::BS);
+        fs.truncate(U, f, 2 * bs + 900).unwrap();
+    });
+}
+
+#[test]
+fn a_write_into_the_last_block_never_zeroes_past_its_end_ahead_of_the_shrink() {
+    shrink_regrow_crash(331, &|fs, f| {
+        let bs = u64::from(super::tests::BS);
+        fs.write(U, f, 2 * bs + 800, &[0x4b; 100]).unwrap();
+    });
+}

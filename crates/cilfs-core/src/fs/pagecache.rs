@@ -113,13 +113,13 @@ impl InodePages<'_> {
         }
     }
 
-    /// Zeroes page `fb` from byte `from` on, if cached (marking it dirty).
-    pub fn zero_from(&mut self, fb: u64, from: usize) -> bool {
+    /// Zeroes bytes `[from, to)` of page `fb`, if cached (marking it dirty).
+    pub fn zero_range(&mut self, fb: u64, from: usize, to: usize) -> bool {
         let ino = self.ino;
         let Some(p) = self.pages_mut().get_mut(&(ino, fb)) else {
             return false;
         };
-        p.data[from..].fill(0);
+        p.data[from..to].fill(0);
         if !p.dirty {
             p.dirty = true;
             self.cache.dirty.fetch_add(1, Ordering::Relaxed);
@@ -193,9 +193,9 @@ impl PageCache {
             .is_some()
     }
 
-    /// Zeroes (ino, fb) from byte `from` on, if cached (marking it dirty).
-    pub fn zero_from(&self, ino: u64, fb: u64, from: usize) -> bool {
-        self.lock(ino).zero_from(fb, from)
+    /// Zeroes bytes `[from, to)` of (ino, fb), if cached (marking it dirty).
+    pub fn zero_range(&self, ino: u64, fb: u64, from: usize, to: usize) -> bool {
+        self.lock(ino).zero_range(fb, from, to)
     }
 
     /// Dirty pages of `ino`, marked clean: the caller writes them back.
@@ -312,7 +312,7 @@ mod tests {
         assert!(!c.contains(1, 5));
         assert!(!c.has_pages(1));
         assert_eq!(c.pages(), 1);
-        assert!(c.zero_from(2, 0, 10));
+        assert!(c.zero_range(2, 0, 10, 20));
         assert_eq!(c.take_dirty(2).len(), 1);
         assert_eq!(c.dirty_pages(), 0);
     }

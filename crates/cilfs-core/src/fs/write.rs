@@ -327,7 +327,8 @@ impl Fs {
         }
         if let Some(t) = plan.eof.filter(|t| !t.cached) {
             if !staged.eof_zeroed {
-                self.zero_block_from(plan.project, t.disk, t.from)?;
+                // The write starts past this block: all of its tail is in the file now.
+                self.zero_block_range(plan.project, t.disk, t.from, self.bs as usize)?;
                 staged.eof_zeroed = true;
             }
         }
@@ -637,10 +638,13 @@ impl Fs {
                         };
                         block.copy_from_slice(b);
                     }
-                    // Past EOF must read as zeros even if an old write left bytes there.
+                    // Past EOF must read as zeros even if an old write left bytes there, up to
+                    // the write's end: past it may be data a truncate cut off that is not
+                    // logged yet (the module comment of `file.rs`).
                     let eof_in_block = plan.old_size.saturating_sub(fb * bs);
-                    if eof_in_block < bs {
-                        block[eof_in_block as usize..].fill(0);
+                    let end_in_block = (plan.off + data.len() as u64 - fb * bs).min(bs);
+                    if eof_in_block < end_in_block {
+                        block[eof_in_block as usize..end_in_block as usize].fill(0);
                     }
                 }
                 copy_overlap(&mut block, fb * bs, plan.off, data);

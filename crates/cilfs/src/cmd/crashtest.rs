@@ -25,6 +25,9 @@ pub struct FsArgs {
     /// Data ordering: ordered or writeback
     #[arg(long, default_value = "ordered")]
     data: String,
+    /// Only this run of the seed (as a failure names it), with the crash points it has there
+    #[arg(long)]
+    run: Option<u64>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -70,8 +73,11 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     };
     let seed = a.seed.unwrap_or_else(random_seed);
     let replay = format!(
-        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}",
-        a.points, a.policy, a.data
+        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}{}",
+        a.points,
+        a.policy,
+        a.data,
+        a.run.map(|r| format!(" --run {r}")).unwrap_or_default()
     );
     eprintln!(
         "crashtest fs: seed {seed}, {} points, policy {}, data={}",
@@ -87,6 +93,7 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
         points: a.points,
         policy: a.policy,
         data,
+        only_run: a.run,
     };
     let r = cilfs_sim::run_fs_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
