@@ -29,6 +29,8 @@ pub fn errno(e: &FsError) -> Errno {
         FsError::Retry(_) => libc::EIO,
         FsError::NotFormatted(_) => libc::EINVAL,
         FsError::Journal(JournalError::Shutdown) => libc::EIO,
+        // Frozen by a remount read-only.
+        FsError::Journal(JournalError::ReadOnly) => libc::EROFS,
         FsError::Journal(_) | FsError::Device(_) => libc::EIO,
     };
     Errno::from_i32(code)
