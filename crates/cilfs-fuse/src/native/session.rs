@@ -37,11 +37,21 @@ pub struct ServeConfig {
 
 /// A mounted FUSE connection, not yet served. Dropped without having run to the end, it
 /// detaches its mount (a mount whose daemon failed before serving must not stay behind).
-#[derive(Debug)]
 pub struct Session {
     dev: Arc<FuseDev>,
     dir: PathBuf,
     ended: bool,
+    on_destroy: std::sync::Mutex<Option<super::dispatch::OnDestroy>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("dev", &self.dev)
+            .field("dir", &self.dir)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Writes notifications to the session's /dev/fuse.
@@ -157,7 +167,13 @@ impl Session {
             dev: Arc::new(dev),
             dir: dir.to_path_buf(),
             ended: false,
+            on_destroy: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Runs `f` when the kernel sends DESTROY, before answering it ([`super::OnDestroy`]).
+    pub fn on_destroy(&mut self, f: super::OnDestroy) {
+        *self.on_destroy.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(f);
     }
 
     pub fn notifier(&self) -> Notifier {
@@ -188,7 +204,12 @@ impl Session {
             return Ok(());
         };
         drop(buf);
-        let dispatcher = Dispatcher::new(fs, cfg.writeback_cache);
+        let on_destroy = self
+            .on_destroy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let dispatcher = Dispatcher::new(fs, cfg.writeback_cache).on_destroy(on_destroy);
         let threads = cfg.threads.max(1);
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
