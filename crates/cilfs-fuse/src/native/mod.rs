@@ -9,13 +9,16 @@
 //! - `dispatch.rs`: one request to one answer.
 //! - `dev.rs`: the reads and writes, and what their errors mean.
 //! - `uring.rs`: FUSE over io_uring, a queue per CPU (`uring=auto|on|off`).
+//! - `control.rs`: the remount ioctl, as the mount helper sends it.
 
+mod control;
 mod dev;
 mod dispatch;
 mod mount;
 mod session;
 mod uring;
 
+pub use control::request_remount;
 pub use dispatch::OnDestroy;
 pub use mount::{MountError, MountOptions};
 pub use session::{init_config, AttrInvalidator, Notifier, ServeConfig, Session, SessionError};

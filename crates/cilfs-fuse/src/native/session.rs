@@ -359,6 +359,15 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         if !self.ended {
+            // A fuseblk mount's unmount sends DESTROY and waits for its answer, without a
+            // timeout and unkillably: nobody serves any more, so a thread of its own answers
+            // what still comes (DESTROY, and a sync(2)'s SYNCFS meanwhile, which would hang
+            // every later sync on the machine) until the connection ends. It is not waited
+            // for: a detached mount still in use keeps its connection until the last close.
+            let dev = Arc::clone(&self.dev);
+            let _ = std::thread::Builder::new()
+                .name("cilfs-fuse-end".into())
+                .spawn(move || refuse_until_ended(&dev));
             // Detached: whoever has a file open there keeps it until closing, and the
             // connection ends with the last /dev/fuse descriptor.
             let detached = rustix::mount::unmount(&self.dir, rustix::mount::UnmountFlags::DETACH);
@@ -370,6 +379,28 @@ impl Drop for Session {
                     .status();
             }
         }
+    }
+}
+
+/// Answers every request of a session that no longer serves: DESTROY with success (the
+/// unmount goes on), anything else with EIO, until the connection ends.
+fn refuse_until_ended(dev: &FuseDev) {
+    let mut buf = vec![0u8; BUF_SIZE];
+    while let Ok(Received::Request(n)) = dev.receive(&mut buf) {
+        let Ok(h) = InHeader::decode(&buf[..n]) else {
+            continue;
+        };
+        let reply = match h.opcode {
+            o if o == Opcode::Forget as u32
+                || o == Opcode::BatchForget as u32
+                || o == Opcode::Interrupt as u32 =>
+            {
+                continue
+            }
+            o if o == Opcode::Destroy as u32 => Reply::empty(h.unique),
+            _ => Reply::error(h.unique, Errno::EIO),
+        };
+        let _ = dev.send(&[reply.as_bytes()]);
     }
 }
 
