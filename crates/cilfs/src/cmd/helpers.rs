@@ -1,5 +1,6 @@
 //! The names the system's tools look for: mount(8) runs `/sbin/mount.fuse.cilfs` (type
-//! `fuse.cilfs`, as in fstab) or `/sbin/mount.cilfs` (`-t cilfs`), fsck(8) runs `fsck.cilfs`, and
+//! `fuse.cilfs`, as in fstab) or `/sbin/mount.cilfs` (`-t cilfs`), and `mount.fuseblk.cilfs`
+//! for `-o remount` of a mount through a loop device; fsck(8) runs `fsck.cilfs`, and
 //! mkfs(8) runs `mkfs.cilfs`. Each is a symbolic link to the cilfs binary, which recognises the
 //! name it was run by and takes that tool's arguments and exit statuses. `cilfs install-helpers`
 //! makes the links.
