@@ -258,6 +258,14 @@ fn a_users_native_mount_goes_through_fusermount3() {
     );
     let (ran, o, e) = in_open_fuse_namespace(&base.join("fuse"), &script);
     assert!(ran, "{o}{e}");
+    // fusermount3 makes plain fuse mounts, which sync(2) does not reach: said once.
+    assert_eq!(
+        e.matches("sync(2) and syncfs(2) do not reach cilfs")
+            .count(),
+        1,
+        "{e}"
+    );
+    assert!(e.contains("fusermount3"), "{e}");
     assert!(
         o.contains(&format!("fuse.cilfs {}", img.display())) && o.contains("user_id=65534"),
         "{o}"
@@ -537,4 +545,36 @@ fn unmount_names_what_keeps_a_mount_busy() {
     );
     let out = ok(cilfs(&["unmount", s(&dir)]), "unmount");
     assert!(out.contains("is clean"), "{out}");
+}
+
+/// As root on a kernel with FUSE over io_uring, a default mount serves through the io_uring
+/// queues even when the kernel's switch was off: the mount turns it on and says so in its
+/// log. The switch is put back as it was.
+#[test]
+fn a_default_mount_as_root_turns_fuse_over_io_uring_on() {
+    let switch = Path::new(common::URING_SWITCH);
+    if !switch.exists() {
+        eprintln!("skipped: this kernel has no FUSE over io_uring");
+        return;
+    }
+    common::keep_machine_state();
+    let before = fs::read_to_string(switch).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
+    fs::write(switch, "N").unwrap();
+    let out = cilfs(&["mount", s(&img), s(&dir)]);
+    let on = fs::read_to_string(switch).unwrap();
+    fs::write(switch, before.trim()).unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out, "mount");
+    let _unmount = Unmount(dir.clone());
+    assert_eq!(on.trim(), "Y", "the switch after the mount");
+    assert!(said.contains("turned FUSE over io_uring on"), "{said}");
+    fs::write(dir.join("f"), b"through the queues").unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(cilfs(&["stat", "--json", s(&dir)]), "stat")).unwrap();
+    assert_eq!(v["transport_uring"], 1, "{v}");
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
 }
