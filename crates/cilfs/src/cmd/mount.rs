@@ -537,7 +537,9 @@ fn serve_logged(
     if !fuseblk {
         // Linux sends SYNCFS to fuseblk mounts only: here sync(2) and syncfs(2) return
         // without cilfs hearing of them. Said once, to whoever mounted and in the log.
-        let why = if opts.loop_dev == Some(false) {
+        let why = if opts.transport == Transport::Fuser {
+            "transport=fuser"
+        } else if opts.loop_dev == Some(false) {
             "noloop"
         } else if !rustix::process::geteuid().is_root() {
             "a user's mount, made through fusermount3, cannot be one"
