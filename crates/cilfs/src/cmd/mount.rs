@@ -113,7 +113,7 @@ fn refuse_mount_point(dir: &Path) -> Result<(), Failure> {
 }
 
 /// A mount point whose FUSE daemon is gone (killed, crashed) answers everything with ENOTCONN
-/// until it is unmounted. A cilfs mount's whose image nobody holds (its daemon's lock went
+/// until it is unmounted. A cilfs mount whose image nobody holds (its daemon's lock went
 /// with it) is taken away here, by root; anything else is explained.
 fn clean_dead_mount(dir: &Path) -> Result<(), Failure> {
     let how = format!(
@@ -529,11 +529,14 @@ fn serve_logged(
             s
         }
     };
-    let fuseblk = attached.is_some()
-        || std::fs::metadata(device).is_ok_and(|m| {
+    // A block device (a loop device included) mounts as fuseblk through the native transport
+    // by root; fusermount3 makes plain fuse mounts only.
+    let fuseblk = opts.transport == Transport::Native
+        && rustix::process::geteuid().is_root()
+        && std::fs::metadata(device).is_ok_and(|m| {
             use std::os::unix::fs::FileTypeExt;
             m.file_type().is_block_device()
-        }) && opts.transport == Transport::Native;
+        });
     if !fuseblk {
         // Linux sends SYNCFS to fuseblk mounts only: here sync(2) and syncfs(2) return
         // without cilfs hearing of them. Said once, to whoever mounted and in the log.
