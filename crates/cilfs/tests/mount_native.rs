@@ -70,6 +70,13 @@ fn synced_files_survive_sigkill(dir: &Path, prefix: &str, kill_source: &Path, so
     ok(cilfs(&["check", s(source)]), "check");
 }
 
+/// The tests that set the kernel's io_uring switch take turns: one turning it off for a
+/// moment must not meet another's `uring=on` mount.
+fn switch_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Unmounts `dir` when dropped, so that a failed assertion leaves no mount and no daemon
 /// behind (nothing to do, and nothing said, if it is unmounted already).
 struct Unmount(PathBuf);
@@ -297,6 +304,7 @@ fn native_mounts_fall_back_to_dev_fuse_when_the_queues_cannot_register() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
+    let _turn = switch_turn();
     common::keep_machine_state();
     fs::write(switch, "Y").unwrap();
     let tmp = tempfile::tempdir().unwrap();
@@ -557,6 +565,7 @@ fn a_default_mount_as_root_turns_fuse_over_io_uring_on() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
+    let _turn = switch_turn();
     common::keep_machine_state();
     let before = fs::read_to_string(switch).unwrap();
     let tmp = tempfile::tempdir().unwrap();
