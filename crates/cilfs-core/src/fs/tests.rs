@@ -2538,3 +2538,39 @@ fn a_read_only_mount_is_not_switched_to_read_write() {
     fs.set_read_only(true).unwrap();
     assert!(fs.is_read_only());
 }
+
+/// A switch to read-only waits for transactions already open (they commit and are made
+/// clean with the rest) and refuses new ones at once.
+#[test]
+fn a_switch_to_read_only_waits_for_open_transactions_and_refuses_new_ones() {
+    use crate::journal::JournalError;
+    use crate::trans::Reservation;
+    let clock = TestClock::new();
+    let dev = new_dev(43);
+    let fs = mount(&dev, opts(&clock));
+    let j = Arc::clone(fs.journal());
+    let open = j.begin(Reservation { unit_bytes: 4096 }).unwrap();
+    std::thread::scope(|s| {
+        let switching = s.spawn(|| fs.set_read_only(true));
+        let frozen = (0..10_000).any(|_| {
+            j.is_frozen() || {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                false
+            }
+        });
+        assert!(frozen, "the freeze began");
+        assert!(matches!(
+            j.begin(Reservation { unit_bytes: 4096 }),
+            Err(JournalError::ReadOnly)
+        ));
+        assert!(matches!(j.begin_unreserved(), Err(JournalError::ReadOnly)));
+        // Held open, the transaction keeps the freeze from finishing.
+        assert!(!switching.is_finished());
+        assert!(!j.superblock().clean);
+        drop(open);
+        switching.join().unwrap().unwrap();
+    });
+    assert!(j.superblock().clean);
+    fs.set_read_only(false).unwrap();
+    j.begin(Reservation { unit_bytes: 4096 }).unwrap();
+}
