@@ -117,7 +117,7 @@ pub fn remount(dir: &Path, options: &[String]) -> Result<()> {
     let daemon = |ro: bool| {
         cilfs_fuse::native::request_remount(dir, ro).map_err(|e| {
             let hint = match e.raw_os_error() {
-                Some(libc_erofs) if libc_erofs == rustix::io::Errno::ROFS.raw_os_error() => {
+                Some(n) if n == rustix::io::Errno::ROFS.raw_os_error() => {
                     ": it was mounted read-only (ro) from the start, over devices opened \
                      read-only: unmount it and mount it read-write"
                 }
