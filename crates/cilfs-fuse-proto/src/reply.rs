@@ -126,6 +126,11 @@ impl Reply {
         })
     }
 
+    /// IOCTL answered in full (no retry), with no data back.
+    pub fn ioctl(unique: u64, out: &IoctlOut) -> Reply {
+        Reply::small(unique, 0, |p| out.encode(p))
+    }
+
     /// GETATTR, SETATTR.
     pub fn attr(unique: u64, attr: &AttrOut) -> Reply {
         Reply::small(unique, 0, |p| attr.encode(p))

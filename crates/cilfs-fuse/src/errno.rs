@@ -30,6 +30,8 @@ pub fn errno(e: &FsError) -> Errno {
         FsError::Retry(_) => Errno::EIO,
         FsError::NotFormatted(_) => Errno::EINVAL,
         FsError::Journal(JournalError::Shutdown) => Errno::EIO,
+        // Frozen by a remount read-only.
+        FsError::Journal(JournalError::ReadOnly) => Errno::EROFS,
         FsError::Journal(_) | FsError::Device(_) => Errno::EIO,
     }
 }

@@ -17,8 +17,9 @@ use common::{as_user, cilfs, miscount_inodes, s, CILFS};
 
 /// Where mount(8), fsck(8) and mkfs(8) look for helpers.
 const SBIN: &str = "/sbin";
-const HELPERS: [&str; 5] = [
+const HELPERS: [&str; 6] = [
     "mount.fuse.cilfs",
+    "mount.fuseblk.cilfs",
     "mount.cilfs",
     "fsck.cilfs",
     "fsck.fuse.cilfs",
@@ -55,8 +56,9 @@ fn assert_status(what: &str, out: &Output, code: i32) {
     );
 }
 
-/// The helpers in /sbin, installed for one test, and what was at their names before. The tests
-/// here share /sbin, /etc/fstab and user nobody's view of mounts: they take turns.
+/// The helpers in /sbin, installed for one test, and the links that were at their names
+/// before (put back when dropped). The tests here share /sbin, /etc/fstab and user nobody's
+/// view of mounts: they take turns.
 struct Helpers {
     before: Vec<(PathBuf, Option<PathBuf>)>,
     _turn: MutexGuard<'static, ()>,
@@ -65,20 +67,31 @@ struct Helpers {
 static TURN: Mutex<()> = Mutex::new(());
 
 impl Helpers {
-    fn install() -> Self {
+    /// `None` (the test skips, saying why) when a name in /sbin holds something that is not
+    /// a symbolic link: someone's own helper, which the test must not replace.
+    fn install() -> Option<Self> {
         assert!(
             Path::new("/dev/fuse").exists(),
             "these tests need /dev/fuse (run scripts/install-deps)"
         );
+        common::keep_machine_state();
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
-        let before = HELPERS
-            .iter()
-            .map(|n| {
-                let p = Path::new(SBIN).join(n);
-                let target = fs::read_link(&p).ok();
-                (p, target)
-            })
-            .collect();
+        let mut before = Vec::new();
+        for n in HELPERS {
+            let p = Path::new(SBIN).join(n);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if !m.file_type().is_symlink() => {
+                    eprintln!(
+                        "skipped: {} is not a symbolic link (someone's own helper, left alone)",
+                        p.display()
+                    );
+                    return None;
+                }
+                _ => {}
+            }
+            let target = fs::read_link(&p).ok();
+            before.push((p, target));
+        }
         let guard = Helpers {
             before,
             _turn: turn,
@@ -88,14 +101,17 @@ impl Helpers {
         for n in HELPERS {
             assert_eq!(fs::read_link(Path::new(SBIN).join(n)).unwrap(), exe, "{n}");
         }
-        guard
+        Some(guard)
     }
 }
 
 impl Drop for Helpers {
     fn drop(&mut self) {
         for (p, target) in &self.before {
-            let _ = fs::remove_file(p);
+            // Only our own link is taken away: nothing else was there, or a link we put back.
+            if fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink()) {
+                let _ = fs::remove_file(p);
+            }
             if let Some(t) = target {
                 let _ = std::os::unix::fs::symlink(t, p);
             }
@@ -172,6 +188,23 @@ impl Fixture {
             .collect()
     }
 
+    /// The mount's type and the image behind it: its source, or the file behind the loop
+    /// device that is its source.
+    fn mounted(&self) -> (String, PathBuf) {
+        let out = run("findmnt", &["-no", "FSTYPE,SOURCE", s(&self.dir)]);
+        assert_ok("findmnt", &out);
+        let shown = text(&out.stdout);
+        let (fstype, source) = shown.trim().split_once(' ').unwrap();
+        let image = match source.strip_prefix("/dev/") {
+            Some(dev) if dev.starts_with("loop") => {
+                let back = fs::read_to_string(format!("/sys/block/{dev}/loop/backing_file"));
+                PathBuf::from(back.unwrap().trim_end())
+            }
+            _ => PathBuf::from(source),
+        };
+        (fstype.to_string(), image)
+    }
+
     fn is_mounted(&self) -> bool {
         run("findmnt", &[s(&self.dir)]).status.success()
     }
@@ -192,7 +225,9 @@ impl Drop for Fixture {
 
 #[test]
 fn mount_t_fuse_cilfs_puts_nosuid_nodev_noexec_in_the_kernels_mount_flags() {
-    let _h = Helpers::install();
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
     let f = Fixture::new();
     let out = f.mount("nosuid,nodev,noexec");
     assert_ok("mount -t fuse.cilfs -o nosuid,nodev,noexec", &out);
@@ -264,7 +299,9 @@ fn mount_t_fuse_cilfs_puts_nosuid_nodev_noexec_in_the_kernels_mount_flags() {
 
 #[test]
 fn an_fstab_line_mounts_with_mount_dir_and_umount_leaves_the_image_clean() {
-    let _h = Helpers::install();
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
     let f = Fixture::new();
     // Options fstab lines carry for mount(8) and systemd, next to the filesystem's own.
     let line = format!(
@@ -279,11 +316,10 @@ fn an_fstab_line_mounts_with_mount_dir_and_umount_leaves_the_image_clean() {
     for flag in ["nosuid", "nodev", "rw"] {
         assert!(opts.iter().any(|o| o == flag), "{flag} not in {opts:?}");
     }
-    let src = run("findmnt", &["-no", "SOURCE", s(&f.dir)]);
-    assert_eq!(
-        text(&src.stdout).trim(),
-        s(&fs::canonicalize(&f.img).unwrap())
-    );
+    // As root the image goes through a loop device, as mount(8) does for a regular file.
+    let (fstype, image) = f.mounted();
+    assert_eq!(fstype, "fuseblk.cilfs");
+    assert_eq!(image, fs::canonicalize(&f.img).unwrap());
     fs::create_dir(f.dir.join("d")).unwrap();
     fs::write(f.dir.join("d/file"), b"written through an fstab mount").unwrap();
     // umount(8) ends the session; the daemon then writes everything back and lets go of the
@@ -316,7 +352,9 @@ fn as_nobody(program: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn a_set_user_id_root_program_runs_as_root_only_without_nosuid() {
-    let _h = Helpers::install();
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
     let f = Fixture::new();
     // allow_other: nobody must reach the mount at all.
     assert_ok(
@@ -350,7 +388,9 @@ fn a_set_user_id_root_program_runs_as_root_only_without_nosuid() {
 
 #[test]
 fn fsck_cilfs_and_mkfs_cilfs_keep_their_tools_exit_statuses() {
-    let _h = Helpers::install();
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let img = tmp.path().join("fs.img");
     // mkfs(8) runs mkfs.cilfs; the size after the device is in blocks.
@@ -447,4 +487,116 @@ fn install_helpers_leaves_a_file_that_is_not_a_link_alone() {
         assert_eq!(fs::read_link(tmp.path().join(n)).unwrap(), exe);
     }
     assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), HELPERS.len());
+}
+
+/// umount(8) returns once the daemon has made the image clean and let go of it (a fuseblk
+/// mount's unmount waits for the daemon's answer to DESTROY, which comes after the unmount
+/// record): fsck right after it finds the image free and clean, and so does a mount right
+/// after it, every time.
+#[test]
+fn umount_then_fsck_and_umount_then_mount_succeed_every_time() {
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
+    let f = Fixture::new();
+    let line = format!("{} {} cilfs noauto 0 0", s(&f.img), s(&f.dir));
+    let _fstab = Fstab::add(&line);
+    assert_ok("mount DIR", &run("mount", &[s(&f.dir)]));
+    for i in 0..20 {
+        fs::write(f.dir.join(format!("a{i}")), format!("round {i}")).unwrap();
+        assert_ok(&format!("umount DIR ({i})"), &run("umount", &[s(&f.dir)]));
+        assert_ok(
+            &format!("fsck -t cilfs IMG right after umount ({i})"),
+            &run("fsck", &["-t", "cilfs", s(&f.img)]),
+        );
+        assert_ok(&format!("mount DIR ({i})"), &run("mount", &[s(&f.dir)]));
+    }
+    for i in 0..20 {
+        fs::write(f.dir.join(format!("b{i}")), format!("round {i}")).unwrap();
+        assert_ok(&format!("umount DIR ({i})"), &run("umount", &[s(&f.dir)]));
+        assert_ok(
+            &format!("mount DIR right after umount ({i})"),
+            &run("mount", &[s(&f.dir)]),
+        );
+    }
+    for i in 0..20 {
+        for p in ["a", "b"] {
+            assert_eq!(
+                fs::read_to_string(f.dir.join(format!("{p}{i}"))).unwrap(),
+                format!("round {i}")
+            );
+        }
+    }
+    f.unmount();
+}
+
+/// `mount -o remount,ro DIR` goes through the helper: the kernel's flag changes, writes fail
+/// with EROFS, the daemon has written everything back and left the image clean and writes
+/// nothing more; `remount,rw` writes again, and other flags change alone. An option the
+/// mount cannot change is refused with its name.
+#[test]
+fn mount_o_remount_switches_ro_and_rw_and_flags() {
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
+    let f = Fixture::new();
+    assert_ok(
+        "mount -t cilfs",
+        &run("mount", &["-t", "cilfs", s(&f.img), s(&f.dir)]),
+    );
+    fs::create_dir(f.dir.join("d")).unwrap();
+    fs::write(f.dir.join("d/f"), b"before the remount").unwrap();
+    assert_ok(
+        "mount -o remount,ro",
+        &run("mount", &["-o", "remount,ro", s(&f.dir)]),
+    );
+    assert!(f.mount_options().iter().any(|o| o == "ro"));
+    let e = fs::write(f.dir.join("d/g"), b"x").unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ReadOnlyFilesystem, "{e}");
+    let info = text(&cilfs(&["info", s(&f.img)]).stdout);
+    assert!(info.contains("state          clean"), "{info}");
+    // Nothing more is written: reads, a sync and a while of the daemon's own rounds leave the
+    // image as it was.
+    let before = common::sha1(&f.img);
+    assert_eq!(fs::read(f.dir.join("d/f")).unwrap(), b"before the remount");
+    assert_ok("sync", &run("sync", &[]));
+    assert_eq!(common::sha1(&f.img), before);
+
+    assert_ok(
+        "mount -o remount,rw",
+        &run("mount", &["-o", "remount,rw", s(&f.dir)]),
+    );
+    assert!(f.mount_options().iter().any(|o| o == "rw"));
+    fs::write(f.dir.join("d/g"), b"after the remount").unwrap();
+    let info = text(&cilfs(&["info", s(&f.img)]).stdout);
+    assert!(info.contains("needs recovery"), "in use again: {info}");
+
+    assert_ok(
+        "mount -o remount,noexec,nosuid",
+        &run("mount", &["-o", "remount,noexec,nosuid", s(&f.dir)]),
+    );
+    let opts = f.mount_options();
+    for flag in ["rw", "noexec", "nosuid"] {
+        assert!(opts.iter().any(|o| o == flag), "{flag} not in {opts:?}");
+    }
+    let out = run("mount", &["-o", "remount,logbufs=4", s(&f.dir)]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("logbufs=4"),
+        "{}",
+        text(&out.stderr)
+    );
+    f.unmount();
+    // A mount made read-only has no writable devices: it is not switched to read-write.
+    assert_ok("mount -o ro", &f.mount("ro"));
+    let out = run("mount", &["-o", "remount,rw", s(&f.dir)]);
+    assert!(!out.status.success(), "remount,rw of a ro mount");
+    assert!(
+        text(&out.stderr).contains("read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(f.mount_options().iter().any(|o| o == "ro"));
+    f.unmount();
+    assert_eq!(fs::read(f.dir.join("d/g")).ok(), None, "unmounted");
 }

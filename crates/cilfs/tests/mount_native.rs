@@ -72,6 +72,13 @@ fn synced_files_survive_sigkill(dir: &Path, prefix: &str, kill_source: &Path, so
     ok(cilfs(&["check", s(source)]), "check");
 }
 
+/// The tests that set the kernel's io_uring switch take turns: one turning it off for a
+/// moment must not meet another's `uring=on` mount.
+fn switch_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Unmounts `dir` when dropped, so that a failed assertion leaves no mount and no daemon
 /// behind (nothing to do, and nothing said, if it is unmounted already).
 struct Unmount(PathBuf);
@@ -88,8 +95,18 @@ fn the_mount_table_shows_fuse_cilfs_the_image_and_the_flags_asked() {
     let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
     fs::create_dir(&dir).unwrap();
     ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
-    let opts = "transport=native,nosuid,nodev,noexec,noatime";
-    ok(cilfs(&["mount", s(&img), s(&dir), "-o", opts]), "mount");
+    // noloop: the image file itself is the source, and the mount is plain fuse, which sync(2)
+    // does not reach: the mount says so.
+    let opts = "transport=native,nosuid,nodev,noexec,noatime,noloop";
+    let out = cilfs(&["mount", s(&img), s(&dir), "-o", opts]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out, "mount");
+    assert_eq!(
+        said.matches("sync(2) and syncfs(2) do not reach cilfs")
+            .count(),
+        1,
+        "{said}"
+    );
     let _unmount = Unmount(dir.clone());
     let img = fs::canonicalize(&img).unwrap();
     assert_eq!(
@@ -113,7 +130,13 @@ fn the_mount_table_shows_fuse_cilfs_the_image_and_the_flags_asked() {
     ok(cilfs(&["check", s(&img)]), "check");
     // Read-only, and without the flags: the defaults are mount(8)'s.
     ok(
-        cilfs(&["mount", s(&img), s(&dir), "-o", "transport=native,ro"]),
+        cilfs(&[
+            "mount",
+            s(&img),
+            s(&dir),
+            "-o",
+            "transport=native,ro,noloop",
+        ]),
         "mount ro",
     );
     let o = findmnt(&dir, "OPTIONS");
@@ -218,7 +241,8 @@ fn an_image_file_mounted_with_loop_passes_sync_on_and_survives_sigkill() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    synced_files_survive_sigkill(&dir, "", Path::new(source), &img);
+    // The daemon is named by the image it serves, not the loop device.
+    synced_files_survive_sigkill(&dir, "", &img, &img);
 }
 
 /// A user's own mount over the native transport: fusermount3 mounts and passes /dev/fuse
@@ -243,6 +267,14 @@ fn a_users_native_mount_goes_through_fusermount3() {
     );
     let (ran, o, e) = in_open_fuse_namespace(&base.join("fuse"), &script);
     assert!(ran, "{o}{e}");
+    // fusermount3 makes plain fuse mounts, which sync(2) does not reach: said once.
+    assert_eq!(
+        e.matches("sync(2) and syncfs(2) do not reach cilfs")
+            .count(),
+        1,
+        "{e}"
+    );
+    assert!(e.contains("fusermount3"), "{e}");
     assert!(
         o.contains(&format!("fuse.cilfs {}", img.display())) && o.contains("user_id=65534"),
         "{o}"
@@ -274,6 +306,8 @@ fn native_mounts_fall_back_to_dev_fuse_when_the_queues_cannot_register() {
         eprintln!("skipped: this kernel has no FUSE over io_uring");
         return;
     }
+    let _turn = switch_turn();
+    common::keep_machine_state();
     fs::write(switch, "Y").unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
@@ -321,4 +355,236 @@ fn native_mounts_fall_back_to_dev_fuse_when_the_queues_cannot_register() {
     });
     assert!(exited, "the daemon kept running after its mount went");
     ok(cilfs(&["check", s(&img)]), "check");
+}
+
+/// The loop device behind the mount at `dir` (its source), which must be bound to `img`.
+fn loop_device_of(dir: &Path, img: &Path) -> String {
+    let shown = findmnt(dir, "FSTYPE,SOURCE");
+    let (fstype, source) = shown.split_once(' ').unwrap();
+    assert_eq!(fstype, "fuseblk.cilfs", "{shown}");
+    let dev = source.strip_prefix("/dev/").unwrap().to_string();
+    assert!(dev.starts_with("loop"), "{shown}");
+    let back = fs::read_to_string(format!("/sys/block/{dev}/loop/backing_file")).unwrap();
+    assert_eq!(Path::new(back.trim_end()), fs::canonicalize(img).unwrap());
+    dev
+}
+
+/// Whether loop device `dev` is still bound to a file.
+fn bound(dev: &str) -> bool {
+    Path::new(&format!("/sys/block/{dev}/loop/backing_file")).exists()
+}
+
+/// Waits (bounded) for loop device `dev` to be detached, as autoclear does once the mount and
+/// the daemon have let go of it.
+fn assert_detached(dev: &str) {
+    let gone = (0..500).any(|_| {
+        !bound(dev) || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            false
+        }
+    });
+    assert!(gone, "{dev} is still bound after its mount ended");
+}
+
+/// A mount by root with no options goes through a loop device (fuseblk.cilfs), so `sync`
+/// (the command: sync(2)) and `sync -f FILE` (syncfs(2) on one file's descriptor) reach cilfs:
+/// files and directories written, synced, the daemon SIGKILLed (nothing written back, no log
+/// forced) and its dead mount detached (`umount -l`), the remount finds every one. The loop
+/// device goes away with the mount, killed daemon or not, and ps names the daemon by the
+/// image.
+#[test]
+fn a_default_mount_as_root_goes_through_a_loop_device_and_sync_makes_files_durable() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "128M", s(&img)]), "mkfs");
+    let pattern = format!("mount {} {} ", img.display(), dir.display());
+    for (round, how) in [["sync"].as_slice(), &["sync", "-f"]].iter().enumerate() {
+        let out = cilfs(&["mount", s(&img), s(&dir)]);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        ok(out, "mount");
+        assert!(!said.contains("do not reach cilfs"), "{said}");
+        let _unmount = Unmount(dir.clone());
+        let dev = loop_device_of(&dir, &img);
+        assert!(common::daemon_pid(&pattern).is_some(), "ps names the image");
+        let top = dir.join(format!("r{round}"));
+        fs::create_dir_all(top.join("a/b")).unwrap();
+        let files: Vec<(PathBuf, Vec<u8>)> = (0..20)
+            .map(|i| {
+                let p = if i % 2 == 0 {
+                    top.join(format!("f{i}"))
+                } else {
+                    top.join(format!("a/b/f{i}"))
+                };
+                (
+                    p,
+                    format!("round {round} file {i}\n")
+                        .repeat(i + 1)
+                        .into_bytes(),
+                )
+            })
+            .collect();
+        for (p, data) in &files {
+            fs::write(p, data).unwrap();
+        }
+        // `sync -f FILE` syncs the filesystem FILE is on.
+        let mut cmd = Command::new(how[0]);
+        cmd.args(&how[1..]);
+        if how.len() > 1 {
+            cmd.arg(&files[0].0);
+        }
+        ok(cmd.output().unwrap(), &format!("{how:?}"));
+        let pid = common::daemon_pid(&pattern).unwrap();
+        ok(
+            Command::new("kill").args(["-9", &pid]).output().unwrap(),
+            "kill",
+        );
+        let dead = (0..500).any(|_| {
+            !Path::new(&format!("/proc/{pid}")).exists() || {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                false
+            }
+        });
+        assert!(dead, "the daemon died");
+        ok(
+            Command::new("umount")
+                .args(["-l", s(&dir)])
+                .output()
+                .unwrap(),
+            "umount -l",
+        );
+        assert_detached(&dev);
+        ok(cilfs(&["mount", s(&img), s(&dir)]), "remount");
+        for r in 0..=round {
+            assert!(dir.join(format!("r{r}/a/b")).is_dir(), "r{r}/a/b");
+        }
+        for (p, data) in &files {
+            assert_eq!(&fs::read(p).unwrap(), data, "{}", p.display());
+        }
+        let dev = loop_device_of(&dir, &img);
+        let out = ok(cilfs(&["unmount", s(&dir)]), "unmount");
+        assert!(out.contains("is clean"), "{out}");
+        assert_detached(&dev);
+        ok(cilfs(&["check", s(&img)]), "check");
+    }
+}
+
+/// A mount point left by a killed daemon answers "Transport endpoint is not connected"; the
+/// next `cilfs mount` on it takes the dead mount away (it is cilfs's, and nobody holds its
+/// image) and mounts. A dead mount whose image is in use by another mount is explained.
+#[test]
+fn a_dead_mount_point_is_taken_away_by_the_next_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
+    let pattern = format!("mount {} {} ", img.display(), dir.display());
+    ok(cilfs(&["mount", s(&img), s(&dir)]), "mount");
+    let _unmount = Unmount(dir.clone());
+    fs::write(dir.join("f"), b"before the kill").unwrap();
+    rustix::fs::sync();
+    let pid = common::daemon_pid(&pattern).unwrap();
+    ok(
+        Command::new("kill").args(["-9", &pid]).output().unwrap(),
+        "kill",
+    );
+    let dead = (0..500).any(|_| {
+        fs::metadata(&dir).is_err_and(|e| e.raw_os_error() == Some(libc_enotconn())) || {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            false
+        }
+    });
+    assert!(dead, "the mount point answers ENOTCONN");
+    // Its image, mounted elsewhere meanwhile: the dead mount is left, and explained.
+    let other = tmp.path().join("other");
+    fs::create_dir(&other).unwrap();
+    ok(cilfs(&["mount", s(&img), s(&other)]), "mount elsewhere");
+    let out = cilfs(&["mount", s(&img), s(&dir)]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "mounted over a dead mount: {said}");
+    assert!(
+        said.contains(&format!("umount {}", dir.display())),
+        "{said}"
+    );
+    assert!(said.contains("still in use"), "{said}");
+    ok(cilfs(&["unmount", s(&other)]), "unmount elsewhere");
+    let out = cilfs(&["mount", s(&img), s(&dir)]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out, "mount over the dead mount");
+    assert!(said.contains("took away the dead mount"), "{said}");
+    assert_eq!(common::mounts_on(&dir), 1);
+    assert_eq!(fs::read(dir.join("f")).unwrap(), b"before the kill");
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
+}
+
+fn libc_enotconn() -> i32 {
+    rustix::io::Errno::NOTCONN.raw_os_error()
+}
+
+/// `cilfs unmount` of a mount a process keeps busy (its working directory is there) tries
+/// for a while, then says busy and names the process; once it has left, the unmount goes
+/// through.
+#[test]
+fn unmount_names_what_keeps_a_mount_busy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
+    ok(cilfs(&["mount", s(&img), s(&dir)]), "mount");
+    let _unmount = Unmount(dir.clone());
+    fs::create_dir(dir.join("sub")).unwrap();
+    let mut holder = Command::new("sleep")
+        .arg("600")
+        .current_dir(dir.join("sub"))
+        .spawn()
+        .unwrap();
+    // Not through common::output, which would try again itself.
+    let out = Command::new(common::CILFS)
+        .args(["unmount", s(&dir)])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(!out.status.success(), "unmounted while busy: {said}");
+    assert!(said.contains("busy"), "{said}");
+    assert!(
+        said.contains(&format!("pid {} (sleep): working directory", holder.id())),
+        "{said}"
+    );
+    let out = ok(cilfs(&["unmount", s(&dir)]), "unmount");
+    assert!(out.contains("is clean"), "{out}");
+}
+
+/// As root on a kernel with FUSE over io_uring, a default mount serves through the io_uring
+/// queues even when the kernel's switch was off: the mount turns it on and says so in its
+/// log. The switch is put back as it was.
+#[test]
+fn a_default_mount_as_root_turns_fuse_over_io_uring_on() {
+    let switch = Path::new(common::URING_SWITCH);
+    if !switch.exists() {
+        eprintln!("skipped: this kernel has no FUSE over io_uring");
+        return;
+    }
+    let _turn = switch_turn();
+    common::keep_machine_state();
+    let before = fs::read_to_string(switch).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (img, dir) = (tmp.path().join("fs.img"), tmp.path().join("mnt"));
+    fs::create_dir(&dir).unwrap();
+    ok(cilfs(&["mkfs", "-q", "--size", "64M", s(&img)]), "mkfs");
+    fs::write(switch, "N").unwrap();
+    let out = cilfs(&["mount", s(&img), s(&dir)]);
+    let on = fs::read_to_string(switch).unwrap();
+    fs::write(switch, before.trim()).unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    ok(out, "mount");
+    let _unmount = Unmount(dir.clone());
+    assert_eq!(on.trim(), "Y", "the switch after the mount");
+    assert!(said.contains("turned FUSE over io_uring on"), "{said}");
+    fs::write(dir.join("f"), b"through the queues").unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(cilfs(&["stat", "--json", s(&dir)]), "stat")).unwrap();
+    assert_eq!(v["transport_uring"], 1, "{v}");
+    ok(cilfs(&["unmount", s(&dir)]), "unmount");
 }

@@ -14,7 +14,7 @@ impl Fs {
     /// Whether a read at `now` moves `i`'s atime (Linux's `atime_needs_update` with
     /// `relatime_need_update`).
     pub(crate) fn atime_needs_update(&self, i: &Inode, now: Timespec) -> bool {
-        if self.opts.read_only || i.atime == now {
+        if self.is_read_only() || i.atime == now {
             return false;
         }
         match self.opts.atime {

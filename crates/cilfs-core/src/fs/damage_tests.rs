@@ -172,7 +172,13 @@ fn a_next_inode_number_behind_the_live_ones_never_overwrites_an_inode() {
     damage_committed(&fs, &|t| t.hdr.next_ino = f);
     let fs = remount(&dev, fs).unwrap();
     for i in 0..40 {
-        match fs.mknod(Cred::ROOT, ROOT_INO, format!("new{i}").as_bytes(), 0o100_644, 0) {
+        match fs.mknod(
+            Cred::ROOT,
+            ROOT_INO,
+            format!("new{i}").as_bytes(),
+            0o100_644,
+            0,
+        ) {
             Ok(a) => assert_ne!(a.ino, f, "a create took a live inode's number"),
             Err(FsError::Corrupt { .. }) => {}
             Err(e) => panic!("{e}"),

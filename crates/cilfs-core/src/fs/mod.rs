@@ -295,6 +295,8 @@ pub struct Fs {
     /// Contention on the header's lock inside `state` (the inode cache counts its own).
     pub(crate) hdr_waits: LockWaits,
     pub(crate) opts: FsOptions,
+    /// Read-only now: `opts.read_only`, or switched at runtime (`set_read_only`, a remount).
+    pub(crate) read_only: std::sync::atomic::AtomicBool,
     pub(crate) bs: u32,
     /// Raised by every recovery; folded into the change attribute users see.
     pub(crate) epoch: u64,
@@ -360,6 +362,7 @@ impl Fs {
             publishing: crate::adaptive::AdaptiveMutex::new(),
             roots_moved: std::sync::atomic::AtomicU64::new(0),
             hdr_waits: LockWaits::new("header"),
+            read_only: std::sync::atomic::AtomicBool::new(opts.read_only),
             opts,
             bs,
             epoch,
@@ -441,8 +444,13 @@ impl Fs {
         (self.opts.clock)().truncated(self.opts.tsgran_ns)
     }
 
+    /// Whether changes are refused now (mounted `ro`, or switched by a remount).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(crate) fn check_writable(&self) -> FsResult<()> {
-        if self.opts.read_only {
+        if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
         Ok(())
@@ -488,7 +496,11 @@ impl Fs {
         may_force: bool,
         f: impl FnOnce(&mut FsTx<'_>, &mut AllShards<'_>) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<(R, u64)> {
-        self.check_writable()?;
+        // Changes asked for are refused at their entry points (`check_writable`); a runtime
+        // read-only switch writes back through here before the journal refuses everything.
+        if self.opts.read_only {
+            return Err(FsError::ReadOnly);
+        }
         st.inodes.all().for_each_table(|t| {
             self.trim_cache(t);
         });

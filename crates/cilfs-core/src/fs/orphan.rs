@@ -55,7 +55,7 @@ impl Fs {
                 .get(&ino)
                 .is_some_and(|m| m.inode.nlink == 0 && m.open == 0)
         };
-        if self.opts.read_only || !unused(&self.read_state()) {
+        if self.is_read_only() || !unused(&self.read_state()) {
             return Ok(());
         }
         let _io = self.io.lock(ino, IoMode::Exclusive);

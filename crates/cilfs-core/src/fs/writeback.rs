@@ -2,7 +2,7 @@
 //! the log, fsync, sync and the clean unmount. Each inode is written back under its own IO lock
 //! (exclusive), with the data IO outside the filesystem lock.
 
-use super::error::FsResult;
+use super::error::{FsError, FsResult};
 use super::extent::extents_in;
 use super::inode::NOT_DIRTY;
 use super::iolock::IoMode;
@@ -202,6 +202,38 @@ impl Fs {
         self.journal.unmount()?;
         Ok(())
     }
+    /// A remount: `true` refuses every change from now on (EROFS), writes every dirty page
+    /// back and leaves the journal clean (log forced, items written back, unmount record),
+    /// after which nothing is written; a crash then replays nothing. `false` opens the journal
+    /// for writes again and lets changes in. A mount made read-only (`FsOptions::read_only`)
+    /// was opened over devices that write nothing and stays read-only.
+    pub fn set_read_only(&self, ro: bool) -> FsResult<()> {
+        use std::sync::atomic::Ordering;
+        if self.opts.read_only && !ro {
+            return Err(FsError::ReadOnly);
+        }
+        if !ro {
+            self.journal.thaw()?;
+            self.read_only.store(false, Ordering::Release);
+            return Ok(());
+        }
+        if self.read_only.swap(true, Ordering::AcqRel) && self.journal.is_frozen() {
+            return Ok(());
+        }
+        // Changes check the flag under the state lock: once we have held it, every change
+        // that got past the check has committed. (A write into the page cache that checked
+        // before the flag could still add pages after the write back below; the kernel's own
+        // read-only remount refuses while a file is open for writing, so none is under way.)
+        drop(self.write_state());
+        let r = self
+            .writeback_all()
+            .and_then(|()| self.journal.freeze().map_err(FsError::from));
+        if r.is_err() && !self.opts.read_only {
+            self.read_only.store(false, Ordering::Release);
+        }
+        r
+    }
+
     /// fsync/fdatasync: the inode's last checkpoint is made stable (its data-device flush comes
     /// first), then the data device is flushed for overwrites done since (elided when nothing
     /// is volatile).

@@ -59,6 +59,12 @@ pub enum JournalError {
          ro,norecovery` shows the files as written in place, without the log"
     )]
     DamagedLog(String),
+    /// Frozen by a remount read-only (`Journal::freeze`): no transaction until `thaw`.
+    #[error("the filesystem is read-only")]
+    ReadOnly,
+    /// A freeze found transactions still open after waiting for them.
+    #[error("transactions still open after {0:?}: not frozen")]
+    FreezeTimedOut(std::time::Duration),
 }
 
 /// What `Journal::open_with` does with the log it finds.
@@ -179,6 +185,8 @@ pub struct Journal {
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
+    /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.
+    pub(crate) frozen: AtomicBool,
     pub(crate) worker: Mutex<Option<push::Worker>>,
     pub(crate) ail_worker: Mutex<Option<ail_worker::AilWorker>>,
     /// First and end block of the area metadata buffers may live in.
@@ -403,6 +411,7 @@ impl Journal {
             counters,
             extra: Default::default(),
             shut_down: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
             worker: Mutex::new(None),
             ail_worker: Mutex::new(None),
             sb: Mutex::new(sb),
@@ -476,6 +485,9 @@ impl Journal {
     /// space while it waits for a lock.
     pub fn begin_unreserved(&self) -> Result<Transaction<'_>, JournalError> {
         self.check_alive()?;
+        if self.is_frozen() {
+            return Err(JournalError::ReadOnly);
+        }
         Ok(Transaction::new(self, 0))
     }
 
@@ -596,9 +608,13 @@ impl Journal {
     }
 
     /// Clean unmount: force the log, write every item back, write the unmount record, and mark the
-    /// superblock clean. Afterwards mount replays nothing.
+    /// superblock clean. Afterwards mount replays nothing. Already clean (frozen, or unmounted
+    /// before), it writes nothing.
     pub fn unmount(&self) -> Result<(), JournalError> {
         self.stop_worker();
+        if self.sb.lock().clean {
+            return Ok(());
+        }
         self.check_alive()?;
         self.force_all()?;
         let r = self.write_back_ail(Lsn::from_raw(u64::MAX))?;
@@ -629,6 +645,88 @@ impl Journal {
             return self.shut_down(e);
         }
         self.shut_down.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Whether a remount read-only froze the journal (`freeze`).
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// Remount read-only: admits no new transaction (`JournalError::ReadOnly`), waits for the
+    /// open ones to commit, forces the log, writes every item back and writes an unmount
+    /// record and a clean superblock, as a clean unmount does, but keeps the journal for
+    /// `thaw`. Nothing is written until then: a crash replays nothing.
+    pub fn freeze(&self) -> Result<(), JournalError> {
+        /// Open transactions get this long to commit (they hold no lock a freeze waits for).
+        const DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
+        self.check_alive()?;
+        if self.frozen.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let r = (|| {
+            // `reserve` looks at `frozen` after taking its space (under the grant lock, as this
+            // read is): either it sees the freeze and gives the space back, or it is counted here.
+            let mut waited = std::time::Duration::ZERO;
+            while self.grant.read(|g| g.reserved) > 0 {
+                if waited >= DRAIN {
+                    return Err(JournalError::FreezeTimedOut(DRAIN));
+                }
+                let step = std::time::Duration::from_millis(1);
+                std::thread::sleep(step);
+                waited += step;
+            }
+            self.force_all()?;
+            self.write_back_ail(Lsn::from_raw(u64::MAX))?;
+            let mut w = self.writer.lock();
+            let r = self.freeze_locked(&mut w);
+            self.release_writer(w);
+            r
+        })();
+        if r.is_err() {
+            self.frozen.store(false, Ordering::SeqCst);
+        }
+        r
+    }
+
+    fn freeze_locked(&self, w: &mut LogWriter) -> Result<(), JournalError> {
+        let lsn = match w.write_unmount() {
+            Ok(l) => l,
+            Err(e) => return self.shut_down(e),
+        };
+        // Covered now: the push worker's idle round writes no other record.
+        self.extra
+            .covered_head
+            .store(w.head().raw(), Ordering::Relaxed);
+        {
+            let mut sp = self.space();
+            sp.head = w.head();
+            sp.safe_tail = sp.safe_tail.max(lsn);
+            self.publish_space(&sp);
+        }
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
+            return self.shut_down(e);
+        }
+        Ok(())
+    }
+
+    /// Remount read-write after `freeze`: the superblock says the log is in use again (FUA,
+    /// before any record can follow the unmount record), and transactions are admitted.
+    pub fn thaw(&self) -> Result<(), JournalError> {
+        self.check_alive()?;
+        if !self.is_frozen() {
+            return Ok(());
+        }
+        {
+            let mut sb = self.sb.lock();
+            sb.clean = false;
+            if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
+                return self.shut_down(e);
+            }
+        }
+        self.frozen.store(false, Ordering::SeqCst);
         Ok(())
     }
 

@@ -42,6 +42,10 @@ impl Journal {
     pub(crate) fn reserve(&self, unit: u64) -> Result<(), JournalError> {
         self.check_alive()?;
         match self.grant.reserve(unit, || self.make_space()) {
+            Ok(_) if self.is_frozen() => {
+                self.release_reservation(unit);
+                Err(JournalError::ReadOnly)
+            }
             Ok(waited) => {
                 if let Some(waited) = waited {
                     self.counters
@@ -65,6 +69,10 @@ impl Journal {
     pub(crate) fn try_reserve(&self, unit: u64) -> Result<bool, JournalError> {
         self.check_alive()?;
         match self.grant.try_reserve(unit) {
+            Ok(true) if self.is_frozen() => {
+                self.release_reservation(unit);
+                Err(JournalError::ReadOnly)
+            }
             Ok(got) => Ok(got),
             Err(ReserveError::TooLarge { need, max }) => {
                 Err(JournalError::ReservationTooLarge { need, max })

@@ -57,9 +57,14 @@ pub enum Answer {
     },
 }
 
+/// Run when the kernel sends DESTROY (a fuseblk mount being unmounted; umount(2) returns
+/// once it is answered): the daemon makes everything stable there and lets go of the image.
+pub type OnDestroy = Box<dyn FnOnce() + Send>;
+
 /// The state the answers need beyond the filesystem: who opened each file handle.
-#[derive(Debug)]
 pub struct Dispatcher {
+    /// Taken by the first DESTROY.
+    on_destroy: std::sync::Mutex<Option<OnDestroy>>,
     fs: Arc<Fs>,
     /// Who opened each file handle ([`Openers`]).
     openers: Openers,
@@ -186,12 +191,69 @@ fn sized(unique: u64, size: u32, v: Vec<u8>) -> Answer {
     }
 }
 
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("openers", &self.openers)
+            .field("writeback_cache", &self.writeback_cache)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Dispatcher {
     pub fn new(fs: Arc<Fs>, writeback_cache: bool) -> Dispatcher {
         Dispatcher {
+            on_destroy: std::sync::Mutex::new(None),
             fs,
             openers: Openers::new(),
             writeback_cache,
+        }
+    }
+
+    /// What DESTROY runs before it is answered.
+    pub fn on_destroy(self, f: Option<OnDestroy>) -> Dispatcher {
+        Dispatcher {
+            on_destroy: std::sync::Mutex::new(f),
+            ..self
+        }
+    }
+
+    /// `REMOUNT_IOCTL`: the filesystem switched to read-only (`1`) or read-write (`0`), by
+    /// root only.
+    fn remount(&self, u: u64, h: &InHeader, data: &[u8]) -> Answer {
+        if h.uid != 0 {
+            return fail(u, Errno::EPERM);
+        }
+        let ro = match <[u8; 4]>::try_from(data).map(u32::from_ne_bytes) {
+            Ok(1) => true,
+            Ok(0) => false,
+            _ => return fail(u, Errno::EINVAL),
+        };
+        match self.fs.set_read_only(ro) {
+            Ok(()) => {
+                tracing::info!(
+                    "remounted {}",
+                    if ro {
+                        "read-only: everything written back, the log clean, nothing more written"
+                    } else {
+                        "read-write"
+                    }
+                );
+                let out = cilfs_fuse_proto::IoctlOut {
+                    result: 0,
+                    flags: 0,
+                    in_iovs: 0,
+                    out_iovs: 0,
+                };
+                Answer::Reply(Reply::ioctl(u, &out))
+            }
+            Err(e) => {
+                tracing::error!(
+                    "remount {}: {e}",
+                    if ro { "read-only" } else { "read-write" }
+                );
+                fs_error(u, e)
+            }
         }
     }
 
@@ -486,8 +548,20 @@ impl Dispatcher {
             // syncfs(2) and sync(2), where the kernel passes them on: every dirty page written
             // back and the journal forced, so that what was synced survives a crash.
             Op::Syncfs(_) => empty(u, fs.sync()),
-            // Unmounting: everything is made stable when the session ends.
-            Op::Destroy => Answer::Reply(Reply::empty(u)),
+            // Unmounting (fuseblk only): umount(2) waits for this answer, so the daemon
+            // makes everything stable first (`on_destroy`); without it, when the session ends.
+            Op::Destroy => {
+                let f = self
+                    .on_destroy
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                if let Some(f) = f {
+                    f();
+                }
+                Answer::Reply(Reply::empty(u))
+            }
+            Op::Ioctl { arg, data } if arg.cmd == super::REMOUNT_IOCTL => self.remount(u, h, data),
             // A second INIT after the handshake is the kernel's mistake.
             Op::Init(_) => fail(u, Errno::EIO),
             // Not served: the kernel then handles locks locally, falls back from STATX to
@@ -695,6 +769,65 @@ mod tests {
         let kept = sim::mount(Arc::new(dev.crash(CrashOptions::default())));
         let a = kept.lookup(ROOT_ID, b"synced").unwrap();
         assert_eq!(kept.read_opts(a.ino, 0, 100, false).unwrap(), data);
+    }
+
+    /// The remount ioctl: refused to anyone but root and for a value other than 0 or 1;
+    /// from root, 1 makes the filesystem read-only (a mkdir is EROFS) and 0 read-write again.
+    /// DESTROY runs the daemon's hook before it is answered.
+    #[test]
+    fn the_remount_ioctl_switches_read_only_for_root_and_destroy_runs_its_hook() {
+        use cilfs_fuse_proto::{IoctlIn, MkdirIn, Opcode};
+        use std::ffi::OsStr;
+        let destroyed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = Arc::clone(&destroyed);
+        let fs = sim::mount(sim::new_dev());
+        let d = Dispatcher::new(Arc::clone(&fs), false).on_destroy(Some(Box::new(move || {
+            seen.store(true, std::sync::atomic::Ordering::SeqCst)
+        })));
+        let ioctl = |unique: u64, uid: u32, v: u32| {
+            let arg = IoctlIn {
+                cmd: super::super::REMOUNT_IOCTL,
+                in_size: 4,
+                ..IoctlIn::default()
+            };
+            let h = InHeader {
+                uid,
+                ..header(Opcode::Ioctl, unique, ROOT_ID)
+            };
+            let data = v.to_ne_bytes();
+            match d.answer(&request(h, Op::Ioctl { arg, data: &data })) {
+                Answer::Reply(r) => i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap()),
+                other => panic!("ioctl: {other:?}"),
+            }
+        };
+        let mkdir = |unique: u64, name: &str| {
+            let arg = MkdirIn {
+                mode: 0o755,
+                umask: 0,
+            };
+            let op = Op::Mkdir {
+                arg,
+                name: OsStr::new(name),
+            };
+            match d.answer(&request(header(Opcode::Mkdir, unique, ROOT_ID), op)) {
+                Answer::Reply(r) => i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap()),
+                other => panic!("mkdir: {other:?}"),
+            }
+        };
+        assert_eq!(ioctl(1, 1000, 1), -libc::EPERM);
+        assert_eq!(ioctl(2, 0, 7), -libc::EINVAL);
+        assert!(!fs.is_read_only());
+        assert_eq!(ioctl(3, 0, 1), 0);
+        assert!(fs.is_read_only() && fs.journal().superblock().clean);
+        assert_eq!(mkdir(4, "a"), -libc::EROFS);
+        assert_eq!(ioctl(5, 0, 0), 0);
+        assert_eq!(mkdir(6, "b"), 0);
+        assert!(!destroyed.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(matches!(
+            d.answer(&request(header(Opcode::Destroy, 7, ROOT_ID), Op::Destroy)),
+            Answer::Reply(r) if r == Reply::empty(7)
+        ));
+        assert!(destroyed.load(std::sync::atomic::Ordering::SeqCst));
     }
 
     /// With writeback_cache the kernel may hold data cilfs has not seen: LSEEK is ENOSYS, so

@@ -37,11 +37,21 @@ pub struct ServeConfig {
 
 /// A mounted FUSE connection, not yet served. Dropped without having run to the end, it
 /// detaches its mount (a mount whose daemon failed before serving must not stay behind).
-#[derive(Debug)]
 pub struct Session {
     dev: Arc<FuseDev>,
     dir: PathBuf,
     ended: bool,
+    on_destroy: std::sync::Mutex<Option<super::dispatch::OnDestroy>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("dev", &self.dev)
+            .field("dir", &self.dir)
+            .field("ended", &self.ended)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Writes notifications to the session's /dev/fuse.
@@ -165,7 +175,13 @@ impl Session {
             dev: Arc::new(dev),
             dir: dir.to_path_buf(),
             ended: false,
+            on_destroy: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Runs `f` when the kernel sends DESTROY, before answering it ([`super::OnDestroy`]).
+    pub fn on_destroy(&mut self, f: super::OnDestroy) {
+        *self.on_destroy.get_mut().unwrap_or_else(|e| e.into_inner()) = Some(f);
     }
 
     pub fn notifier(&self) -> Notifier {
@@ -196,7 +212,12 @@ impl Session {
             return Ok(());
         };
         drop(buf);
-        let dispatcher = Dispatcher::new(fs, cfg.writeback_cache);
+        let on_destroy = self
+            .on_destroy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let dispatcher = Dispatcher::new(fs, cfg.writeback_cache).on_destroy(on_destroy);
         let threads = cfg.threads.max(1);
         let stop = AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -346,6 +367,15 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         if !self.ended {
+            // A fuseblk mount's unmount sends DESTROY and waits for its answer, without a
+            // timeout and unkillably: nobody serves any more, so a thread of its own answers
+            // what still comes (DESTROY, and a sync(2)'s SYNCFS meanwhile, which would hang
+            // every later sync on the machine) until the connection ends. It is not waited
+            // for: a detached mount still in use keeps its connection until the last close.
+            let dev = Arc::clone(&self.dev);
+            let _ = std::thread::Builder::new()
+                .name("cilfs-fuse-end".into())
+                .spawn(move || refuse_until_ended(&dev));
             // Detached: whoever has a file open there keeps it until closing, and the
             // connection ends with the last /dev/fuse descriptor.
             let detached = rustix::mount::unmount(&self.dir, rustix::mount::UnmountFlags::DETACH);
@@ -357,6 +387,28 @@ impl Drop for Session {
                     .status();
             }
         }
+    }
+}
+
+/// Answers every request of a session that no longer serves: DESTROY with success (the
+/// unmount goes on), anything else with EIO, until the connection ends.
+fn refuse_until_ended(dev: &FuseDev) {
+    let mut buf = vec![0u8; BUF_SIZE];
+    while let Ok(Received::Request(n)) = dev.receive(&mut buf) {
+        let Ok(h) = InHeader::decode(&buf[..n]) else {
+            continue;
+        };
+        let reply = match h.opcode {
+            o if o == Opcode::Forget as u32
+                || o == Opcode::BatchForget as u32
+                || o == Opcode::Interrupt as u32 =>
+            {
+                continue
+            }
+            o if o == Opcode::Destroy as u32 => Reply::empty(h.unique),
+            _ => Reply::error(h.unique, Errno::EIO),
+        };
+        let _ = dev.send(&[reply.as_bytes()]);
     }
 }
 

@@ -23,7 +23,8 @@
 //! `fuse_io_uring_ops` send them there), as do requests queued before the ring was ready, and
 //! notifications go out through it: the session keeps one /dev/fuse worker.
 //!
-//! This is the one module of cilfs-fuse with unsafe code (`unsafe_code` is denied elsewhere):
+//! This is one of the two modules of cilfs-fuse with unsafe code (`unsafe_code` is denied
+//! elsewhere; the other is `control.rs`'s one ioctl):
 //! the kernel writes an entry's buffers between our submission and its completion and reads
 //! them after the commit, which the borrow checker cannot see, and io-uring 0.7 cannot set the
 //! SQE's `len` that REGISTER needs. The buffers are held as raw allocations that only their

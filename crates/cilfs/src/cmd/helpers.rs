@@ -1,5 +1,6 @@
 //! The names the system's tools look for: mount(8) runs `/sbin/mount.fuse.cilfs` (type
-//! `fuse.cilfs`, as in fstab) or `/sbin/mount.cilfs` (`-t cilfs`), fsck(8) runs `fsck.cilfs`, and
+//! `fuse.cilfs`, as in fstab) or `/sbin/mount.cilfs` (`-t cilfs`), and `mount.fuseblk.cilfs`
+//! for `-o remount` of a mount through a loop device; fsck(8) runs `fsck.cilfs`, and
 //! mkfs(8) runs `mkfs.cilfs`. Each is a symbolic link to the cilfs binary, which recognises the
 //! name it was run by and takes that tool's arguments and exit statuses. `cilfs install-helpers`
 //! makes the links.
@@ -25,8 +26,10 @@ pub enum Helper {
 
 /// Every helper name and what it runs. `fsck.fuse.cilfs` is what fsck(8) looks for when it
 /// finds the image in fstab, where the type is `fuse.cilfs`.
-pub const NAMES: [(&str, Helper); 5] = [
+pub const NAMES: [(&str, Helper); 6] = [
     ("mount.fuse.cilfs", Helper::Mount),
+    // What mount(8) runs for `-o remount` of a mount through a loop device (fuseblk.cilfs).
+    ("mount.fuseblk.cilfs", Helper::Mount),
     ("mount.cilfs", Helper::Mount),
     ("fsck.cilfs", Helper::Fsck),
     ("fsck.fuse.cilfs", Helper::Fsck),
@@ -178,6 +181,19 @@ fn mount_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
             p.len()
         ))
     })?;
+    // `mount -o remount,...`: the mount at DIR changes; the source mount(8) names is the
+    // mount's own.
+    if options
+        .iter()
+        .flat_map(|o| o.split(','))
+        .any(|o| o == "remount")
+    {
+        if fake {
+            return Ok(());
+        }
+        return super::remount::remount(Path::new(&dir), &options)
+            .map_err(|e| fail(MOUNT_FAILURE, e));
+    }
     // A bad option is a wrong invocation (1), not a failed mount (32).
     mount_opts::parse(&options).map_err(|e| fail(MOUNT_USAGE, anyhow!(e)))?;
     if fake {

@@ -11,6 +11,7 @@ pub mod logprint;
 pub mod mkfs;
 pub mod mount;
 pub mod mount_opts;
+pub mod remount;
 pub mod repair;
 pub mod stat;
 pub mod tenant;

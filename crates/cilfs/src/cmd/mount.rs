@@ -36,7 +36,7 @@ pub struct Args {
 /// Set in the environment of the background copy: it reports readiness on stdout.
 const NOTIFY_ENV: &str = "CILFS_MOUNT_NOTIFY";
 
-pub fn run(mut a: Args) -> Result<(), Failure> {
+pub fn run(a: Args) -> Result<(), Failure> {
     let opts = mount_opts::parse(&a.options).map_err(|e| Failure::usage(anyhow!(e)))?;
     if opts
         .logdev
@@ -58,7 +58,15 @@ pub fn run(mut a: Args) -> Result<(), Failure> {
     for p in std::iter::once(&a.image).chain(opts.logdev.as_ref()) {
         FileDevice::open(p, probe).map_err(Failure::usage)?;
     }
-    match std::fs::metadata(&a.dir) {
+    let mut dir_meta = std::fs::metadata(&a.dir);
+    if dir_meta
+        .as_ref()
+        .is_err_and(|e| e.raw_os_error() == Some(rustix::io::Errno::NOTCONN.raw_os_error()))
+    {
+        clean_dead_mount(&a.dir)?;
+        dir_meta = std::fs::metadata(&a.dir);
+    }
+    match dir_meta {
         Ok(m) if m.is_dir() => {}
         Ok(_) => {
             return Err(Failure::usage(anyhow!(
@@ -74,15 +82,6 @@ pub fn run(mut a: Args) -> Result<(), Failure> {
             "option norecovery needs ro: a read-write mount must replay the log"
         )));
     }
-    // `loop`: from here on the image is the loop device; this process holds it until the
-    // mount is up (in the background) or over (in the foreground).
-    let _loop = if opts.loop_dev && std::fs::metadata(&a.image).is_ok_and(|m| m.is_file()) {
-        let l = cilfs_device::loopdev::attach(&a.image, opts.ro).map_err(Failure::usage)?;
-        a.image = l.path.clone();
-        Some(l)
-    } else {
-        None
-    };
     if a.foreground {
         serve(&a, &opts)
     } else {
@@ -110,6 +109,43 @@ fn refuse_mount_point(dir: &Path) -> Result<(), Failure> {
         "{} is already a mount point{what}: unmount it first or choose another directory",
         dir.display()
     )))
+}
+
+/// A mount point whose FUSE daemon is gone (killed, crashed) answers everything with ENOTCONN
+/// until it is unmounted. A cilfs mount whose image nobody holds (its daemon's lock went
+/// with it) is taken away here, by root; anything else is explained.
+fn clean_dead_mount(dir: &Path) -> Result<(), Failure> {
+    let how = format!(
+        "{d} is the mount point of a FUSE filesystem whose daemon is gone (Transport endpoint \
+         is not connected): take the dead mount away with umount {d} (or cilfs unmount {d}) and \
+         mount again",
+        d = dir.display()
+    );
+    let Some(image) = super::unmount::mounted_image(dir) else {
+        return Err(Failure::usage(anyhow!(how)));
+    };
+    let image = cilfs_device::loopdev::backing_file(&image).unwrap_or(image);
+    let free = matches!(lock_image(&image, false), Ok(Some(_)));
+    if !free || !rustix::process::geteuid().is_root() {
+        return Err(Failure::usage(anyhow!(
+            "{how} (its image {} {})",
+            image.display(),
+            if free {
+                "is not in use"
+            } else {
+                "is still in use"
+            }
+        )));
+    }
+    rustix::mount::unmount(dir, rustix::mount::UnmountFlags::empty())
+        .or_else(|_| rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH))
+        .map_err(|e| Failure::usage(anyhow!("{how}: unmounting it failed: {e}")))?;
+    eprintln!(
+        "cilfs: {}: took away the dead mount of {} left by a daemon that is gone",
+        dir.display(),
+        image.display()
+    );
+    Ok(())
 }
 
 fn spawn_background(a: &Args) -> Result<(), Failure> {
@@ -321,6 +357,25 @@ fn serve_logged(
         ),
         None => None,
     };
+    // Released when DESTROY has been answered after a clean unmount (see `on_destroy`), so
+    // that a tool or mount run as soon as umount(2) returns finds the image free.
+    let held_locks: HeldLocks = Arc::new(parking_lot::Mutex::new(Some((_lock, _log_lock))));
+    // An image file goes through a loop device (see `wants_loop`); this process holds it
+    // until it exits, the kernel's mount until it is gone, and autoclear detaches it then.
+    let attached = if wants_loop(&a.image, opts) {
+        match cilfs_device::loopdev::attach(&a.image, opts.ro) {
+            Ok(l) => Some(l),
+            Err(e) if opts.loop_dev == Some(true) => return Err(Failure::usage(e)),
+            Err(e) => {
+                tracing::warn!("{e}: mounting {} without a loop device", a.image.display());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // What the daemon opens and mounts: the loop device, or the image itself.
+    let device: &Path = attached.as_ref().map_or(&a.image, |l| &l.path);
     // `ro` opens read-only (an image without write permission, on read-only media) and keeps
     // whatever the journal writes (superblock, unmount record) in memory.
     let dev_opts = FileDeviceOptions {
@@ -328,7 +383,7 @@ fn serve_logged(
         ..FileDeviceOptions::default()
     };
     let data: Arc<dyn Device> =
-        Arc::new(FileDevice::open(&a.image, dev_opts).map_err(Failure::usage)?);
+        Arc::new(FileDevice::open(device, dev_opts).map_err(Failure::usage)?);
     let logdev: Option<Arc<dyn Device>> = match &opts.logdev {
         Some(p) => Some(Arc::new(
             FileDevice::open(p, dev_opts).map_err(Failure::usage)?,
@@ -387,12 +442,40 @@ fn serve_logged(
             sig.as_str()
         )));
     }
+    if opts.uring != cilfs_fuse::native::UringMode::Off {
+        enable_fuse_uring();
+    }
+    let destroyed: Arc<std::sync::OnceLock<Result<(), String>>> = Arc::default();
     // A user's mount goes through fusermount3, which says why it failed in words of its own:
     // the usual obstacle, a /dev/fuse the user may not open, is explained here first.
     if let Some(e) = user_cannot_open_dev_fuse(&a.dir) {
         return Err(Failure::usage(e));
     }
-    let session = super::transport::mount_native(&a.image, &a.dir, opts, &fs, &invalidator)?;
+    let mut session = super::transport::mount_native(device, &a.dir, opts, &fs, &invalidator)?;
+    session.on_destroy(on_destroy(&fs, &held_locks, &destroyed));
+    // A block device (a loop device included) mounts as fuseblk by root; fusermount3 makes
+    // plain fuse mounts only.
+    let fuseblk = rustix::process::geteuid().is_root()
+        && std::fs::metadata(device).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_block_device()
+        });
+    if !fuseblk {
+        // Linux sends SYNCFS to fuseblk mounts only: here sync(2) and syncfs(2) return
+        // without cilfs hearing of them. Said once, to whoever mounted and in the log.
+        let why = if opts.loop_dev == Some(false) {
+            "noloop"
+        } else if !rustix::process::geteuid().is_root() {
+            "a user's mount, made through fusermount3, cannot be one"
+        } else {
+            "no loop device could be used"
+        };
+        tracing::warn!(
+            "sync(2) and syncfs(2) do not reach cilfs on this mount (fuse.cilfs, not fuseblk: \
+             {why}): files are made durable by fsync(2), by the unmount, and otherwise by the \
+             daemon's own write back within about a minute"
+        );
+    }
     // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
     // that fails, dropping the session unmounts.
     gate.release().map_err(|e| {
@@ -408,8 +491,12 @@ fn serve_logged(
         a.dir.display()
     ));
     let serving = format!(
-        "serving {} on {} (unmount with: cilfs unmount {})",
+        "serving {}{} on {} (unmount with: cilfs unmount {})",
         a.image.display(),
+        attached
+            .as_ref()
+            .map(|l| format!(" through {}", l.path.display()))
+            .unwrap_or_default(),
         mount_point.display(),
         a.dir.display()
     );
@@ -438,8 +525,12 @@ fn serve_logged(
     };
     let served = session.run(&fs, opts);
     drop(flusher);
-    // Unmounted (or the connection was aborted): make everything stable and leave a clean log.
-    let unmounted = fs.unmount();
+    // Unmounted (or the connection was aborted): make everything stable and leave a clean log,
+    // unless DESTROY did already.
+    let unmounted = match destroyed.get() {
+        Some(r) => r.clone(),
+        None => fs.unmount().map_err(|e| e.to_string()),
+    };
     let needs_check = journal.superblock().needs_check;
     drop(fs);
     drop(journal);
@@ -465,6 +556,62 @@ fn serve_logged(
         );
     }
     Ok(())
+}
+
+/// The kernel's switch for FUSE over io_uring (Linux 6.14+ built with CONFIG_FUSE_IO_URING).
+const URING_SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Turns FUSE over io_uring on in the kernel when it is off and this is root: it is off by
+/// default, and the native transport serves faster through it (docs/bench-results.md). The
+/// switch is the kernel's, for every FUSE mount made after it until the module is reloaded
+/// or the machine restarts; said in the log. Where it stays off (not root, no such kernel),
+/// the session says once why it serves over /dev/fuse instead.
+fn enable_fuse_uring() {
+    if !rustix::process::geteuid().is_root() {
+        return;
+    }
+    match std::fs::read_to_string(URING_SWITCH) {
+        Ok(v) if v.trim() == "N" => match std::fs::write(URING_SWITCH, "Y") {
+            Ok(()) => tracing::info!(
+                "turned FUSE over io_uring on in the kernel ({URING_SWITCH}: Y, for every FUSE \
+                 mount made from now on; uring=off leaves it alone)"
+            ),
+            Err(e) => tracing::warn!("cannot turn FUSE over io_uring on ({URING_SWITCH}): {e}"),
+        },
+        _ => {}
+    }
+}
+
+/// Whether the image is mounted through a loop device: `loop` says yes, `noloop` no, and by
+/// default a mount by root of an image file does (as mount(8) does for a regular file),
+/// since only then is the mount `fuseblk.cilfs`, the kind Linux passes sync(2) and syncfs(2)
+/// on to and whose umount(2) waits for the daemon. A user's mount goes through fusermount3,
+/// which makes plain `fuse` mounts only.
+fn wants_loop(image: &Path, opts: &MountOpts) -> bool {
+    let file = std::fs::metadata(image).is_ok_and(|m| m.is_file());
+    file && opts
+        .loop_dev
+        .unwrap_or_else(|| rustix::process::geteuid().is_root())
+}
+
+/// The image's lock and the log device's, until DESTROY lets go of them.
+type HeldLocks = Arc<parking_lot::Mutex<Option<(ImageLock, Option<ImageLock>)>>>;
+
+/// What DESTROY does before umount(2) returns: the clean unmount (its result kept for the end
+/// of `serve_logged`), then, if it succeeded, the image's locks let go of.
+fn on_destroy(
+    fs: &Arc<Fs>,
+    locks: &HeldLocks,
+    result: &Arc<std::sync::OnceLock<Result<(), String>>>,
+) -> cilfs_fuse::native::OnDestroy {
+    let (fs, locks, result) = (Arc::clone(fs), Arc::clone(locks), Arc::clone(result));
+    Box::new(move || {
+        let r = fs.unmount().map_err(|e| e.to_string());
+        if r.is_ok() {
+            drop(locks.lock().take());
+        }
+        let _ = result.set(r);
+    })
 }
 
 /// What recovery found and did, for the log (and, when it replayed or skipped anything, for

@@ -42,8 +42,9 @@ pub struct MountOpts {
     /// (`uring=auto`, the default), always (`on`: or no mount), never (`off`: /dev/fuse reads).
     pub uring: cilfs_fuse::native::UringMode,
     /// `loop`: an image file is mounted through a loop device (`loopdev.rs`), as mount(8)'s
-    /// `-o loop`; ignored for a block device.
-    pub loop_dev: bool,
+    /// `-o loop`; `noloop`: never; unset, a mount by root does (mount.rs's `wants_loop`).
+    /// Ignored for a block device.
+    pub loop_dev: Option<bool>,
 }
 
 impl Default for MountOpts {
@@ -72,7 +73,7 @@ impl Default for MountOpts {
             sync: false,
             dirsync: false,
             uring: cilfs_fuse::native::UringMode::Auto,
-            loop_dev: false,
+            loop_dev: None,
         }
     }
 }
@@ -241,13 +242,13 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.dirsync = true;
             }
-            "loop" => {
+            "loop" | "noloop" => {
                 no_value()?;
-                o.loop_dev = true;
+                o.loop_dev = Some(k == "loop");
             }
             "transport" => super::transport::check_transport(need()?)?,
             "uring" => o.uring = super::transport::parse_uring(need()?)?,
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, transport, uring)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, transport, uring)")),
         }
     }
     Ok(o)
@@ -417,15 +418,21 @@ mod tests {
 
     #[test]
     fn loop_is_a_flag_of_the_native_transport() {
-        assert!(!parse(&[]).expect("valid").loop_dev);
-        assert!(parse(&["loop".into()]).expect("valid").loop_dev);
-        assert!(
+        assert_eq!(parse(&[]).expect("valid").loop_dev, None);
+        assert_eq!(parse(&["loop".into()]).expect("valid").loop_dev, Some(true));
+        assert_eq!(
             parse(&["loop,transport=native".into()])
                 .expect("valid")
-                .loop_dev
+                .loop_dev,
+            Some(true)
+        );
+        assert_eq!(
+            parse(&["loop,noloop".into()]).expect("valid").loop_dev,
+            Some(false)
         );
         assert!(parse(&["loop=1".into()]).is_err());
         assert!(parse(&["loop,transport=fuser".into()]).is_err());
+        assert!(parse(&["noloop=1".into()]).is_err());
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub fn parse_uring(v: &str) -> Result<native::UringMode, String> {
 pub struct Session(native::Session);
 
 impl Session {
+    /// Runs `f` when the kernel sends DESTROY (a fuseblk unmount waits for its answer).
+    pub fn on_destroy(&mut self, f: native::OnDestroy) {
+        self.0.on_destroy(f);
+    }
+
     /// Serves until unmounted.
     pub fn run(self, fs: &Arc<Fs>, opts: &MountOpts) -> Result<(), anyhow::Error> {
         let cfg = native::ServeConfig {

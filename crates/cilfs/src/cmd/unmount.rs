@@ -19,11 +19,14 @@ pub struct MountEntry {
     pub source: String,
     /// Mounted `ro`.
     pub read_only: bool,
+    /// The per-mount options (`ro,nosuid,relatime`) and the superblock's (`rw,user_id=0`).
+    pub options: String,
+    pub super_options: String,
 }
 
 /// The mounts whose mount point is `dir`, from /proc/self/mountinfo, the topmost last.
 pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
-    let Ok(canon) = std::fs::canonicalize(dir) else {
+    let Some(canon) = canonical(dir) else {
         return Vec::new();
     };
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
@@ -32,17 +35,34 @@ pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
             let (left, right) = l.split_once(" - ")?;
             let mut l = left.split(' ').skip(4);
             let mnt = l.next()?;
-            let read_only = l.next()?.split(',').any(|o| o == "ro");
+            let options = l.next()?;
+            let read_only = options.split(',').any(|o| o == "ro");
             let mut r = right.split(' ');
             let fstype = r.next()?;
             let source = r.next()?;
+            let super_options = r.next().unwrap_or("");
             (Path::new(&unescape(mnt)) == canon).then(|| MountEntry {
                 fstype: fstype.to_string(),
                 source: unescape(source),
                 read_only,
+                options: options.to_string(),
+                super_options: super_options.to_string(),
             })
         })
         .collect()
+}
+
+/// `dir` made absolute without looking at `dir` itself, only its parent, when that fails: a
+/// dead FUSE mount answers ENOTCONN to a stat of its mount point.
+fn canonical(dir: &Path) -> Option<PathBuf> {
+    std::fs::canonicalize(dir).ok().or_else(|| {
+        let name = dir.file_name()?;
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        Some(std::fs::canonicalize(parent).ok()?.join(name))
+    })
 }
 
 /// The image (FUSE source) of the cilfs mount at `dir`, from /proc/self/mountinfo.
@@ -66,12 +86,15 @@ fn unescape(s: &str) -> String {
 }
 
 pub fn run(a: Args) -> Result<(), Failure> {
-    let image = mounted_image(&a.dir).ok_or_else(|| {
+    let source = mounted_image(&a.dir).ok_or_else(|| {
         Failure::usage(anyhow!(
             "{}: no cilfs filesystem is mounted there",
             a.dir.display()
         ))
     })?;
+    // Mounted through a loop device: the image is the file behind it, looked up now, since
+    // the device is detached once the mount is gone.
+    let image = cilfs_device::loopdev::backing_file(&source).unwrap_or(source);
     let read_only = mounts_on(&a.dir).last().is_some_and(|m| m.read_only);
     unmount(&a.dir)?;
     // The daemon holds the image's lock until it has written the unmount record.
@@ -84,8 +107,15 @@ pub fn run(a: Args) -> Result<(), Failure> {
         },
     )
     .map_err(Failure::usage)?;
-    if read_only {
-        // A read-only mount writes nothing: the image is as the mount found it.
+    // The superblock alone says whether the unmount was clean (an external log is not needed).
+    let mut sector = cilfs_device::AlignedBuf::zeroed(4096);
+    let sb = dev
+        .read(0, &mut sector)
+        .ok()
+        .and_then(|()| cilfs_core::format::Superblock::decode(&sector[..512]).ok());
+    if read_only && !sb.as_ref().is_some_and(|sb| sb.clean) {
+        // A mount made read-only writes nothing: the image is as the mount found it (a log
+        // left for recovery included). One remounted read-only was left clean.
         println!(
             "unmounted {}; {} was mounted read-only and is unchanged",
             a.dir.display(),
@@ -93,12 +123,6 @@ pub fn run(a: Args) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    // The superblock alone says whether the unmount was clean (an external log is not needed).
-    let mut sector = cilfs_device::AlignedBuf::zeroed(4096);
-    let sb = dev
-        .read(0, &mut sector)
-        .ok()
-        .and_then(|()| cilfs_core::format::Superblock::decode(&sector[..512]).ok());
     let log = super::daemon_log::destination(&a.dir)
         .map_or_else(|_| "the daemon's log".to_string(), |d| d.to_string());
     match sb {
@@ -130,6 +154,90 @@ pub fn run(a: Args) -> Result<(), Failure> {
 /// Unmounts `dir`: umount2 for root; fusermount3 for a user's own mount (made through it),
 /// which is the only way a user may unmount, as fusermount3 checks that the mount is theirs.
 fn unmount(dir: &Path) -> Result<(), Failure> {
+    // A mount is busy for a moment after its last file is closed: a process that has just
+    // exited, or a child forked by another thread that has not exec'd yet, still holds it.
+    // Tried again for up to 5 s before it is called busy.
+    let mut tries = 0;
+    loop {
+        match unmount_once(dir) {
+            Err(Busy(_)) if tries < 250 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(Busy(said)) => {
+                let holders = holders(dir);
+                return Err(Failure::usage(anyhow!(
+                    "unmounting {}: {said}{}",
+                    dir.display(),
+                    if holders.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": in use by {}", holders.join("; "))
+                    }
+                )));
+            }
+            Err(Other(f)) => return Err(f),
+            Ok(()) => return Ok(()),
+        }
+    }
+}
+
+/// Why one unmount attempt failed.
+enum Refused {
+    /// EBUSY (umount2) or fusermount3's "busy", with what was said.
+    Busy(String),
+    Other(Failure),
+}
+use Refused::{Busy, Other};
+
+/// The processes that hold `dir`'s mount, from /proc: their working or root directory, or an
+/// open file, under it (at most ten named; those of other users only as root can see them).
+fn holders(dir: &Path) -> Vec<String> {
+    let Some(canon) = canonical(dir) else {
+        return Vec::new();
+    };
+    let under = |p: &Path| p.starts_with(&canon);
+    let mut found = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    let me = std::process::id().to_string();
+    for e in procs.flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
+            continue;
+        }
+        let base = e.path();
+        let mut what = Vec::new();
+        for (link, name) in [("cwd", "working directory"), ("root", "root directory")] {
+            if std::fs::read_link(base.join(link)).is_ok_and(|t| under(&t)) {
+                what.push(name.to_string());
+            }
+        }
+        if let Ok(fds) = std::fs::read_dir(base.join("fd")) {
+            for fd in fds.flatten() {
+                if let Ok(t) = std::fs::read_link(fd.path()) {
+                    if under(&t) {
+                        what.push(format!("open file {}", t.display()));
+                    }
+                }
+            }
+        }
+        if what.is_empty() {
+            continue;
+        }
+        let comm = std::fs::read_to_string(base.join("comm")).unwrap_or_default();
+        what.dedup();
+        found.push(format!("pid {pid} ({}): {}", comm.trim(), what.join(", ")));
+        if found.len() == 10 {
+            found.push("...".into());
+            break;
+        }
+    }
+    found
+}
+
+fn unmount_once(dir: &Path) -> Result<(), Refused> {
     let is_root = rustix::process::geteuid().is_root();
     let direct = if is_root {
         rustix::mount::unmount(dir, rustix::mount::UnmountFlags::empty())
@@ -138,6 +246,7 @@ fn unmount(dir: &Path) -> Result<(), Failure> {
     };
     match direct {
         Ok(()) => Ok(()),
+        Err(rustix::io::Errno::BUSY) => Err(Busy(rustix::io::Errno::BUSY.to_string())),
         Err(rustix::io::Errno::PERM) => {
             let out = std::process::Command::new("fusermount3")
                 .args(["-u", "--"])
@@ -145,24 +254,31 @@ fn unmount(dir: &Path) -> Result<(), Failure> {
                 .stdin(std::process::Stdio::null())
                 .output()
                 .map_err(|e| {
-                    Failure::usage(anyhow!(
+                    Other(Failure::usage(anyhow!(
                         "unmounting {}: only root or fusermount3 (package fuse3) can unmount, \
                          and running fusermount3 failed: {e}",
                         dir.display()
-                    ))
+                    )))
                 })?;
             if out.status.success() {
                 return Ok(());
             }
             let said = String::from_utf8_lossy(&out.stderr);
-            Err(Failure::usage(anyhow!(
-                "unmounting {}: {}",
-                dir.display(),
-                said.trim()
-                    .trim_start_matches("fusermount3: ")
-                    .replace('\n', " ")
-            )))
+            let said = said
+                .trim()
+                .trim_start_matches("fusermount3: ")
+                .replace('\n', " ");
+            if said.contains("busy") {
+                return Err(Busy(said));
+            }
+            Err(Other(Failure::usage(anyhow!(
+                "unmounting {}: {said}",
+                dir.display()
+            ))))
         }
-        Err(e) => Err(Failure::usage(anyhow!("unmounting {}: {e}", dir.display()))),
+        Err(e) => Err(Other(Failure::usage(anyhow!(
+            "unmounting {}: {e}",
+            dir.display()
+        )))),
     }
 }

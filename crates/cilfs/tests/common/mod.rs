@@ -15,6 +15,40 @@ use std::sync::Arc;
 /// The cilfs binary under test.
 pub const CILFS: &str = env!("CARGO_BIN_EXE_cilfs");
 
+/// The kernel's switch for FUSE over io_uring, which a mount by root turns on.
+pub const URING_SWITCH: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The switch as this test process found it, put back when the process exits.
+static URING_AT_START: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+extern "C" fn put_back_uring_switch() {
+    if let Some(Some(v)) = URING_AT_START.get() {
+        let _ = fs::write(URING_SWITCH, v.trim());
+    }
+}
+
+/// Tests leave the machine as they found it: a mount by root turns FUSE over io_uring on for
+/// the whole machine (mount.rs's `enable_fuse_uring`), and some tests turn it on themselves;
+/// the switch as it was before the first mount is written back when the test process exits.
+/// Called before anything that may mount.
+#[allow(unsafe_code)]
+pub fn keep_machine_state() {
+    URING_AT_START.get_or_init(|| {
+        let v = fs::read_to_string(URING_SWITCH).ok();
+        if v.is_some() {
+            extern "C" {
+                fn atexit(f: extern "C" fn()) -> std::ffi::c_int;
+            }
+            // SAFETY: atexit(3) takes a function of no arguments that lives as long as the
+            // process; it runs at the exit the test harness makes after the last test.
+            unsafe {
+                atexit(put_back_uring_switch);
+            }
+        }
+        v
+    });
+}
+
 /// Runs the cilfs command as given.
 pub fn cilfs(args: &[&str]) -> Output {
     output(Command::new(CILFS).args(args))
@@ -27,6 +61,7 @@ pub fn cilfs(args: &[&str]) -> Output {
 /// and measured: 2 of 200 umount(2) calls right after a close were refused while two threads
 /// started processes, none without them.
 pub fn output(cmd: &mut Command) -> Output {
+    keep_machine_state();
     let unmount =
         cmd.get_program() == "umount" || cmd.get_args().next().is_some_and(|a| a == "unmount");
     for _ in 0..250 {
