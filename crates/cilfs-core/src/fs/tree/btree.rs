@@ -79,6 +79,12 @@ pub trait NodeStore {
         };
         Ok(e.map(owned))
     }
+    /// Checks that leaf `blkno` is laid out as the in-place edits need
+    /// (`node::check_leaf_layout`), for the checker. A store that cannot (the default) finds
+    /// nothing.
+    fn check_leaf_layout(&mut self, _blkno: u64, _tree: u8) -> FsResult<()> {
+        Ok(())
+    }
     /// A descent for `key` ended at leaf `leaf`, which the caller decodes whole. An optimistic
     /// transaction checks at commit that it still would (`FsTx::still_current`), instead of
     /// asking that no interior node on the way changed. (Point lookups through `raw_step` are
@@ -914,7 +920,11 @@ pub(crate) mod tests {
         for i in 0..2000 {
             insert(&mut s, &mut root, 1, key(i), &[]).expect("insert");
         }
-        assert!(root.level >= 2, "a tree of three levels, not {}", root.level);
+        assert!(
+            root.level >= 2,
+            "a tree of three levels, not {}",
+            root.level
+        );
         // Empty the root's first child: the next one's first key now stands above the keys
         // that reach it.
         let first = match s.read_node(root.blkno, 1).expect("root").body {
@@ -922,7 +932,9 @@ pub(crate) mod tests {
             Body::Leaf(_) => unreachable!("the root is interior"),
         };
         for i in 0..first.b {
-            assert!(remove(&mut s, &mut root, 1, key(i)).expect("remove").is_some());
+            assert!(remove(&mut s, &mut root, 1, key(i))
+                .expect("remove")
+                .is_some());
         }
         // Keys below it again, enough that its first leaf splits below it.
         for i in (0..first.b).rev() {
@@ -930,7 +942,10 @@ pub(crate) mod tests {
         }
         let all = range(&mut s, root, 1, Key::MIN, Key::MAX, usize::MAX).expect("range");
         assert_eq!(all.len(), 2000);
-        assert!(all.iter().enumerate().all(|(i, (k, _))| *k == key(i as u64)));
+        assert!(all
+            .iter()
+            .enumerate()
+            .all(|(i, (k, _))| *k == key(i as u64)));
         walk(&mut s, root, 1, &mut |_, _| Ok(())).expect("every node decodes");
     }
 
