@@ -121,6 +121,11 @@ fn walk_bounded(
                 if items.is_empty() && blk != root.blkno {
                     c.problem(format!("{owner}: empty leaf {blk} below the root"));
                 }
+                // What an edit in place would refuse as corrupt, decoding accepts: a leaf
+                // whose values are not packed.
+                if let Err(e) = s.check_leaf_layout(blk, tree) {
+                    c.problem(format!("{owner}: {e}"));
+                }
                 for (k, v) in items {
                     if !in_bounds(*k) {
                         c.problem(format!(

@@ -1288,3 +1288,108 @@ fn a_build_that_stepped_through_a_node_copy_sees_the_node_change() {
     );
     assert!(!t.saw_one_state(&hdr));
 }
+
+/// xfstests' generic/074 in the core: its fstest with holes (children each writing files 512
+/// bytes at a time with holes between, reading them back, and truncating them to write them
+/// again) on threads side by side. Every write maps a block of its own, and each thread writes
+/// its two files in turn, so their blocks interleave: a truncate leaves one-block holes between
+/// the other file's blocks, thousands of them in the free-by-size tree, which grows a level
+/// above its leaves' parents. Writing the file again takes the smallest extents first and
+/// empties the tree's first subtree (the root collapses or takes the next subtree first, whose
+/// own first key stands above the keys that now reach it); the other file's truncate then
+/// frees blocks below that key, and its first leaf split below it. The separator followed the
+/// first key, the node's keys were out of order (`btree::insert`), and the journal shut down.
+#[test]
+fn small_writes_with_holes_and_truncates_side_by_side_keep_the_free_trees_in_order() {
+    use super::types::SetAttr;
+    const BS: u64 = 2048;
+    const B: u64 = 512;
+    // Per file: enough that the holes of the four threads' truncates fill the free-by-size
+    // tree past two levels.
+    const BLOCKS: u64 = 2500;
+    let layout = crate::mkfs::Layout {
+        block_size: BS as u32,
+        data_blocks: 32_768,
+        log_blocks: 1024,
+        ..super::tests::layout()
+    };
+    let dev = Arc::new(SimDevice::new(
+        (layout.data_blocks + layout.log_blocks + 8) * BS,
+        1807,
+    ));
+    crate::mkfs::write_filesystem(&*dev, None, &layout, &mut |_, _| {}).unwrap();
+    let open = || {
+        let dev = dev.clone() as Arc<dyn cilfs_device::Device>;
+        crate::journal::Journal::open(dev, None, super::tests::jcfg()).unwrap()
+    };
+    let j = open();
+    super::mkfs::format(&j, 0, 0).unwrap();
+    j.unmount().unwrap();
+    let clock = TestClock::new();
+    let fs = Fs::open(open(), opts(&clock)).unwrap();
+    let levels = || fs.read_state().hdr.lock().size_root.level;
+    let barrier = Barrier::new(THREADS);
+    let byte = |t: u64, f: u64, round: u64, k: u64| ((round + t + f + k) % 251) as u8 + 1;
+    let grew = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..THREADS as u64)
+            .map(|t| {
+                let (fs, clock, barrier, levels) = (&fs, &clock, &barrier, &levels);
+                s.spawn(move || {
+                    let dir = fs
+                        .mkdir(U, ROOT_INO, format!("child{t}").as_bytes(), 0o755)
+                        .unwrap()
+                        .ino;
+                    let file = |f: u64| {
+                        fs.mknod(U, dir, format!("file{f}").as_bytes(), 0o100_644, 0)
+                            .unwrap()
+                            .ino
+                    };
+                    let (a, b) = (file(0), file(1));
+                    let write = |f: u64, ino: u64, round: u64, k: u64| {
+                        fs.write(U, ino, k * BS, &[byte(t, f, round, k); B as usize])
+                            .unwrap();
+                        clock.advance_ms(1);
+                    };
+                    let check = |f: u64, ino: u64, round: u64, blocks: u64| {
+                        for k in 0..blocks {
+                            let want = vec![byte(t, f, round, k); B as usize];
+                            let got = fs.read(ino, k * BS, B as u32).unwrap();
+                            assert_eq!(got, want, "thread {t} file {f} block {k}");
+                        }
+                    };
+                    // O_TRUNC, as fstest opens a file to write it again.
+                    let truncate = |ino: u64| {
+                        let zero = SetAttr {
+                            size: Some(0),
+                            ..SetAttr::default()
+                        };
+                        fs.setattr(U, ino, zero).unwrap();
+                    };
+                    for k in 0..BLOCKS {
+                        write(0, a, 0, k);
+                        write(1, b, 0, k);
+                    }
+                    barrier.wait();
+                    truncate(a);
+                    barrier.wait();
+                    let grew = levels() >= 2;
+                    // Most of it again: the holes at the low end are taken, not all of them.
+                    for k in 0..BLOCKS * 3 / 4 {
+                        write(0, a, 1, k);
+                    }
+                    barrier.wait();
+                    truncate(b);
+                    for k in 0..BLOCKS {
+                        write(1, b, 1, k);
+                    }
+                    check(0, a, 1, BLOCKS * 3 / 4);
+                    check(1, b, 1, BLOCKS);
+                    grew
+                })
+            })
+            .collect();
+        hs.into_iter().all(|h| h.join().unwrap())
+    });
+    assert!(grew, "the free-by-size tree never had three levels");
+    assert_clean(&fs);
+}

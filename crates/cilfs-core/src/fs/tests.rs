@@ -2574,3 +2574,63 @@ fn a_switch_to_read_only_waits_for_open_transactions_and_refuses_new_ones() {
     fs.set_read_only(false).unwrap();
     j.begin(Reservation { unit_bytes: 4096 }).unwrap();
 }
+
+/// The checker finds a leaf that the in-place edits would refuse (`node::check_leaf_layout`):
+/// one whose keys are out of order (which decoding refuses too) and one whose values are not
+/// packed (which decoding accepts), each made in memory from a clean fs tree leaf.
+#[test]
+fn the_checker_finds_a_leaf_with_keys_out_of_order_or_values_not_packed() {
+    use node::{LEAF_ENTRY_BYTES, NODE_HEADER_BYTES};
+    let clock = TestClock::new();
+    let fs = mount(&new_dev(47), opts(&clock));
+    for i in 0..3u8 {
+        let f = file_in_root(&fs, &[b'f', b'0' + i]);
+        fs.write(U, f, 0, &[i; 100]).unwrap();
+    }
+    assert_clean(&fs);
+    let root = fs.read_state().hdr.lock().fs_root;
+    assert_eq!(root.level, 0, "the fs tree is one leaf");
+    let buf = fs.journal.buf(root.blkno).unwrap();
+    let entry = |i: usize| NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES;
+    let problems = || check::check(&fs).unwrap().problems;
+    let clean = buf.lock().data.to_vec();
+    // Keys 0 and 1 swapped, their values with them.
+    {
+        let mut g = buf.lock();
+        let (a, b) = (
+            g.data[entry(0)..entry(1)].to_vec(),
+            g.data[entry(1)..entry(2)].to_vec(),
+        );
+        g.data[entry(0)..entry(1)].copy_from_slice(&b);
+        g.data[entry(1)..entry(2)].copy_from_slice(&a);
+    }
+    let found = problems();
+    assert!(
+        found.iter().any(|p| p.contains("out of order")),
+        "keys out of order not found: {found:?}"
+    );
+    // The last (lowest) value moved 8 bytes down into the free middle, its offset with it:
+    // every key still finds its value, but the values are no longer packed.
+    {
+        let mut g = buf.lock();
+        g.data.copy_from_slice(&clean);
+        let count = usize::from(u16::from_le_bytes([g.data[6], g.data[7]]));
+        let e = entry(count - 1);
+        let off = usize::from(u16::from_le_bytes([g.data[e + 16], g.data[e + 17]]));
+        let len = usize::from(u16::from_le_bytes([g.data[e + 18], g.data[e + 19]]));
+        assert!(
+            len > 0 && off - 8 >= entry(count),
+            "a value with room below it"
+        );
+        g.data.copy_within(off..off + len, off - 8);
+        g.data[e + 16..e + 18].copy_from_slice(&((off - 8) as u16).to_le_bytes());
+    }
+    node::Node::decode(&buf.lock().data, root.blkno, header::TREE_FS).expect("it decodes");
+    let found = problems();
+    assert!(
+        found.iter().any(|p| p.contains("not packed")),
+        "values not packed not found: {found:?}"
+    );
+    buf.lock().data.copy_from_slice(&clean);
+    assert_clean(&fs);
+}

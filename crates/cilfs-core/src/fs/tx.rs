@@ -1079,6 +1079,14 @@ impl NodeStore for ReadView<'_> {
         )
     }
 
+    fn check_leaf_layout(&mut self, blkno: u64, tree: u8) -> FsResult<()> {
+        self.with_block(
+            blkno,
+            |d| super::tree::node::check_leaf_layout(d, blkno, tree),
+            |_| false,
+        )
+    }
+
     fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {
         Err(FsError::ReadOnly)
     }

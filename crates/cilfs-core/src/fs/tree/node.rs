@@ -629,6 +629,16 @@ pub fn leaf_remove_raw(
     }))
 }
 
+/// Checks that encoded leaf `blkno` of `tree` is one the in-place edits accept
+/// (`leaf_put_raw`, `leaf_remove_raw`): its keys ascend and its values are packed as
+/// `encode_into` packs them. `Node::decode` accepts values anywhere in the value area, so a
+/// leaf that decodes may still be refused, as corrupt, by the next edit in place: the checker
+/// asks this of every leaf too.
+pub fn check_leaf_layout(block: &[u8], blkno: u64, tree: u8) -> FsResult<()> {
+    let n = RawNode::open(block, blkno, tree, 0)?;
+    packed(block, blkno, n.count, n.count).map(|_| ())
+}
+
 fn entry_at(i: usize) -> usize {
     NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES
 }
