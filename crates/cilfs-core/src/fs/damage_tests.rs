@@ -123,17 +123,23 @@ fn remount(dev: &Arc<SimDevice>, fs: Arc<Fs>) -> Result<Arc<Fs>, FsError> {
     Fs::open(j, FsOptions::default())
 }
 
-/// The header's next inode number at 2^64-1 (valid CRC): creates fail as corrupt instead of
-/// wrapping round onto the root, everything else keeps working, and check reports it.
-#[test]
-fn a_next_inode_number_at_the_top_fails_creates_and_never_overwrites_the_root() {
-    let dev = new_dev(501);
+/// A filesystem with one file, `kept`, holding `data`: the device, the mount and its inode.
+fn with_a_kept_file(seed: u64) -> (Arc<SimDevice>, Arc<Fs>, u64) {
+    let dev = new_dev(seed);
     let fs = mount(&dev, FsOptions::default());
     let f = fs
         .mknod(Cred::ROOT, ROOT_INO, b"kept", 0o100_644, 0)
         .unwrap()
         .ino;
     fs.write(Cred::ROOT, f, 0, b"data").unwrap();
+    (dev, fs, f)
+}
+
+/// The header's next inode number at 2^64-1 (valid CRC): creates fail as corrupt instead of
+/// wrapping round onto the root, everything else keeps working, and check reports it.
+#[test]
+fn a_next_inode_number_at_the_top_fails_creates_and_never_overwrites_the_root() {
+    let (dev, fs, _) = with_a_kept_file(501);
     damage_committed(&fs, &|t| t.hdr.next_ino = u64::MAX);
     let fs = remount(&dev, fs).unwrap();
     for name in [&b"a"[..], b"b", b"c"] {
@@ -162,13 +168,7 @@ fn a_next_inode_number_at_the_top_fails_creates_and_never_overwrites_the_root() 
 /// number fails instead of writing over it (later ones take numbers past it).
 #[test]
 fn a_next_inode_number_behind_the_live_ones_never_overwrites_an_inode() {
-    let dev = new_dev(502);
-    let fs = mount(&dev, FsOptions::default());
-    let f = fs
-        .mknod(Cred::ROOT, ROOT_INO, b"kept", 0o100_644, 0)
-        .unwrap()
-        .ino;
-    fs.write(Cred::ROOT, f, 0, b"data").unwrap();
+    let (dev, fs, f) = with_a_kept_file(502);
     damage_committed(&fs, &|t| t.hdr.next_ino = f);
     let fs = remount(&dev, fs).unwrap();
     for i in 0..40 {
