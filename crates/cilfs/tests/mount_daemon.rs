@@ -450,14 +450,18 @@ fn a_log_damaged_before_committed_checkpoints_is_refused_and_repaired() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert_eq!(sha1(&m.img), sum, "repair -n wrote to the image");
-    let out = common::cilfs(&["repair", img]);
+    // fsck(8)'s helper: -n leaves it (4, uncorrected), -y repairs it (1, corrected).
+    let fsck = m._tmp.path().join("fsck.cilfs");
+    std::os::unix::fs::symlink(common::CILFS, &fsck).unwrap();
+    let out = output(Command::new(&fsck).args(["-n", img]));
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(sha1(&m.img), sum, "fsck -n wrote to the image");
+    let out = output(Command::new(&fsck).args(["-y", img]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stdout).contains("repaired: consistent"),
+        "{out:?}"
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("repaired: consistent"));
     let out = common::cilfs(&["repair", img]);
     assert!(out.status.success());
     assert!(

@@ -218,13 +218,14 @@ fn mount_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
 }
 
 /// fsck(8)'s exit statuses (fsck(8) "EXIT STATUS").
+const FSCK_CORRECTED: u8 = 1;
 const FSCK_UNCORRECTED: u8 = 4;
 const FSCK_OPERATIONAL: u8 = 8;
 const FSCK_USAGE: u8 = 16;
 
-/// `fsck.cilfs [-a|-p|-n|-y] [-f] [-v] [--logdev PATH] IMAGE`: `cilfs check`, which repairs
-/// nothing (there is no repair yet), so problems are left uncorrected; with -a, -p or -y it
-/// clears the needs-check mark of a filesystem it finds consistent.
+/// `fsck.cilfs [-a|-p|-n|-y] [-f] [-v] [--logdev PATH] IMAGE`: `cilfs check`; with -a, -p or
+/// -y `cilfs repair` first (which repairs a damaged log, not yet damaged trees), and the check
+/// then clears the needs-check mark of a filesystem it finds consistent.
 fn fsck_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
     let usage = |msg: String| {
         fail(
@@ -263,17 +264,37 @@ fn fsck_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
     }
     let [image] = <[OsString; 1]>::try_from(positional)
         .map_err(|p| usage(format!("needs one image, got {} names", p.len())))?;
-    let args = check::Args::new(image.into(), logdev.map(Into::into), may_write);
+    let image = std::path::PathBuf::from(image);
+    let logdev = logdev.map(std::path::PathBuf::from);
+    let repaired = if may_write {
+        match super::repair::repair(&super::repair::Args::new(image.clone(), logdev.clone())) {
+            Ok(changed) => changed,
+            // Left for the check below to report.
+            Err(f) if f.status == 1 => false,
+            Err(f) => return Err(fail(FSCK_OPERATIONAL, f.error)),
+        }
+    } else {
+        false
+    };
+    let args = check::Args::new(image, logdev, may_write);
     check::run(args).map_err(|f| match f.status {
         1 => fail(
             FSCK_UNCORRECTED,
             anyhow!(
-                "{}: errors left uncorrected (cilfs has no repair yet)",
+                "{}: errors left uncorrected (cilfs repair fixes a damaged log, not yet \
+                 damaged trees)",
                 crate::one_line(&f.error)
             ),
         ),
         _ => fail(FSCK_OPERATIONAL, f.error),
-    })
+    })?;
+    if repaired {
+        return Err(fail(
+            FSCK_CORRECTED,
+            anyhow!("errors corrected: the log was replayed up to its damage"),
+        ));
+    }
+    Ok(())
 }
 
 /// mkfs(8): "0 on success and 1 on failure".

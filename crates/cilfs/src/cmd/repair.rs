@@ -36,7 +36,24 @@ fn open(p: &Path, read_only: bool) -> Result<Arc<dyn Device>, Failure> {
     Ok(Arc::new(FileDevice::open(p, o).map_err(Failure::usage)?))
 }
 
+impl Args {
+    /// `fsck.cilfs -a|-p|-y`'s: a repair that may write.
+    pub fn new(image: PathBuf, logdev: Option<PathBuf>) -> Self {
+        Args {
+            image,
+            logdev,
+            no_modify: false,
+        }
+    }
+}
+
 pub fn run(a: Args) -> Result<(), Failure> {
+    repair(&a).map(|_| ())
+}
+
+/// The repair; Ok(true) when it repaired damage (a damaged log) and left the filesystem
+/// consistent, Ok(false) when there was none (a dirty log is replayed, which is no damage).
+pub fn repair(a: &Args) -> Result<bool, Failure> {
     let image = a.image.display().to_string();
     // Held throughout: no mount may start while the log is cut and the trees are checked.
     let _locks = [Some(&a.image), a.logdev.as_ref()]
@@ -57,7 +74,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             println!("log: {what}; would replay it up to the damage and discard the rest");
         } else {
             println!("log: {what}");
-            salvage_log(&a)?;
+            salvage_log(a)?;
             println!(
                 "log: {} checkpoints replayed up to the damage; the rest is discarded and the log \
                  starts again there",
@@ -72,7 +89,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
             if ro { "" } else { " (replayed)" }
         );
         if !ro {
-            salvage_log(&a)?;
+            salvage_log(a)?;
             changed = true;
         }
     }
@@ -104,7 +121,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
                 (false, _) => "consistent: nothing to repair",
             }
         );
-        return Ok(());
+        return Ok(changed && recovery.damaged);
     }
     Err(Failure::found(anyhow!(
         "{image}: {} problems left: cilfs repair does not rebuild trees yet",
