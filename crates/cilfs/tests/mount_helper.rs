@@ -223,6 +223,21 @@ impl Drop for Fixture {
     }
 }
 
+/// With `noloop` sync(2) does not reach cilfs; the helper still prints nothing (scripts such
+/// as xfstests compare what mount prints), and the note goes to the daemon's log.
+#[test]
+fn the_mount_helper_is_silent_about_sync_on_a_noloop_mount() {
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
+    let f = Fixture::new();
+    let out = f.mount("noloop");
+    assert_ok("mount -t fuse.cilfs -o noloop", &out);
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(text(&out.stderr), "");
+    assert_ok("umount", &run("umount", &[s(&f.dir)]));
+}
+
 #[test]
 fn mount_t_fuse_cilfs_puts_nosuid_nodev_noexec_in_the_kernels_mount_flags() {
     let Some(_h) = Helpers::install() else {

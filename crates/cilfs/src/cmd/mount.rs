@@ -35,6 +35,9 @@ pub struct Args {
 
 /// Set in the environment of the background copy: it reports readiness on stdout.
 const NOTIFY_ENV: &str = "CILFS_MOUNT_NOTIFY";
+/// Set for the daemon of a mount(8) helper run without -v: notes that are not news go to the
+/// log only.
+const QUIET_ENV: &str = "CILFS_MOUNT_QUIET";
 
 pub fn run(a: Args) -> Result<(), Failure> {
     let opts = mount_opts::parse(&a.options).map_err(|e| Failure::usage(anyhow!(e)))?;
@@ -162,6 +165,10 @@ fn spawn_background(a: &Args) -> Result<(), Failure> {
     // The daemon tells this process what it says while mounting, where it logs and when it is
     // ready on stdout (see `Notify`); its stderr would outlive this reader, so it has none:
     // everything it says later goes to its log.
+    if crate::out::closed() {
+        // A mount(8) helper, silent when all goes well: the daemon keeps its notes to its log.
+        cmd.env(QUIET_ENV, "1");
+    }
     let mut child = cmd
         .env(NOTIFY_ENV, "1")
         .stdin(Stdio::null())
@@ -470,11 +477,18 @@ fn serve_logged(
         } else {
             "no loop device could be used"
         };
-        tracing::warn!(
+        let note = format!(
             "sync(2) and syncfs(2) do not reach cilfs on this mount (fuse.cilfs, not fuseblk: \
              {why}): files are made durable by fsync(2), by the unmount, and otherwise by the \
              daemon's own write back within about a minute"
         );
+        // A mount(8) helper is silent when all goes well (scripts compare what mount
+        // prints): the note then goes to the log alone.
+        if crate::out::closed() || std::env::var_os(QUIET_ENV).is_some() {
+            tracing::warn!(target: QUIET, "{note}");
+        } else {
+            tracing::warn!("{note}");
+        }
     }
     // The mount exists: what recovery and the journal wrote meanwhile may reach the image. If
     // that fails, dropping the session unmounts.
