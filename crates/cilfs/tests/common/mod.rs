@@ -248,21 +248,30 @@ pub fn wait_for_exit(child: &mut std::process::Child) -> std::process::ExitStatu
 /// through the journal so that the block's stamp and CRC stay valid: only the checker's cross
 /// check of the count against the tree can find it.
 pub fn miscount_inodes(img: &Path) {
+    log_inode_count_change(img, 1).unmount().unwrap();
+}
+
+/// Adds `n` to the header's inode count in a checkpoint forced to the log, and returns the
+/// journal: unmounted, the change is written in place; dropped, the image is left as a crash
+/// would (the inline journal writes nothing back before it needs log space).
+pub fn log_inode_count_change(img: &Path, n: u64) -> Arc<Journal> {
     let dev: Arc<dyn Device> =
         Arc::new(FileDevice::open(img, FileDeviceOptions::default()).unwrap());
     let j = Journal::open(dev, None, JournalConfig::default()).unwrap();
     let header = j.metadata_area().0;
-    let mut tx = j
-        .begin(Reservation::for_buffers(1, j.block_size()))
-        .unwrap();
-    let b = tx.buf(header).unwrap();
-    let count = u64::from_le_bytes(tx.data(b)[104..112].try_into().unwrap());
-    tx.write(b, 104, &(count + 1).to_le_bytes());
-    // The header keeps its LSN stamp at byte 8 (docs/on-disk-format.md).
-    tx.set_lsn_offset(b, 8);
-    let seq = tx.commit().unwrap();
+    let seq = {
+        let mut tx = j
+            .begin(Reservation::for_buffers(1, j.block_size()))
+            .unwrap();
+        let b = tx.buf(header).unwrap();
+        let count = u64::from_le_bytes(tx.data(b)[104..112].try_into().unwrap());
+        tx.write(b, 104, &(count + n).to_le_bytes());
+        // The header keeps its LSN stamp at byte 8 (docs/on-disk-format.md).
+        tx.set_lsn_offset(b, 8);
+        tx.commit().unwrap()
+    };
     j.force(seq).unwrap();
-    j.unmount().unwrap();
+    j
 }
 
 /// A fresh image mounted on a directory of a temporary directory; mounts go through
