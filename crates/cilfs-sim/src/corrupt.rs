@@ -474,25 +474,17 @@ fn damage(
             let Some(lsn) = read_lsn_stamp(&b, stamp_at, &uuid) else {
                 return "stamp invalid already: left as is".into();
             };
-            let (s0, s1) = (usize::from(stamp_at), usize::from(stamp_at) + 28);
-            // A word of the header, the entries or the values: an impossible value.
-            let used = used_len(&b, target).max(s1 + 8);
-            let (off, val) = loop {
-                let width = if rng.below(3) == 0 { 2 } else { 8 };
-                let off = (rng.below((used / width) as u64) as usize) * width;
-                if off + width <= s0 || off >= s1 {
-                    let v: u64 = match rng.below(4) {
-                        0 => u64::MAX,
-                        1 => (1 << 63) | rng.below(1 << 20),
-                        2 => 1 << 62,
-                        _ => u64::MAX - rng.below(1000),
-                    };
-                    if off + width <= bs {
-                        b[off..off + width].copy_from_slice(&v.to_le_bytes()[..width]);
-                        break (off, v);
-                    }
-                }
+            // A whole field of the header, of an entry, or a word of a value: an impossible
+            // value, where a bit flip's CRC would have caught it.
+            let (off, width) = crafted_field(&b, target, rng);
+            let v: u64 = match rng.below(4) {
+                0 => u64::MAX,
+                1 => (1 << 63) | rng.below(1 << 20),
+                2 => 1 << 62,
+                _ => u64::MAX - rng.below(1000),
             };
+            b[off..off + width].copy_from_slice(&v.to_le_bytes()[..width]);
+            let val = v & (u64::MAX >> (64 - 8 * width));
             write_lsn_stamp(&mut b, stamp_at, lsn, &uuid);
             format!("word at {off} set to {val:#x} (valid CRC)")
         }
@@ -501,15 +493,36 @@ fn damage(
     what
 }
 
-/// Bytes of a node or header block that hold entries (crafted values go there, where they mean
-/// something): the header's fields, a node's header and entries.
-fn used_len(b: &[u8], target: Target) -> usize {
+/// A field to set to an impossible value: (offset, width in bytes). The header's roots,
+/// counters and data range; a node's entry count, an entry's key words, value place and child;
+/// a 64-bit word inside a leaf value.
+fn crafted_field(b: &[u8], target: Target, rng: &mut SimRng) -> (usize, usize) {
     if target == Target::Header {
-        return 136;
+        // 40..136: three roots (block, level), three counters, data_start, data_end, free list.
+        return (40 + 8 * rng.below(12) as usize, 8);
     }
     let count = usize::from(u16::from_le_bytes([b[6], b[7]]));
-    let esize = if b[4] == 0 { 20 } else { 24 };
-    (48 + count * esize).min(b.len())
+    let leaf = b[4] == 0;
+    let esize = if leaf { 20 } else { 24 };
+    if count == 0 || rng.below(10) == 0 {
+        return (6, 2);
+    }
+    let e = 48 + esize * rng.below(count as u64) as usize;
+    match (leaf, rng.below(4)) {
+        (_, 0) => (e, 8),
+        (_, 1) => (e + 8, 8),
+        (false, _) => (e + 16, 8),
+        (true, 2) => (e + 16 + 2 * rng.below(2) as usize, 2),
+        (true, _) => {
+            let off = usize::from(u16::from_le_bytes([b[e + 16], b[e + 17]]));
+            let len = usize::from(u16::from_le_bytes([b[e + 18], b[e + 19]]));
+            if len >= 8 && off + len <= b.len() {
+                (off + 8 * rng.below(len as u64 / 8) as usize, 8)
+            } else {
+                (e + 8, 8)
+            }
+        }
+    }
 }
 
 /// The inodes a damaged fs-tree leaf held items of, and the inodes its directory entries name:
