@@ -1,9 +1,12 @@
-//! A filesystem's layout as read back from its devices: superblock plus, for an external log,
-//! the log device header, cross-checked against each other and against the device sizes.
+//! A filesystem's layout as read back from its devices: superblock (the primary, or a backup
+//! copy when the primary is damaged) plus, for an external log, the log device header,
+//! cross-checked against each other and against the device sizes.
 
-use crate::format::superblock::SbLog;
+use crate::format::superblock::{
+    front_backup_block, SbLog, FRONT_BACKUP_BYTES, MAX_BLOCK_SIZE, MIN_BLOCK_SIZE,
+};
 use crate::format::{FormatError, LogDeviceHeader, Superblock, HEADER_BYTES};
-use cilfs_device::{Device, DeviceError};
+use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
 use thiserror::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +23,10 @@ pub struct Geometry {
     /// Byte offset of the log on the device that holds it.
     pub log_offset: u64,
     pub log_bytes: u64,
+    /// The primary superblock did not decode: `sb` is the backup copy at this block.
+    pub from_backup: Option<u64>,
+    /// Why the primary was passed over (with `from_backup`).
+    pub primary_damage: Option<String>,
 }
 
 #[derive(Debug, Error)]
@@ -31,6 +38,8 @@ pub enum GeometryError {
     },
     #[error("{0}")]
     Format(#[from] FormatError),
+    #[error("writing the superblock: {0}")]
+    WriteSuperblock(DeviceError),
     /// No cilfs superblock where it belongs: another filesystem, or none.
     #[error("not a cilfs filesystem: {0}")]
     NotCilfs(&'static str),
@@ -71,52 +80,248 @@ fn read_header(dev: &dyn Device, what: &'static str) -> Result<[u8; HEADER_BYTES
 }
 
 /// What `dev` holds instead of a cilfs superblock: the kind of filesystem where its magic
-/// number says so (as blkid would name it).
-fn other_filesystem(dev: &dyn Device) -> &'static str {
+/// number says so (as blkid would name it), and whether that is a whole other filesystem
+/// (made over this one: no backup copy of ours may be taken over it).
+fn other_filesystem(dev: &dyn Device) -> (&'static str, bool) {
     const UNKNOWN: &str = "no cilfs superblock at its start (make one with cilfs mkfs)";
     let len = (128 * 1024).min(dev.len() / 512 * 512) as usize;
     let mut b = cilfs_device::AlignedBuf::zeroed(len);
     if dev.read(0, &mut b).is_err() {
-        return UNKNOWN;
+        return (UNKNOWN, false);
     }
     let at = |off: usize, magic: &[u8]| b.get(off..off + magic.len()) == Some(magic);
-    if at(1080, &[0x53, 0xef]) {
+    let other = if at(1080, &[0x53, 0xef]) {
         "it holds an ext2/ext3/ext4 filesystem"
     } else if at(0, b"XFSB") {
         "it holds an XFS filesystem"
     } else if at(65_600, b"_BHRfS_M") {
         "it holds a btrfs filesystem"
-    } else if at(510, &[0x55, 0xaa]) {
+    } else {
+        ""
+    };
+    if !other.is_empty() {
+        return (other, true);
+    }
+    // A partition table or boot sector written over sector 0 is the damage backups are for.
+    let what = if at(510, &[0x55, 0xaa]) {
         "it holds a FAT filesystem or a partition table"
     } else if b[..len.min(4096)].iter().all(|&x| x == 0) {
         "its start is zeros, no filesystem yet (make one with cilfs mkfs)"
     } else {
         UNKNOWN
+    };
+    (what, false)
+}
+
+/// The copy of the superblock at byte `off`, if one decodes there and says it belongs there.
+fn backup_at(dev: &dyn Device, off: u64) -> Option<(Superblock, u64)> {
+    if off == 0 || off.checked_add(HEADER_BYTES as u64)? > dev.len() {
+        return None;
     }
+    let mut s = AlignedBuf::zeroed(HEADER_BYTES);
+    dev.read(off, &mut s).ok()?;
+    let (sb, at) = Superblock::decode_copy(&s).ok()?;
+    (at != 0 && at.checked_mul(u64::from(sb.block_size)) == Some(off)).then_some((sb, at))
+}
+
+/// Finds a backup copy without the primary: first at byte 1 MiB (the same byte for every
+/// block size), then in the last block of the device for each block size, where the end copy
+/// lies when the filesystem fills its device (as mkfs makes it by default).
+fn find_backup(dev: &dyn Device) -> Option<(Superblock, u64)> {
+    if let Some(c) = backup_at(dev, FRONT_BACKUP_BYTES) {
+        return Some(c);
+    }
+    let mut bs = u64::from(MIN_BLOCK_SIZE);
+    while bs <= u64::from(MAX_BLOCK_SIZE) {
+        if let Some(last) = (dev.len() / bs).checked_sub(1) {
+            if let Some(c) =
+                backup_at(dev, last * bs).filter(|(sb, _)| u64::from(sb.block_size) == bs)
+            {
+                return Some(c);
+            }
+        }
+        bs *= 2;
+    }
+    None
+}
+
+/// Writes every copy of `sb`: the backups first, each with `flags`, then the primary. A
+/// backup is so never older than the primary, and the primary, the copy every mount reads,
+/// changes last. A backup past the device's end (an image file cut short) is skipped:
+/// `cilfs check` reports it missing and `cilfs repair` writes it back.
+pub fn write_superblock(
+    dev: &dyn Device,
+    sb: &Superblock,
+    flags: WriteFlags,
+) -> Result<(), DeviceError> {
+    let bs = u64::from(sb.block_size);
+    let mut buf = AlignedBuf::zeroed(sb.block_size as usize);
+    for at in sb.backup_blocks() {
+        if (at + 1) * bs > dev.len() {
+            continue;
+        }
+        buf[..HEADER_BYTES].copy_from_slice(&sb.encode_copy(at));
+        dev.write(at * bs, &buf, flags)?;
+    }
+    buf[..HEADER_BYTES].copy_from_slice(&sb.encode());
+    dev.write(0, &buf, flags)
+}
+
+/// Rewrites the superblock's copies that `Geometry::copy_problems` finds wrong, from the copy
+/// `Geometry::read` chose (the primary, or the backup it fell back to); with `dry_run` only
+/// says what it would do. One line per copy rewritten, or that cannot be (a backup past the
+/// end of the device). Every copy is written in one `write_superblock`, as a mount would.
+pub fn repair_copies(
+    data: &dyn Device,
+    logdev: Option<&dyn Device>,
+    dry_run: bool,
+) -> Result<Vec<String>, GeometryError> {
+    let g = Geometry::read(data, logdev)?;
+    if g.copy_problems(data).is_empty() {
+        return Ok(Vec::new());
+    }
+    let verb = if dry_run { "would rewrite" } else { "rewrote" };
+    let bs = u64::from(g.sb.block_size);
+    let mut out = Vec::new();
+    if let Some(b) = g.from_backup {
+        out.push(format!(
+            "superblock: {verb} the primary from the backup at block {b}"
+        ));
+    }
+    for b in g.sb.backup_blocks() {
+        if Some(b) == g.from_backup {
+            continue;
+        }
+        if (b + 1) * bs > data.len() {
+            out.push(format!(
+                "superblock: the backup at block {b} lies past the device's end ({} bytes): \
+                 the device must be {} bytes",
+                data.len(),
+                g.sb.data_bytes()
+            ));
+        } else {
+            out.push(format!("superblock: {verb} the backup at block {b}"));
+        }
+    }
+    if !dry_run {
+        write_superblock(data, &g.sb, WriteFlags::FUA).map_err(GeometryError::WriteSuperblock)?;
+    }
+    Ok(out)
+}
+
+/// Whether two copies describe the same filesystem in the same place (the fields a mount
+/// changes, such as the clean flag or the generation, may differ by the one write a crash
+/// interrupted).
+fn same_filesystem(a: &Superblock, b: &Superblock) -> bool {
+    (
+        a.uuid,
+        a.block_size,
+        a.data_blocks,
+        a.log,
+        a.log_blocks,
+        a.backups,
+    ) == (
+        b.uuid,
+        b.block_size,
+        b.data_blocks,
+        b.log,
+        b.log_blocks,
+        b.backups,
+    )
 }
 
 impl Geometry {
     /// The metadata area, blocks `[first, end)` of the data device: past the internal log, or
-    /// past the superblock with an external one. Its first block is the filesystem header.
+    /// past the superblock (and the front backup) with an external one, and before the end
+    /// backup. Its first block is the filesystem header.
     pub fn metadata_area(&self) -> (u64, u64) {
-        match self.sb.log {
-            SbLog::Internal { start } => (start + self.sb.log_blocks, self.sb.data_blocks),
-            SbLog::External { .. } => (1, self.sb.data_blocks),
+        let sb = &self.sb;
+        let end = sb.data_blocks - u64::from(sb.backups);
+        match sb.log {
+            SbLog::Internal { start } => (start + sb.log_blocks, end),
+            SbLog::External { .. } if sb.backups => (front_backup_block(sb.block_size) + 1, end),
+            SbLog::External { .. } => (1, end),
         }
     }
 
-    /// Reads and cross-checks the layout. `logdev` must be given exactly when the log is external.
-    pub fn read(data: &dyn Device, logdev: Option<&dyn Device>) -> Result<Self, GeometryError> {
-        let sb = match Superblock::decode(&read_header(data, "data device")?) {
-            Err(FormatError::BadMagic { .. }) => {
-                return Err(GeometryError::NotCilfs(other_filesystem(data)))
+    /// What is wrong with the superblock's copies, one line each, for `cilfs check`: a
+    /// damaged primary (read from a backup), and each backup that is missing, damaged or
+    /// describes another filesystem. Empty when every copy is sound (or the image has none).
+    pub fn copy_problems(&self, data: &dyn Device) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(b) = self.from_backup {
+            out.push(format!(
+                "superblock: primary damaged ({}), using the backup at block {b} (cilfs repair \
+                 rewrites it)",
+                self.primary_damage.as_deref().unwrap_or("unreadable")
+            ));
+        }
+        let bs = u64::from(self.sb.block_size);
+        for b in self.sb.backup_blocks() {
+            if Some(b) == self.from_backup {
+                continue;
             }
-            r => r?,
-        };
-        if sb.data_bytes() > data.len() {
+            let off = b * bs;
+            if off + HEADER_BYTES as u64 > data.len() {
+                out.push(format!(
+                    "superblock: the backup at block {b} is missing: the device ends at byte {} \
+                     (cut short?)",
+                    data.len()
+                ));
+                continue;
+            }
+            let mut s = AlignedBuf::zeroed(HEADER_BYTES);
+            let problem = match data.read(off, &mut s) {
+                Err(e) => Some(format!("cannot be read: {e}")),
+                Ok(()) => match Superblock::decode_copy(&s) {
+                    Err(e) => Some(format!("is damaged: {e}")),
+                    Ok((_, at)) if at != b => Some(format!("is damaged: it says it is block {at}")),
+                    Ok((c, _)) if !same_filesystem(&c, &self.sb) => Some(format!(
+                        "describes another filesystem (uuid {}, {} blocks of {} bytes)",
+                        uuid_string(&c.uuid),
+                        c.data_blocks,
+                        c.block_size
+                    )),
+                    Ok(_) => None,
+                },
+            };
+            if let Some(p) = problem {
+                out.push(format!("superblock: the backup at block {b} {p}"));
+            }
+        }
+        out
+    }
+
+    /// Reads and cross-checks the layout. `logdev` must be given exactly when the log is
+    /// external. A primary that does not decode is passed over for a backup copy
+    /// (`from_backup` says which), unless another filesystem was made over this one.
+    pub fn read(data: &dyn Device, logdev: Option<&dyn Device>) -> Result<Self, GeometryError> {
+        let (sb, from_backup, primary_damage) =
+            match Superblock::decode(&read_header(data, "data device")?) {
+                Ok(sb) => (sb, None, None),
+                // A newer format: its backups are no older, and no more readable.
+                Err(e @ FormatError::UnsupportedVersion { .. }) => return Err(e.into()),
+                Err(e) => {
+                    let other =
+                        matches!(e, FormatError::BadMagic { .. }).then(|| other_filesystem(data));
+                    if let Some((kind, true)) = other {
+                        return Err(GeometryError::NotCilfs(kind));
+                    }
+                    match find_backup(data) {
+                        Some((sb, at)) => (sb, Some(at), Some(e.to_string())),
+                        None => {
+                            return Err(match other {
+                                Some((kind, _)) => GeometryError::NotCilfs(kind),
+                                None => e.into(),
+                            })
+                        }
+                    }
+                }
+            };
+        if sb.needed_bytes() > data.len() {
             return Err(GeometryError::DeviceTooSmall {
                 what: "data device",
-                needed: sb.data_bytes(),
+                needed: sb.needed_bytes(),
                 actual: data.len(),
             });
         }
@@ -130,6 +335,8 @@ impl Geometry {
                 log_offset: start * bs,
                 log_bytes,
                 sb,
+                from_backup,
+                primary_damage,
             }),
             (SbLog::External { log_uuid }, Some(dev)) => {
                 let h = LogDeviceHeader::decode(&read_header(dev, "log device")?)?;
@@ -163,6 +370,8 @@ impl Geometry {
                     log_offset: bs,
                     log_bytes,
                     sb,
+                    from_backup,
+                    primary_damage,
                 })
             }
         }

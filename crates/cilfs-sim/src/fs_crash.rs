@@ -189,6 +189,7 @@ fn layout() -> Layout {
         data_blocks: DATA_BLOCKS,
         log: SbLog::Internal { start: 1 },
         log_blocks: LOG_BLOCKS,
+        backups: false,
     }
 }
 

@@ -95,6 +95,7 @@ fn layout(external: bool) -> Layout {
             SbLog::Internal { start: 1 }
         },
         log_blocks: LOG_BLOCKS,
+        backups: false,
     }
 }
 

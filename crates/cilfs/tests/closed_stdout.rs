@@ -79,7 +79,11 @@ fn info_logprint_check_and_mkfs_end_quietly_on_a_closed_stdout() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is inconsistent"));
     let mut bytes = std::fs::read(&other).unwrap();
+    // The primary and both backup copies (byte 1 MiB, the last block).
+    let len = bytes.len();
     bytes[..512].fill(0x5a);
+    bytes[1 << 20..(1 << 20) + 512].fill(0x5a);
+    bytes[len - 4096..].fill(0x5a);
     std::fs::write(&other, bytes).unwrap();
     let out = run_into_broken_pipe(tmp.path(), &["info", s(&other)]);
     assert_eq!(out.status.code(), Some(2));

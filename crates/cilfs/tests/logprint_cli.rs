@@ -59,8 +59,9 @@ fn prints_records_checkpoints_and_json() {
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert_eq!(v["checkpoints"].as_array().unwrap().len(), 3);
     assert_eq!(v["records"][0]["crc_ok"], true);
-    // 64 MiB fs, 4 MiB log of 1024 blocks after the superblock: metadata starts at block 1025.
-    assert_eq!(v["records"][0]["ops"][1]["blkno"], 1025);
+    // 64 MiB fs, 4 MiB log of 1024 blocks after the front backup superblock (block 256):
+    // metadata starts at block 1281.
+    assert_eq!(v["records"][0]["ops"][1]["blkno"], 1281);
 }
 
 #[test]
@@ -74,10 +75,12 @@ fn garbage_log_is_an_error_naming_the_offset() {
             .success()
     );
     let mut bytes = std::fs::read(&img).unwrap();
-    bytes[4096..8192].fill(0x6b);
+    // The log's first block: the one after the front backup superblock at 1 MiB.
+    let log = (1 << 20) + 4096;
+    bytes[log..log + 4096].fill(0x6b);
     std::fs::write(&img, bytes).unwrap();
     let out = cilfs(&["logprint", p]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("log byte 0 (device byte 4096)"), "{err}");
+    assert!(err.contains("log byte 0 (device byte 1052672)"), "{err}");
 }

@@ -1,4 +1,5 @@
-//! The superblock: sector 0 of the data device. Layout in `docs/on-disk-format.md`.
+//! The superblock: sector 0 of the data device, and its backup copies (byte 1 MiB and the
+//! filesystem's last block). Layout in `docs/on-disk-format.md`.
 
 use super::codec::{check_header, check_version, seal_header};
 use super::{Decoder, Encoder, FormatError, HEADER_BYTES};
@@ -10,7 +11,18 @@ pub const MAX_BLOCK_SIZE: u32 = 65536;
 pub const SECTOR_SIZE: u32 = 512;
 
 const FLAG_EXTERNAL_LOG: u32 = 1 << 0;
-const KNOWN_FLAGS: u32 = FLAG_EXTERNAL_LOG;
+const FLAG_BACKUPS: u32 = 1 << 1;
+const KNOWN_FLAGS: u32 = FLAG_EXTERNAL_LOG | FLAG_BACKUPS;
+
+/// Byte offset of the front backup copy. Past what a stray `dd bs=1M count=1` or a partition
+/// tool (MBR, GPT's first 17 KiB) overwrites, and a multiple of every block size, so a search
+/// needs no block size to find it.
+pub const FRONT_BACKUP_BYTES: u64 = 1 << 20;
+
+/// The block of the front backup copy.
+pub fn front_backup_block(block_size: u32) -> u64 {
+    FRONT_BACKUP_BYTES / u64::from(block_size)
+}
 const WHAT: &str = "superblock";
 
 /// Where the log lives.
@@ -43,6 +55,10 @@ pub struct Superblock {
     /// found the filesystem consistent and may write. In what was a reserved (zero) word, so
     /// a binary older than it still reads the image.
     pub needs_check: bool,
+    /// Backup copies at byte 1 MiB and in the last block (`backup_blocks`); the log and the
+    /// metadata area start after the first and end before the last. Images made before
+    /// backups existed have none.
+    pub backups: bool,
 }
 
 pub fn is_valid_block_size(bs: u32) -> bool {
@@ -59,12 +75,39 @@ impl Superblock {
         self.data_blocks * u64::from(self.block_size)
     }
 
+    /// Where the backup copies live, front first: none on an image made before backups.
+    pub fn backup_blocks(&self) -> Vec<u64> {
+        if self.backups {
+            vec![front_backup_block(self.block_size), self.data_blocks - 1]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Bytes of the data device the filesystem cannot do without: all its blocks but the last
+    /// backup copy, so that a device (or image file) one block short still mounts.
+    pub fn needed_bytes(&self) -> u64 {
+        let blocks = self.data_blocks - u64::from(self.backups);
+        blocks * u64::from(self.block_size)
+    }
+
+    /// The primary copy (sector 0).
     pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        self.encode_copy(0)
+    }
+
+    /// The copy written at block `at`: 0 for the primary, else one of `backup_blocks`. Each
+    /// copy names its own place, so a copy found by a search is never taken for a primary,
+    /// nor for a copy that belongs somewhere else.
+    pub fn encode_copy(&self, at: u64) -> [u8; HEADER_BYTES] {
         let mut s = [0u8; HEADER_BYTES];
-        let (flags, log_start, log_uuid) = match self.log {
+        let (mut flags, log_start, log_uuid) = match self.log {
             SbLog::Internal { start } => (0, start, [0u8; 16]),
             SbLog::External { log_uuid } => (FLAG_EXTERNAL_LOG, 1, log_uuid),
         };
+        if self.backups {
+            flags |= FLAG_BACKUPS;
+        }
         let mut e = Encoder::new(&mut s);
         e.bytes(&SUPERBLOCK_MAGIC)
             .u32(FORMAT_VERSION)
@@ -79,14 +122,29 @@ impl Superblock {
             .u32(u32::from(self.clean))
             .u32(self.log_generation)
             .u64(self.unclean_epoch)
-            .u32(u32::from(self.needs_check));
-        debug_assert_eq!(e.position(), 100);
+            .u32(u32::from(self.needs_check))
+            .u64(at);
+        debug_assert_eq!(e.position(), 108);
         seal_header(&mut s);
-        debug_assert_eq!(Self::decode(&s).as_ref(), Ok(self));
+        debug_assert_eq!(Self::decode_copy(&s), Ok((self.clone(), at)));
         s
     }
 
+    /// The primary: a backup copy found at sector 0 (a block copied there by hand, say) is
+    /// refused, since its `at` would not be where it lies.
     pub fn decode(sector: &[u8]) -> Result<Self, FormatError> {
+        match Self::decode_copy(sector)? {
+            (sb, 0) => Ok(sb),
+            (_, at) => Err(FormatError::Invalid {
+                what: WHAT,
+                field: "copy",
+                reason: format!("a backup copy of block {at}, not the primary"),
+            }),
+        }
+    }
+
+    /// Any copy, with the block it says it belongs at (0 for the primary).
+    pub fn decode_copy(sector: &[u8]) -> Result<(Self, u64), FormatError> {
         check_header(sector, WHAT, &SUPERBLOCK_MAGIC)?;
         let mut d = Decoder::new(sector, WHAT);
         d.skip_to(8)?;
@@ -123,6 +181,9 @@ impl Superblock {
         let unclean_epoch = d.u64()?;
         // Any non-zero value asks for a check: a later format may give the other bits meaning.
         let needs_check = d.u32()? != 0;
+        // Reserved (zero) before backups: every older image reads as its primary.
+        let at = d.u64()?;
+        let backups = flags & FLAG_BACKUPS != 0;
         let bs = u64::from(block_size);
         if data_blocks.checked_mul(bs).is_none() || log_blocks.checked_mul(bs).is_none() {
             return Err(d.invalid("size", "byte size overflows 64 bits"));
@@ -130,11 +191,31 @@ impl Superblock {
         if log_blocks == 0 {
             return Err(d.invalid("log blocks", "zero"));
         }
+        // With backups the front copy comes before everything and the last block is the end
+        // copy: the log and the metadata must lie between them.
+        let (first_free, end_free) = if backups {
+            let front = front_backup_block(block_size);
+            if data_blocks < front + 3 {
+                return Err(d.invalid(
+                    "data blocks",
+                    format!("{data_blocks}: no room for the backups at {front} and the end"),
+                ));
+            }
+            (front + 1, data_blocks - 1)
+        } else {
+            (1, data_blocks)
+        };
+        if at != 0 && (!backups || (at != first_free - 1 && at != data_blocks - 1)) {
+            return Err(d.invalid(
+                "copy",
+                format!("block {at} is not where this filesystem keeps a backup"),
+            ));
+        }
         let log = if flags & FLAG_EXTERNAL_LOG != 0 {
             SbLog::External { log_uuid }
         } else {
             let end = log_start.checked_add(log_blocks);
-            if log_start == 0 || end.is_none_or(|e| e > data_blocks) {
+            if log_start < first_free || end.is_none_or(|e| e > end_free) {
                 return Err(d.invalid(
                     "log location",
                     format!(
@@ -144,17 +225,21 @@ impl Superblock {
             }
             SbLog::Internal { start: log_start }
         };
-        Ok(Self {
-            uuid,
-            block_size,
-            data_blocks,
-            log,
-            log_blocks,
-            clean,
-            unclean_epoch,
-            log_generation,
-            needs_check,
-        })
+        Ok((
+            Self {
+                uuid,
+                block_size,
+                data_blocks,
+                log,
+                log_blocks,
+                clean,
+                unclean_epoch,
+                log_generation,
+                needs_check,
+                backups,
+            },
+            at,
+        ))
     }
 }
 
@@ -175,6 +260,7 @@ mod tests {
             unclean_epoch: 3,
             log_generation: 5,
             needs_check: false,
+            backups: false,
         }
     }
 
@@ -205,13 +291,77 @@ mod tests {
         assert!(!Superblock::decode(&old).unwrap().needs_check);
     }
 
+    fn with_backups() -> Superblock {
+        Superblock {
+            log: SbLog::Internal {
+                start: front_backup_block(4096) + 1,
+            },
+            backups: true,
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn copies_name_their_place_and_a_backup_is_never_taken_for_the_primary() {
+        let sb = with_backups();
+        assert_eq!(sb.backup_blocks(), vec![256, 262_143]);
+        assert_eq!(sb.needed_bytes(), 262_143 * 4096);
+        for at in sb.backup_blocks() {
+            let raw = sb.encode_copy(at);
+            assert_eq!(Superblock::decode_copy(&raw).unwrap(), (sb.clone(), at));
+            let err = Superblock::decode(&raw).unwrap_err();
+            assert!(err.to_string().contains("not the primary"), "{err}");
+        }
+        assert_eq!(Superblock::decode(&sb.encode()).unwrap(), sb);
+        // A copy that names a block where this filesystem keeps none, and a copy in an image
+        // without backups, are refused: neither was written by cilfs.
+        let mut raw = sb.encode();
+        raw[100..108].copy_from_slice(&1000u64.to_le_bytes());
+        super::super::codec::seal_header(&mut raw);
+        let err = Superblock::decode_copy(&raw).unwrap_err();
+        assert!(err.to_string().contains("not where"), "{err}");
+        let mut raw = sample().encode();
+        raw[100..108].copy_from_slice(&256u64.to_le_bytes());
+        super::super::codec::seal_header(&mut raw);
+        assert!(Superblock::decode_copy(&raw).is_err());
+    }
+
+    #[test]
+    fn with_backups_the_log_must_lie_between_them() {
+        for start in [1, 255, 256, 262_143 - 16_384 + 1] {
+            let sb = Superblock {
+                log: SbLog::Internal { start },
+                ..with_backups()
+            };
+            let mut raw = sb.encode_unchecked();
+            raw[12] |= 2;
+            super::super::codec::seal_header(&mut raw);
+            let err = Superblock::decode(&raw).unwrap_err();
+            assert!(
+                err.to_string().contains("log location"),
+                "start {start}: {err}"
+            );
+        }
+        let ok = Superblock {
+            log: SbLog::Internal {
+                start: 262_143 - 16_384,
+            },
+            ..with_backups()
+        };
+        assert_eq!(Superblock::decode(&ok.encode()).unwrap(), ok);
+    }
+
     #[test]
     fn every_single_bit_flip_is_detected() {
-        let s = sample().encode();
-        for bit in 0..HEADER_BYTES * 8 {
-            let mut c = s;
-            c[bit / 8] ^= 1 << (bit % 8);
-            assert!(Superblock::decode(&c).is_err(), "bit {bit} flip accepted");
+        for s in [sample().encode(), with_backups().encode_copy(256)] {
+            for bit in 0..HEADER_BYTES * 8 {
+                let mut c = s;
+                c[bit / 8] ^= 1 << (bit % 8);
+                assert!(
+                    Superblock::decode_copy(&c).is_err(),
+                    "bit {bit} flip accepted"
+                );
+            }
         }
     }
 

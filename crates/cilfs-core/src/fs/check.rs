@@ -596,6 +596,10 @@ pub fn check_image(
 ) -> Result<(CheckReport, crate::journal::RecoveryReport), CheckError> {
     use cilfs_device::OverlayDevice;
     use std::sync::Arc;
+    // Before the mount below, which rewrites every copy (in memory): what the disk holds.
+    let copies = crate::geometry::Geometry::read(&*data, logdev.as_deref())
+        .map(|g| g.copy_problems(&*data))
+        .unwrap_or_default();
     let data: Arc<dyn cilfs_device::Device> = Arc::new(OverlayDevice::new(data));
     let logdev = logdev.map(|l| Arc::new(OverlayDevice::new(l)) as Arc<dyn cilfs_device::Device>);
     // Salvage: a damaged log is one problem, and the rest is checked as the log up to the
@@ -618,5 +622,6 @@ pub fn check_image(
         let what = recovery.torn.as_deref().unwrap_or("damaged");
         report.problems.insert(0, format!("log: {what}"));
     }
+    report.problems.splice(0..0, copies);
     Ok((report, recovery))
 }

@@ -686,3 +686,6 @@ mod log_damage_tests;
 
 #[cfg(test)]
 mod damage_tests;
+
+#[cfg(test)]
+mod sb_backup_tests;

@@ -22,6 +22,7 @@ pub(crate) fn layout() -> Layout {
         data_blocks: BLOCKS,
         log: SbLog::Internal { start: 1 },
         log_blocks: 512, // 1 MiB
+        backups: false,
     }
 }
 

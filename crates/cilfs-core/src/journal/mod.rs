@@ -13,7 +13,9 @@ use crate::ail::{Ail, WritebackIo};
 use crate::buf::{Buf, BufCache, BufState};
 use crate::cil::{Cil, CilLimits};
 use crate::format::{FormatError, Superblock};
-use crate::geometry::{Geometry, GeometryError, LogLocation};
+// Every copy, backups first: a mount from a backup rewrites the damaged primary with its
+// first superblock write.
+use crate::geometry::{write_superblock, Geometry, GeometryError, LogLocation};
 use crate::lockstat::LockWaits;
 use crate::log::recover::{
     replay, scan_log, LogEnd, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
@@ -22,7 +24,7 @@ use crate::log::writer::{ConfigError, LogPlacement};
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
 use crate::trans::{Reservation, Transaction};
-use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
+use cilfs_device::{Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -239,16 +241,6 @@ pub fn scan(
     let region = log_region(&geo, data, logdev);
     let s = scan_log(&region, geo.sb.block_size)?;
     Ok((geo, s))
-}
-
-fn write_superblock(
-    dev: &dyn Device,
-    sb: &Superblock,
-    flags: WriteFlags,
-) -> Result<(), DeviceError> {
-    let mut buf = AlignedBuf::zeroed(sb.block_size as usize);
-    buf[..512].copy_from_slice(&sb.encode());
-    dev.write(0, &buf, flags)
 }
 
 impl Journal {

@@ -17,6 +17,7 @@ fn tiny_layout(log_blocks: u64) -> Layout {
         data_blocks: 4096,
         log: SbLog::Internal { start: 1 },
         log_blocks,
+        backups: false,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Choosing sizes: defaults and limits of a new filesystem's layout.
 
-use crate::format::superblock::{is_valid_block_size, SbLog};
+use crate::format::superblock::{front_backup_block, is_valid_block_size, SbLog};
 use thiserror::Error;
 
 pub const DEFAULT_FS_BYTES: u64 = 1 << 30;
@@ -56,6 +56,9 @@ pub struct Layout {
     pub data_blocks: u64,
     pub log: SbLog,
     pub log_blocks: u64,
+    /// Backup superblocks at byte 1 MiB and in the last block (always, for a new filesystem;
+    /// off only to make images as binaries before backups did).
+    pub backups: bool,
 }
 
 impl Layout {
@@ -115,7 +118,10 @@ impl Layout {
                         half: human(fs_bytes / 2),
                     });
                 }
-                SbLog::Internal { start: 1 }
+                // Past the front backup; the blocks between it and the superblock stay unused.
+                SbLog::Internal {
+                    start: front_backup_block(bs32) + 1,
+                }
             }
         };
         Ok(Self {
@@ -124,6 +130,7 @@ impl Layout {
             data_blocks: fs_bytes / bs,
             log: log_location,
             log_blocks: log / bs,
+            backups: true,
         })
     }
 

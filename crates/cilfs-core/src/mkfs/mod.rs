@@ -7,7 +7,7 @@ pub mod target;
 pub use layout::{default_log_bytes, Layout, LayoutError};
 pub use target::{plan, MkfsError, MkfsPlan, MkfsReport, MkfsRequest};
 
-use crate::format::superblock::SbLog;
+use crate::format::superblock::{SbLog, FRONT_BACKUP_BYTES};
 use crate::format::{LogDeviceHeader, Superblock};
 use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
 
@@ -28,6 +28,7 @@ pub fn write_filesystem(
 ) -> Result<(), DeviceError> {
     let bs = u64::from(layout.block_size);
     let block = AlignedBuf::zeroed(layout.block_size as usize);
+    zero_old_backups(data)?;
     data.write(0, &block, WriteFlags::FUA)?;
     let (log_dev, log_offset): (&dyn Device, u64) = match (&layout.log, logdev) {
         (SbLog::Internal { start }, _) => (data, start * bs),
@@ -59,9 +60,41 @@ pub fn write_filesystem(
         buf[..512].copy_from_slice(&header.encode());
         dev.write(0, &buf, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
     }
-    let mut buf = AlignedBuf::zeroed(layout.block_size as usize);
-    buf[..512].copy_from_slice(&layout.superblock().encode());
-    data.write(0, &buf, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
+    crate::geometry::write_superblock(
+        data,
+        &layout.superblock(),
+        WriteFlags::PREFLUSH | WriteFlags::FUA,
+    )?;
+    Ok(())
+}
+
+/// Zeroes every place an earlier filesystem may have left a backup superblock, FUA, before
+/// the old primary goes: a copy left behind would be found by the search when the new primary
+/// is lost, and would name a filesystem that is no longer there. Those places are its own
+/// backups (wherever its superblock says), byte 1 MiB, and the device's last 64 KiB (its last
+/// block, whatever the block size).
+fn zero_old_backups(data: &dyn Device) -> Result<(), DeviceError> {
+    let mut at: Vec<(u64, u64)> = Vec::new();
+    let mut s = AlignedBuf::zeroed(512);
+    let old = [0, FRONT_BACKUP_BYTES].into_iter().find_map(|off| {
+        data.read(off, &mut s).ok()?;
+        Superblock::decode_copy(&s).ok().map(|(sb, _)| sb)
+    });
+    if let Some(sb) = old {
+        let bs = u64::from(sb.block_size);
+        at.extend(sb.backup_blocks().iter().map(|b| (b * bs, bs)));
+    }
+    const TAIL_BYTES: u64 = 64 << 10;
+    at.push((FRONT_BACKUP_BYTES, TAIL_BYTES));
+    let end = data.len() / 512 * 512;
+    at.push((end.saturating_sub(TAIL_BYTES), end.min(TAIL_BYTES)));
+    let zeros = AlignedBuf::zeroed(TAIL_BYTES as usize);
+    for (off, len) in at {
+        let len = len.min(data.len().saturating_sub(off)) / 512 * 512;
+        if len > 0 {
+            data.write(off, &zeros[..len as usize], WriteFlags::FUA)?;
+        }
+    }
     Ok(())
 }
 
@@ -78,6 +111,7 @@ impl Layout {
             unclean_epoch: 0,
             log_generation: 0,
             needs_check: false,
+            backups: self.backups,
         }
     }
 }
@@ -98,7 +132,8 @@ mod tests {
             let crashed = dev.crash(CrashOptions { torn_writes: true });
             let g = Geometry::read(&crashed, None).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             assert_eq!(g.log, LogLocation::Internal);
-            assert_eq!(g.log_offset, 4096);
+            assert_eq!(g.log_offset, 257 * 4096, "past the front backup at 1 MiB");
+            assert_eq!(g.sb.backup_blocks(), vec![256, (64 << 20) / 4096 - 1]);
             assert_eq!(g.sb, layout.superblock());
         }
     }
@@ -116,16 +151,31 @@ mod tests {
         let new = Layout::new(32 << 20, 4096, None, None).unwrap();
         write_filesystem(&rec, None, &new, &mut |_, _| {}).unwrap();
         let n = rec.op_count();
+        // The last three writes are the new copies: the front backup, the end one, the primary.
+        let first_copy = n - 2;
         for point in 1..n {
             let img = rec.crash_image(point, &mut |_, _| cilfs_device::Survival::Kept);
             let dev = SimDevice::from_image(img, 32 << 20, 0);
-            if let Ok(g) = Geometry::read(&dev, None) {
-                assert_eq!(
-                    g.sb.uuid, old.uuid,
+            let Ok(g) = Geometry::read(&dev, None) else {
+                continue;
+            };
+            if g.sb.uuid == new.uuid {
+                assert!(
+                    point >= first_copy,
                     "crash at op {point}: new superblock before log zeroed"
                 );
-                panic!("crash at op {point}: old superblock still valid after zeroing");
+                continue;
             }
+            // The old filesystem may be found only while its primary is whole, which mkfs
+            // zeroes after the old backups and before it touches the log: it is then intact.
+            assert_eq!(g.sb.uuid, old.uuid);
+            assert_eq!(
+                g.from_backup, None,
+                "crash at op {point}: an old backup found after the old primary was zeroed"
+            );
+            let mut s = AlignedBuf::zeroed(512);
+            dev.read(0, &mut s).unwrap();
+            assert_eq!(Superblock::decode(&s).unwrap().uuid, old.uuid);
         }
         let dev = SimDevice::from_image(rec.image_at(n), 32 << 20, 0);
         assert_eq!(Geometry::read(&dev, None).unwrap().sb.uuid, new.uuid);

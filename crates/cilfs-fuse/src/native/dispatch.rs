@@ -684,6 +684,7 @@ mod tests {
                 data_blocks: 8192,
                 log: SbLog::Internal { start: 1 },
                 log_blocks: 512,
+                backups: false,
             };
             let dev = Arc::new(SimDevice::new(8192 * 2048, 7));
             write_filesystem(&*dev, None, &layout, &mut |_, _| {}).unwrap();

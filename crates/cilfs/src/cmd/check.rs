@@ -56,7 +56,12 @@ pub fn run(a: Args) -> Result<(), Failure> {
         }
         None => None,
     };
-    let needs_check = Geometry::read(&*data, logdev.as_deref()).is_ok_and(|g| g.sb.needs_check);
+    let geo = Geometry::read(&*data, logdev.as_deref()).ok();
+    let needs_check = geo.as_ref().is_some_and(|g| g.sb.needs_check);
+    // A note, not a problem: such an image is as sound as it ever was.
+    if geo.as_ref().is_some_and(|g| !g.sb.backups) {
+        println!("superblock: no backup copies (made before cilfs kept them)");
+    }
     let (report, recovery) = check_image(data, logdev)
         .map_err(|e| Failure::usage(anyhow!("{}: cannot check: {e}", a.image.display())))?;
     if !recovery.was_clean {
@@ -130,8 +135,6 @@ fn clear_needs_check(image: &Path) -> Result<(), anyhow::Error> {
         Ok::<_, anyhow::Error>(Superblock::decode(&sector[..512])?)
     })?;
     sb.needs_check = false;
-    let mut block = AlignedBuf::zeroed(sb.block_size as usize);
-    block[..512].copy_from_slice(&sb.encode());
-    dev.write(0, &block, WriteFlags::FUA)?;
+    cilfs_core::geometry::write_superblock(&dev, &sb, WriteFlags::FUA)?;
     Ok(())
 }

@@ -154,6 +154,21 @@ pub fn print_geometry(image: &Path, logdev: Option<&Path>, g: &Geometry) {
         ),
     }
     println!("log offset     byte {} of the log device", g.log_offset);
+    match sb.backup_blocks()[..] {
+        [front, end] => println!(
+            "backups        superblock copies at blocks {front} (byte {}) and {end} (the last)",
+            front * u64::from(sb.block_size)
+        ),
+        _ => println!("backups        none (made before cilfs kept backup superblocks)"),
+    }
+    if let Some(b) = g.from_backup {
+        println!(
+            "superblock     primary damaged ({}), using the backup at block {b}: cilfs repair {} \
+             rewrites it",
+            g.primary_damage.as_deref().unwrap_or("unreadable"),
+            image.display()
+        );
+    }
     println!(
         "state          {}, unclean-mount epoch {}",
         if sb.clean { "clean" } else { "needs recovery" },

@@ -13,6 +13,7 @@ pub mod mount;
 pub mod mount_opts;
 pub mod remount;
 pub mod repair;
+pub mod repair_sb;
 pub mod stat;
 pub mod tenant;
 pub mod transport;

@@ -633,6 +633,15 @@ fn on_destroy(
 fn log_recovery(image: &Path, journal: &Journal) {
     let r = journal.recovery_report();
     let image = image.display();
+    let g = journal.geometry();
+    if let Some(b) = g.from_backup {
+        tracing::warn!(
+            "{image}: superblock: primary damaged ({}), using the backup at block {b}: a \
+             read-write mount rewrites the primary from it (a read-only one cannot: cilfs \
+             repair does)",
+            g.primary_damage.as_deref().unwrap_or("unreadable")
+        );
+    }
     if r.checkpoints_skipped > 0 {
         tracing::warn!(
             "{image}: norecovery: the log was not replayed ({} checkpoints): files are as \

@@ -4,8 +4,8 @@
 //! checked. Exit 0 consistent afterwards (or nothing to do), 1 problems remain, 2 could not run.
 //! With `-n` nothing is written: it says what it would do.
 //!
-//! Today it repairs the log only; problems `cilfs check` finds in the trees are reported, not
-//! fixed.
+//! Today it repairs the log and the superblock's copies only; problems `cilfs check` finds
+//! in the trees are reported, not fixed.
 
 use crate::Failure;
 use anyhow::anyhow;
@@ -62,6 +62,8 @@ pub fn repair(a: &Args) -> Result<bool, Failure> {
         .map(|p| super::mount::refuse_mounted(p, "repairing it"))
         .collect::<Result<Vec<_>, _>>()?;
     let ro = a.no_modify;
+    // First, so that what follows reads the filesystem from its primary.
+    let superblock = super::repair_sb::repair(&a.image, a.logdev.as_deref(), ro)?;
     let (before, recovery) = check_image(
         open(&a.image, true)?,
         a.logdev.as_ref().map(|p| open(p, true)).transpose()?,
@@ -117,11 +119,12 @@ pub fn repair(a: &Args) -> Result<bool, Failure> {
             "{image}: {}",
             match (changed, ro) {
                 (true, _) => "repaired: consistent",
+                (false, false) if superblock => "repaired: consistent",
                 (false, true) if recovery.damaged => "consistent apart from the log",
                 (false, _) => "consistent: nothing to repair",
             }
         );
-        return Ok(changed && recovery.damaged);
+        return Ok((changed && recovery.damaged) || (superblock && !ro));
     }
     Err(Failure::found(anyhow!(
         "{image}: {} problems left: cilfs repair does not rebuild trees yet",
