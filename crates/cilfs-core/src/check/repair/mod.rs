@@ -55,6 +55,8 @@ pub struct RepairReport {
     pub log_damaged: bool,
     /// Checkpoints replayed from a log that was not clean.
     pub checkpoints_replayed: u64,
+    /// Something beyond the replay of a dirty but whole log was changed: damage repaired.
+    pub damage_repaired: bool,
     /// Some tree (fs or free space) was rebuilt.
     pub rebuilt_trees: bool,
     /// Inodes named or owning items, whose inode item was not found.
@@ -156,6 +158,7 @@ pub fn repair_image(
 
     progress.tell("log", 0, 1);
     let stamp = close_log(&data, logdev.as_ref(), &mut report)?;
+    let log_changes = report.changes.len();
     progress.tell("log", 1, 1);
 
     let geo = crate::Geometry::read(&*data, logdev.as_deref()).map_err(JournalError::from)?;
@@ -256,6 +259,8 @@ pub fn repair_image(
     }
     header::write(&img, &area, &plan, stamp, &mut progress)?;
     progress.tell("write", 1, 1);
+
+    report.damage_repaired = report.log_damaged || report.changes.len() > log_changes;
 
     // Dry run or not, the checker judges the image repair leaves (it reads through an
     // overlay of its own).
