@@ -4,6 +4,7 @@
 pub mod adaptive;
 pub mod ail;
 pub mod buf;
+pub mod check;
 pub mod cil;
 pub mod counter;
 pub mod format;

@@ -452,16 +452,30 @@ fn fsck_cilfs_and_mkfs_cilfs_keep_their_tools_exit_statuses() {
         );
     }
     assert_ok("fsck -t cilfs", &run("fsck", &["-t", "cilfs", s(&img)]));
-    // 4: errors left uncorrected (there is no repair), whatever was asked.
+    // 4: errors left uncorrected when only checked (no flag, -n).
     miscount_inodes(&img);
-    for flag in ["-n", "-y", "-p"] {
-        let out = run("/sbin/fsck.cilfs", &[flag, s(&img)]);
-        assert_status(&format!("fsck.cilfs {flag} on a damaged image"), &out, 4);
+    for flags in [&["-n"][..], &[]] {
+        let mut args = flags.to_vec();
+        args.push(s(&img));
+        let out = run("/sbin/fsck.cilfs", &args);
+        assert_status(&format!("fsck.cilfs {flags:?} on a damaged image"), &out, 4);
         assert!(text(&out.stdout).contains("header counts 2 inodes, the tree holds 1"));
         assert!(text(&out.stderr).contains("errors left uncorrected"));
         assert_eq!(text(&out.stderr).trim_end().lines().count(), 1);
     }
     assert_status("fsck -t cilfs", &run("fsck", &["-t", "cilfs", s(&img)]), 4);
+    // 1: corrected, by the repair -a, -p and -y run.
+    for flag in ["-a", "-p", "-y"] {
+        let out = run("/sbin/fsck.cilfs", &[flag, s(&img)]);
+        assert_status(&format!("fsck.cilfs {flag} on a damaged image"), &out, 1);
+        assert!(text(&out.stdout).contains("header: inode count 2 -> 1"));
+        assert!(text(&out.stderr).contains("errors corrected"));
+        assert_ok(
+            &format!("fsck.cilfs -n after {flag}"),
+            &run("/sbin/fsck.cilfs", &["-n", s(&img)]),
+        );
+        miscount_inodes(&img);
+    }
     // 8: could not check; 16: usage.
     let missing = tmp.path().join("none.img");
     assert_status(

@@ -22,7 +22,7 @@ pub mod error;
 pub mod extent;
 pub mod file;
 pub mod header;
-mod ino_alloc;
+pub(crate) mod ino_alloc;
 pub mod inode;
 mod inode_cache;
 mod iolock;
@@ -661,7 +661,7 @@ pub(crate) fn log_inode(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 mod model_tests;

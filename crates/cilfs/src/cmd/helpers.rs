@@ -280,18 +280,14 @@ fn fsck_helper(name: &str, args: &[OsString]) -> Result<(), Failure> {
     check::run(args).map_err(|f| match f.status {
         1 => fail(
             FSCK_UNCORRECTED,
-            anyhow!(
-                "{}: errors left uncorrected (cilfs repair fixes a damaged log, not yet \
-                 damaged trees)",
-                crate::one_line(&f.error)
-            ),
+            anyhow!("{}: errors left uncorrected", crate::one_line(&f.error)),
         ),
         _ => fail(FSCK_OPERATIONAL, f.error),
     })?;
     if repaired {
         return Err(fail(
             FSCK_CORRECTED,
-            anyhow!("errors corrected: the log was replayed up to its damage"),
+            anyhow!("errors corrected by cilfs repair"),
         ));
     }
     Ok(())

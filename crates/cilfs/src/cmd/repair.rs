@@ -1,18 +1,16 @@
-//! `cilfs repair IMAGE [--logdev PATH] [-n]`: makes a filesystem whose log is damaged mountable
-//! again, as `xfs_repair -L` does: the committed checkpoints before the damage are replayed,
-//! the rest of the log is discarded (what that loses is said), and the filesystem is then
-//! checked. Exit 0 consistent afterwards (or nothing to do), 1 problems remain, 2 could not run.
-//! With `-n` nothing is written: it says what it would do.
-//!
-//! Today it repairs the log and the superblock's copies only; problems `cilfs check` finds
-//! in the trees are reported, not fixed.
+//! `cilfs repair IMAGE [--logdev PATH] [-n]`: makes a damaged filesystem consistent again,
+//! offline, as `xfs_repair` does: the log is replayed up to any damage and the rest discarded
+//! (`-L` is implied), the trees are rebuilt from whatever survives (a scan of the data area
+//! finds leaves an unreadable node no longer reaches), what check finds is fixed, and inodes
+//! no name reaches go to `/lost+found`. Every change is listed at the end. Exit 0 consistent
+//! afterwards (or nothing to do), 1 problems remain (with `-n`: a repair would change
+//! something), 2 could not run. With `-n` nothing is written: it says what it would do.
 
 use crate::Failure;
 use anyhow::anyhow;
-use cilfs_core::fs::check::check_image;
-use cilfs_core::fs::{Fs, FsOptions};
-use cilfs_core::journal::{Journal, JournalConfig};
+use cilfs_core::check::repair::{repair_image, RepairOptions, RepairProgress};
 use cilfs_device::{Device, FileDevice, FileDeviceOptions};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -51,98 +49,93 @@ pub fn run(a: Args) -> Result<(), Failure> {
     repair(&a).map(|_| ())
 }
 
-/// The repair; Ok(true) when it repaired damage (a damaged log) and left the filesystem
-/// consistent, Ok(false) when there was none (a dirty log is replayed, which is no damage).
+/// A bar on stderr when it is a terminal (indicatif draws nothing otherwise).
+fn progress_bar() -> (ProgressBar, Box<dyn FnMut(RepairProgress) + Send>) {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{msg:6} {bar:30} {pos}/{len}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let b = bar.clone();
+    let tell = Box::new(move |p: RepairProgress| {
+        b.set_message(p.phase);
+        if p.total > 0 {
+            b.set_length(p.total);
+        }
+        b.set_position(p.done);
+    });
+    (bar, tell)
+}
+
+/// The repair; Ok(true) when it repaired damage and left the filesystem consistent,
+/// Ok(false) when there was none (a dirty log is replayed, which is no damage).
 pub fn repair(a: &Args) -> Result<bool, Failure> {
     let image = a.image.display().to_string();
-    // Held throughout: no mount may start while the log is cut and the trees are checked.
+    // Held throughout: no mount may start while the log is cut and the trees are rebuilt.
     let _locks = [Some(&a.image), a.logdev.as_ref()]
         .into_iter()
         .flatten()
         .map(|p| super::mount::refuse_mounted(p, "repairing it"))
         .collect::<Result<Vec<_>, _>>()?;
     let ro = a.no_modify;
-    // First, so that what follows reads the filesystem from its primary.
-    let superblock = super::repair_sb::repair(&a.image, a.logdev.as_deref(), ro)?;
-    let (before, recovery) = check_image(
-        open(&a.image, true)?,
-        a.logdev.as_ref().map(|p| open(p, true)).transpose()?,
-    )
-    .map_err(|e| Failure::usage(anyhow!("{image}: cannot repair: {e}")))?;
-    let mut changed = false;
-    if recovery.damaged {
-        let what = recovery.torn.as_deref().unwrap_or("damaged");
-        if ro {
-            println!("log: {what}; would replay it up to the damage and discard the rest");
-        } else {
-            println!("log: {what}");
-            salvage_log(a)?;
-            println!(
-                "log: {} checkpoints replayed up to the damage; the rest is discarded and the log \
-                 starts again there",
-                recovery.checkpoints_replayed
-            );
-            changed = true;
-        }
-    } else if !recovery.was_clean {
+    // An image file cut short loses its end copy of the superblock: its length back first.
+    super::repair_sb::extend_cut_image(&a.image, a.logdev.as_deref(), ro)?;
+    let (bar, tell) = progress_bar();
+    let report = repair_image(
+        open(&a.image, ro)?,
+        a.logdev.as_ref().map(|p| open(p, ro)).transpose()?,
+        RepairOptions {
+            dry_run: ro,
+            progress: Some(tell),
+        },
+    );
+    bar.finish_and_clear();
+    let report = report.map_err(|e| Failure::usage(anyhow!("{image}: cannot repair: {e}")))?;
+    if ro && report.log_damaged {
+        println!("log: damaged; would replay it up to the damage and discard the rest");
+    }
+    if report.changed() {
         println!(
-            "log: not clean, {} checkpoints to replay{}",
-            recovery.checkpoints_replayed,
-            if ro { "" } else { " (replayed)" }
+            "{} {} changes:",
+            if ro { "a repair would make" } else { "made" },
+            report.changes.len()
         );
-        if !ro {
-            salvage_log(a)?;
-            changed = true;
+        for c in &report.changes {
+            println!("  {c}");
         }
     }
-    let report = if changed {
-        check_image(
-            open(&a.image, true)?,
-            a.logdev.as_ref().map(|p| open(p, true)).transpose()?,
-        )
-        .map_err(|e| Failure::usage(anyhow!("{image}: checking after the repair: {e}")))?
-        .0
-    } else {
-        before
-    };
-    // The damaged log was one of the problems before; what is left now is in the trees.
-    let left: Vec<&String> = report
-        .problems
-        .iter()
-        .filter(|p| !(ro && p.starts_with("log: ")))
-        .collect();
-    for p in &left {
+    if report.inodes_lost > 0 || report.moved_to_lost_found > 0 {
+        println!(
+            "{} inodes lost, {} put in /lost+found",
+            report.inodes_lost, report.moved_to_lost_found
+        );
+    }
+    for p in &report.problems_left {
         println!("{p}");
     }
-    if left.is_empty() {
-        println!(
-            "{image}: {}",
-            match (changed, ro) {
-                (true, _) => "repaired: consistent",
-                (false, false) if superblock => "repaired: consistent",
-                (false, true) if recovery.damaged => "consistent apart from the log",
-                (false, _) => "consistent: nothing to repair",
+    if !report.problems_left.is_empty() {
+        return Err(Failure::found(anyhow!(
+            "{image}: {} problems left{}",
+            report.problems_left.len(),
+            if ro {
+                " even after a repair"
+            } else {
+                " after the repair"
             }
-        );
-        return Ok((changed && recovery.damaged) || (superblock && !ro));
+        )));
     }
-    Err(Failure::found(anyhow!(
-        "{image}: {} problems left: cilfs repair does not rebuild trees yet",
-        left.len()
-    )))
-}
-
-/// Mounts with the log salvaged (replayed up to any damage), writes everything back and
-/// unmounts cleanly: the log starts again at the damage.
-fn salvage_log(a: &Args) -> Result<(), Failure> {
-    let image = a.image.display();
-    let data = open(&a.image, false)?;
-    let logdev = a.logdev.as_ref().map(|p| open(p, false)).transpose()?;
-    let j = Journal::open_salvage(data, logdev, JournalConfig::default())
-        .map_err(|e| Failure::usage(anyhow!("{image}: replaying the log: {e}")))?;
-    let fs = Fs::open(j, FsOptions::default())
-        .map_err(|e| Failure::usage(anyhow!("{image}: opening after the replay: {e}")))?;
-    fs.unmount()
-        .map_err(|e| Failure::usage(anyhow!("{image}: writing back after the replay: {e}")))?;
-    Ok(())
+    if ro && report.changed() {
+        return Err(Failure::found(anyhow!(
+            "{image}: not consistent; a repair would fix it (nothing was written)"
+        )));
+    }
+    println!(
+        "{image}: {}",
+        if report.changed() {
+            "repaired: consistent"
+        } else {
+            "consistent: nothing to repair"
+        }
+    );
+    Ok(report.damage_repaired)
 }

@@ -1,15 +1,19 @@
-//! The superblock part of `cilfs repair`: rewrites the primary from a backup when the primary
-//! is damaged, and every backup that is damaged or missing. An image file cut short (its end
-//! copy lost) is first extended back to the filesystem's size.
+//! The superblock part of `cilfs repair` that only a file can have: an image file cut short
+//! (its end copy lost) is extended back to the filesystem's size, so that the repair
+//! (`check::repair`, which rewrites every damaged or missing copy) can write the copy there.
 
 use crate::Failure;
 use anyhow::anyhow;
-use cilfs_core::geometry::{repair_copies, Geometry};
+use cilfs_core::geometry::Geometry;
 use cilfs_device::{FileDevice, FileDeviceOptions};
 use std::path::Path;
 
-/// Ok(true) when it rewrote a copy (with `dry_run`, when it would).
-pub fn repair(image: &Path, logdev: Option<&Path>, dry_run: bool) -> Result<bool, Failure> {
+/// Ok(true) when it extended the file.
+pub fn extend_cut_image(
+    image: &Path,
+    logdev: Option<&Path>,
+    dry_run: bool,
+) -> Result<bool, Failure> {
     let open = |p: &Path, read_only: bool| {
         FileDevice::open(
             p,
@@ -39,11 +43,8 @@ pub fn repair(image: &Path, logdev: Option<&Path>, dry_run: bool) -> Result<bool
                 "superblock: {shown} was {len} bytes, cut short of the filesystem's {}: extended",
                 g.sb.data_bytes()
             );
+            return Ok(true);
         }
     }
-    let lines = repair_copies(&open(image, dry_run)?, log, dry_run).map_err(|e| cannot(&e))?;
-    for l in &lines {
-        println!("{l}");
-    }
-    Ok(!lines.is_empty())
+    Ok(false)
 }

@@ -1,0 +1,309 @@
+//! `cilfs repair`: makes an unmounted image consistent again, offline, without mounting it.
+//!
+//! 1. The log is replayed up to any damage and closed clean (`Journal::open_salvage`, then a
+//!    clean unmount), so no later mount replays an old item over a block repair rewrites.
+//! 2. Every fs-tree item is collected from the tree (`scan::walk`); a subtree that does not
+//!    read, verify or decode is a lost key range, which a scan of the whole data area for
+//!    stamped fs-tree leaves fills in (`scan::scan_leaves`), the newest stamp winning a key.
+//! 3. The items are salvaged and fixed until the checker has nothing to say (`salvage`,
+//!    `fixup`): undecodable items dropped, blocks owned once, names, links, sizes, orphans,
+//!    unreachable inodes in `/lost+found`.
+//! 4. Trees that changed are bulk-loaded into blocks that are free in the repaired image and
+//!    unused by the old one's trees (`build`); once they are stable the header is written
+//!    (`header`) and flushed: a crash in between leaves the old image whole.
+//!
+//! A second run finds nothing to change. A dry run writes into an overlay and says what it
+//! would change.
+
+mod build;
+mod fixup;
+mod header;
+mod salvage;
+mod scan;
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use crate::fs::check::{check_image, CheckError};
+use crate::fs::header::{TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use crate::fs::tree::node::Key;
+use crate::journal::{Journal, JournalConfig, JournalError};
+use crate::log::Lsn;
+use cilfs_device::{AlignedBuf, Device, DeviceError, OverlayDevice, WriteFlags};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What repair is doing, for a progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepairProgress {
+    pub phase: &'static str,
+    pub done: u64,
+    pub total: u64,
+}
+
+#[derive(Default)]
+pub struct RepairOptions {
+    /// Write nothing: work in an overlay and report what would change.
+    pub dry_run: bool,
+    pub progress: Option<Box<dyn FnMut(RepairProgress) + Send>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RepairReport {
+    /// Every change made (or, in a dry run, that would be made), in order.
+    pub changes: Vec<String>,
+    /// The log was damaged: it was replayed up to the damage and the rest discarded.
+    pub log_damaged: bool,
+    /// Checkpoints replayed from a log that was not clean.
+    pub checkpoints_replayed: u64,
+    /// Something beyond the replay of a dirty but whole log was changed: damage repaired.
+    pub damage_repaired: bool,
+    /// Some tree (fs or free space) was rebuilt.
+    pub rebuilt_trees: bool,
+    /// Inodes named or owning items, whose inode item was not found.
+    pub inodes_lost: u64,
+    pub moved_to_lost_found: u64,
+    /// Blocks of the data area read by the scan for surviving leaves (0 when nothing was lost).
+    pub blocks_scanned: u64,
+    /// Fs-tree leaves the scan found, and items it took from them.
+    pub leaves_found: u64,
+    pub items_salvaged: u64,
+    /// Items of the fs tree after repair.
+    pub items: u64,
+    /// What the checker finds afterwards (in a dry run: in the image the repair would leave).
+    pub problems_left: Vec<String>,
+}
+
+impl std::fmt::Debug for RepairOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RepairOptions")
+            .field("dry_run", &self.dry_run)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+impl RepairReport {
+    pub fn changed(&self) -> bool {
+        !self.changes.is_empty()
+    }
+}
+
+/// Why repair could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RepairError {
+    #[error("{0}")]
+    Journal(#[from] JournalError),
+    #[error("device: {0}")]
+    Device(#[from] DeviceError),
+    #[error("checking the result: {0}")]
+    Check(#[from] CheckError),
+    #[error("the data area (blocks {start}..{end}) is too small to rebuild the trees in")]
+    NoSpace { start: u64, end: u64 },
+}
+
+/// The image's data device in blocks, read and written directly (the journal is closed).
+pub(crate) struct Img {
+    dev: Arc<dyn Device>,
+    bs: usize,
+    uuid: [u8; 16],
+}
+
+impl Img {
+    fn read_blocks(&self, blk: u64, n: usize) -> Result<AlignedBuf, DeviceError> {
+        let mut b = AlignedBuf::zeroed(self.bs * n);
+        self.dev.read(blk * self.bs as u64, &mut b)?;
+        Ok(b)
+    }
+
+    fn read(&self, blk: u64) -> Result<AlignedBuf, DeviceError> {
+        self.read_blocks(blk, 1)
+    }
+
+    fn write(&self, blk: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.dev.write(
+            blk * self.bs as u64,
+            &AlignedBuf::from_slice(data),
+            WriteFlags::NONE,
+        )
+    }
+}
+
+/// Calls the progress callback, if any.
+pub(crate) struct Progress(Option<Box<dyn FnMut(RepairProgress) + Send>>);
+
+impl Progress {
+    fn tell(&mut self, phase: &'static str, done: u64, total: u64) {
+        if let Some(f) = &mut self.0 {
+            f(RepairProgress { phase, done, total });
+        }
+    }
+}
+
+/// Repairs an unmounted image (see the module comment).
+pub fn repair_image(
+    data: Arc<dyn Device>,
+    logdev: Option<Arc<dyn Device>>,
+    opts: RepairOptions,
+) -> Result<RepairReport, RepairError> {
+    let (data, logdev) = if opts.dry_run {
+        (
+            Arc::new(OverlayDevice::new(data)) as Arc<dyn Device>,
+            logdev.map(|l| Arc::new(OverlayDevice::new(l)) as Arc<dyn Device>),
+        )
+    } else {
+        (data, logdev)
+    };
+    let mut progress = Progress(opts.progress);
+    let mut report = RepairReport::default();
+
+    // The superblock's copies first, so that everything after reads the primary.
+    report.changes.extend(
+        crate::geometry::repair_copies(&*data, logdev.as_deref(), opts.dry_run)
+            .map_err(JournalError::from)?,
+    );
+    progress.tell("log", 0, 1);
+    let stamp = close_log(&data, logdev.as_ref(), &mut report)?;
+    let log_changes = report.changes.len();
+    progress.tell("log", 1, 1);
+
+    let geo = crate::Geometry::read(&*data, logdev.as_deref()).map_err(JournalError::from)?;
+    let (hdr_blk, data_end) = geo.metadata_area();
+    let img = Img {
+        dev: Arc::clone(&data),
+        bs: geo.sb.block_size as usize,
+        uuid: geo.sb.uuid,
+    };
+    let area = header::Area {
+        hdr_blk,
+        start: hdr_blk + 1,
+        end: data_end,
+    };
+    if area.end <= area.start + 8 {
+        return Err(RepairError::NoSpace {
+            start: area.start,
+            end: area.end,
+        });
+    }
+
+    // The old image: header and trees as far as they read.
+    let old_hdr = header::read(&img, &area, &mut report.changes)?;
+    let mut fs_walk = match &old_hdr {
+        Some(h) => scan::walk(&img, &area, h.fs_root, TREE_FS, &mut progress)?,
+        None => scan::Walked::all_lost(),
+    };
+    let free_walks = match &old_hdr {
+        Some(h) => Some((
+            scan::walk(&img, &area, h.bno_root, TREE_FREE_BY_BLOCK, &mut progress)?,
+            scan::walk(&img, &area, h.size_root, TREE_FREE_BY_SIZE, &mut progress)?,
+        )),
+        None => None,
+    };
+    for (lo, hi) in &fs_walk.lost {
+        report.changes.push(format!(
+            "fs tree: keys {lo:?}..{} unreadable ({})",
+            hi.map_or("the end".to_string(), |h| format!("{h:?}")),
+            fs_walk.lost_why.get(lo).map_or("", String::as_str)
+        ));
+    }
+    if !fs_walk.lost.is_empty() {
+        let st = scan::scan_leaves(&img, &area, &mut fs_walk, &mut progress)?;
+        report.blocks_scanned = st.blocks;
+        report.leaves_found = st.leaves;
+        report.items_salvaged = st.items;
+        report.changes.push(format!(
+            "scan: {} blocks read, {} fs-tree leaves found, {} items taken from them",
+            st.blocks, st.leaves, st.items
+        ));
+    }
+    let walked: BTreeMap<Key, Vec<u8>> = fs_walk
+        .items
+        .iter()
+        .map(|(k, (_, v))| (*k, v.clone()))
+        .collect();
+
+    // The items, salvaged and fixed.
+    progress.tell("fix", 0, 1);
+    let mut old_nodes: Vec<u64> = fs_walk.readable.clone();
+    if let Some((b, s)) = &free_walks {
+        old_nodes.extend(&b.readable);
+        old_nodes.extend(&s.readable);
+    }
+    let mut m = salvage::Model::new(
+        walked.clone(),
+        &img,
+        &area,
+        old_hdr.as_ref().map_or(0, |h| h.next_ino),
+    );
+    m.salvage();
+    m.claim_blocks(&old_nodes)?;
+    fixup::fix(&mut m)?;
+    report.inodes_lost = m.inodes_lost.len() as u64;
+    report.moved_to_lost_found = m.moved_to_lost_found;
+    report.items = m.items.len() as u64;
+    report.changes.append(&mut m.changes);
+    progress.tell("fix", 1, 1);
+
+    // What must be rebuilt, and the new header.
+    let fs_changed = m.items != walked;
+    let rebuild_fs = old_hdr.is_none() || !fs_walk.lost.is_empty() || fs_walk.unsound();
+    let plan = header::plan(
+        &img,
+        &area,
+        old_hdr.as_ref(),
+        &fs_walk,
+        free_walks.as_ref(),
+        &m,
+        rebuild_fs || fs_changed,
+        &mut report.changes,
+    )?;
+    report.rebuilt_trees = plan.rebuild_fs || plan.rebuild_free;
+
+    progress.tell("write", 0, 1);
+    for (blk, bytes) in &m.block_fixes {
+        img.write(*blk, bytes)?;
+    }
+    header::write(&img, &area, &plan, stamp, &mut progress)?;
+    progress.tell("write", 1, 1);
+
+    report.damage_repaired = report.log_damaged || report.changes.len() > log_changes;
+
+    // Dry run or not, the checker judges the image repair leaves (it reads through an
+    // overlay of its own).
+    let (after, _) = check_image(Arc::clone(&data), logdev)?;
+    report.problems_left = after.problems;
+    Ok(report)
+}
+
+/// Replays the log up to any damage and leaves it clean: the LSN a block repair writes is
+/// stamped with (the unmount record's, older than every checkpoint a later mount writes and
+/// no older than any checkpoint before it, so replay never overwrites what repair wrote).
+fn close_log(
+    data: &Arc<dyn Device>,
+    logdev: Option<&Arc<dyn Device>>,
+    report: &mut RepairReport,
+) -> Result<Lsn, RepairError> {
+    let (geo, s) = crate::journal::scan(&**data, logdev.map(|l| &**l))?;
+    let damaged = matches!(s.end, crate::log::recover::LogEnd::Damaged { .. });
+    if !geo.sb.clean || !s.checkpoints.is_empty() || damaged {
+        let j = Journal::open_salvage(Arc::clone(data), logdev.cloned(), JournalConfig::default())?;
+        let rec = j.recovery_report().clone();
+        j.unmount()?;
+        drop(j);
+        report.log_damaged = rec.damaged;
+        report.checkpoints_replayed = rec.checkpoints_replayed;
+        if rec.damaged {
+            report.changes.push(format!(
+                "log: {}; {} checkpoints replayed up to the damage, the rest discarded",
+                rec.torn.as_deref().unwrap_or("damaged"),
+                rec.checkpoints_replayed
+            ));
+        } else {
+            report.changes.push(format!(
+                "log: not clean, {} checkpoints replayed",
+                rec.checkpoints_replayed
+            ));
+        }
+    }
+    let (_, s) = crate::journal::scan(&**data, logdev.map(|l| &**l))?;
+    Ok(s.records.last().map_or(s.tail, |r| r.header.lsn))
+}

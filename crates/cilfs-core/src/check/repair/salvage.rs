@@ -1,0 +1,540 @@
+//! The salvage of items: whatever does not decode is dropped, items of inodes that do not
+//! exist are removed, and every block an extent or an xattr value claims is owned once, the
+//! first owner winning (the header and the old trees' nodes first, then items in key order).
+
+use super::header::Area;
+use super::{Img, RepairError};
+use crate::fs::acl;
+use crate::fs::dir::{decode_slotted, encode_bucket, DirEntry};
+use crate::fs::extent::Extent;
+use crate::fs::header::HEADER_LSN_OFFSET;
+use crate::fs::inode::{Inode, Timespec, INODE_PREALLOC, NOT_DIRTY, ROOT_INO, S_IFDIR};
+use crate::fs::tree::keys::{
+    key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
+    KIND_SYMLINK, KIND_XATTR, OFFSET_BITS, ORPHAN_OWNER,
+};
+use crate::fs::tree::node::{Key, NODE_LSN_OFFSET};
+use crate::fs::xattr;
+use crate::log::recover::read_lsn_stamp;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The fs tree's items as repair edits them, and what it did.
+pub(super) struct Model<'a> {
+    pub items: BTreeMap<Key, Vec<u8>>,
+    pub changes: Vec<String>,
+    pub img: &'a Img,
+    pub area: Area,
+    /// The old header's next inode number (0 when it was unreadable).
+    pub old_next_ino: u64,
+    pub inodes_lost: BTreeSet<u64>,
+    pub moved_to_lost_found: u64,
+    /// Blocks extents and xattr values own once repaired.
+    pub data_claims: Vec<(u64, u64)>,
+    /// Blocks to write whole before the trees (value blocks with their tails zeroed).
+    pub block_fixes: Vec<(u64, Vec<u8>)>,
+}
+
+/// Every key of one kind of an inode's items.
+pub(super) fn kind_range(ino: u64, kind: u64) -> std::ops::RangeInclusive<Key> {
+    Key::new(ino, kind << OFFSET_BITS)
+        ..=Key::new(ino, (kind << OFFSET_BITS) | ((1 << OFFSET_BITS) - 1))
+}
+
+impl<'a> Model<'a> {
+    pub fn new(
+        items: BTreeMap<Key, Vec<u8>>,
+        img: &'a Img,
+        area: &Area,
+        old_next_ino: u64,
+    ) -> Self {
+        Model {
+            items,
+            changes: Vec::new(),
+            img,
+            area: *area,
+            old_next_ino,
+            inodes_lost: BTreeSet::new(),
+            moved_to_lost_found: 0,
+            data_claims: Vec::new(),
+            block_fixes: Vec::new(),
+        }
+    }
+
+    pub fn change(&mut self, c: String) {
+        self.changes.push(c);
+    }
+
+    pub fn inode(&self, ino: u64) -> Option<Inode> {
+        self.items
+            .get(&key(ino, KIND_INODE, 0))
+            .and_then(|v| Inode::decode(ino, v, 0).ok())
+    }
+
+    pub fn put_inode(&mut self, i: &Inode) {
+        self.items
+            .insert(key(i.ino, KIND_INODE, 0), i.encode().to_vec());
+    }
+
+    /// The numbers of every inode, in order.
+    pub fn inos(&self) -> Vec<u64> {
+        self.items
+            .keys()
+            .filter(|k| k.a != ORPHAN_OWNER && kind_of(**k) == KIND_INODE)
+            .map(|k| k.a)
+            .collect()
+    }
+
+    /// A directory's buckets: (hash, entries with their slots).
+    pub fn buckets(&self, dir: u64) -> Vec<(u64, Vec<(u8, DirEntry)>)> {
+        self.items
+            .range(kind_range(dir, KIND_DIRENT))
+            .filter_map(|(k, v)| Some((offset_of(*k), decode_slotted(v, dir).ok()?)))
+            .collect()
+    }
+
+    pub fn put_bucket(&mut self, dir: u64, hash: u64, entries: &[(u8, DirEntry)]) {
+        let k = key(dir, KIND_DIRENT, hash);
+        if entries.is_empty() {
+            self.items.remove(&k);
+        } else {
+            self.items.insert(k, encode_bucket(entries));
+        }
+    }
+
+    /// Drops what does not decode, or decodes to what the checker refuses.
+    pub fn salvage(&mut self) {
+        let keys: Vec<Key> = self.items.keys().copied().collect();
+        for k in keys {
+            let v = self.items[&k].clone();
+            let (ino, off) = (k.a, offset_of(k));
+            let drop = match (ino, kind_of(k)) {
+                (ORPHAN_OWNER, KIND_ORPHAN) if off == 0 || !v.is_empty() => {
+                    Some("malformed orphan item".to_string())
+                }
+                (ORPHAN_OWNER, KIND_ORPHAN) => None,
+                (ORPHAN_OWNER, kind) => Some(format!("item of unknown kind {kind} under owner 0")),
+                (_, KIND_INODE) if off != 0 => Some(format!("inode item at offset {off:#x}")),
+                (_, KIND_INODE) => match Inode::decode(ino, &v, 0) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(mut i) => {
+                        if i.flags & !INODE_PREALLOC != 0 {
+                            self.change(format!(
+                                "inode {ino}: unknown flags {:#x} cleared",
+                                i.flags & !INODE_PREALLOC
+                            ));
+                            i.flags &= INODE_PREALLOC;
+                            self.put_inode(&i);
+                        }
+                        None
+                    }
+                },
+                (_, KIND_DIRENT) => match decode_slotted(&v, ino) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(entries) => {
+                        let (keep, wrong): (Vec<_>, Vec<_>) = entries
+                            .into_iter()
+                            .partition(|(_, e)| name_hash(&e.name) == off);
+                        for (_, e) in &wrong {
+                            self.change(format!(
+                                "directory {ino}: entry {:?} under the wrong hash removed",
+                                String::from_utf8_lossy(&e.name)
+                            ));
+                        }
+                        if !wrong.is_empty() {
+                            self.put_bucket(ino, off, &keep);
+                        }
+                        None
+                    }
+                },
+                (_, KIND_EXTENT) => Extent::decode(off, &v).err().map(|e| e.to_string()),
+                (_, KIND_XATTR) => match xattr::decode(&v, ino) {
+                    Err(e) => Some(e.to_string()),
+                    Ok(entries) if entries.is_empty() => Some("empty xattr bucket".into()),
+                    Ok(entries) => {
+                        let bs = self.img.bs as u64;
+                        let n = entries.len();
+                        let keep: Vec<xattr::Entry> = entries
+                            .into_iter()
+                            .filter(|e| {
+                                let ok = name_hash(&e.name) == off
+                                    && match e.value {
+                                        xattr::Value::Remote { blocks, len, .. } => {
+                                            u64::from(len) <= blocks.saturating_mul(bs)
+                                        }
+                                        xattr::Value::Inline(_) => true,
+                                    };
+                                if !ok {
+                                    self.changes.push(format!(
+                                        "inode {ino}: xattr {:?} malformed or under the wrong \
+                                         hash, removed",
+                                        String::from_utf8_lossy(&e.name)
+                                    ));
+                                }
+                                ok
+                            })
+                            .collect();
+                        if keep.len() != n {
+                            self.put_xattrs(ino, off, &keep);
+                        }
+                        None
+                    }
+                },
+                (_, KIND_SYMLINK) => None,
+                (_, kind) => Some(format!("unknown item kind {kind}")),
+            };
+            if let Some(why) = drop {
+                self.items.remove(&k);
+                self.change(format!("item {k:?} of inode {ino} removed: {why}"));
+            }
+        }
+
+        if self.inode(ROOT_INO).is_none_or(|i| !i.is_dir()) {
+            let now = Timespec::now();
+            self.put_inode(&Inode {
+                ino: ROOT_INO,
+                mode: S_IFDIR | 0o755,
+                uid: 0,
+                gid: 0,
+                nlink: 2,
+                size: 0,
+                disk_size: 0,
+                dirty_from: NOT_DIRTY,
+                blocks: 0,
+                atime: now,
+                mtime: now,
+                ctime: now,
+                crtime: now,
+                rdev: 0,
+                change: 0,
+                flags: 0,
+                parent: ROOT_INO,
+                project: 0,
+            });
+            self.change("the root directory was missing: made anew".into());
+        }
+
+        // Items of inodes that do not exist.
+        let inos: BTreeSet<u64> = self.inos().into_iter().collect();
+        let orphans: Vec<Key> = self
+            .items
+            .range(kind_range(ORPHAN_OWNER, KIND_ORPHAN))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in orphans {
+            if !inos.contains(&offset_of(k)) {
+                self.items.remove(&k);
+                self.change(format!(
+                    "orphan item of inode {}, which does not exist, removed",
+                    offset_of(k)
+                ));
+            }
+        }
+        let strays: Vec<Key> = self
+            .items
+            .keys()
+            .filter(|k| k.a != ORPHAN_OWNER && !inos.contains(&k.a))
+            .copied()
+            .collect();
+        let mut last = None;
+        for k in strays {
+            self.items.remove(&k);
+            self.inodes_lost.insert(k.a);
+            if last != Some(k.a) {
+                self.change(format!(
+                    "items of inode {}, which does not exist, removed",
+                    k.a
+                ));
+                last = Some(k.a);
+            }
+        }
+    }
+
+    pub fn put_xattrs(&mut self, ino: u64, hash: u64, entries: &[xattr::Entry]) {
+        let k = key(ino, KIND_XATTR, hash);
+        if entries.is_empty() {
+            self.items.remove(&k);
+        } else {
+            self.items.insert(k, xattr::encode(entries));
+        }
+    }
+
+    /// Owns the blocks of every extent and xattr value once, after the header and the old
+    /// trees' nodes (`old_nodes`): an extent is cut to the blocks it may have, a value that
+    /// may not have all of its blocks is dropped. ACLs are checked here too, as their values
+    /// may be remote.
+    pub fn claim_blocks(&mut self, old_nodes: &[u64]) -> Result<(), RepairError> {
+        let mut claims = Claims::default();
+        claims.claim(self.area.hdr_blk, 1);
+        for &b in old_nodes {
+            claims.claim(b, 1);
+        }
+        let keys: Vec<Key> = self
+            .items
+            .keys()
+            .filter(|k| matches!(kind_of(**k), KIND_EXTENT | KIND_XATTR) && k.a != ORPHAN_OWNER)
+            .copied()
+            .collect();
+        let (mut cur, mut last_end) = (0, 0);
+        for k in keys {
+            if k.a != cur {
+                (cur, last_end) = (k.a, 0);
+            }
+            if kind_of(k) == KIND_EXTENT {
+                self.claim_extent(&mut claims, k, &mut last_end);
+            } else {
+                self.claim_xattrs(&mut claims, k)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn claim_extent(&mut self, claims: &mut Claims, k: Key, last_end: &mut u64) {
+        let ino = k.a;
+        let Some(Ok(mut e)) = self.items.get(&k).map(|v| Extent::decode(offset_of(k), v)) else {
+            return;
+        };
+        let orig = e;
+        // Overlapping the extent before it in the file: the earlier one keeps the file blocks.
+        if e.file < *last_end {
+            let d = *last_end - e.file;
+            if d >= e.len {
+                self.items.remove(&k);
+                self.change(format!(
+                    "inode {ino}: extent at file block {} inside the one before it, removed",
+                    orig.file
+                ));
+                return;
+            }
+            e = Extent {
+                file: e.file + d,
+                disk: e.disk.saturating_add(d),
+                len: e.len - d,
+            };
+        }
+        let parts = match e.disk.checked_add(e.len) {
+            Some(end) => claims.take_free(e.disk, end, &self.area),
+            None => Vec::new(),
+        };
+        if e == orig && parts == [(e.disk, e.len)] {
+            *last_end = e.end();
+            self.data_claims.push((e.disk, e.len));
+            return;
+        }
+        self.items.remove(&k);
+        let mut kept = Vec::new();
+        for &(s, l) in &parts {
+            let piece = Extent {
+                file: e.file + (s - e.disk),
+                disk: s,
+                len: l,
+            };
+            self.items
+                .insert(key(ino, KIND_EXTENT, piece.file), piece.encode().to_vec());
+            self.data_claims.push((s, l));
+            *last_end = (*last_end).max(piece.end());
+            kept.push(format!("{s}+{l}"));
+        }
+        self.change(format!(
+            "inode {ino}: extent at file block {} (disk {}+{}) overlaps blocks outside the data \
+             area or owned already: cut to [{}]",
+            orig.file,
+            orig.disk,
+            orig.len,
+            kept.join(", ")
+        ));
+    }
+
+    fn claim_xattrs(&mut self, claims: &mut Claims, k: Key) -> Result<(), RepairError> {
+        let ino = k.a;
+        let Some(Ok(entries)) = self.items.get(&k).map(|v| xattr::decode(v, ino)) else {
+            return Ok(());
+        };
+        let n = entries.len();
+        let mut keep = Vec::with_capacity(n);
+        for e in entries {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            if let xattr::Value::Remote { start, blocks, len } = e.value {
+                let free = start
+                    .checked_add(blocks)
+                    .is_some_and(|end| claims.is_free(start, end, &self.area));
+                if !free {
+                    self.change(format!(
+                        "inode {ino}: xattr {name:?} has its value in blocks outside the data \
+                         area or owned already: removed"
+                    ));
+                    continue;
+                }
+                match self.check_value_blocks(start, blocks, len)? {
+                    Ok(fixes) => {
+                        for (b, bytes) in fixes {
+                            self.change(format!(
+                                "inode {ino}: xattr {name:?}: bytes past the value's end in \
+                                 block {b} zeroed"
+                            ));
+                            self.block_fixes.push((b, bytes));
+                        }
+                    }
+                    Err(why) => {
+                        self.change(format!("inode {ino}: xattr {name:?} removed: {why}"));
+                        continue;
+                    }
+                }
+                claims.claim(start, blocks);
+                self.data_claims.push((start, blocks));
+            }
+            if let Some(kind) = acl::kind_of(&e.name) {
+                if !self.acl_ok(ino, kind, &e.value, &name)? {
+                    if let xattr::Value::Remote { start, blocks, .. } = e.value {
+                        claims.release(start, blocks);
+                        self.data_claims.retain(|c| *c != (start, blocks));
+                    }
+                    continue;
+                }
+            }
+            keep.push(e);
+        }
+        if keep.len() != n {
+            self.put_xattrs(ino, offset_of(k), &keep);
+        }
+        Ok(())
+    }
+
+    /// Whether a value's blocks are its own: none carries a metadata stamp (written over by a
+    /// node or the header), and the tail past the value is zero (else: the blocks to write,
+    /// zeroed there).
+    #[allow(clippy::type_complexity)]
+    fn check_value_blocks(
+        &self,
+        start: u64,
+        blocks: u64,
+        len: u32,
+    ) -> Result<Result<Vec<(u64, Vec<u8>)>, String>, RepairError> {
+        let bs = self.img.bs;
+        let mut fixes = Vec::new();
+        for b in start..start + blocks {
+            let mut data = self.img.read(b)?.to_vec();
+            for off in [NODE_LSN_OFFSET, HEADER_LSN_OFFSET] {
+                if read_lsn_stamp(&data, off, &self.img.uuid).is_some() {
+                    return Ok(Err(format!(
+                        "value block {b} carries a metadata stamp (overwritten)"
+                    )));
+                }
+            }
+            let used = u64::from(len)
+                .saturating_sub((b - start) * bs as u64)
+                .min(bs as u64) as usize;
+            if data[used..].iter().any(|&x| x != 0) {
+                data[used..].fill(0);
+                fixes.push((b, data));
+            }
+        }
+        Ok(Ok(fixes))
+    }
+
+    /// Checks an ACL as the checker does; a bad one is removed, an access ACL the mode
+    /// disagrees with sets the mode's permission bits. Whether to keep the entry.
+    fn acl_ok(
+        &mut self,
+        ino: u64,
+        kind: acl::Kind,
+        v: &xattr::Value,
+        name: &str,
+    ) -> Result<bool, RepairError> {
+        let bytes = match v {
+            xattr::Value::Inline(b) => b.clone(),
+            xattr::Value::Remote { start, blocks, len } => {
+                let raw = self.img.read_blocks(*start, *blocks as usize)?;
+                raw[..(*len as usize).min(raw.len())].to_vec()
+            }
+        };
+        let Some(mut inode) = self.inode(ino) else {
+            return Ok(true);
+        };
+        let acl = match acl::Acl::parse(&bytes) {
+            Ok(Some(a)) => a,
+            _ => {
+                self.change(format!("inode {ino}: malformed or empty {name} removed"));
+                return Ok(false);
+            }
+        };
+        match kind {
+            acl::Kind::Default if !inode.is_dir() => {
+                self.change(format!(
+                    "inode {ino}: default ACL on a non-directory removed"
+                ));
+                Ok(false)
+            }
+            acl::Kind::Access if acl.mode_bits() != inode.mode & 0o777 => {
+                self.change(format!(
+                    "inode {ino}: mode {:o} set to {:o}, as its access ACL says",
+                    inode.mode & 0o777,
+                    acl.mode_bits()
+                ));
+                inode.mode = (inode.mode & !0o777) | acl.mode_bits();
+                self.put_inode(&inode);
+                Ok(true)
+            }
+            _ => Ok(true),
+        }
+    }
+}
+
+/// Blocks owned so far: disjoint ranges, start -> end.
+#[derive(Default)]
+struct Claims(BTreeMap<u64, u64>);
+
+impl Claims {
+    fn claim(&mut self, s: u64, l: u64) {
+        self.0.insert(s, s + l);
+    }
+
+    fn release(&mut self, s: u64, l: u64) {
+        if self.0.get(&s) == Some(&(s + l)) {
+            self.0.remove(&s);
+        }
+    }
+
+    /// The parts of `[s, e)` inside the data area that nobody owns, owned now.
+    fn take_free(&mut self, s: u64, e: u64, area: &Area) -> Vec<(u64, u64)> {
+        let (s, e) = (s.max(area.start), e.min(area.end));
+        if s >= e {
+            return Vec::new();
+        }
+        let mut owned: Vec<(u64, u64)> = self
+            .0
+            .range(..s)
+            .next_back()
+            .filter(|(_, end)| **end > s)
+            .map(|(a, b)| (*a, *b))
+            .into_iter()
+            .collect();
+        owned.extend(self.0.range(s..e).map(|(a, b)| (*a, *b)));
+        let mut out = Vec::new();
+        let mut at = s;
+        for (os, oe) in owned {
+            if os > at {
+                out.push((at, os - at));
+            }
+            at = at.max(oe);
+        }
+        if at < e {
+            out.push((at, e - at));
+        }
+        for &(ps, pl) in &out {
+            self.claim(ps, pl);
+        }
+        out
+    }
+
+    /// Whether `[s, e)` lies in the data area and nobody owns any of it.
+    fn is_free(&self, s: u64, e: u64, area: &Area) -> bool {
+        s >= area.start
+            && e <= area.end
+            && s < e
+            && self
+                .0
+                .range(..e)
+                .next_back()
+                .is_none_or(|(_, end)| *end <= s)
+    }
+}
