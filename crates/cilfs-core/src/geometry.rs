@@ -124,6 +124,60 @@ fn backup_at(dev: &dyn Device, off: u64) -> Option<(Superblock, u64)> {
     (at != 0 && at.checked_mul(u64::from(sb.block_size)) == Some(off)).then_some((sb, at))
 }
 
+/// Every backup copy found without the primary's help: the front one and an end one.
+fn all_backups(dev: &dyn Device) -> Vec<(Superblock, u64)> {
+    let mut out: Vec<_> = backup_at(dev, FRONT_BACKUP_BYTES).into_iter().collect();
+    let mut bs = u64::from(MIN_BLOCK_SIZE);
+    while bs <= u64::from(MAX_BLOCK_SIZE) {
+        if let Some(c) = (dev.len() / bs)
+            .checked_sub(1)
+            .and_then(|last| backup_at(dev, last * bs))
+            .filter(|(sb, _)| u64::from(sb.block_size) == bs)
+        {
+            out.push(c);
+            break;
+        }
+        bs *= 2;
+    }
+    out
+}
+
+/// A primary that decodes (its CRC valid) can still be wrong: a bad write of memory before the
+/// CRC was taken. The backups outvote it where both agree with each other and not with it, or
+/// where it describes more than the device holds and a backup does not. The backup to use and
+/// why, or None to keep the primary.
+fn outvoted(data: &dyn Device, primary: &Superblock) -> Option<(Superblock, u64, String)> {
+    let copies: Vec<_> = all_backups(data)
+        .into_iter()
+        .filter(|(b, _)| b.uuid == primary.uuid)
+        .collect();
+    if copies.iter().any(|(b, _)| same_filesystem(b, primary)) {
+        return None;
+    }
+    match copies.as_slice() {
+        [(a, at), (b, _)] if same_filesystem(a, b) => Some((
+            a.clone(),
+            *at,
+            "its geometry disagrees with both backups".into(),
+        )),
+        _ if primary.needed_bytes() > data.len() => copies
+            .into_iter()
+            .find(|(b, _)| b.needed_bytes() <= data.len())
+            .map(|(b, at)| {
+                (
+                    b,
+                    at,
+                    format!(
+                        "it describes {} bytes, the device holds {}",
+                        primary.needed_bytes(),
+                        data.len()
+                    ),
+                )
+            }),
+        _ => None,
+    }
+}
+
 /// Finds a backup copy without the primary: first at byte 1 MiB (the same byte for every
 /// block size), then in the last block of the device for each block size, where the end copy
 /// lies when the filesystem fills its device (as mkfs makes it by default).
@@ -298,7 +352,10 @@ impl Geometry {
     pub fn read(data: &dyn Device, logdev: Option<&dyn Device>) -> Result<Self, GeometryError> {
         let (sb, from_backup, primary_damage) =
             match Superblock::decode(&read_header(data, "data device")?) {
-                Ok(sb) => (sb, None, None),
+                Ok(sb) => match outvoted(data, &sb) {
+                    Some((b, at, why)) => (b, Some(at), Some(why)),
+                    None => (sb, None, None),
+                },
                 // A newer format: its backups are no older, and no more readable.
                 Err(e @ FormatError::UnsupportedVersion { .. }) => return Err(e.into()),
                 Err(e) => {
