@@ -16,8 +16,9 @@
 //! File data and xattr value blocks carry no checksum, so their damage is the user's data, not
 //! metadata: they are not targets.
 
-use cilfs_core::format::superblock::{SbLog, Superblock};
-use cilfs_core::format::HEADER_BYTES;
+use cilfs_core::check::repair::{repair_image, RepairOptions};
+use cilfs_core::format::superblock::{front_backup_block, SbLog, Superblock};
+use cilfs_core::format::{header_crc, HEADER_BYTES, HEADER_CRC_OFFSET};
 use cilfs_core::fs::check::{check, check_image, Role};
 use cilfs_core::fs::dir::decode_bucket;
 use cilfs_core::fs::header::{HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
@@ -159,13 +160,21 @@ struct Base {
     dirty_log: bool,
 }
 
+/// The log starts past the front backup superblock, as mkfs lays it out.
+fn log_start(bs: u32) -> u64 {
+    front_backup_block(bs) + 1
+}
+
 fn layout(bs: u32) -> Layout {
     Layout {
         uuid: [0x5e; 16],
         block_size: bs,
         data_blocks: DATA_BLOCKS_BYTES / u64::from(bs),
-        log: SbLog::Internal { start: 1 },
+        log: SbLog::Internal {
+            start: log_start(bs),
+        },
         log_blocks: LOG_BLOCKS_BYTES / u64::from(bs),
+        backups: true,
     }
 }
 
@@ -363,7 +372,8 @@ fn classify(
     let mut out: BTreeMap<Target, Vec<u64>> = BTreeMap::new();
     out.insert(Target::Superblock, vec![0]);
     let mut b = vec![0u8; bs];
-    for blk in 1..1 + lay.log_blocks {
+    let first = log_start(lay.block_size);
+    for blk in first..first + lay.log_blocks {
         image.read(blk * bs as u64, &mut b);
         if b.iter().any(|&x| x != 0) {
             out.entry(Target::Log).or_default().push(blk);
@@ -429,34 +439,39 @@ fn damage(
             format!("bits {bits:?} flipped")
         }
         (Damage::Crafted, Target::Superblock) => {
-            let Ok(mut sb) = Superblock::decode(&b[..HEADER_BYTES]) else {
+            // Fields as they lie in the sector (docs/on-disk-format.md), then the CRC sealed
+            // again: what a bad write of memory before the CRC was taken leaves.
+            let Ok(sb) = Superblock::decode(&b[..HEADER_BYTES]) else {
                 return "superblock undecodable: left as is".into();
             };
+            let put32 =
+                |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            let put64 =
+                |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
             let what = match rng.below(5) {
                 0 => {
-                    sb.data_blocks /= 2;
+                    put64(&mut b, 40, sb.data_blocks / 2);
                     "data blocks halved"
                 }
                 1 => {
-                    sb.data_blocks = sb.data_blocks.saturating_mul(4);
+                    put64(&mut b, 40, sb.data_blocks.saturating_mul(4));
                     "data blocks beyond the device"
                 }
                 2 => {
-                    sb.log_blocks = sb.log_blocks / 2 + 1;
+                    put64(&mut b, 56, sb.log_blocks / 2 + 1);
                     "log shortened"
                 }
                 3 => {
-                    sb.log = SbLog::Internal {
-                        start: sb.data_blocks / 2,
-                    };
+                    put64(&mut b, 48, sb.data_blocks / 2);
                     "log moved into the metadata area"
                 }
                 _ => {
-                    sb.block_size = if sb.block_size == 4096 { 2048 } else { 4096 };
+                    put32(&mut b, 32, if sb.block_size == 4096 { 2048 } else { 4096 });
                     "block size changed"
                 }
             };
-            b[..HEADER_BYTES].copy_from_slice(&sb.encode());
+            let crc = header_crc(&b[..HEADER_BYTES]);
+            b[HEADER_CRC_OFFSET..HEADER_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
             format!("superblock: {what} (valid CRC)")
         }
         (Damage::Crafted, Target::Log) => {
@@ -610,6 +625,31 @@ fn read_back(fs: &Fs, expect: &[Expect]) -> ReadBack {
     r
 }
 
+/// What a user goes on doing on a mount with a damaged block: a new file in every directory,
+/// appends, an xattr, a removal. Errors are expected where the damage is; only panics, hangs
+/// and writes derived from the damage matter.
+fn keep_working(fs: &Fs, expect: &[Expect]) {
+    for (i, x) in expect.iter().enumerate() {
+        let Ok(ino) = resolve(fs, &x.path) else {
+            continue;
+        };
+        match x.kind {
+            FileType::Directory => {
+                if let Ok(a) = fs.mknod(Cred::ROOT, ino, b"made-after", 0o100_644, 0) {
+                    let _ = fs.write(Cred::ROOT, a.ino, 0, &[7u8; 3000]);
+                    let _ = fs.setxattr(a.ino, b"user.after", b"v", XattrFlags::default());
+                }
+            }
+            FileType::Regular if i % 7 == 0 => {
+                let _ = fs.write(Cred::ROOT, ino, x.data.len() as u64, &[9u8; 100]);
+            }
+            _ => {}
+        }
+    }
+    let _ = fs.unlink(ROOT_INO, b"made-after");
+    let _ = fs.sync();
+}
+
 fn path_str(p: &[Vec<u8>]) -> String {
     let parts: Vec<String> = p
         .iter()
@@ -634,13 +674,18 @@ struct CaseResult {
     failures: Vec<String>,
 }
 
-/// The repair a case runs: `cilfs repair`'s library half.
+/// The repair a case runs: `cilfs repair`'s library half. Its list of changes.
 fn repair(dev: &Arc<SimDevice>) -> Result<Vec<String>, String> {
-    let j = Journal::open_salvage(dev.clone() as Arc<dyn Device>, None, journal_config())
-        .map_err(|e| format!("replaying the log: {e}"))?;
-    let fs = Fs::open(j, FsOptions::default()).map_err(|e| format!("opening: {e}"))?;
-    fs.unmount().map_err(|e| format!("writing back: {e}"))?;
-    Ok(Vec::new())
+    repair_image(
+        dev.clone() as Arc<dyn Device>,
+        None,
+        RepairOptions {
+            dry_run: false,
+            progress: None,
+        },
+    )
+    .map(|r| r.changes)
+    .map_err(|e| e.to_string())
 }
 
 /// Steps of a case, for a hang's report.
@@ -742,7 +787,28 @@ fn run_case(
                     path_str(&base.expect[*i].path)
                 ));
             }
+            keep_working(&fs, &base.expect);
             let _ = fs.unmount();
+            // A block whose CRC the damage broke is read by nothing that writes: a mount over
+            // a clean log (where replay rewrites nothing) leaves it as the damage left it. (A
+            // crafted value under a valid CRC that only a cross-check of blocks can see, as a
+            // link count against the names, is written back like any other.)
+            if res.found
+                && how != Damage::Crafted
+                && !base.dirty_log
+                && target != Target::Superblock
+                && target != Target::Log
+            {
+                let mut now = vec![0u8; base.bs as usize];
+                dev.stable_image().read(blk * u64::from(base.bs), &mut now);
+                let mut damaged = vec![0u8; base.bs as usize];
+                img.read(blk * u64::from(base.bs), &mut damaged);
+                if now != damaged {
+                    res.failures.push(
+                        "the damaged block was written over by a mount that read it".to_string(),
+                    );
+                }
+            }
         }
     }
     if check_clean && res.mount_refused {
