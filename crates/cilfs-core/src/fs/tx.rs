@@ -1107,6 +1107,9 @@ impl NodeStore for ReadView<'_> {
 pub trait Trees: NodeStore + Sized {
     fn root_of(&self, tree: u8) -> Root;
 
+    /// The header's data area `[data_start, data_end)`.
+    fn data_area(&self) -> (u64, u64);
+
     fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
         let root = self.root_of(tree);
         btree::get(self, root, tree, key)
@@ -1138,11 +1141,22 @@ impl Trees for FsTx<'_> {
     fn root_of(&self, tree: u8) -> Root {
         self.hdr.root(tree)
     }
+
+    fn data_area(&self) -> (u64, u64) {
+        (self.hdr.data_start, self.hdr.data_end)
+    }
 }
 
 impl Trees for ReadView<'_> {
     fn root_of(&self, tree: u8) -> Root {
         self.roots.root(tree)
+    }
+
+    /// The header's, which `Fs::open` found equal to the superblock's metadata area past the
+    /// header block.
+    fn data_area(&self) -> (u64, u64) {
+        let (first, end) = self.journal.metadata_area();
+        (first + 1, end)
     }
 }
 
@@ -1156,6 +1170,9 @@ impl<T: Trees> super::dir::TreeRead for T {
     }
     fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
         Trees::seek_le(self, tree, key)
+    }
+    fn t_data_area(&self) -> (u64, u64) {
+        Trees::data_area(self)
     }
 }
 

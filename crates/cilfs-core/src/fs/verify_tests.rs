@@ -8,6 +8,7 @@ use super::tests::{jcfg, new_dev, BS};
 use super::tree::btree;
 use super::tree::keys::{key, KIND_EXTENT, KIND_INODE};
 use super::tree::node::{Node, LEAF_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
+use super::tx::Trees;
 use super::types::Cred;
 use super::*;
 use crate::journal::JournalError;
@@ -278,4 +279,79 @@ fn a_node_broken_in_memory_is_never_written_back() {
     let fs = open(&dev).unwrap();
     assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
     tests::assert_clean(&fs);
+}
+
+/// A file whose extent was changed (through a transaction, so every stamp verifies) to map
+/// `disk`: the device, its mount and the file.
+fn with_extent_at(seed: u64, disk: impl Fn(u64) -> (u64, u64)) -> (Arc<SimDevice>, Arc<Fs>, u64) {
+    let dev = new_dev(seed);
+    let fs = open(&dev).unwrap();
+    let f = fs
+        .mknod(Cred::ROOT, ROOT_INO, b"f", 0o100_644, 0)
+        .unwrap()
+        .ino;
+    fs.write(Cred::ROOT, f, 0, &[7u8; 3000]).unwrap();
+    fs.sync().unwrap();
+    let end = fs.journal.metadata_area().1;
+    {
+        let mut st = fs.state.write();
+        let mut t = fs.begin(&st).unwrap();
+        let k = key(f, KIND_EXTENT, 0);
+        let v = t.get(header::TREE_FS, k).unwrap().unwrap();
+        let mut e = extent::Extent::decode(0, &v).unwrap();
+        (e.disk, e.len) = disk(end);
+        t.insert(header::TREE_FS, k, &e.encode()).unwrap();
+        fs.commit(&mut st, t).unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    (dev.clone(), open(&dev).unwrap(), f)
+}
+
+/// Blocks `[b, b + n)` of the device.
+fn blocks(dev: &SimDevice, b: u64, n: u64) -> Vec<u8> {
+    (b..b + n)
+        .flat_map(|x| read_block(dev, x).to_vec())
+        .collect()
+}
+
+/// An extent that maps blocks of the log: reads and writes of the file are corrupt, and
+/// nothing is written there.
+#[test]
+fn an_extent_into_the_log_is_corrupt_and_never_written() {
+    let (dev, fs, f) = with_extent_at(606, |_| (400, 2));
+    let first = fs.journal.metadata_area().0;
+    assert!(400 + 2 < first, "block 400 is not in the log");
+    let log_before = blocks(&dev, 400, 2);
+    assert!(matches!(fs.read(f, 0, 100), Err(FsError::Corrupt { .. })));
+    let w = fs
+        .write(Cred::ROOT, f, 0, &[9u8; 3000])
+        .and_then(|_| fs.sync());
+    assert!(matches!(w, Err(FsError::Corrupt { .. })), "{w:?}");
+    let _ = fs.unmount();
+    drop(fs);
+    assert_eq!(blocks(&dev, 400, 2), log_before, "the log was written over");
+}
+
+/// An extent that reaches past the data area's end: corrupt on read and on write.
+#[test]
+fn an_extent_past_the_data_area_is_corrupt() {
+    let (_dev, fs, f) = with_extent_at(607, |end| (end - 1, 2));
+    let r = fs.read(f, 0, 100);
+    assert!(
+        matches!(&r, Err(FsError::Corrupt { what, .. }) if what.contains("outside the data area")),
+        "{r:?}"
+    );
+    let w = fs
+        .write(Cred::ROOT, f, 0, &[9u8; 3000])
+        .and_then(|_| fs.sync());
+    assert!(matches!(w, Err(FsError::Corrupt { .. })), "{w:?}");
+    // Other files keep working.
+    let g = fs
+        .mknod(Cred::ROOT, ROOT_INO, b"g", 0o100_644, 0)
+        .unwrap()
+        .ino;
+    fs.write(Cred::ROOT, g, 0, b"fine").unwrap();
+    fs.sync().unwrap();
+    assert_eq!(fs.read(g, 0, 10).unwrap(), b"fine");
 }
