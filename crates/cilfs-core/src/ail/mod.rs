@@ -2,7 +2,7 @@
 //! that last logged them. Its lowest LSN is the log tail; writing items back in place moves it.
 
 use crate::log::Lsn;
-use crate::trans::item::{ItemKey, LogItem, WriteBack};
+use crate::trans::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -149,7 +149,7 @@ impl Ail {
     pub fn prepare_batch(
         &self,
         entries: &[(Lsn, ItemKey)],
-        uuid: &[u8; 16],
+        ctx: &WriteBackCtx,
         r: &mut AilPush,
     ) -> WritebackBatch {
         let mut b = WritebackBatch::default();
@@ -157,7 +157,7 @@ impl Ail {
             let Some(item) = self.get(k.0, k.1) else {
                 continue;
             };
-            match item.prepare_write_back(k.0, uuid) {
+            match item.prepare_write_back(k.0, ctx) {
                 WriteBack::Write { offset, data } => {
                     r.written += 1;
                     r.written_bytes += data.len() as u64;
@@ -171,6 +171,11 @@ impl Ail {
                 WriteBack::Busy => {
                     r.busy += 1;
                     continue;
+                }
+                WriteBack::Invalid { what } => {
+                    // Nothing of this batch goes out: the journal shuts down.
+                    b.invalid = Some((k.1, what));
+                    return b;
                 }
             }
             b.done.push(k);
@@ -226,6 +231,18 @@ pub struct WritebackBatch {
     pub writes: Vec<(u64, AlignedBuf)>,
     /// Entries to remove once the writes completed.
     pub done: Vec<(Lsn, ItemKey)>,
+    /// An item that failed its write check, and what failed: the batch is not written.
+    pub invalid: Option<(ItemKey, String)>,
+}
+
+/// Why an AIL push stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error("{0}")]
+    Device(#[from] DeviceError),
+    /// A block failed its check before write back (`WriteBack::Invalid`).
+    #[error("metadata block {blkno} failed its check before write back: {what}")]
+    Invalid { blkno: u64, what: String },
 }
 
 /// How AIL write back IO goes out. Serialised by the mutex that holds it, so two images of
@@ -264,15 +281,18 @@ pub fn push(
     io: &Mutex<WritebackIo>,
     target: Lsn,
     dev: &dyn Device,
-    uuid: &[u8; 16],
-) -> Result<AilPush, DeviceError> {
+    ctx: &WriteBackCtx,
+) -> Result<AilPush, PushError> {
     let mut io = io.lock();
     let mut r = AilPush::default();
     // Block order, not LSN order: every entry below the target must go before the tail can
     // pass it, and neighbouring blocks then merge into one IO.
     let entries = ail.lock().below(target);
     for chunk in entries.chunks(WRITEBACK_BATCH) {
-        let b = ail.lock().prepare_batch(chunk, uuid, &mut r);
+        let b = ail.lock().prepare_batch(chunk, ctx, &mut r);
+        if let Some((blkno, what)) = b.invalid {
+            return Err(PushError::Invalid { blkno, what });
+        }
         let runs = merge_runs(b.writes);
         match &mut *io {
             WritebackIo::Sync => write_runs(dev, &runs)?,
@@ -438,7 +458,7 @@ mod tests {
         fn pins(&self) -> &AtomicU32 {
             &self.pins
         }
-        fn prepare_write_back(&self, _lsn: Lsn, _uuid: &[u8; 16]) -> WriteBack {
+        fn prepare_write_back(&self, _lsn: Lsn, _ctx: &WriteBackCtx) -> WriteBack {
             if self.pins.load(Ordering::Acquire) > 0 {
                 return WriteBack::Pinned;
             }
@@ -484,7 +504,7 @@ mod tests {
             &Mutex::new(WritebackIo::Sync),
             lsn(40),
             &dev,
-            &[0; 16],
+            &WriteBackCtx::default(),
         )
         .unwrap();
         assert_eq!((r.written, r.pinned), (5, 1));
@@ -508,7 +528,7 @@ mod tests {
         ail.insert(Arc::clone(&item), lsn(8));
         let snapshot = ail.below(Lsn::from_raw(u64::MAX));
         let mut r = AilPush::default();
-        let batch = ail.prepare_batch(&snapshot, &[0; 16], &mut r);
+        let batch = ail.prepare_batch(&snapshot, &WriteBackCtx::default(), &mut r);
         assert_eq!(batch.done, vec![(lsn(8), 5)]);
         // A newer checkpoint relogged the item and completed while the old image was written.
         ail.insert(item, lsn(24));
@@ -517,7 +537,7 @@ mod tests {
         assert_eq!(ail.min_lsn(), Some(lsn(24)));
         // Once its new image is written back, it goes.
         let snapshot = ail.below(Lsn::from_raw(u64::MAX));
-        let batch = ail.prepare_batch(&snapshot, &[0; 16], &mut r);
+        let batch = ail.prepare_batch(&snapshot, &WriteBackCtx::default(), &mut r);
         ail.remove_written(&batch.done);
         assert!(ail.is_empty());
     }
@@ -540,7 +560,14 @@ mod tests {
         let io = Mutex::new(WritebackIo::for_device(&dev, 4));
         assert!(matches!(*io.lock(), WritebackIo::Queue { .. }));
         let writes_before = sim.stats().writes;
-        let r = push(&ail, &io, Lsn::from_raw(u64::MAX), &dev, &[0; 16]).unwrap();
+        let r = push(
+            &ail,
+            &io,
+            Lsn::from_raw(u64::MAX),
+            &dev,
+            &WriteBackCtx::default(),
+        )
+        .unwrap();
         assert_eq!(r.written, blocks.len() as u64);
         assert_eq!(
             dev.in_flight.load(Ordering::SeqCst),
@@ -598,7 +625,7 @@ mod tests {
         assert_eq!(ail.len(), 4);
         // An entry a push saw before its item moved on finds nothing to write.
         let mut r = AilPush::default();
-        let stale = ail.prepare_batch(&[(lsn(8), 1)], &[0; 16], &mut r);
+        let stale = ail.prepare_batch(&[(lsn(8), 1)], &WriteBackCtx::default(), &mut r);
         assert_eq!((r.written, stale.done.len()), (0, 0));
         ail.insert_all(lsn(24), vec![block(3, 3, 0)]);
         assert_eq!(ail.min_lsn(), Some(lsn(16)));
@@ -638,7 +665,7 @@ mod tests {
         );
         // Every one of them is still found through its new slot, and written back.
         let mut r = AilPush::default();
-        let batch = ail.prepare_batch(&left, &[0; 16], &mut r);
+        let batch = ail.prepare_batch(&left, &WriteBackCtx::default(), &mut r);
         assert_eq!(r.written, 200);
         ail.remove_written(&batch.done);
         assert_eq!(ail.min_lsn(), Some(lsn(16)));
@@ -652,7 +679,7 @@ mod tests {
         ail.insert_all(lsn(8), vec![block(7, 9, 0), block(8, 8, 0)]);
         assert_eq!(ail.len(), 2);
         let mut r = AilPush::default();
-        let b = ail.prepare_batch(&ail.below(lsn(16)), &[0; 16], &mut r);
+        let b = ail.prepare_batch(&ail.below(lsn(16)), &WriteBackCtx::default(), &mut r);
         assert_eq!(b.done, vec![(lsn(8), 7), (lsn(8), 8)]);
         assert_eq!(b.writes[0].1[0], 9, "the older image was written");
     }
@@ -740,7 +767,7 @@ mod tests {
             &Mutex::new(WritebackIo::Threads(4)),
             Lsn::from_raw(u64::MAX),
             &dev,
-            &[0; 16],
+            &WriteBackCtx::default(),
         )
         .unwrap();
         assert_eq!(r.written, 1500);

@@ -67,13 +67,16 @@ impl BufCache {
 
     /// Copies block `blkno` as it is now (under its read lock, its waits counted in `waits`)
     /// into this thread's copies, and runs `f` on the copy: the state copied and `f`'s answer.
-    /// Reads the block if it is not in memory.
-    pub fn copy_and<R>(
+    /// Reads the block if it is not in memory. `verify` runs first under that lock (the read
+    /// check, `Buf::verify_once`): a block that fails it is not copied, so a copy is always
+    /// of a checked block and stepping through it needs no check.
+    pub fn copy_and<R, E: From<cilfs_device::DeviceError>>(
         &self,
         blkno: u64,
         waits: &crate::lockstat::LockWaits,
+        verify: impl FnOnce(&Buf, &super::BufData) -> Result<(), E>,
         f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<(BufState, R), cilfs_device::DeviceError> {
+    ) -> Result<(BufState, R), E> {
         let buf = self.get(blkno)?;
         COPIES.with(|c| {
             let mut c = c.borrow_mut();
@@ -84,6 +87,7 @@ impl BufCache {
                 .filter(|d| d.len() == self.block_size as usize);
             let (version, data) = {
                 let g = waits.acquire_short(|| buf.try_read(), || buf.read());
+                verify(&buf, &g)?;
                 let data = match reuse {
                     Some(mut d) => {
                         d.copy_from_slice(&g.data);
@@ -142,6 +146,10 @@ mod tests {
 
     static W: LockWaits = LockWaits::new("buffer");
 
+    fn ok(_: &Buf, _: &crate::buf::BufData) -> Result<(), cilfs_device::DeviceError> {
+        Ok(())
+    }
+
     fn cache_with(block: u64, byte: u8) -> BufCache {
         let dev = Arc::new(SimDevice::new(4096 * 64, 7));
         dev.write(block * 4096, &[byte; 4096], WriteFlags::NONE)
@@ -155,7 +163,7 @@ mod tests {
     fn a_copy_serves_until_its_block_changes() {
         let cache = cache_with(3, 1);
         assert_eq!(cache.with_copy(3, |d| d[0]), None, "no copy yet");
-        let (s0, first) = cache.copy_and(3, &W, |d| d[0]).unwrap();
+        let (s0, first) = cache.copy_and(3, &W, ok, |d| d[0]).unwrap();
         assert_eq!(first, 1);
         assert_eq!(cache.with_copy(3, |d| d[0]), Some((s0, 1)));
         let buf = cache.get(3).unwrap();
@@ -172,7 +180,7 @@ mod tests {
             ..s0
         };
         assert_eq!(cache.state_and_locked(3), Some((s1, false)));
-        assert_eq!(cache.copy_and(3, &W, |d| d[0]).unwrap(), (s1, 2));
+        assert_eq!(cache.copy_and(3, &W, ok, |d| d[0]).unwrap(), (s1, 2));
         assert_eq!(cache.with_copy(3, |d| d[0]), Some((s1, 2)));
     }
 
@@ -181,9 +189,9 @@ mod tests {
     #[test]
     fn copies_serve_only_their_thread_and_their_cache() {
         let (a, b) = (cache_with(3, 1), cache_with(3, 2));
-        assert_eq!(a.copy_and(3, &W, |d| d[0]).unwrap().1, 1);
+        assert_eq!(a.copy_and(3, &W, ok, |d| d[0]).unwrap().1, 1);
         assert_eq!(b.with_copy(3, |d| d[0]), None);
-        assert_eq!(b.copy_and(3, &W, |d| d[0]).unwrap().1, 2);
+        assert_eq!(b.copy_and(3, &W, ok, |d| d[0]).unwrap().1, 2);
         // One slot per block number: b's copy replaced a's.
         assert_eq!(a.with_copy(3, |d| d[0]), None);
         std::thread::scope(|s| {
@@ -198,7 +206,7 @@ mod tests {
     fn a_kept_copy_keeps_its_buffer_in_the_cache() {
         let dev = Arc::new(SimDevice::new(4096 * 1024, 7));
         let cache = BufCache::new(dev, 4096, 16 * 4096);
-        cache.copy_and(5, &W, |_| ()).unwrap();
+        cache.copy_and(5, &W, ok, |_| ()).unwrap();
         for b in 100..600 {
             cache.get(b).unwrap();
         }
@@ -225,12 +233,12 @@ mod tests {
             }
         };
         bump(3);
-        let (seen, _) = cache.copy_and(5, &W, |_| ()).unwrap();
+        let (seen, _) = cache.copy_and(5, &W, ok, |_| ()).unwrap();
         assert_eq!(seen.version, 3);
         // The copy's slot taken by another block (same slot), then the hot slot and the
         // map's hold let go through eviction.
         let other = (6..300).find(|&b| slot(b) == slot(5)).unwrap();
-        cache.copy_and(other, &W, |_| ()).unwrap();
+        cache.copy_and(other, &W, ok, |_| ()).unwrap();
         for b in 300..1000 {
             cache.get(b).unwrap();
         }

@@ -10,10 +10,10 @@ pub use ranges::RangeSet;
 use crate::log::item_format::{buf_item_len, encode_buf_item_into};
 use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
-use crate::trans::item::{ItemKey, LogItem, WriteBack};
+use crate::trans::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, MutexGuard, RawRwLock, RwLock};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A buffer held to change it: no one else reads or writes it meanwhile.
@@ -69,6 +69,11 @@ pub struct Buf {
     uid: u64,
     state: Arc<RwLock<BufData>>,
     pins: AtomicU32,
+    /// Whether the bytes read from the device passed their read check (`verify_once`):
+    /// `UNCHECKED` until the first reader that knows the block's type checks them.
+    checked: AtomicU8,
+    /// What the read check found wrong, once it failed.
+    failure: std::sync::OnceLock<String>,
     /// `BufData::version`, readable without the lock: a commit checking what it read looks at
     /// every block it touched (some twenty for a create), under the filesystem's exclusive
     /// lock, where no commit can move a version, so the lock would only cost time there.
@@ -78,9 +83,49 @@ pub struct Buf {
     version: crate::counter::Padded,
 }
 
+/// `Buf::checked`: read from the device and not yet checked.
+const UNCHECKED: u8 = 0;
+/// Checked, or never needing it: made in memory (`get_fresh`) or changed there since the read.
+const CHECKED: u8 = 1;
+/// Failed its read check: every reader that asks gets the failure again.
+const FAILED: u8 = 2;
+
 impl Buf {
     pub fn blkno(&self) -> u64 {
         self.blkno
+    }
+
+    /// Runs `check` on the block's bytes if they came from the device and no one checked them
+    /// yet (`g` is the caller's hold of this buffer's lock): once per read from the device,
+    /// so a descent through blocks in memory pays one atomic load per block. A block changed
+    /// in memory since the read (by a commit, which read it first) is not checked: its stamp
+    /// is stale until write back. A failure sticks: every later call returns it, and the
+    /// block is never taken as good while this buffer lasts.
+    pub fn verify_once(
+        &self,
+        g: &BufData,
+        check: impl FnOnce(&[u8]) -> Result<(), String>,
+    ) -> Result<(), String> {
+        match self.checked.load(Ordering::Acquire) {
+            CHECKED => return Ok(()),
+            FAILED => return Err(self.failure.get().cloned().unwrap_or_default()),
+            _ => {}
+        }
+        if g.version != 0 || !g.dirty.is_empty() || g.cancelled {
+            self.checked.store(CHECKED, Ordering::Release);
+            return Ok(());
+        }
+        match check(&g.data) {
+            Ok(()) => {
+                self.checked.store(CHECKED, Ordering::Release);
+                Ok(())
+            }
+            Err(what) => {
+                let _ = self.failure.set(what);
+                self.checked.store(FAILED, Ordering::Release);
+                Err(self.failure.get().cloned().unwrap_or_default())
+            }
+        }
     }
 
     /// This buffer's identity (see `uid`).
@@ -266,7 +311,7 @@ impl LogItem for Buf {
         &self.pins
     }
 
-    fn prepare_write_back(&self, lsn: Lsn, uuid: &[u8; 16]) -> WriteBack {
+    fn prepare_write_back(&self, lsn: Lsn, ctx: &WriteBackCtx) -> WriteBack {
         let Some(mut g) = self.state.try_write() else {
             return WriteBack::Busy;
         };
@@ -278,7 +323,14 @@ impl LogItem for Buf {
             return WriteBack::Stale;
         }
         if let Some(off) = g.lsn_offset {
-            write_lsn_stamp(&mut g.data, off, lsn, uuid);
+            // The write verifier: a block the format refuses never reaches the disk, and it
+            // keeps its dirty state (the journal shuts down).
+            if let Some(check) = ctx.check_at(off) {
+                if let Err(what) = check(&g.data, self.blkno) {
+                    return WriteBack::Invalid { what };
+                }
+            }
+            write_lsn_stamp(&mut g.data, off, lsn, &ctx.uuid);
         }
         g.dirty.clear();
         WriteBack::Write {
@@ -401,7 +453,7 @@ impl BufCache {
                 // A newer version may have been written back and evicted while we read.
                 continue;
             }
-            return Ok(self.insert(bufs, blkno, data));
+            return Ok(self.insert(bufs, blkno, data, UNCHECKED));
         }
     }
 
@@ -411,15 +463,25 @@ impl BufCache {
     pub fn get_fresh(&self, blkno: u64) -> Arc<Buf> {
         let bufs = self.map(blkno).lock();
         if let Some(b) = bufs.get(&blkno) {
+            // Its caller writes it whole: what it held (even bytes that failed their check,
+            // from before the block was freed) is never read for its meaning again.
+            b.checked.store(CHECKED, Ordering::Release);
             return Arc::clone(b);
         }
         let data = AlignedBuf::zeroed(self.block_size as usize);
-        self.insert(bufs, blkno, data)
+        self.insert(bufs, blkno, data, CHECKED)
     }
 
     /// Adds a buffer for `blkno` holding `data` to its map (whose lock `bufs` is), and runs an
-    /// eviction pass when the cache has grown past its mark.
-    fn insert(&self, mut bufs: MutexGuard<'_, BlockMap>, blkno: u64, data: AlignedBuf) -> Arc<Buf> {
+    /// eviction pass when the cache has grown past its mark. `checked`: `UNCHECKED` for bytes
+    /// read from the device.
+    fn insert(
+        &self,
+        mut bufs: MutexGuard<'_, BlockMap>,
+        blkno: u64,
+        data: AlignedBuf,
+        checked: u8,
+    ) -> Arc<Buf> {
         static NEXT_UID: AtomicU64 = AtomicU64::new(1);
         let b = Arc::new(Buf {
             blkno,
@@ -432,6 +494,8 @@ impl BufCache {
                 version: 0,
             })),
             pins: AtomicU32::new(0),
+            checked: AtomicU8::new(checked),
+            failure: std::sync::OnceLock::new(),
             version: crate::counter::Padded(AtomicU64::new(0)),
         });
         bufs.insert(blkno, Arc::clone(&b));

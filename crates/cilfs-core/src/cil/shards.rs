@@ -234,7 +234,7 @@ mod tests {
         fn pins(&self) -> &AtomicU32 {
             &self.1
         }
-        fn prepare_write_back(&self, _: Lsn, _: &[u8; 16]) -> WriteBack {
+        fn prepare_write_back(&self, _: Lsn, _: &crate::trans::item::WriteBackCtx) -> WriteBack {
             WriteBack::Stale
         }
     }

@@ -49,6 +49,8 @@ pub trait TreeRead {
     fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>>;
     fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
     fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
+    /// The data area `[data_start, data_end)`: every block an extent maps lies in it.
+    fn t_data_area(&self) -> (u64, u64);
 }
 
 /// Encodes a bucket of `(slot, entry)`: the slot shares the type's byte (its high 5 bits).

@@ -53,7 +53,7 @@ pub enum FsError {
     #[error("not a cilfs filesystem: {0}")]
     NotFormatted(String),
     #[error("journal: {0}")]
-    Journal(#[from] JournalError),
+    Journal(JournalError),
     #[error("device: {0}")]
     Device(#[from] DeviceError),
 }
@@ -63,6 +63,17 @@ impl FsError {
         FsError::Corrupt {
             blkno,
             what: what.into(),
+        }
+    }
+}
+
+/// A block that failed its read check in the journal is the filesystem's corrupt block
+/// (EUCLEAN), like one its decoders refuse.
+impl From<JournalError> for FsError {
+    fn from(e: JournalError) -> Self {
+        match e {
+            JournalError::BadBlock { blkno, what } => FsError::Corrupt { blkno, what },
+            e => FsError::Journal(e),
         }
     }
 }

@@ -56,6 +56,24 @@ impl Extent {
     pub fn end(&self) -> u64 {
         self.file + self.len
     }
+
+    /// `decode`, then the disk blocks checked against the data area `[start, end)`: an extent
+    /// that maps the superblock, the log, the header or blocks past the data area is corrupt
+    /// before any read, write or free uses it.
+    pub fn decode_in(file: u64, v: &[u8], ino: u64, (start, end): (u64, u64)) -> FsResult<Extent> {
+        let e = Extent::decode(file, v)?;
+        if e.disk < start || e.disk.checked_add(e.len).is_none_or(|x| x > end) {
+            return Err(FsError::corrupt(
+                0,
+                format!(
+                    "inode {ino}: extent at file block {file} maps disk blocks {}+{} outside \
+                     the data area {start}..{end}",
+                    e.disk, e.len
+                ),
+            ));
+        }
+        Ok(e)
+    }
 }
 
 /// The extents of `ino` overlapping file blocks `[from, to)`, in order.
@@ -66,9 +84,10 @@ pub(crate) fn extents_in(
     to: u64,
 ) -> FsResult<Vec<Extent>> {
     let mut out = Vec::new();
+    let area = t.t_data_area();
     if let Some((k, v)) = t.t_seek_le(TREE_FS, key(ino, KIND_EXTENT, from))? {
         if k.a == ino && kind_of(k) == KIND_EXTENT {
-            let e = Extent::decode(offset_of(k), &v)?;
+            let e = Extent::decode_in(offset_of(k), &v, ino, area)?;
             if e.end() > from {
                 out.push(e);
             }
@@ -79,10 +98,18 @@ pub(crate) fn extents_in(
         at = key(ino, KIND_EXTENT, e.end().min(OFFSET_MAX));
     }
     while let Some((k, v)) = t.t_seek_ge(TREE_FS, at)? {
+        // Each step moves past the key it found: a tree whose keys are out of order across
+        // its nodes could hand back one before `at`, and the search would never end.
+        if k < at {
+            return Err(FsError::corrupt(
+                0,
+                format!("inode {ino}: an extent search for {at:?} found {k:?} before it"),
+            ));
+        }
         if k.a != ino || kind_of(k) != KIND_EXTENT || offset_of(k) >= to {
             break;
         }
-        let e = Extent::decode(offset_of(k), &v)?;
+        let e = Extent::decode_in(offset_of(k), &v, ino, area)?;
         out.push(e);
         match k.succ() {
             Some(n) => at = n,
@@ -190,7 +217,7 @@ impl Fs {
     fn insert_extent(&self, t: &mut FsTx<'_>, ino: u64, e: Extent) -> FsResult<()> {
         if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
             if k.a == ino && kind_of(k) == KIND_EXTENT {
-                let p = Extent::decode(offset_of(k), &v)?;
+                let p = Extent::decode_in(offset_of(k), &v, ino, Trees::data_area(t))?;
                 if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX
                 {
                     let merged = Extent {

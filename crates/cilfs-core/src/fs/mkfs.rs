@@ -24,6 +24,7 @@ pub fn format(journal: &Journal, uid: u32, gid: u32) -> FsResult<()> {
         ));
     }
     let (first, end) = journal.metadata_area();
+    super::register_block_checks(journal);
     let data_start = first + 1;
     let fl = (freelist_capacity(bs as usize) / 2) as u64;
     let used = 3 + fl;

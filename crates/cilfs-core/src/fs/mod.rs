@@ -303,6 +303,22 @@ pub struct Fs {
     pub(crate) stats: stats::FsCounters,
 }
 
+/// Registers the read and write verifiers of the blocks the filesystem stamps (tree nodes and
+/// the header) with the journal (`Journal::register_block_check`).
+pub(crate) fn register_block_checks(journal: &Journal) {
+    journal.register_block_check(tree::node::NODE_LSN_OFFSET, tree::node::verify_node);
+    journal.register_block_check(header::HEADER_LSN_OFFSET, verify_header);
+}
+
+/// The structure check of the header block: it decodes.
+fn verify_header(block: &[u8], blkno: u64) -> Result<(), String> {
+    match Header::decode(block, blkno) {
+        Ok(_) => Ok(()),
+        Err(FsError::Corrupt { what, .. }) => Err(what),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The change attribute users see: the unclean-mount epoch above the counter, so a value
 /// returned before a crash is never returned again after it.
 pub fn visible_change(epoch: u64, counter: u64) -> u64 {
@@ -315,10 +331,15 @@ impl Fs {
     pub fn open(journal: Arc<Journal>, opts: FsOptions) -> FsResult<Arc<Fs>> {
         let bs = journal.block_size();
         let (first, _) = journal.metadata_area();
+        register_block_checks(&journal);
         let hdr = {
             let buf = journal.buf(first)?;
             let g = buf.read();
-            Header::decode(&g.data, first)?
+            // Decoded first: a block that holds no header at all says so (mkfs interrupted,
+            // another filesystem) rather than failing its stamp.
+            let hdr = Header::decode(&g.data, first)?;
+            journal.verify_read(&buf, &g, header::HEADER_LSN_OFFSET)?;
+            hdr
         };
         // The superblock and the header must agree on the data area: blocks past the device's
         // end, or a header that reaches them, would fail or land elsewhere at random.
@@ -689,3 +710,5 @@ mod damage_tests;
 
 #[cfg(test)]
 mod sb_backup_tests;
+#[cfg(test)]
+mod verify_tests;

@@ -105,7 +105,8 @@ impl Fs {
                     super::xattr::free_bucket(t, &v, ino)?;
                 }
                 if kind_of(k) == super::tree::keys::KIND_EXTENT {
-                    let ext = super::extent::Extent::decode(offset_of(k), &v)?;
+                    let area = super::tx::Trees::data_area(t);
+                    let ext = super::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
                     t.free_extent(ext.disk, ext.len)?;
                     if let Some(m) = inodes.get_mut(&ino) {
                         m.inode.blocks = m.inode.blocks.saturating_sub(ext.len);

@@ -418,7 +418,7 @@ impl<'a> FsTx<'a> {
     /// read it there.
     fn node_read<R>(&mut self, blkno: u64, f: impl FnOnce(&[u8]) -> R) -> FsResult<R> {
         self.read_outside_if_uncached(blkno)?;
-        Ok(self.tx.buf_read(blkno, f)?.1)
+        Ok(self.tx.buf_read_verified(blkno, NODE_LSN_OFFSET, f)?.1)
     }
 
     /// Built under the filesystem lock: gives up (`Retry::Read`) for a block this transaction
@@ -754,7 +754,7 @@ impl NodeStore for FsTx<'_> {
         // changed since (a root freed and reused) is not the operation's (`saw_one_state`).
         if self.optimistic && level > 0 && !self.tx.holds(blkno) {
             self.read_outside_if_uncached(blkno)?;
-            let (seen, step) = self.tx.journal.read_copy(blkno, step_in)?;
+            let (seen, step) = self.tx.journal.read_copy(blkno, NODE_LSN_OFFSET, step_in)?;
             self.trees_read |= 1 << tree;
             if !self.opt.interior_copies.contains(&(blkno, seen)) {
                 self.opt.interior_copies.push((blkno, seen));
@@ -1028,6 +1028,7 @@ impl<'a> ReadView<'a> {
         interior: impl FnOnce(&R) -> bool,
     ) -> FsResult<R> {
         if let Some(locks) = self.locked {
+            // Blocks this commit holds were read, checked and changed by it.
             if let Some(g) = locks.get(blkno) {
                 return f(&g.data);
             }
@@ -1035,11 +1036,13 @@ impl<'a> ReadView<'a> {
             let Some(g) = buf.try_read() else {
                 return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
             };
+            self.journal.verify_read(&buf, &g, NODE_LSN_OFFSET)?;
             return f(&g.data);
         }
         let buf = self.buf(blkno)?;
         let (r, version) = {
             let g = buf.read();
+            self.journal.verify_read(&buf, &g, NODE_LSN_OFFSET)?;
             (f(&g.data)?, g.version)
         };
         let is_interior = interior(&r);
@@ -1104,6 +1107,9 @@ impl NodeStore for ReadView<'_> {
 pub trait Trees: NodeStore + Sized {
     fn root_of(&self, tree: u8) -> Root;
 
+    /// The header's data area `[data_start, data_end)`.
+    fn data_area(&self) -> (u64, u64);
+
     fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
         let root = self.root_of(tree);
         btree::get(self, root, tree, key)
@@ -1135,11 +1141,22 @@ impl Trees for FsTx<'_> {
     fn root_of(&self, tree: u8) -> Root {
         self.hdr.root(tree)
     }
+
+    fn data_area(&self) -> (u64, u64) {
+        (self.hdr.data_start, self.hdr.data_end)
+    }
 }
 
 impl Trees for ReadView<'_> {
     fn root_of(&self, tree: u8) -> Root {
         self.roots.root(tree)
+    }
+
+    /// The header's, which `Fs::open` found equal to the superblock's metadata area past the
+    /// header block.
+    fn data_area(&self) -> (u64, u64) {
+        let (first, end) = self.journal.metadata_area();
+        (first + 1, end)
     }
 }
 
@@ -1153,6 +1170,9 @@ impl<T: Trees> super::dir::TreeRead for T {
     }
     fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
         Trees::seek_le(self, tree, key)
+    }
+    fn t_data_area(&self) -> (u64, u64) {
+        Trees::data_area(self)
     }
 }
 

@@ -142,6 +142,7 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 /// Frees a remote value's blocks (their buffers cancelled: never replayed, never written back).
 fn free_remote(t: &mut FsTx<'_>, v: &Value) -> FsResult<()> {
     if let Value::Remote { start, blocks, .. } = *v {
+        remote_in_area(start, blocks, super::tx::Trees::data_area(t))?;
         for b in start..start + blocks {
             let r = t.tx.buf(b)?;
             t.tx.cancel(r);
@@ -273,6 +274,19 @@ pub(crate) fn put(
     Ok(())
 }
 
+/// Refuses a remote value whose blocks are not all inside the data area `[first, end)` (the
+/// header's `data_start..data_end`): a corrupt address never reads or frees the superblock,
+/// the log, the header or blocks past the end.
+fn remote_in_area(start: u64, blocks: u64, (first, end): (u64, u64)) -> FsResult<()> {
+    if start < first || start.checked_add(blocks).is_none_or(|e| e > end) {
+        return Err(FsError::corrupt(
+            0,
+            format!("xattr value at blocks {start}+{blocks} outside the data area {first}..{end}"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 thread_local! {
     /// Tests: run by `put` of this thread right after it allocated a value's blocks (start,
@@ -288,6 +302,8 @@ impl Fs {
         match v {
             Value::Inline(x) => Ok(x.clone()),
             Value::Remote { start, blocks, len } => {
+                let (first, end) = self.journal.metadata_area();
+                remote_in_area(*start, *blocks, (first + 1, end))?;
                 let mut out = Vec::with_capacity(*len as usize);
                 for b in *start..start + blocks {
                     let buf = self.journal.buf(b)?;

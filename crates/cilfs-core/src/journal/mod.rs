@@ -10,7 +10,7 @@ mod stats;
 pub use stats::JournalStats;
 
 use crate::ail::{Ail, WritebackIo};
-use crate::buf::{Buf, BufCache, BufState};
+use crate::buf::{Buf, BufCache, BufData, BufState};
 use crate::cil::{Cil, CilLimits};
 use crate::format::{FormatError, Superblock};
 // Every copy, backups first: a mount from a backup rewrites the damaged primary with its
@@ -23,6 +23,7 @@ use crate::log::recover::{
 use crate::log::writer::{ConfigError, LogPlacement};
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
+use crate::trans::item::BlockCheck;
 use crate::trans::{Reservation, Transaction};
 use cilfs_device::{Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
@@ -61,6 +62,14 @@ pub enum JournalError {
          ro,norecovery` shows the files as written in place, without the log"
     )]
     DamagedLog(String),
+    /// A metadata block failed its check on the first use after a read from the device
+    /// (`Journal::verify_read`): the filesystem maps it to a corrupt block.
+    #[error("metadata block {blkno} is corrupt: {what}")]
+    BadBlock { blkno: u64, what: String },
+    /// A metadata block failed its check before write back: the journal shut down and the
+    /// block was not written.
+    #[error("metadata block {blkno} failed its check before write back: {what}")]
+    BadWrite { blkno: u64, what: String },
     /// Frozen by a remount read-only (`Journal::freeze`): no transaction until `thaw`.
     #[error("the filesystem is read-only")]
     ReadOnly,
@@ -198,7 +207,14 @@ pub struct Journal {
     /// No write back ahead of need: only reservation relief frees log space (crash explorers
     /// and tests, see `set_ail_push_ahead`).
     pub(crate) ahead_paused: AtomicBool,
+    /// The structure checks of stamped blocks, by stamp offset (`register_block_check`).
+    pub(crate) block_checks: parking_lot::RwLock<Vec<(u16, BlockCheck)>>,
+    /// Blocks whose read check failed and was logged (each once, up to `BAD_BLOCKS_LOGGED`).
+    pub(crate) bad_blocks: Mutex<std::collections::BTreeSet<u64>>,
 }
+
+/// Failed blocks logged one by one; past this many, only the count grows.
+const BAD_BLOCKS_LOGGED: usize = 1024;
 
 /// What mounting found and did.
 #[derive(Debug, Clone, Default)]
@@ -413,6 +429,8 @@ impl Journal {
             meta_end,
             recovered,
             ahead_paused: AtomicBool::new(false),
+            block_checks: parking_lot::RwLock::new(Vec::new()),
+            bad_blocks: Mutex::new(std::collections::BTreeSet::new()),
         });
         if cfg.push_mode == PushMode::Background {
             *j.worker.lock() = Some(push::Worker::start(&j));
@@ -508,16 +526,83 @@ impl Journal {
     /// `f` on this thread's copy of block `blkno` (`buf/copies.rs`), copied now if the thread
     /// keeps none in the block's current state: the state `f` saw and its answer. For
     /// interior tree nodes, which every descent passes: stepping through a copy takes no lock.
+    /// The block keeps its LSN stamp at `stamp_at`: a copy is made only of a block that
+    /// passed its read check (`verify_read`).
     pub fn read_copy<R>(
         &self,
         blkno: u64,
+        stamp_at: u16,
         f: impl Fn(&[u8]) -> R,
     ) -> Result<(BufState, R), JournalError> {
         self.check_metadata_block(blkno)?;
         if let Some(r) = self.cache.with_copy(blkno, &f) {
             return Ok(r);
         }
-        Ok(self.cache.copy_and(blkno, &self.buf_waits, f)?)
+        self.cache.copy_and(
+            blkno,
+            &self.buf_waits,
+            |b, g| self.verify_read(b, g, stamp_at),
+            f,
+        )
+    }
+
+    /// Registers `check` as the structure check of blocks that keep their LSN stamp at
+    /// `stamp_at` (the filesystem's tree nodes and header): run by `verify_read` and before
+    /// every write back of such a block. A later registration for the offset replaces it.
+    pub fn register_block_check(&self, stamp_at: u16, check: BlockCheck) {
+        let mut c = self.block_checks.write();
+        c.retain(|(o, _)| *o != stamp_at);
+        c.push((stamp_at, check));
+    }
+
+    /// The read verifier of a block that keeps its LSN stamp at `stamp_at`, held as `g`: on
+    /// the first use after a read from the device (`Buf::verify_once`), the stamp must carry
+    /// this filesystem's UUID and the CRC of the whole block, its LSN must not be past the
+    /// log's head (no write back stamps one that is), and the structure check registered
+    /// for the offset must pass. A failure is logged once per block, marks the superblock as
+    /// needing a check, and is `BadBlock` for this and every later use of the buffer.
+    pub fn verify_read(&self, buf: &Buf, g: &BufData, stamp_at: u16) -> Result<(), JournalError> {
+        let blkno = buf.blkno();
+        buf.verify_once(g, |data| {
+            let lsn = crate::log::recover::check_lsn_stamp(data, stamp_at, &self.geo.sb.uuid)?;
+            let head = self.space().head;
+            if lsn > head {
+                return Err(format!("stamp LSN {lsn} is past the log head {head}"));
+            }
+            let check = self
+                .block_checks
+                .read()
+                .iter()
+                .find(|(o, _)| *o == stamp_at)
+                .map(|&(_, c)| c);
+            match check {
+                Some(c) => c(data, blkno),
+                None => Ok(()),
+            }
+        })
+        .map_err(|what| {
+            self.report_bad_block(blkno, &what);
+            JournalError::BadBlock { blkno, what }
+        })
+    }
+
+    /// Logs a block that failed its read check (once) and marks the superblock as needing a
+    /// check; a frozen (read-only) journal writes nothing.
+    fn report_bad_block(&self, blkno: u64, what: &str) {
+        {
+            let mut bad = self.bad_blocks.lock();
+            if bad.contains(&blkno) || bad.len() >= BAD_BLOCKS_LOGGED {
+                return;
+            }
+            bad.insert(blkno);
+        }
+        tracing::error!("metadata block {blkno} failed its read check: {what}");
+        if self.is_frozen() {
+            return;
+        }
+        if let Err(e) = self.mark_needs_check() {
+            tracing::error!("cannot record in the superblock that a check is needed: {e}");
+        }
     }
 
     /// The state of metadata block `blkno` now, and whether a commit holds it locked (None if

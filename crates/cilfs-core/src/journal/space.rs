@@ -7,6 +7,7 @@ use super::{Journal, JournalError, SpaceState};
 use crate::ail::{self, AilPush};
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
+use crate::trans::item::WriteBackCtx;
 use std::sync::atomic::Ordering;
 
 /// Sectors a tail moved by relief must gain before an empty checkpoint is written to carry it
@@ -207,20 +208,21 @@ impl Journal {
     /// Writes back AIL items below `target` (see `ail::push`) and counts the bytes; an IO error
     /// shuts the journal down.
     pub(crate) fn write_back_ail(&self, target: Lsn) -> Result<AilPush, JournalError> {
-        match ail::push(
-            &self.ail,
-            &self.ail_writeback,
-            target,
-            &*self.data,
-            &self.geo.sb.uuid,
-        ) {
+        let ctx = WriteBackCtx {
+            uuid: self.geo.sb.uuid,
+            checks: self.block_checks.read().clone(),
+        };
+        match ail::push(&self.ail, &self.ail_writeback, target, &*self.data, &ctx) {
             Ok(r) => {
                 self.extra
                     .ail_writeback_bytes
                     .fetch_add(r.written_bytes, Ordering::Relaxed);
                 Ok(r)
             }
-            Err(e) => self.shut_down(e),
+            Err(ail::PushError::Device(e)) => self.shut_down(e),
+            Err(ail::PushError::Invalid { blkno, what }) => {
+                self.shut_down(JournalError::BadWrite { blkno, what })
+            }
         }
     }
 }

@@ -641,14 +641,38 @@ fn block_crc(block: &[u8], crc_at: usize) -> u32 {
 /// and the block's CRC matches. A torn write (some sectors new, some old) fails the CRC, so a
 /// stamp that made it to disk never hides a block whose other sectors did not.
 pub fn read_lsn_stamp(block: &[u8], offset: u16, uuid: &[u8; 16]) -> Option<Lsn> {
+    check_lsn_stamp(block, offset, uuid).ok()
+}
+
+/// `read_lsn_stamp`, saying what is wrong with a stamp it does not accept (the read
+/// verifiers log and return it).
+pub fn check_lsn_stamp(block: &[u8], offset: u16, uuid: &[u8; 16]) -> Result<Lsn, String> {
     let o = usize::from(offset);
-    let s = block.get(o..o + LSN_STAMP_BYTES)?;
+    let s = block
+        .get(o..o + LSN_STAMP_BYTES)
+        .ok_or_else(|| format!("no room for an LSN stamp at byte {o}"))?;
     if s[8..24] != uuid[..] {
-        return None;
+        if s.iter().all(|&b| b == 0) {
+            return Err(format!("no LSN stamp (28 zero bytes at byte {o})"));
+        }
+        return Err(format!(
+            "LSN stamp of another filesystem (UUID {})",
+            s[8..24]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        ));
     }
     let stored = u32::from_le_bytes(s[24..28].try_into().unwrap_or_default());
-    (block_crc(block, o + 24) == stored)
-        .then(|| Lsn::from_raw(u64::from_le_bytes(s[..8].try_into().unwrap_or_default())))
+    let crc = block_crc(block, o + 24);
+    if crc != stored {
+        return Err(format!(
+            "CRC32C {crc:#010x} of the block does not match its stamp's {stored:#010x}"
+        ));
+    }
+    Ok(Lsn::from_raw(u64::from_le_bytes(
+        s[..8].try_into().unwrap_or_default(),
+    )))
 }
 
 /// Stamps the LSN and UUID at `offset` and seals the block with its CRC.

@@ -18,6 +18,33 @@ pub enum WriteBack {
     Pinned,
     /// Freed: nothing to write, just drop it from the AIL.
     Stale,
+    /// Failed its write check (`BlockCheck`): never written, and the journal shuts down,
+    /// since the block in memory is no longer one the format allows.
+    Invalid { what: String },
+}
+
+/// Checks the structure of a metadata block (`data`, block `blkno`): Err says what is wrong.
+/// The layer that knows the block's format registers one per stamp offset
+/// (`Journal::register_block_check`); the journal runs it on a block's first use after a
+/// device read and before every write back.
+pub type BlockCheck = fn(data: &[u8], blkno: u64) -> Result<(), String>;
+
+/// What write back stamps into blocks, and the checks it runs first.
+#[derive(Debug, Clone, Default)]
+pub struct WriteBackCtx {
+    pub uuid: [u8; 16],
+    /// (stamp offset, check) for blocks that keep an LSN stamp there.
+    pub checks: Vec<(u16, BlockCheck)>,
+}
+
+impl WriteBackCtx {
+    /// The check of blocks stamped at `lsn_offset`, if one is registered.
+    pub fn check_at(&self, lsn_offset: u16) -> Option<BlockCheck> {
+        self.checks
+            .iter()
+            .find(|(o, _)| *o == lsn_offset)
+            .map(|&(_, c)| c)
+    }
 }
 
 /// A logged object. Its formatted images reach the CIL through a transaction, which holds the
@@ -28,8 +55,8 @@ pub trait LogItem: Send + Sync + std::fmt::Debug {
     /// How many CIL contexts hold this item and have not completed.
     fn pins(&self) -> &AtomicU32;
     /// The write that puts the item in place, unless it is locked or pinned. `lsn` is the
-    /// checkpoint that last logged it (stamped into blocks that carry an LSN). Clears its dirty
-    /// state: the caller must issue the write (or shut the journal down) before the item leaves
-    /// the AIL.
-    fn prepare_write_back(&self, lsn: Lsn, uuid: &[u8; 16]) -> WriteBack;
+    /// checkpoint that last logged it (stamped into blocks that carry an LSN, with `ctx.uuid`,
+    /// after `ctx`'s check of such blocks passed). Clears its dirty state: the caller must
+    /// issue the write (or shut the journal down) before the item leaves the AIL.
+    fn prepare_write_back(&self, lsn: Lsn, ctx: &WriteBackCtx) -> WriteBack;
 }

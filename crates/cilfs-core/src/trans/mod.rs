@@ -111,7 +111,30 @@ impl<'j> Transaction<'j> {
             return Ok((b, r));
         }
         let buf = self.journal.buf(blkno)?;
-        Ok(self.hold(buf, f))
+        self.hold(buf, None, f)
+    }
+
+    /// `buf_read` of a block that keeps its LSN stamp at `stamp_at` (a tree node): the
+    /// block passes its read check (`Journal::verify_read`) before `f` sees it, unless it is
+    /// this transaction's own copy (changed in memory, its stamp stale until write back).
+    pub fn buf_read_verified<R>(
+        &mut self,
+        blkno: u64,
+        stamp_at: u16,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<(BufRef, R), JournalError> {
+        let journal = self.journal;
+        if let Some(b) = self.held_ref(blkno) {
+            let h = &self.held[b.0];
+            if let Some(d) = &h.data {
+                return Ok((b, f(d)));
+            }
+            let g = read_counted(journal, &h.buf);
+            journal.verify_read(&h.buf, &g, stamp_at)?;
+            return Ok((b, f(&g.data)));
+        }
+        let buf = journal.buf(blkno)?;
+        self.hold(buf, Some(stamp_at), f)
     }
 
     /// `buf` for a block this transaction allocated and will write whole: what the device
@@ -122,14 +145,23 @@ impl<'j> Transaction<'j> {
             return Ok(b);
         }
         let buf = self.journal.buf_fresh(blkno)?;
-        Ok(self.hold(buf, |_| ()).0)
+        Ok(self.hold(buf, None, |_| ())?.0)
     }
 
-    /// Holds `buf`, noting its version and running `f` on it in one hold of its lock.
-    fn hold<R>(&mut self, buf: Arc<Buf>, f: impl FnOnce(&[u8]) -> R) -> (BufRef, R) {
+    /// Holds `buf`, noting its version and running `f` on it in one hold of its lock; first,
+    /// for a block stamped at `stamp_at`, its read check (`Journal::verify_read`).
+    fn hold<R>(
+        &mut self,
+        buf: Arc<Buf>,
+        stamp_at: Option<u16>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<(BufRef, R), JournalError> {
         let (held, r) = {
             let (version, lsn_offset, cancelled, r) = {
                 let g = read_counted(self.journal, &buf);
+                if let Some(at) = stamp_at {
+                    self.journal.verify_read(&buf, &g, at)?;
+                }
                 (g.version, g.lsn_offset, g.cancelled, f(&g.data))
             };
             let held = Held {
@@ -146,7 +178,7 @@ impl<'j> Transaction<'j> {
             (held, r)
         };
         self.held.push(held);
-        (BufRef(self.held.len() - 1), r)
+        Ok((BufRef(self.held.len() - 1), r))
     }
 
     /// Runs `f` on the block as this transaction sees it.

@@ -639,6 +639,39 @@ pub fn check_leaf_layout(block: &[u8], blkno: u64, tree: u8) -> FsResult<()> {
     packed(block, blkno, n.count, n.count).map(|_| ())
 }
 
+/// The structure check of a tree node block, for the journal's read and write verifiers
+/// (`crate::trans::item::BlockCheck`): what holds of every node whatever its parent
+/// expects. Magic, a tree the filesystem has, its own block number, a possible level, the
+/// entries within the block, keys in ascending order, and a leaf's values inside the block and
+/// packed as `encode_into` packs them (what edits in place rely on). The tree and level
+/// its parent expects are checked by each access (`Node::decode`, `RawNode::open`).
+pub fn verify_node(block: &[u8], blkno: u64) -> Result<(), String> {
+    let what = |e: FsError| match e {
+        FsError::Corrupt { what, .. } => what,
+        e => e.to_string(),
+    };
+    if block.len() < NODE_HEADER_BYTES + 4 * LEAF_ENTRY_BYTES {
+        return Err("block too small for a node".into());
+    }
+    let (level, tree) = (block[4], block[5]);
+    if !(crate::fs::header::TREE_FS..=crate::fs::header::TREE_FREE_BY_SIZE).contains(&tree) {
+        if u32::from_le_bytes(arr4(&block[0..4])) != NODE_MAGIC {
+            return Err("bad node magic".into());
+        }
+        return Err(format!("node of unknown tree {tree}"));
+    }
+    if level >= MAX_LEVELS {
+        return Err(format!("impossible level {level}"));
+    }
+    let n = RawNode::open(block, blkno, tree, level).map_err(what)?;
+    if level == 0 {
+        packed(block, blkno, n.count, n.count).map_err(what)?;
+    } else if (1..n.count).any(|i| n.key_at(i) <= n.key_at(i - 1)) {
+        return Err("keys out of order".into());
+    }
+    Ok(())
+}
+
 fn entry_at(i: usize) -> usize {
     NODE_HEADER_BYTES + i * LEAF_ENTRY_BYTES
 }
