@@ -9,7 +9,7 @@ use super::header::{
     TREE_FS,
 };
 use super::tree::btree::{self, NodeStore, Root};
-use super::tree::node::{unused_stretch, Key, Node, RawStep, Seek, NODE_LSN_OFFSET};
+use super::tree::node::{unused_stretch, Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET};
 use crate::buf::{BufState, CounterChange, LateWrite};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
@@ -703,9 +703,10 @@ impl NodeStore for FsTx<'_> {
         tree: u8,
         key: Key,
         val: &[u8],
+        range: KeyRange,
     ) -> FsResult<Option<Option<Vec<u8>>>> {
         self.edit_leaf_in_place(blkno, tree, |block| {
-            super::tree::node::leaf_put_raw(block, blkno, tree, key, val)
+            super::tree::node::leaf_put_raw(block, blkno, tree, key, val, range)
         })
     }
 
@@ -714,9 +715,10 @@ impl NodeStore for FsTx<'_> {
         blkno: u64,
         tree: u8,
         key: Key,
+        range: KeyRange,
     ) -> FsResult<Option<Vec<u8>>> {
         let removed = self.edit_leaf_in_place(blkno, tree, |block| {
-            super::tree::node::leaf_remove_raw(block, blkno, tree, key)
+            super::tree::node::leaf_remove_raw(block, blkno, tree, key, range)
         })?;
         Ok(removed.flatten())
     }
@@ -766,10 +768,10 @@ impl NodeStore for FsTx<'_> {
         let step = step?;
         if self.optimistic {
             match &step {
-                RawStep::Child(_) if !self.opt.interior.contains(&blkno) => {
+                RawStep::Child(..) if !self.opt.interior.contains(&blkno) => {
                     self.opt.interior.push(blkno)
                 }
-                RawStep::Child(_) => {}
+                RawStep::Child(..) => {}
                 RawStep::Found(v) => self
                     .opt
                     .point_reads
@@ -1304,7 +1306,9 @@ mod diff_tests {
 #[cfg(test)]
 mod logged_leaf_tests {
     use super::ranges_to_log;
-    use crate::fs::tree::node::{leaf_put_raw, leaf_remove_raw, max_value_bytes, Body, Key, Node};
+    use crate::fs::tree::node::{
+        leaf_put_raw, leaf_remove_raw, max_value_bytes, Body, Key, KeyRange, Node,
+    };
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -1363,7 +1367,7 @@ mod logged_leaf_tests {
                 let used = match o {
                     Op::Put(k, l, b) => {
                         let v = vec![b; l.min(max_value_bytes(bs))];
-                        match leaf_put_raw(&mut new, blk, 1, Key::new(k, 0), &v).unwrap() {
+                        match leaf_put_raw(&mut new, blk, 1, Key::new(k, 0), &v, KeyRange::ALL).unwrap() {
                             Some(p) => {
                                 prop_assert_eq!(p.old, model.insert(k, v));
                                 p.used
@@ -1380,7 +1384,7 @@ mod logged_leaf_tests {
                             }
                         }
                     }
-                    Op::Remove(k) => match leaf_remove_raw(&mut new, blk, 1, Key::new(k, 0)).unwrap() {
+                    Op::Remove(k) => match leaf_remove_raw(&mut new, blk, 1, Key::new(k, 0), KeyRange::ALL).unwrap() {
                         Some(p) => {
                             prop_assert_eq!(p.old, model.remove(&k));
                             p.used

@@ -5,7 +5,7 @@
 //! Deletion frees empty nodes but does not merge underfull ones: simple, and the trees here
 //! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
 
-use super::node::{Body, Key, Node, RawStep, Seek, Value, MAX_LEVELS};
+use super::node::{Body, Key, KeyRange, Node, RawStep, Seek, Value, MAX_LEVELS};
 use crate::fs::error::{FsError, FsResult};
 
 /// Where a tree's root is, and its level (0: the root is a leaf).
@@ -33,7 +33,12 @@ pub trait NodeStore {
                 Ok(i) => RawStep::Found(items[i].1.to_vec()),
                 Err(_) => RawStep::Absent,
             },
-            Body::Interior(items) => RawStep::Child(items[child_index(items, key)].1),
+            Body::Interior(items) => {
+                let i = child_index(items, key);
+                let lo = (i > 0).then(|| items[i].0);
+                let hi = items.get(i + 1).map(|e| e.0);
+                RawStep::Child(items[i].1, KeyRange::ALL.of_child(lo, hi))
+            }
         })
     }
     /// Puts `key` into leaf `blkno` in place on its encoded block (`node::leaf_put_raw`):
@@ -45,6 +50,7 @@ pub trait NodeStore {
         _tree: u8,
         _key: Key,
         _val: &[u8],
+        _range: KeyRange,
     ) -> FsResult<Option<Option<Vec<u8>>>> {
         Ok(None)
     }
@@ -56,6 +62,7 @@ pub trait NodeStore {
         _blkno: u64,
         _tree: u8,
         _key: Key,
+        _range: KeyRange,
     ) -> FsResult<Option<Vec<u8>>> {
         Ok(None)
     }
@@ -97,31 +104,34 @@ pub trait NodeStore {
 
 /// The leaf a point descent for `key` reaches.
 pub fn leaf_blkno(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<u64> {
-    step_to_leaf(s, root, tree, key, |_| ())
+    step_to_leaf(s, root, tree, key, |_| ()).map(|(leaf, _)| leaf)
 }
 
 /// A point descent for `key` through the interior nodes, stepped through on their encoded
-/// blocks (`NodeStore::raw_step`), each passed to `passed` (root first); the leaf it reaches.
+/// blocks (`NodeStore::raw_step`), each passed to `passed` (root first); the leaf it reaches
+/// and the keys the separators on the way let it hold, which an edit of it checks.
 fn step_to_leaf(
     s: &mut dyn NodeStore,
     root: Root,
     tree: u8,
     key: Key,
     mut passed: impl FnMut(u64),
-) -> FsResult<u64> {
+) -> FsResult<(u64, KeyRange)> {
     let mut blk = root.blkno;
     let mut level = root.level;
+    let mut range = KeyRange::ALL;
     while level > 0 {
         match s.raw_step(blk, tree, level, key)? {
-            RawStep::Child(c) => {
+            RawStep::Child(c, r) => {
                 passed(blk);
+                range = range.of_child(Some(r.lo), r.hi);
                 blk = c;
                 level -= 1;
             }
             _ => return Err(FsError::corrupt(blk, "interior node without children")),
         }
     }
-    Ok(blk)
+    Ok((blk, range))
 }
 
 struct Step {
@@ -135,10 +145,13 @@ fn child_index(items: &[(Key, u64)], key: Key) -> usize {
     items.partition_point(|(k, _)| *k <= key).saturating_sub(1)
 }
 
+/// A descent for `key` that decodes every node on the way, for edits that change more than
+/// one leaf in place: each node is checked against the range its parents give it.
 fn descend(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Vec<Step>> {
     let mut path: Vec<Step> = Vec::with_capacity(usize::from(root.level) + 1);
     let mut blkno = root.blkno;
     let mut want_level = root.level;
+    let mut range = KeyRange::ALL;
     loop {
         let node = s.read_node(blkno, tree)?;
         if node.level != want_level {
@@ -149,14 +162,23 @@ fn descend(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Ve
         }
         match &node.body {
             Body::Leaf(items) => {
+                range.check(blkno, items.first().map(|e| e.0), items.last().map(|e| e.0))?;
                 let idx = items.partition_point(|(k, _)| *k < key);
                 path.push(Step { blkno, node, idx });
                 s.descended(tree, key, blkno);
                 return Ok(path);
             }
             Body::Interior(items) => {
+                // The first key bounds nothing (a stale one may stand above its child's).
+                range.check(
+                    blkno,
+                    items.get(1).map(|e| e.0),
+                    items.get(1).and(items.last()).map(|e| e.0),
+                )?;
                 let idx = child_index(items, key);
                 let child = items[idx].1;
+                let lo = (idx > 0).then(|| items[idx].0);
+                range = range.of_child(lo, items.get(idx + 1).map(|e| e.0));
                 path.push(Step { blkno, node, idx });
                 blkno = child;
                 want_level -= 1;
@@ -224,11 +246,11 @@ pub fn get(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Op
         match s.raw_step(blk, tree, level, key)? {
             RawStep::Found(v) => return Ok(Some(v)),
             RawStep::Absent => return Ok(None),
-            RawStep::Child(c) if level > 0 => {
+            RawStep::Child(c, _) if level > 0 => {
                 blk = c;
                 level -= 1;
             }
-            RawStep::Child(_) => return Err(FsError::corrupt(blk, "leaf with children")),
+            RawStep::Child(..) => return Err(FsError::corrupt(blk, "leaf with children")),
         }
     }
 }
@@ -338,7 +360,13 @@ pub fn seek_le(
 /// passed are only stepped through (`step_to_leaf`), not decoded: an insert needs one whole
 /// only when a split below it carries a new entry up, and decoding the two or three a create's
 /// descents pass was a fifth of its instructions.
-fn read_leaf(s: &mut dyn NodeStore, tree: u8, key: Key, blkno: u64) -> FsResult<Step> {
+fn read_leaf(
+    s: &mut dyn NodeStore,
+    tree: u8,
+    key: Key,
+    blkno: u64,
+    range: KeyRange,
+) -> FsResult<Step> {
     let node = s.read_node(blkno, tree)?;
     let Body::Leaf(items) = &node.body else {
         return Err(FsError::corrupt(
@@ -346,6 +374,7 @@ fn read_leaf(s: &mut dyn NodeStore, tree: u8, key: Key, blkno: u64) -> FsResult<
             format!("node at level {} where a leaf expected", node.level),
         ));
     };
+    range.check(blkno, items.first().map(|e| e.0), items.last().map(|e| e.0))?;
     let idx = items.partition_point(|(k, _)| *k < key);
     s.descended(tree, key, blkno);
     Ok(Step { blkno, node, idx })
@@ -366,13 +395,13 @@ pub fn insert(
         val.len()
     );
     let mut interiors = Vec::with_capacity(usize::from(root.level));
-    let leaf = step_to_leaf(s, *root, tree, key, |b| interiors.push(b))?;
+    let (leaf, range) = step_to_leaf(s, *root, tree, key, |b| interiors.push(b))?;
     // Most puts fit their leaf: made in place, without decoding and encoding it.
-    if let Some(old) = s.leaf_put_in_place(leaf, tree, key, val)? {
+    if let Some(old) = s.leaf_put_in_place(leaf, tree, key, val, range)? {
         s.descended(tree, key, leaf);
         return Ok(old);
     }
-    let mut step = read_leaf(s, tree, key, leaf)?;
+    let mut step = read_leaf(s, tree, key, leaf, range)?;
     let old;
     // The new key goes past every key of its leaf: a run of ascending keys (inode numbers
     // handed out in runs, file blocks) is being appended, and a split keeps the full leaf as
@@ -552,8 +581,8 @@ pub fn remove(
 ) -> FsResult<Option<Vec<u8>>> {
     // Most removals leave their leaf with entries: made in place, nothing decoded. (A root
     // with one child comes only from a leaf emptied, below, which collapses it then.)
-    let leaf = step_to_leaf(s, *root, tree, key, |_| {})?;
-    if let Some(old) = s.leaf_remove_in_place(leaf, tree, key)? {
+    let (leaf, range) = step_to_leaf(s, *root, tree, key, |_| {})?;
+    if let Some(old) = s.leaf_remove_in_place(leaf, tree, key, range)? {
         s.descended(tree, key, leaf);
         return Ok(Some(old));
     }
@@ -818,6 +847,39 @@ pub(crate) mod tests {
                 level: 0,
             },
         )
+    }
+
+    /// A separator of the root raised past keys of the child it leads to (a crafted value under
+    /// a valid CRC): edits of that child are refused as corrupt instead of writing a leaf whose
+    /// keys no lookup reaches, and edits elsewhere go on.
+    #[test]
+    fn an_edit_of_a_leaf_holding_keys_outside_its_parents_range_is_corrupt() {
+        let (mut s, mut root) = new_tree(512);
+        for k in 0..200u64 {
+            insert(&mut s, &mut root, 1, Key::new(k, 0), &[1; 8]).expect("insert");
+        }
+        assert_eq!(root.level, 1, "a root above leaves");
+        let mut top = s.read_node(root.blkno, 1).expect("root");
+        let Body::Interior(items) = &mut top.body else {
+            panic!("interior root")
+        };
+        assert!(items.len() >= 3);
+        // Child 1's range starts at its separator: move that up to child 1's third key.
+        let third = {
+            let c = s.read_node(items[1].1, 1).expect("child");
+            leaf_items(&c)[2].0
+        };
+        items[1].0 = third;
+        s.write_node(root.blkno, &top).expect("write");
+        let before = s.blocks.clone();
+        // A key at the new separator goes to child 1, whose first keys lie below it now.
+        let got = insert(&mut s, &mut root, 1, Key::new(third.a, 1), &[2; 8]);
+        assert!(matches!(got, Err(FsError::Corrupt { .. })), "{got:?}");
+        let got = remove(&mut s, &mut root, 1, third);
+        assert!(matches!(got, Err(FsError::Corrupt { .. })), "{got:?}");
+        assert_eq!(s.blocks, before, "nothing written");
+        // The last child is in range: edits there work.
+        insert(&mut s, &mut root, 1, Key::new(1000, 0), &[3; 8]).expect("insert elsewhere");
     }
 
     #[derive(Debug, Clone)]

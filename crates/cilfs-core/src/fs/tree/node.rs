@@ -377,10 +377,56 @@ pub fn unused_stretch(block: &[u8]) -> (usize, usize) {
     (end, low)
 }
 
+/// The keys a node may hold, as the separators on the way down to it bound them: `[lo, hi)`,
+/// no upper bound for `hi` None. A node holding a key outside is misrouted: a lookup for that
+/// key never reaches it, and an edit of it would write what a damaged parent made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRange {
+    pub lo: Key,
+    pub hi: Option<Key>,
+}
+
+impl KeyRange {
+    pub const ALL: KeyRange = KeyRange {
+        lo: Key::MIN,
+        hi: None,
+    };
+
+    pub fn holds(&self, k: Key) -> bool {
+        k >= self.lo && self.hi.is_none_or(|h| k < h)
+    }
+
+    /// The part of this range that entry `i` of an interior node's `keys` leads to (the first
+    /// entry bounds nothing: its range starts where its parent's does).
+    pub fn of_child(&self, lo: Option<Key>, hi: Option<Key>) -> KeyRange {
+        KeyRange {
+            lo: lo.map_or(self.lo, |l| l.max(self.lo)),
+            hi: match (hi, self.hi) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    /// Err(corrupt) unless a sorted node whose first and last keys are given lies inside.
+    pub fn check(&self, blkno: u64, first: Option<Key>, last: Option<Key>) -> FsResult<()> {
+        for k in [first, last].into_iter().flatten() {
+            if !self.holds(k) {
+                return Err(FsError::corrupt(
+                    blkno,
+                    format!("key {k:?} outside the range {self:?} its parents give the node"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What one step of a point lookup finds in an encoded node, without decoding all of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawStep {
-    Child(u64),
+    /// The child to descend into, and the keys its parent lets it hold.
+    Child(u64, KeyRange),
     Found(Vec<u8>),
     Absent,
 }
@@ -456,6 +502,19 @@ impl<'b> RawNode<'b> {
         lo
     }
 
+    /// Err(corrupt) if the node holds a key outside `range` (its first or last: keys are
+    /// sorted, which binary searches rely on and `decode` checks).
+    fn check_range(&self, range: KeyRange) -> FsResult<()> {
+        if range == KeyRange::ALL || self.count == 0 {
+            return Ok(());
+        }
+        range.check(
+            self.blkno,
+            Some(self.key_at(0)),
+            Some(self.key_at(self.count - 1)),
+        )
+    }
+
     fn child_at(&self, i: usize) -> u64 {
         u64::from_le_bytes(arr8(&self.entry(i)[16..24]))
     }
@@ -474,7 +533,13 @@ pub fn raw_step(block: &[u8], blkno: u64, tree: u8, level: u8, key: Key) -> FsRe
     let n = RawNode::open(block, blkno, tree, level)?;
     let le = n.count_le(key);
     if level > 0 {
-        return Ok(RawStep::Child(n.child_at(le.saturating_sub(1))));
+        let i = le.saturating_sub(1);
+        let lo = (i > 0).then(|| n.key_at(i));
+        let hi = (i + 1 < n.count).then(|| n.key_at(i + 1));
+        return Ok(RawStep::Child(
+            n.child_at(i),
+            KeyRange::ALL.of_child(lo, hi),
+        ));
     }
     if le == 0 || n.key_at(le - 1) != key {
         return Ok(RawStep::Absent);
@@ -540,10 +605,12 @@ pub fn leaf_put_raw(
     tree: u8,
     key: Key,
     val: &[u8],
+    range: KeyRange,
 ) -> FsResult<Option<RawPut>> {
     let bs = block.len();
     let (count, le) = {
         let n = RawNode::open(block, blkno, tree, 0)?;
+        n.check_range(range)?;
         (n.count, n.count_le(key))
     };
     let entries_end = NODE_HEADER_BYTES + count * LEAF_ENTRY_BYTES;
@@ -597,10 +664,12 @@ pub fn leaf_remove_raw(
     blkno: u64,
     tree: u8,
     key: Key,
+    range: KeyRange,
 ) -> FsResult<Option<RawPut>> {
     let bs = block.len();
     let (count, le) = {
         let n = RawNode::open(block, blkno, tree, 0)?;
+        n.check_range(range)?;
         (n.count, n.count_le(key))
     };
     if count < 2 || le == 0 || get_key(&block[entry_at(le - 1)..]) != key {
@@ -959,7 +1028,7 @@ mod tests {
             };
             let applies = same_len && want.encoded_bytes() <= bs;
             let mut raw = block.clone();
-            let got = leaf_put_raw(&mut raw, 3, 1, k, &val).expect("a valid leaf");
+            let got = leaf_put_raw(&mut raw, 3, 1, k, &val, KeyRange::ALL).expect("a valid leaf");
             like_decoded(&block, &raw, got, applies, &want, old)?;
         }
 
@@ -978,7 +1047,7 @@ mod tests {
             let old = w.binary_search_by(|(x, _)| x.cmp(&k)).ok().map(|i| w.remove(i).1.to_vec());
             let applies = old.is_some() && !w.is_empty();
             let mut raw = block.clone();
-            let got = leaf_remove_raw(&mut raw, 3, 1, k).expect("a valid leaf");
+            let got = leaf_remove_raw(&mut raw, 3, 1, k, KeyRange::ALL).expect("a valid leaf");
             let Some(got) = like_decoded(&block, &raw, got, applies, &want, old)? else {
                 return Ok(());
             };
@@ -1000,8 +1069,8 @@ mod tests {
             // The second key made the largest.
             let p = NODE_HEADER_BYTES + LEAF_ENTRY_BYTES;
             put_key(&mut block[p..], Key::new(9, 0));
-            prop_assert!(leaf_put_raw(&mut block.clone(), 3, 1, Key::new(k, 1), b"x").is_err());
-            prop_assert!(leaf_remove_raw(&mut block.clone(), 3, 1, Key::new(1, 0)).is_err());
+            prop_assert!(leaf_put_raw(&mut block.clone(), 3, 1, Key::new(k, 1), b"x", KeyRange::ALL).is_err());
+            prop_assert!(leaf_remove_raw(&mut block.clone(), 3, 1, Key::new(1, 0), KeyRange::ALL).is_err());
         }
 
         /// A leaf whose values are not packed is refused, not edited.
@@ -1017,8 +1086,8 @@ mod tests {
             let p = NODE_HEADER_BYTES + LEAF_ENTRY_BYTES;
             let off = usize::from(u16::from_le_bytes([block[p + 16], block[p + 17]])) - gap;
             block[p + 16..p + 18].copy_from_slice(&(off as u16).to_le_bytes());
-            prop_assert!(leaf_put_raw(&mut block.clone(), 3, 1, Key::new(0, 0), b"x").is_err());
-            prop_assert!(leaf_remove_raw(&mut block.clone(), 3, 1, Key::new(1, 0)).is_err());
+            prop_assert!(leaf_put_raw(&mut block.clone(), 3, 1, Key::new(0, 0), b"x", KeyRange::ALL).is_err());
+            prop_assert!(leaf_remove_raw(&mut block.clone(), 3, 1, Key::new(1, 0), KeyRange::ALL).is_err());
         }
 
         /// A point lookup step on the encoded node finds what a binary search of the decoded
@@ -1047,7 +1116,10 @@ mod tests {
                         Err(_) => RawStep::Absent,
                     },
                     Body::Interior(items) => {
-                        RawStep::Child(items[items.partition_point(|(x, _)| *x <= k).saturating_sub(1)].1)
+                        let i = items.partition_point(|(x, _)| *x <= k).saturating_sub(1);
+                        let lo = (i > 0).then(|| items[i].0);
+                        let hi = items.get(i + 1).map(|e| e.0);
+                        RawStep::Child(items[i].1, KeyRange::ALL.of_child(lo, hi))
                     }
                 };
                 prop_assert_eq!(got, expect, "key {:?}", k);
