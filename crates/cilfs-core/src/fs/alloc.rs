@@ -401,6 +401,20 @@ pub(crate) fn choose_extent<T: Trees>(
     Ok(best)
 }
 
+/// Err(corrupt) unless the free extent `[s, s+l)`, as a free-space tree gives it, lies in the
+/// data area `(start, end)` (`tree`: the block to name): a damaged tree must never send a
+/// write outside it.
+pub(crate) fn check_free_extent(area: (u64, u64, u64), s: u64, l: u64) -> FsResult<()> {
+    let (data_start, data_end, tree) = area;
+    if l == 0 || s < data_start || s.checked_add(l).is_none_or(|e| e > data_end) {
+        return Err(FsError::corrupt(
+            tree,
+            format!("free extent {s}+{l} outside the data area"),
+        ));
+    }
+    Ok(())
+}
+
 /// What of `[start, start+len)` an allocation may use, given the busy and reserved extents
 /// and `also` (extents the transaction itself freed).
 pub(crate) fn usable_given(
@@ -411,7 +425,9 @@ pub(crate) fn usable_given(
     want: u64,
     min: u64,
 ) -> Option<(u64, u64)> {
-    let end = start + len;
+    // A free extent from a damaged tree can run past the end of the numbers: never usable
+    // (taking it is refused as corrupt, `take`).
+    let end = start.checked_add(len)?;
     let mut own: Vec<(u64, u64)> = also
         .iter()
         .filter(|&&(s, l)| s < end && s + l > start)
@@ -449,7 +465,7 @@ impl FsTx<'_> {
             ));
         };
         let (fs, fl) = (k.a, k.b);
-        if !(fs <= s && s + l <= fs + fl) {
+        if !(fs <= s && fs.checked_add(fl).is_some_and(|e| s + l <= e)) {
             return Err(FsError::corrupt(
                 self.hdr.bno_root.blkno,
                 format!("reserved extent {s}+{l} is not free (nearest free extent {fs}+{fl})"),
@@ -460,6 +476,15 @@ impl FsTx<'_> {
 
     /// Takes `[s, s+l)` out of the free extent `[fs, fs+fl)`.
     fn take(&mut self, fs: u64, fl: u64, s: u64, l: u64) -> FsResult<(u64, u64)> {
+        check_free_extent(
+            (
+                self.hdr.data_start,
+                self.hdr.data_end,
+                self.hdr.bno_root.blkno,
+            ),
+            fs,
+            fl,
+        )?;
         assert!(
             s >= fs && s + l <= fs + fl,
             "taking outside the free extent"
@@ -506,7 +531,7 @@ impl FsTx<'_> {
         let mut len = l;
         if let Some((k, _)) = self.seek_le(TREE_FREE_BY_BLOCK, Key::new(s + l - 1, u64::MAX))? {
             let (ps, pl) = (k.a, k.b);
-            if ps + pl > s {
+            if ps.checked_add(pl).is_none_or(|e| e > s) {
                 return Err(FsError::corrupt(
                     s,
                     format!("freeing {s}+{l}, which overlaps free extent {ps}+{pl}"),
@@ -521,6 +546,12 @@ impl FsTx<'_> {
         if let Some((k, _)) = self.seek_ge(TREE_FREE_BY_BLOCK, Key::new(s + l, 0))? {
             let (ns, nl) = (k.a, k.b);
             if ns == s + l {
+                if ns.checked_add(nl).is_none_or(|e| e > self.hdr.data_end) {
+                    return Err(FsError::corrupt(
+                        self.hdr.bno_root.blkno,
+                        format!("free extent {ns}+{nl} outside the data area"),
+                    ));
+                }
                 self.remove_free(ns, nl)?;
                 len += nl;
             }

@@ -207,11 +207,11 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     let mut free_total = 0;
     let mut prev_end = None;
     for &(s, l) in &by_block {
-        free_total += l;
+        free_total = l.saturating_add(free_total);
         if prev_end == Some(s) {
             c.problem(format!("free extents meeting at block {s} are not merged"));
         }
-        prev_end = Some(s + l);
+        prev_end = s.checked_add(l);
         c.owned.push((s, l, Role::Free, "free space".into()));
     }
     if free_total != hdr.free_blocks {
@@ -244,6 +244,9 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 (ORPHAN_OWNER, kind) => {
                     c.problem(format!("unknown item kind {kind} under owner 0"))
                 }
+                (_, _) if ino >= super::ino_alloc::INO_LIMIT => c.problem(format!(
+                    "item {k:?} of inode {ino}, past the last inode number"
+                )),
                 // Lookups ask for offset 0: an inode item anywhere else is unreachable.
                 (_, KIND_INODE) if off != 0 => c.problem(format!(
                     "inode {ino}: inode item at offset {off:#x}, not 0 (unreachable)"
@@ -511,8 +514,10 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 "blocks {at}..{s} are neither free nor used (leaked)"
             ));
         }
-        if s + l > at {
-            at = s + l;
+        // Saturating: a damaged extent's length can run past the numbers, and is reported
+        // as reaching past the end of the area.
+        if s.saturating_add(*l) > at {
+            at = s.saturating_add(*l);
             last_owner.clone_from(who);
         }
     }

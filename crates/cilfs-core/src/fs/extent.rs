@@ -167,6 +167,10 @@ impl Fs {
         out: &mut Vec<Extent>,
     ) -> FsResult<()> {
         self.lock_busy().prune(self.journal.completed_seq());
+        let area = {
+            let h = self.hdr(st);
+            (h.data_start, h.data_end, h.bno_root.blkno)
+        };
         let mut v = self.view(st);
         for (hs, he) in holes(exts, from, to) {
             let mut at = hs;
@@ -176,6 +180,8 @@ impl Fs {
                 let Some(c) = choose_extent(&mut v, want, 1, &mut usable)? else {
                     return Err(FsError::NoSpace);
                 };
+                // Written before any transaction maps it: never outside the data area.
+                super::alloc::check_free_extent(area, c.free, c.free_len)?;
                 self.lock_busy().reserve(c.start, c.len);
                 out.push(Extent {
                     file: at,

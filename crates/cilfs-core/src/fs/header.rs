@@ -3,8 +3,9 @@
 //! (docs/on-disk-format.md "Filesystem header").
 
 use super::error::{FsError, FsResult};
+use super::ino_alloc::INO_LIMIT;
 use super::tree::btree::Root;
-use super::tree::node::{arr4, arr8};
+use super::tree::node::{arr4, arr8, MAX_LEVELS};
 use crate::buf::CounterChange;
 
 pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
@@ -199,6 +200,30 @@ impl Header {
                 blkno,
                 "header points outside the data area",
             ));
+        }
+        // Counters no filesystem can reach: a crafted value under a valid CRC, which every
+        // later count would overflow from. (A next inode number past the last one fails
+        // only creates, `ino_alloc`.)
+        let area = h.data_end - h.data_start;
+        let levels = [h.fs_root.level, h.bno_root.level, h.size_root.level];
+        if let Some(why) = [
+            (
+                levels.iter().any(|&l| l >= MAX_LEVELS),
+                "a root level past the tallest tree",
+            ),
+            (
+                h.free_blocks > area,
+                "more free blocks than the data area holds",
+            ),
+            (
+                h.inode_count > INO_LIMIT,
+                "more inodes than can be numbered",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(bad, why)| bad.then_some(why))
+        {
+            return Err(FsError::corrupt(blkno, format!("header: {why}")));
         }
         Ok(h)
     }

@@ -203,7 +203,7 @@ impl Inode {
             gid: self.gid,
             nlink: self.nlink,
             size: self.size,
-            blocks_512: self.blocks * u64::from(block_size / 512),
+            blocks_512: self.blocks.saturating_mul(u64::from(block_size / 512)),
             atime: self.atime,
             mtime: self.mtime,
             ctime: self.ctime,
