@@ -130,8 +130,8 @@ pub(super) fn merged(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
     for (s, l) in v {
         match out.last_mut() {
-            Some(last) if s <= last.0 + last.1 => {
-                last.1 = last.1.max(s + l - last.0);
+            Some(last) if s <= last.0.saturating_add(last.1) => {
+                last.1 = last.1.max(s.saturating_add(l) - last.0);
             }
             _ => out.push((s, l)),
         }
@@ -144,7 +144,8 @@ pub(super) fn complement(used: Vec<(u64, u64)>, start: u64, end: u64) -> Vec<(u6
     let mut out = Vec::new();
     let mut at = start;
     for (s, l) in merged(used) {
-        let e = (s + l).min(end);
+        // Saturating: a damaged tree's extent may run past the numbers.
+        let e = s.saturating_add(l).min(end);
         if s > at && at < end {
             out.push((at, s.min(end) - at));
         }

@@ -113,6 +113,10 @@ impl<'a> Model<'a> {
                 }
                 (ORPHAN_OWNER, KIND_ORPHAN) => None,
                 (ORPHAN_OWNER, kind) => Some(format!("item of unknown kind {kind} under owner 0")),
+                // No inode is numbered there (`ino_alloc::INO_LIMIT`): a damaged key.
+                (_, _) if ino >= crate::fs::ino_alloc::INO_LIMIT => {
+                    Some(format!("item of inode {ino}, past the last inode number"))
+                }
                 (_, KIND_INODE) if off != 0 => Some(format!("inode item at offset {off:#x}")),
                 (_, KIND_INODE) => match Inode::decode(ino, &v, 0) {
                     Err(e) => Some(e.to_string()),
@@ -294,6 +298,17 @@ impl<'a> Model<'a> {
             return;
         };
         let orig = e;
+        // An address or length that leaves the data area is damage in the extent itself:
+        // none of it is trusted (cut to what lies inside, a wild length would claim every
+        // other file's blocks after it).
+        if e.disk < self.area.start || e.disk.checked_add(e.len).is_none_or(|x| x > self.area.end) {
+            self.items.remove(&k);
+            self.change(format!(
+                "inode {ino}: extent at file block {} (disk {}+{}) leaves the data area, removed",
+                e.file, e.disk, e.len
+            ));
+            return;
+        }
         // Overlapping the extent before it in the file: the earlier one keeps the file blocks.
         if e.file < *last_end {
             let d = *last_end - e.file;
