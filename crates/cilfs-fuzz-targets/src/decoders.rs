@@ -239,6 +239,10 @@ pub fn extent(data: &[u8]) {
         return;
     };
     assert!(e.end() > e.file);
+    assert!(
+        e.disk.checked_add(e.len).is_some(),
+        "extent past 2^64 blocks"
+    );
     let again = Extent::decode(file, &e.encode());
     assert_eq!(again.as_ref().ok(), Some(&e), "re-encoded extent");
 }

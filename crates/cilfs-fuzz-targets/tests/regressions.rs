@@ -41,3 +41,25 @@ fn an_inode_of_2_64_blocks_has_attributes() {
 fn a_symlink_of_a_huge_size_is_corrupt() {
     run("image", "00910e040085992f479ee2");
 }
+
+/// An extent (resealed leaf) whose disk block times the block size passes 2^64: a read of the
+/// file overflowed computing the byte offset.
+#[test]
+fn an_extent_past_2_64_bytes_is_corrupt() {
+    run(
+        "image",
+        "016120040004e70053b93a27040084a9164ccd740f04008888d584b30bb59e22",
+    );
+}
+
+/// An extent whose last block lies past 2^64 is refused by the decoder: block arithmetic
+/// within an extent cannot overflow.
+#[test]
+fn an_extent_ending_past_2_64_blocks_is_corrupt() {
+    use cilfs_core::fs::extent::Extent;
+    let mut v = (u64::MAX - 2).to_le_bytes().to_vec();
+    v.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(Extent::decode(0, &v).is_err());
+    v[8] = 2;
+    assert!(Extent::decode(0, &v).is_ok());
+}
