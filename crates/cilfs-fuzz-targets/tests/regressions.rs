@@ -63,3 +63,10 @@ fn an_extent_ending_past_2_64_blocks_is_corrupt() {
     v[8] = 2;
     assert!(Extent::decode(0, &v).is_ok());
 }
+
+/// A free-space item (resealed) claiming blocks past 2^64: the checker's ownership walk
+/// overflowed adding its start and length.
+#[test]
+fn check_of_free_space_past_2_64_blocks_reports_it() {
+    run("image", "0082187445feffffffffffffffffffffffffffffff1445");
+}

@@ -207,11 +207,12 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     let mut free_total = 0;
     let mut prev_end = None;
     for &(s, l) in &by_block {
-        free_total += l;
+        // Saturating and checked: the keys are read from disk, and check reports them.
+        free_total = u64::saturating_add(free_total, l);
         if prev_end == Some(s) {
             c.problem(format!("free extents meeting at block {s} are not merged"));
         }
-        prev_end = Some(s + l);
+        prev_end = s.checked_add(l);
         c.owned.push((s, l, Role::Free, "free space".into()));
     }
     if free_total != hdr.free_blocks {
@@ -511,8 +512,10 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 "blocks {at}..{s} are neither free nor used (leaked)"
             ));
         }
-        if s + l > at {
-            at = s + l;
+        // Saturating: a damaged free-space or extent item may claim blocks past 2^64.
+        let end = s.saturating_add(*l);
+        if end > at {
+            at = end;
             last_owner.clone_from(who);
         }
     }
