@@ -70,3 +70,10 @@ fn an_extent_ending_past_2_64_blocks_is_corrupt() {
 fn check_of_free_space_past_2_64_blocks_reports_it() {
     run("image", "0082187445feffffffffffffffffffffffffffffff1445");
 }
+
+/// A superblock (resealed) whose log is 4 sectors long: the log scan asserted on a log
+/// shorter than 16 sectors. The superblock decoder refuses it.
+#[test]
+fn a_superblock_with_a_log_of_4_sectors_is_refused() {
+    run("image", "0037000000c7000100000000003700002bff");
+}
