@@ -188,8 +188,13 @@ impl Superblock {
         if data_blocks.checked_mul(bs).is_none() || log_blocks.checked_mul(bs).is_none() {
             return Err(d.invalid("size", "byte size overflows 64 bits"));
         }
-        if log_blocks == 0 {
-            return Err(d.invalid("log blocks", "zero"));
+        // The log's sectors as `LogSpace` takes them: 16 at least, and a u32 of them at most.
+        let log_sectors = log_blocks.saturating_mul(bs) / u64::from(SECTOR_SIZE);
+        if !(16..=u64::from(u32::MAX)).contains(&log_sectors) {
+            return Err(d.invalid(
+                "log blocks",
+                format!("{log_blocks} blocks, {log_sectors} sectors"),
+            ));
         }
         // With backups the front copy comes before everything and the last block is the end
         // copy: the log and the metadata must lie between them.

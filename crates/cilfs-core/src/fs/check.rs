@@ -207,7 +207,8 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     let mut free_total = 0;
     let mut prev_end = None;
     for &(s, l) in &by_block {
-        free_total = l.saturating_add(free_total);
+        // Saturating and checked: the keys are read from disk, and check reports them.
+        free_total = u64::saturating_add(free_total, l);
         if prev_end == Some(s) {
             c.problem(format!("free extents meeting at block {s} are not merged"));
         }
@@ -514,10 +515,10 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 "blocks {at}..{s} are neither free nor used (leaked)"
             ));
         }
-        // Saturating: a damaged extent's length can run past the numbers, and is reported
-        // as reaching past the end of the area.
-        if s.saturating_add(*l) > at {
-            at = s.saturating_add(*l);
+        // Saturating: a damaged free-space or extent item may claim blocks past 2^64.
+        let end = s.saturating_add(*l);
+        if end > at {
+            at = end;
             last_owner.clone_from(who);
         }
     }

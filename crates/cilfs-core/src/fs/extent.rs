@@ -46,11 +46,15 @@ impl Extent {
         if len == 0 {
             return Err(FsError::corrupt(0, "empty extent"));
         }
-        Ok(Extent {
-            file,
-            disk: u64::from_le_bytes(arr8(&v[0..8])),
-            len,
-        })
+        let disk = u64::from_le_bytes(arr8(&v[0..8]));
+        // Block arithmetic within the extent (`disk + k`, k < len) must not overflow.
+        if disk.checked_add(len).is_none() {
+            return Err(FsError::corrupt(
+                0,
+                format!("extent of {len} blocks at block {disk}"),
+            ));
+        }
+        Ok(Extent { file, disk, len })
     }
 
     pub fn end(&self) -> u64 {

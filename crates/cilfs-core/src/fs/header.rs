@@ -158,6 +158,12 @@ impl Header {
     }
 
     pub fn decode(b: &[u8], blkno: u64) -> FsResult<Header> {
+        if b.len() < FREELIST_OFFSET {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("header block of {} bytes", b.len()),
+            ));
+        }
         let magic = u32::from_le_bytes(arr4(&b[0..4]));
         if magic != HEADER_MAGIC {
             return Err(FsError::NotFormatted(format!(

@@ -203,6 +203,7 @@ impl Inode {
             gid: self.gid,
             nlink: self.nlink,
             size: self.size,
+            // Saturating: `blocks` is read from disk, and stat has no way to say more.
             blocks_512: self.blocks.saturating_mul(u64::from(block_size / 512)),
             atime: self.atime,
             mtime: self.mtime,

@@ -429,6 +429,13 @@ impl Fs {
         if i.mode & S_IFMT != S_IFLNK {
             return Err(FsError::Invalid("not a symlink"));
         }
+        // The size sizes the buffer: one past the longest target is damage, not an allocation.
+        if i.size > SYMLINK_MAX as u64 {
+            return Err(FsError::corrupt(
+                0,
+                format!("symlink {ino} of {} bytes", i.size),
+            ));
+        }
         let mut v = self.view(&st);
         let mut out = Vec::with_capacity(i.size as usize);
         let mut at = key(ino, KIND_SYMLINK, 0);

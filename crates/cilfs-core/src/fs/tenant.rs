@@ -100,8 +100,14 @@ impl Fs {
             .admit(TenantId(project), IoDir::Read, buf.len());
         self.journal
             .data
-            .read(disk * u64::from(self.bs), buf)
+            .read(self.data_offset(disk)?, buf)
             .map_err(FsError::from)
+    }
+
+    /// The byte offset of data block `disk`, which a damaged extent may put past 2^64 bytes.
+    fn data_offset(&self, disk: u64) -> FsResult<u64> {
+        disk.checked_mul(u64::from(self.bs))
+            .ok_or_else(|| FsError::corrupt(0, format!("data block {disk} past any device")))
     }
 
     /// Writes file data for project `project`, waiting for its write budget first.
@@ -110,7 +116,7 @@ impl Fs {
             .admit(TenantId(project), IoDir::Write, buf.len());
         self.journal
             .data
-            .write(disk * u64::from(self.bs), buf, WriteFlags::NONE)
+            .write(self.data_offset(disk)?, buf, WriteFlags::NONE)
             .map_err(FsError::from)
     }
 
@@ -125,7 +131,7 @@ impl Fs {
         }
         self.journal
             .data
-            .write(disk * u64::from(self.bs), buf, WriteFlags::NONE)?;
+            .write(self.data_offset(disk)?, buf, WriteFlags::NONE)?;
         Ok(true)
     }
 
