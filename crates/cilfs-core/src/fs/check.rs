@@ -284,8 +284,18 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                                 e.file
                             ));
                         }
+                        // No file reaches 2^63 bytes (`Inode::decode`): nor does its map.
+                        if e.end()
+                            .checked_mul(u64::from(fs.bs))
+                            .is_none_or(|b| b > i64::MAX as u64)
+                        {
+                            c.problem(format!(
+                                "inode {ino}: extent at file block {} maps past the largest file",
+                                e.file
+                            ));
+                        }
                         f.last_ext_end = e.end();
-                        f.ext_blocks += e.len;
+                        f.ext_blocks = f.ext_blocks.saturating_add(e.len);
                         file_extents.push((ino, e));
                     }
                     Err(e) => c.problem(format!("inode {ino}: {e}")),

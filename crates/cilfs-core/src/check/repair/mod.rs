@@ -173,6 +173,9 @@ pub fn repair_image(
         bs: geo.sb.block_size as usize,
         uuid: geo.sb.uuid,
     };
+    if report.log_damaged {
+        restamp_past_head(&img, hdr_blk, data_end, stamp, &mut report, &mut progress)?;
+    }
     let area = header::Area {
         hdr_blk,
         start: hdr_blk + 1,
@@ -277,6 +280,51 @@ pub fn repair_image(
 /// Replays the log up to any damage and leaves it clean: the LSN a block repair writes is
 /// stamped with (the unmount record's, older than every checkpoint a later mount writes and
 /// no older than any checkpoint before it, so replay never overwrites what repair wrote).
+/// After a damaged log is cut short, blocks that checkpoints past the damage had written back
+/// carry stamps past the new log head: the log will hand out those LSNs again, and replay
+/// would then take such a block for newer than a checkpoint that changes it. Each is stamped
+/// with the head (`stamp`), its contents kept as they are: they are what the trees on disk
+/// hold, which the rest of the repair makes consistent.
+fn restamp_past_head(
+    img: &Img,
+    first: u64,
+    end: u64,
+    stamp: Lsn,
+    report: &mut RepairReport,
+    progress: &mut Progress,
+) -> Result<(), RepairError> {
+    use crate::fs::header::HEADER_LSN_OFFSET;
+    use crate::fs::tree::node::NODE_LSN_OFFSET;
+    use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+    const BATCH: u64 = 256;
+    let mut restamped = 0u64;
+    let mut at = first;
+    while at < end {
+        let n = BATCH.min(end - at);
+        let mut chunk = img.read_blocks(at, n as usize)?;
+        for (i, b) in chunk.chunks_mut(img.bs).enumerate() {
+            for off in [NODE_LSN_OFFSET, HEADER_LSN_OFFSET] {
+                if read_lsn_stamp(b, off, &img.uuid).is_some_and(|l| l > stamp) {
+                    write_lsn_stamp(b, off, stamp, &img.uuid);
+                    img.write(at + i as u64, b)?;
+                    restamped += 1;
+                    break;
+                }
+            }
+        }
+        at += n;
+        progress.tell("restamping", at - first, end - first);
+    }
+    if restamped > 0 {
+        img.dev.flush()?;
+        report.changes.push(format!(
+            "log: {restamped} blocks written back by the discarded checkpoints restamped to the \
+             new log head"
+        ));
+    }
+    Ok(())
+}
+
 fn close_log(
     data: &Arc<dyn Device>,
     logdev: Option<&Arc<dyn Device>>,
