@@ -166,6 +166,8 @@ fn layout(bs: u32) -> Layout {
         data_blocks: DATA_BLOCKS_BYTES / u64::from(bs),
         log: SbLog::Internal { start: 1 },
         log_blocks: LOG_BLOCKS_BYTES / u64::from(bs),
+        // As before backups: superblock damage here is meant to be met without a copy.
+        backups: false,
     }
 }
 
