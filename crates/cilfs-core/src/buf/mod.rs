@@ -443,22 +443,26 @@ impl BufCache {
         b
     }
 
-    /// Reads blocks `start..start + n` with one device read and caches those `want` names
-    /// that are not in memory yet; the rest of what was read is dropped. Read-ahead: one IO
-    /// where `get` of each would be `n`. Stops caching (without an error) if an eviction
-    /// ran meanwhile: a block written back and evicted during the read may be older on
-    /// what was read than on the device, and is left to `get`.
+    /// Reads blocks `start..start + n` with one device read into `scratch` (at least `n`
+    /// blocks; the caller keeps it from one run to the next: a fresh buffer a run was a
+    /// tenth of the checker's time in page faults) and caches those `want` names that are
+    /// not in memory yet. Read-ahead: one IO where `get` of each would be `n`. Stops caching
+    /// (without an error) if an eviction ran meanwhile: a block written back and evicted
+    /// during the read may be older on what was read than on the device, and is left to
+    /// `get`.
     pub fn read_ahead(
         &self,
         start: u64,
         n: usize,
         want: &dyn Fn(u64) -> bool,
+        scratch: &mut [u8],
     ) -> Result<(), DeviceError> {
         let bs = self.block_size as usize;
         let epoch = self.evictions.load(Ordering::Acquire);
-        let mut data = AlignedBuf::zeroed(n * bs);
-        self.dev
-            .read(start * u64::from(self.block_size), &mut data)?;
+        // No more than `scratch` holds.
+        let n = n.min(scratch.len() / bs);
+        let data = &mut scratch[..n * bs];
+        self.dev.read(start * u64::from(self.block_size), data)?;
         for (blkno, block) in (start..).zip(data.chunks(bs)) {
             if !want(blkno) {
                 continue;
@@ -569,7 +573,10 @@ mod tests {
         let held = cache.get(12).unwrap();
         held.lock().data[0] = 0xEE;
         let reads = dev.stats().reads;
-        cache.read_ahead(10, 20, &|b| b % 2 == 0).unwrap();
+        let mut scratch = AlignedBuf::zeroed(32 * 4096);
+        cache
+            .read_ahead(10, 20, &|b| b % 2 == 0, &mut scratch)
+            .unwrap();
         assert_eq!(dev.stats().reads, reads + 1);
         for b in 10..30u64 {
             assert_eq!(cache.cached(b).is_some(), b % 2 == 0, "block {b}");

@@ -506,12 +506,14 @@ impl Journal {
     }
 
     /// Caches the blocks of `start..start + n` that `want` names with one read
-    /// (`BufCache::read_ahead`), for a caller about to read them one by one.
+    /// (`BufCache::read_ahead`, `scratch` holding `n` blocks), for a caller about to read
+    /// them one by one.
     pub fn read_ahead(
         &self,
         start: u64,
         n: u64,
         want: &dyn Fn(u64) -> bool,
+        scratch: &mut [u8],
     ) -> Result<(), JournalError> {
         self.check_metadata_block(start)?;
         self.check_metadata_block(start.saturating_add(n.max(1) - 1))?;
@@ -520,7 +522,7 @@ impl Journal {
             first: self.meta_first,
             end: self.meta_end,
         })?;
-        Ok(self.cache.read_ahead(start, n, want)?)
+        Ok(self.cache.read_ahead(start, n, want, scratch)?)
     }
 
     /// `f` on this thread's copy of block `blkno` (`buf/copies.rs`), copied now if the thread

@@ -59,6 +59,12 @@ pub(super) struct FactTable {
 }
 
 impl FactTable {
+    /// Room for `n` inodes if memory allows (only what is used is touched): grown by
+    /// doubling, a million entries were copied and faulted in twice over.
+    pub fn reserve(&mut self, n: usize) {
+        let _ = self.sorted.try_reserve_exact(n);
+    }
+
     /// The entry of `ino`, made empty if it has none.
     pub fn entry(&mut self, ino: u64) -> &mut InodeFacts {
         let at = match self.sorted.last() {

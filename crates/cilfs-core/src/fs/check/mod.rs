@@ -304,6 +304,11 @@ fn check_locked(
     // Names and orphan items, by the inode they name: apart from `facts`, as they come in
     // the order of the directory or the orphan list, not of the inode.
     let mut refs: Vec<Ref> = Vec::new();
+    // As many as the header counts inodes (each has a name, bar the root): a header that
+    // says more than the tree holds costs address space, not memory.
+    let expect = hdr.inode_count.min(1 << 26) as usize;
+    facts.reserve(expect);
+    let _ = refs.try_reserve_exact(expect);
     let mut orphans: Vec<u64> = Vec::new();
     let mut file_extents: Vec<(u64, Extent)> = Vec::new();
     let mut remote: Vec<(u64, u64, u64, u32)> = Vec::new();

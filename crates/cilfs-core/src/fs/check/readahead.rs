@@ -8,6 +8,7 @@
 
 use crate::journal::Journal;
 use crate::numhash::NumberMap;
+use cilfs_device::AlignedBuf;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 
@@ -75,6 +76,7 @@ impl ReadAhead {
 
     /// A reading thread: runs until `finish`.
     pub fn worker(&self, journal: &Journal) {
+        let mut scratch = AlignedBuf::zeroed(RUN_MAX as usize * journal.block_size() as usize);
         loop {
             let (start, n) = {
                 let mut st = self.state.lock();
@@ -90,7 +92,7 @@ impl ReadAhead {
             };
             let want = |b: u64| self.state.lock().pending.contains_key(&b);
             // An error is left to the walk's own read of the block, which reports it.
-            let _ = journal.read_ahead(start, n, &want);
+            let _ = journal.read_ahead(start, n, &want, &mut scratch);
             let mut st = self.state.lock();
             for b in start..start + n {
                 st.pending.remove(&b);
