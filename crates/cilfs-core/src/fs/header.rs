@@ -271,7 +271,8 @@ mod tests {
             bno_root: root(41),
             size_root: root(42),
             next_ino: 0x0102_0304_0506_0708,
-            free_blocks: 0x1112_1314_1516_1718,
+            // Distinct bytes, and within what the data area holds (`decode` checks).
+            free_blocks: 0x000E_1718,
             inode_count: 0x2122_2324_2526_2728,
             data_start: 16,
             data_end: 1 << 20,

@@ -523,6 +523,26 @@ impl Journal {
         Ok(self.cache.get(blkno)?)
     }
 
+    /// Caches the blocks of `start..start + n` that `want` names with one read
+    /// (`BufCache::read_ahead`, `scratch` holding `n` blocks), for a caller about to read
+    /// them one by one.
+    pub fn read_ahead(
+        &self,
+        start: u64,
+        n: u64,
+        want: &dyn Fn(u64) -> bool,
+        scratch: &mut [u8],
+    ) -> Result<(), JournalError> {
+        self.check_metadata_block(start)?;
+        self.check_metadata_block(start.saturating_add(n.max(1) - 1))?;
+        let n = usize::try_from(n).map_err(|_| JournalError::BlockOutOfRange {
+            blkno: start,
+            first: self.meta_first,
+            end: self.meta_end,
+        })?;
+        Ok(self.cache.read_ahead(start, n, want, scratch)?)
+    }
+
     /// `f` on this thread's copy of block `blkno` (`buf/copies.rs`), copied now if the thread
     /// keeps none in the block's current state: the state `f` saw and its answer. For
     /// interior tree nodes, which every descent passes: stepping through a copy takes no lock.

@@ -18,8 +18,14 @@ use super::tree::keys::{
 use super::tree::node::NODE_LSN_OFFSET;
 use super::tree::node::{Body, Key};
 use super::Fs;
+use crate::journal::Journal;
 use crate::log::recover::read_lsn_stamp;
-use std::collections::{BTreeSet, HashMap};
+use facts::{FactTable, InodeSummary, Ref};
+use readahead::{FinishOnDrop, ReadAhead};
+use std::collections::BTreeSet;
+
+mod facts;
+mod readahead;
 
 #[derive(Debug, Clone, Default)]
 pub struct CheckReport {
@@ -60,7 +66,35 @@ struct Checker {
     report: CheckReport,
     dropped: u64,
     /// (start, len, role, owner) of every block claimed by something.
-    owned: Vec<(u64, u64, Role, String)>,
+    owned: Vec<(u64, u64, Role, Owner)>,
+}
+
+/// Who claims an extent of the data area, said only when a problem is reported (a String
+/// formatted for each of millions of claims cost more than the claims' checks).
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    Start,
+    Header,
+    FreeList,
+    Free,
+    Node(&'static str),
+    XattrValue(u64),
+    /// (inode, file block)
+    FileData(u64, u64),
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Start => f.write_str("the start of the area"),
+            Owner::Header => f.write_str("header"),
+            Owner::FreeList => f.write_str("free list"),
+            Owner::Free => f.write_str("free space"),
+            Owner::Node(tree) => write!(f, "{tree} node"),
+            Owner::XattrValue(ino) => write!(f, "inode {ino} xattr value"),
+            Owner::FileData(ino, file) => write!(f, "inode {ino} file block {file}"),
+        }
+    }
 }
 
 impl Checker {
@@ -73,34 +107,25 @@ impl Checker {
     }
 }
 
-#[derive(Default)]
-struct InodeFacts {
-    inode: Option<Inode>,
-    /// Names pointing at it: (directory, kind in the entry).
-    refs: Vec<(u64, FileType)>,
-    entries: u64,
-    subdirs: u64,
-    ext_blocks: u64,
-    last_ext_end: u64,
-    symlink_bytes: u64,
-    orphan: bool,
-}
-
 /// Visits every node with the key range its parent allows, items in key order.
 fn walk_bounded(
     s: &mut dyn NodeStore,
     root: Root,
     tree: u8,
     c: &mut Checker,
-    owner: &str,
+    owner: &'static str,
+    ra: Option<(&ReadAhead, &Journal)>,
     f: &mut dyn FnMut(&mut Checker, Key, &[u8]),
 ) -> FsResult<()> {
     // (block, level, low bound inclusive, high bound exclusive or None)
     let mut stack = vec![(root.blkno, root.level, Key::MIN, None::<Key>)];
+    let mut children = Vec::new();
     while let Some((blk, level, lo, hi)) = stack.pop() {
-        c.owned
-            .push((blk, 1, Role::TreeNode, format!("{owner} node")));
+        c.owned.push((blk, 1, Role::TreeNode, Owner::Node(owner)));
         c.report.tree_nodes += 1;
+        if let Some((ra, _)) = ra {
+            ra.wait(blk);
+        }
         let n = match s.read_node(blk, tree) {
             Ok(n) => n,
             Err(e) => {
@@ -150,28 +175,78 @@ fn walk_bounded(
                         continue;
                     }
                     stack.push((child, level - 1, child_lo, child_hi));
+                    children.push(child);
                 }
+                if let Some((ra, journal)) = ra {
+                    ra.want(journal, &mut children);
+                }
+                children.clear();
             }
         }
     }
     Ok(())
 }
 
+/// Whether the checker reads tree nodes ahead of its walk (`readahead.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadAheadMode {
+    /// When the tree is large enough for it to pay (`READ_AHEAD_FROM`).
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// Blocks in use from which `Auto` reads ahead: below it the walk takes milliseconds, and
+/// the small filesystems of the tests and the crash explorer keep their one-thread order of
+/// device operations (which fault injection counts).
+const READ_AHEAD_FROM: u64 = 16_384;
+
 /// Checks the mounted (or read-only opened) filesystem.
 pub fn check(fs: &Fs) -> FsResult<CheckReport> {
+    check_with(fs, ReadAheadMode::Auto)
+}
+
+/// `check`, saying whether to read ahead.
+pub fn check_with(fs: &Fs, mode: ReadAheadMode) -> FsResult<CheckReport> {
     // Exclusive: commits publish side by side under the shared lock, and a walk of the whole
     // tree must not see one of them half done.
     let st = fs.write_state();
     let hdr: Header = fs.hdr(&st).clone();
+    let read_ahead = match mode {
+        ReadAheadMode::Always => true,
+        ReadAheadMode::Never => false,
+        ReadAheadMode::Auto => hdr.data_end.saturating_sub(hdr.free_blocks) >= READ_AHEAD_FROM,
+    };
+    let journal: &Journal = &fs.journal;
+    let ra = ReadAhead::default();
+    std::thread::scope(|s| {
+        if read_ahead {
+            for _ in 0..readahead::THREADS {
+                s.spawn(|| ra.worker(journal));
+            }
+        }
+        let _finish = FinishOnDrop(&ra);
+        check_locked(fs, &st, hdr, read_ahead.then_some((&ra, journal)))
+    })
+}
+
+/// The checks, under the exclusive lock `st`.
+fn check_locked(
+    fs: &Fs,
+    st: &super::FsState,
+    hdr: Header,
+    ra: Option<(&ReadAhead, &Journal)>,
+) -> FsResult<CheckReport> {
     let mut c = Checker {
         report: CheckReport::default(),
         dropped: 0,
         owned: Vec::new(),
     };
-    let mut view = fs.view(&st);
-    c.owned.push((fs.hdr_blk, 1, Role::Header, "header".into()));
+    let mut view = fs.view(st);
+    c.owned.push((fs.hdr_blk, 1, Role::Header, Owner::Header));
     for &b in &hdr.freelist {
-        c.owned.push((b, 1, Role::FreeList, "free list".into()));
+        c.owned.push((b, 1, Role::FreeList, Owner::FreeList));
     }
 
     // Free space, both trees.
@@ -182,6 +257,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         TREE_FREE_BY_BLOCK,
         &mut c,
         "free-by-block",
+        ra,
         &mut |c, k, v| {
             if !v.is_empty() || k.b == 0 {
                 c.problem(format!("free-by-block: malformed item {k:?}"));
@@ -196,6 +272,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         TREE_FREE_BY_SIZE,
         &mut c,
         "free-by-size",
+        ra,
         &mut |_, k, _| {
             by_size.insert((k.b, k.a));
         },
@@ -213,7 +290,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
             c.problem(format!("free extents meeting at block {s} are not merged"));
         }
         prev_end = s.checked_add(l);
-        c.owned.push((s, l, Role::Free, "free space".into()));
+        c.owned.push((s, l, Role::Free, Owner::Free));
     }
     if free_total != hdr.free_blocks {
         c.problem(format!(
@@ -224,7 +301,16 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     c.report.free_blocks = free_total;
 
     // The fs tree.
-    let mut facts: HashMap<u64, InodeFacts> = HashMap::new();
+    let mut facts = FactTable::default();
+    // Names and orphan items, by the inode they name: apart from `facts`, as they come in
+    // the order of the directory or the orphan list, not of the inode.
+    let mut refs: Vec<Ref> = Vec::new();
+    // As many as the header counts inodes (each has a name, bar the root): a header that
+    // says more than the tree holds costs address space, not memory.
+    let expect = hdr.inode_count.min(1 << 26) as usize;
+    facts.reserve(expect);
+    let _ = refs.try_reserve_exact(expect);
+    let mut orphans: Vec<u64> = Vec::new();
     let mut file_extents: Vec<(u64, Extent)> = Vec::new();
     let mut remote: Vec<(u64, u64, u64, u32)> = Vec::new();
     let mut acls: Vec<(u64, Vec<u8>, super::xattr::Value)> = Vec::new();
@@ -234,6 +320,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         TREE_FS,
         &mut c,
         "fs tree",
+        ra,
         &mut |c, k, v| {
             let ino = k.a;
             let off = offset_of(k);
@@ -241,7 +328,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 (ORPHAN_OWNER, KIND_ORPHAN) if off == 0 || !v.is_empty() => {
                     c.problem(format!("malformed orphan item {k:?}"))
                 }
-                (ORPHAN_OWNER, KIND_ORPHAN) => facts.entry(off).or_default().orphan = true,
+                (ORPHAN_OWNER, KIND_ORPHAN) => orphans.push(off),
                 (ORPHAN_OWNER, kind) => {
                     c.problem(format!("unknown item kind {kind} under owner 0"))
                 }
@@ -253,7 +340,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                     "inode {ino}: inode item at offset {off:#x}, not 0 (unreachable)"
                 )),
                 (_, KIND_INODE) => match Inode::decode(ino, v, 0) {
-                    Ok(i) => facts.entry(ino).or_default().inode = Some(i),
+                    Ok(i) => facts.entry(ino).inode = Some(InodeSummary::of(&i)),
                     Err(e) => c.problem(format!("inode {ino}: {e}")),
                 },
                 (_, KIND_DIRENT) => match decode_bucket(v, ino) {
@@ -265,19 +352,19 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                                     String::from_utf8_lossy(&e.name)
                                 ));
                             }
-                            let d = facts.entry(ino).or_default();
+                            let d = facts.entry(ino);
                             d.entries += 1;
                             if e.kind == FileType::Directory {
                                 d.subdirs += 1;
                             }
-                            facts.entry(e.ino).or_default().refs.push((ino, e.kind));
+                            refs.push((e.ino, ino, e.kind));
                         }
                     }
                     Err(e) => c.problem(format!("{e}")),
                 },
                 (_, KIND_EXTENT) => match Extent::decode(off, v) {
                     Ok(e) => {
-                        let f = facts.entry(ino).or_default();
+                        let f = facts.entry(ino);
                         if e.file < f.last_ext_end {
                             c.problem(format!(
                                 "inode {ino}: extents overlap at file block {}",
@@ -327,30 +414,28 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                     }
                     Err(e) => c.problem(format!("{e}")),
                 },
-                (_, KIND_SYMLINK) => facts.entry(ino).or_default().symlink_bytes += v.len() as u64,
+                (_, KIND_SYMLINK) => facts.entry(ino).symlink_bytes += v.len() as u64,
                 (_, kind) => c.problem(format!("inode {ino}: unknown item kind {kind}")),
             }
         },
     )?;
     let uuid = fs.journal.geometry().sb.uuid;
     for &(ino, start, blocks, len) in &remote {
-        c.owned.push((
-            start,
-            blocks,
-            Role::XattrValue,
-            format!("inode {ino} xattr value"),
-        ));
+        c.owned
+            .push((start, blocks, Role::XattrValue, Owner::XattrValue(ino)));
         check_value_blocks(fs, &mut c, &uuid, hdr.data_end, (ino, start, blocks, len));
     }
     for (ino, e) in &file_extents {
-        c.owned.push((
-            e.disk,
-            e.len,
-            Role::FileData,
-            format!("inode {ino} file block {}", e.file),
-        ));
+        c.owned
+            .push((e.disk, e.len, Role::FileData, Owner::FileData(*ino, e.file)));
         c.report.data_blocks += e.len;
     }
+
+    let facts = facts.finish();
+    // Stable: each inode's names stay in the order the walk found them.
+    refs.sort_by_key(|r| r.0);
+    orphans.sort_unstable();
+    orphans.dedup();
 
     // ACLs: valid, the access ACL saying what the mode says, default ACLs on directories.
     for (ino, name, value) in &acls {
@@ -370,7 +455,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 continue;
             }
         };
-        let Some(inode) = facts.get(ino).and_then(|f| f.inode.as_ref()) else {
+        let Some(inode) = facts.inode(*ino) else {
             continue;
         };
         match super::acl::kind_of(name) {
@@ -391,14 +476,16 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     // Inodes against their names.
     let mut inode_count = 0;
     let mut max_ino = 0;
-    let mut sorted: Vec<_> = facts.iter().collect();
-    sorted.sort_by_key(|(i, _)| **i);
-    for (&ino, f) in sorted {
+    // The last directory a name was looked up in: an inode's names are mostly in one.
+    let mut last_dir: Option<(u64, bool)> = None;
+    let no_facts = facts::InodeFacts::default();
+    for (ino, own, names, orphan) in facts::join(&facts, &refs, &orphans) {
+        let f = own.unwrap_or(&no_facts);
         let Some(i) = &f.inode else {
-            if !f.refs.is_empty() {
+            if let Some(first) = names.first() {
                 c.problem(format!(
                     "directory {} names inode {ino}, which does not exist",
-                    f.refs[0].0
+                    first.1
                 ));
             } else {
                 c.problem(format!("items of inode {ino}, which does not exist"));
@@ -408,16 +495,21 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         inode_count += 1;
         max_ino = max_ino.max(ino);
         let kind = i.kind().unwrap_or(FileType::Regular);
-        for (d, k) in &f.refs {
-            if *k != kind {
+        for &(_, d, k) in names {
+            if k != kind {
                 c.problem(format!(
                     "directory {d} says inode {ino} is a {k:?}, it is a {kind:?}"
                 ));
             }
-            if facts
-                .get(d)
-                .is_none_or(|df| df.inode.as_ref().is_none_or(|di| !di.is_dir()))
-            {
+            let is_dir = match last_dir {
+                Some((at, is)) if at == d => is,
+                _ => {
+                    let is = facts.inode(d).is_some_and(|di| di.is_dir());
+                    last_dir = Some((d, is));
+                    is
+                }
+            };
+            if !is_dir {
                 c.problem(format!(
                     "inode {ino} is named in {d}, which is not a directory"
                 ));
@@ -429,8 +521,8 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         if i.is_dir() {
             c.report.directories += 1;
             let want_refs = usize::from(ino != ROOT_INO && i.nlink > 0);
-            if f.refs.len() != want_refs {
-                c.problem(format!("directory {ino} has {} names", f.refs.len()));
+            if names.len() != want_refs {
+                c.problem(format!("directory {ino} has {} names", names.len()));
             }
             if i.nlink > 0 {
                 if u64::from(i.nlink) != 2 + f.subdirs {
@@ -442,7 +534,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                 let parent = if ino == ROOT_INO {
                     ROOT_INO
                 } else {
-                    f.refs.first().map_or(0, |r| r.0)
+                    names.first().map_or(0, |r| r.1)
                 };
                 if i.parent != parent {
                     c.problem(format!(
@@ -459,18 +551,18 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
                     i.size, f.entries
                 ));
             }
-        } else if u64::from(i.nlink) != f.refs.len() as u64 {
+        } else if u64::from(i.nlink) != names.len() as u64 {
             c.problem(format!(
                 "inode {ino}: link count {} but {} names",
                 i.nlink,
-                f.refs.len()
+                names.len()
             ));
         }
-        if (i.nlink == 0) != f.orphan {
+        if (i.nlink == 0) != orphan {
             c.problem(format!(
                 "inode {ino}: link count {} but orphan item {}",
                 i.nlink,
-                if f.orphan { "present" } else { "missing" }
+                if orphan { "present" } else { "missing" }
             ));
         }
         if i.blocks != f.ext_blocks {
@@ -487,7 +579,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         }
     }
     c.report.inodes = inode_count;
-    if facts.get(&ROOT_INO).is_none_or(|f| f.inode.is_none()) {
+    if facts.inode(ROOT_INO).is_none() {
         c.problem("the root directory is missing".into());
     }
     if inode_count != hdr.inode_count {
@@ -514,7 +606,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
     let mut owned = std::mem::take(&mut c.owned);
     owned.sort_by_key(|(s, _, _, _)| *s);
     let mut at = fs.hdr_blk;
-    let mut last_owner = String::from("the start of the area");
+    let mut last_owner = Owner::Start;
     for (s, l, _, who) in &owned {
         if *s < at {
             c.problem(format!(
@@ -529,7 +621,7 @@ pub fn check(fs: &Fs) -> FsResult<CheckReport> {
         let end = s.saturating_add(*l);
         if end > at {
             at = end;
-            last_owner.clone_from(who);
+            last_owner = *who;
         }
     }
     if at < hdr.data_end {
@@ -641,3 +733,6 @@ pub fn check_image(
     report.problems.splice(0..0, copies);
     Ok((report, recovery))
 }
+
+#[cfg(test)]
+mod tests;
