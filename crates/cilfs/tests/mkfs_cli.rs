@@ -238,7 +238,7 @@ fn default_mkfs_and_info_agree() {
         "{info}"
     );
     assert!(
-        info.contains("log            internal, blocks 1..16385 (16384 blocks, 64.0 MiB)"),
+        info.contains("log            internal, blocks 257..16641 (16384 blocks, 64.0 MiB)"),
         "{info}"
     );
     assert!(info.contains("state          clean"), "{info}");
