@@ -242,3 +242,30 @@ fn a_superblock_that_disagrees_with_the_header_refuses_the_mount() {
     };
     assert!(what.contains("one of them is damaged"), "{what}");
 }
+
+/// The fs tree's root or the header zeroed: check reports the damage (a problem, exit 1)
+/// instead of giving up (exit 2), and names the block.
+#[test]
+fn a_zeroed_root_or_header_is_a_problem_check_reports() {
+    let (dev, root) = populated();
+    let bs = tests::BS as usize;
+    let hdr_blk = crate::Geometry::read(&*dev, None)
+        .unwrap()
+        .metadata_area()
+        .0;
+    for blk in [root, hdr_blk] {
+        let d = Arc::new(SimDevice::from_image(dev.stable_image(), dev.len(), blk));
+        d.write(blk * bs as u64, &AlignedBuf::zeroed(bs), WriteFlags::FUA)
+            .unwrap();
+        let (r, _) = check::check_image(d.clone() as Arc<dyn Device>, None)
+            .unwrap_or_else(|e| panic!("block {blk}: check gave up: {e}"));
+        assert!(!r.is_clean(), "block {blk}");
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.contains(&format!("block {blk}"))),
+            "block {blk}: {:?}",
+            r.problems
+        );
+    }
+}

@@ -392,7 +392,15 @@ impl Fs {
         if !fs.opts.read_only {
             fs.reclaim_orphans()?;
         }
-        fs.load_tenant_limits()?;
+        // A read-only open (check, a read-only mount) goes on without the limits when the
+        // root's xattrs do not read: the damage is check's to report, and every other file's
+        // to keep working around.
+        match fs.load_tenant_limits() {
+            Err(FsError::Corrupt { blkno, what }) if fs.opts.read_only => {
+                tracing::warn!("tenant limits not loaded: block {blkno}: {what}")
+            }
+            r => r?,
+        }
         Ok(fs)
     }
 

@@ -718,14 +718,27 @@ pub fn check_image(
         crate::journal::JournalConfig::default(),
     )?;
     let recovery = j.recovery_report().clone();
-    let fs = Fs::open(
+    let opened = Fs::open(
         j,
         super::FsOptions {
             read_only: true,
             ..super::FsOptions::default()
         },
-    )?;
-    let mut report = check(&fs)?;
+    );
+    let mut report = match opened {
+        Ok(fs) => check(&fs)?,
+        // The header is one block: damaged, the trees cannot be found from it. That is one
+        // problem found, not a check that could not run (repair finds them by a scan).
+        Err(e @ (super::FsError::Corrupt { .. } | super::FsError::NotFormatted(_))) => {
+            CheckReport {
+                problems: vec![format!(
+                "{e}: the trees cannot be walked from it (cilfs repair rebuilds it from a scan)"
+            )],
+                ..CheckReport::default()
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
     if recovery.damaged {
         let what = recovery.torn.as_deref().unwrap_or("damaged");
         report.problems.insert(0, format!("log: {what}"));
