@@ -161,6 +161,7 @@ pub fn repair_image(
         crate::geometry::repair_copies(&*data, logdev.as_deref(), opts.dry_run)
             .map_err(JournalError::from)?,
     );
+    let sb_changes = report.changes.len();
     progress.tell("log", 0, 1);
     let stamp = close_log(&data, logdev.as_ref(), &mut report)?;
     let log_changes = report.changes.len();
@@ -175,6 +176,15 @@ pub fn repair_image(
     };
     if report.log_damaged {
         restamp_past_head(&img, hdr_blk, data_end, stamp, &mut report, &mut progress)?;
+    }
+    // What check finds consistent needs nothing more (repair is done when check is clean):
+    // its trees are left as they are, as e2fsck leaves a clean filesystem.
+    progress.tell("check", 0, 1);
+    let (before, _) = check_image(Arc::clone(&data), logdev.clone())?;
+    progress.tell("check", 1, 1);
+    if before.is_clean() {
+        report.damage_repaired = report.log_damaged || sb_changes > 0;
+        return Ok(report);
     }
     let area = header::Area {
         hdr_blk,
@@ -277,9 +287,6 @@ pub fn repair_image(
     Ok(report)
 }
 
-/// Replays the log up to any damage and leaves it clean: the LSN a block repair writes is
-/// stamped with (the unmount record's, older than every checkpoint a later mount writes and
-/// no older than any checkpoint before it, so replay never overwrites what repair wrote).
 /// After a damaged log is cut short, blocks that checkpoints past the damage had written back
 /// carry stamps past the new log head: the log will hand out those LSNs again, and replay
 /// would then take such a block for newer than a checkpoint that changes it. Each is stamped
@@ -325,6 +332,9 @@ fn restamp_past_head(
     Ok(())
 }
 
+/// Replays the log up to any damage and leaves it clean: the LSN a block repair writes is
+/// stamped with (the unmount record's, older than every checkpoint a later mount writes and
+/// no older than any checkpoint before it, so replay never overwrites what repair wrote).
 fn close_log(
     data: &Arc<dyn Device>,
     logdev: Option<&Arc<dyn Device>>,
