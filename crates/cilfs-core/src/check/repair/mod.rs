@@ -29,7 +29,7 @@ use crate::fs::tree::node::Key;
 use crate::journal::{Journal, JournalConfig, JournalError};
 use crate::log::Lsn;
 use cilfs_device::{AlignedBuf, Device, DeviceError, OverlayDevice, WriteFlags};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// What repair is doing, for a progress bar.
@@ -219,7 +219,17 @@ pub fn repair_image(
         ));
     }
     if !fs_walk.lost.is_empty() {
-        let st = scan::scan_leaves(&img, &area, &mut fs_walk, &mut progress)?;
+        // The free extents, if both free-space trees read whole and agree: the scan skips them.
+        let free = free_walks.as_ref().and_then(|(b, s)| {
+            let by_block: Vec<(u64, u64)> = b.items.keys().map(|k| (k.a, k.b)).collect();
+            let by_size: BTreeSet<(u64, u64)> = s.items.keys().map(|k| (k.b, k.a)).collect();
+            (b.lost.is_empty()
+                && s.lost.is_empty()
+                && by_block.len() == by_size.len()
+                && by_block.iter().all(|e| by_size.contains(e)))
+            .then_some(by_block)
+        });
+        let st = scan::scan_leaves(&img, &area, &mut fs_walk, free, &mut progress)?;
         report.blocks_scanned = st.blocks;
         report.leaves_found = st.leaves;
         report.items_salvaged = st.items;

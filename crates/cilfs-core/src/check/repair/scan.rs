@@ -162,19 +162,54 @@ const SCAN_RUN_BLOCKS: u64 = 256;
 
 /// Reads every block of the data area the walk did not read already, and takes from each
 /// stamped fs-tree leaf its items in the walk's lost ranges, the newest stamp winning a key.
+/// `free`: the free extents, when both free-space trees read whole and agree: no leaf lies
+/// there (a leaf freed since, which would bring back what was removed, least of all), and on
+/// a large filesystem most blocks are free. None scans the whole area.
 pub(super) fn scan_leaves(
     img: &Img,
     area: &Area,
     w: &mut Walked,
+    free: Option<Vec<(u64, u64)>>,
     progress: &mut Progress,
 ) -> Result<ScanStats, RepairError> {
     let mut st = ScanStats::default();
     let known: BTreeSet<u64> = w.readable.iter().copied().collect();
-    let total = area.end - area.start;
+    let runs = match free {
+        Some(f) => super::build::complement(f, area.start, area.end),
+        None => vec![(area.start, area.end - area.start)],
+    };
+    let total: u64 = runs.iter().map(|r| r.1).sum();
     let mut found: BTreeMap<Key, (Lsn, Vec<u8>)> = BTreeMap::new();
-    let mut at = area.start;
-    while at < area.end {
-        let n = SCAN_RUN_BLOCKS.min(area.end - at);
+    let mut done = 0;
+    for (at, end) in runs.into_iter().map(|(s, l)| (s, s + l)) {
+        scan_run(
+            img, at, end, &known, w, &mut found, &mut st, &mut done, total, progress,
+        )?;
+    }
+    for (k, (lsn, v)) in found {
+        if take(&mut w.items, k, lsn, &v) {
+            st.items += 1;
+        }
+    }
+    Ok(st)
+}
+
+/// Scans blocks `[at, end)` for fs-tree leaves (see `scan_leaves`).
+#[allow(clippy::too_many_arguments)]
+fn scan_run(
+    img: &Img,
+    mut at: u64,
+    end: u64,
+    known: &BTreeSet<u64>,
+    w: &Walked,
+    found: &mut BTreeMap<Key, (Lsn, Vec<u8>)>,
+    st: &mut ScanStats,
+    done: &mut u64,
+    total: u64,
+    progress: &mut Progress,
+) -> Result<(), RepairError> {
+    while at < end {
+        let n = SCAN_RUN_BLOCKS.min(end - at);
         let run = img.read_blocks(at, n as usize)?;
         for (i, b) in run.chunks_exact(img.bs).enumerate() {
             let blk = at + i as u64;
@@ -197,18 +232,14 @@ pub(super) fn scan_leaves(
             if let Body::Leaf(items) = node.body {
                 for (k, v) in items {
                     if w.in_lost(k) {
-                        take(&mut found, k, lsn, &v);
+                        take(found, k, lsn, &v);
                     }
                 }
             }
         }
         at += n;
-        progress.tell("scan", at - area.start, total);
+        *done += n;
+        progress.tell("scan", *done, total);
     }
-    for (k, (lsn, v)) in found {
-        if take(&mut w.items, k, lsn, &v) {
-            st.items += 1;
-        }
-    }
-    Ok(st)
+    Ok(())
 }
