@@ -117,8 +117,11 @@ pub struct TargetStats {
 pub struct CorruptReport {
     pub cases: u64,
     pub targets: BTreeMap<Target, TargetStats>,
-    /// Names lost per repaired case (not found, or not as written, after repair).
+    /// Names lost per repaired case (not found, or not as written, after repair, and not in
+    /// /lost+found whole either).
     pub lost_per_repair: Vec<u64>,
+    /// Names not found where they were after repair, found whole in /lost+found.
+    pub in_lost_found: u64,
     pub failures: Vec<String>,
     /// A step never returned: the campaign stopped there.
     pub hung: bool,
@@ -688,6 +691,7 @@ struct CaseResult {
     repaired: bool,
     repaired_clean: bool,
     lost: Option<u64>,
+    in_lost_found: u64,
     failures: Vec<String>,
 }
 
@@ -885,7 +889,34 @@ fn lost_after_repair(
         }
     };
     let rb = read_back(&fs, &base.expect);
-    res.lost = Some(rb.differing.len() as u64);
+    // A file whose name went with the damage but that repair put in /lost+found, whole, is
+    // found again, not lost.
+    let found_again = |x: &Expect| -> bool {
+        let Some(&ino) = x.chain.last() else {
+            return false;
+        };
+        let name = format!("#{ino}");
+        let Ok(lf) = fs.lookup(ROOT_INO, b"lost+found") else {
+            return false;
+        };
+        let Ok(a) = fs.lookup(lf.ino, name.as_bytes()) else {
+            return false;
+        };
+        match x.kind {
+            FileType::Regular => fs
+                .read(a.ino, 0, x.data.len() as u32 + 4096)
+                .is_ok_and(|d| d == x.data),
+            FileType::Symlink => fs.readlink(a.ino).is_ok_and(|t| t == x.data),
+            _ => a.kind == x.kind,
+        }
+    };
+    let moved = rb
+        .differing
+        .iter()
+        .filter(|(i, _)| found_again(&base.expect[*i]))
+        .count() as u64;
+    res.lost = Some(rb.differing.len() as u64 - moved);
+    res.in_lost_found = moved;
     // Only a lost leaf, or a log cut short, may take names with it.
     for (i, why) in &rb.differing {
         let x = &base.expect[*i];
@@ -957,6 +988,7 @@ pub fn run_corrupt_campaign(
                 if let Some(l) = res.lost {
                     report.lost_per_repair.push(l);
                 }
+                report.in_lost_found += res.in_lost_found;
                 for f in res.failures {
                     report
                         .failures

@@ -253,8 +253,10 @@ fn corrupt(a: CorruptArgs) -> Result<(), Failure> {
     if !r.lost_per_repair.is_empty() {
         let (median, max) = r.lost_median_max();
         println!(
-            "names lost per repaired case: median {median}, max {max} (over {} cases)",
-            r.lost_per_repair.len()
+            "names lost per repaired case: median {median}, max {max} (over {} cases); {} more \
+             found whole in /lost+found",
+            r.lost_per_repair.len(),
+            r.in_lost_found
         );
     }
     let failed = r.failures.len();
