@@ -764,7 +764,18 @@ fn run_case(
     let mounted = Journal::open(dev.clone() as Arc<dyn Device>, None, journal_config())
         .map_err(|e| e.to_string())
         .and_then(|j| {
-            let torn = j.recovery_report().torn.is_some();
+            // The log's end as recovery found it: a torn write cut off, or the damaged block
+            // where the newest records lay, which then reads as never written (zeros, an old
+            // cycle): a crash before those writes looks the same, and recovery cannot tell.
+            let rec = j.recovery_report();
+            let bs = u64::from(base.bs);
+            let head = u64::from(rec.head.block()) * 512;
+            let at_head = target == Target::Log
+                && blk.checked_sub(log_start(base.bs)).is_some_and(|r| {
+                    let rel = r * bs;
+                    (rel..=rel + bs).contains(&head)
+                });
+            let torn = rec.torn.is_some() || at_head;
             Fs::open(j, FsOptions::default())
                 .map(|fs| (fs, torn))
                 .map_err(|e| e.to_string())
@@ -1057,10 +1068,20 @@ mod tests {
     /// Cases that failed once, each run alone: a leaf edit under a misrouting separator
     /// (seed 2, 469), a write into a free extent outside the data area (seed 3, 382), an
     /// inode count at 2^64-1 (seed 3, 1784), a wild extent length claiming the area (seed 3,
-    /// 1789), a log damaged after later checkpoints were written back (20261129, 3532).
+    /// 1789), a log damaged after later checkpoints were written back (20261129, 3532), a
+    /// child pointer past the device (20261131, 1458), the log's newest block zeroed, which
+    /// reads as a log that ends there (20261131, 8285).
     #[test]
     fn cases_that_failed_once_pass() {
-        for (seed, case) in [(2, 469), (3, 382), (3, 1784), (3, 1789), (20261129, 3532)] {
+        for (seed, case) in [
+            (2, 469),
+            (3, 382),
+            (3, 1784),
+            (3, 1789),
+            (20261129, 3532),
+            (20261131, 1458),
+            (20261131, 8285),
+        ] {
             let r = run_corrupt_campaign(
                 &CorruptConfig {
                     seed,

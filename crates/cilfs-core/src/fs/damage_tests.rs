@@ -269,3 +269,27 @@ fn a_zeroed_root_or_header_is_a_problem_check_reports() {
         );
     }
 }
+
+/// A child pointer of the fs tree's root set past the device under a valid CRC: check
+/// reports it instead of giving up, and a mount refuses or fails only what needs that child.
+#[test]
+fn a_child_pointer_outside_the_area_is_a_problem_check_reports() {
+    let (dev, root) = populated();
+    let bs = tests::BS as usize;
+    let d = Arc::new(SimDevice::from_image(dev.stable_image(), dev.len(), 5));
+    let mut b = AlignedBuf::zeroed(bs);
+    d.read(root * bs as u64, &mut b).unwrap();
+    let p = NODE_HEADER_BYTES + 16;
+    b[p..p + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let o = usize::from(NODE_LSN_OFFSET);
+    let lsn = Lsn::from_raw(u64::from_le_bytes(b[o..o + 8].try_into().unwrap()));
+    write_lsn_stamp(&mut b, NODE_LSN_OFFSET, lsn, &tests::layout().uuid);
+    d.write(root * bs as u64, &b, WriteFlags::FUA).unwrap();
+    let (r, _) = check::check_image(d.clone() as Arc<dyn Device>, None)
+        .unwrap_or_else(|e| panic!("check gave up: {e}"));
+    assert!(
+        r.problems.iter().any(|p| p.contains(&u64::MAX.to_string())),
+        "{:?}",
+        r.problems
+    );
+}

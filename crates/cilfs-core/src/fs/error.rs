@@ -73,6 +73,13 @@ impl From<JournalError> for FsError {
     fn from(e: JournalError) -> Self {
         match e {
             JournalError::BadBlock { blkno, what } => FsError::Corrupt { blkno, what },
+            // The filesystem asks only for blocks a decoded pointer names (a child, the
+            // header's roots, the free list): one outside the metadata area is damage in the
+            // block that held the pointer (EUCLEAN), not an error of the journal.
+            e @ JournalError::BlockOutOfRange { blkno, .. } => FsError::Corrupt {
+                blkno,
+                what: format!("a pointer to {e}"),
+            },
             e => FsError::Journal(e),
         }
     }
