@@ -169,6 +169,31 @@ pub struct Attr {
 }
 
 impl Inode {
+    /// An empty directory `ino` in `parent`, made at `now` (mkfs's root, and the directories
+    /// repair makes: the root when it is lost, lost+found).
+    pub fn empty_dir(ino: u64, perm: u32, uid: u32, gid: u32, parent: u64, now: Timespec) -> Inode {
+        Inode {
+            ino,
+            mode: S_IFDIR | (perm & 0o7777),
+            uid,
+            gid,
+            nlink: 2,
+            size: 0,
+            disk_size: 0,
+            dirty_from: NOT_DIRTY,
+            blocks: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            rdev: 0,
+            change: 0,
+            flags: 0,
+            parent,
+            project: 0,
+        }
+    }
+
     pub fn kind(&self) -> Option<FileType> {
         FileType::from_mode(self.mode)
     }

@@ -6,7 +6,7 @@ use super::error::{FsError, FsResult};
 use super::header::{
     freelist_capacity, Header, MIN_FS_BLOCK_SIZE, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
-use super::inode::{Inode, Timespec, ROOT_INO, S_IFDIR};
+use super::inode::{Inode, Timespec, ROOT_INO};
 use super::tree::btree::Root;
 use super::tree::keys::{key, KIND_INODE};
 use super::tx::FsTx;
@@ -55,26 +55,7 @@ pub fn format(journal: &Journal, uid: u32, gid: u32) -> FsResult<()> {
         // mkfs frees space nobody used: nothing is busy.
         t.freed.clear();
         let now = Timespec::now();
-        let root = Inode {
-            ino: ROOT_INO,
-            mode: S_IFDIR | 0o755,
-            uid,
-            gid,
-            nlink: 2,
-            size: 0,
-            disk_size: 0,
-            dirty_from: super::inode::NOT_DIRTY,
-            blocks: 0,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            crtime: now,
-            rdev: 0,
-            change: 0,
-            flags: 0,
-            parent: ROOT_INO,
-            project: 0,
-        };
+        let root = Inode::empty_dir(ROOT_INO, 0o755, uid, gid, ROOT_INO, now);
         t.insert(TREE_FS, key(ROOT_INO, KIND_INODE, 0), &root.encode())?;
         Ok(())
     })();

@@ -6,7 +6,7 @@ use super::salvage::{kind_range, Model};
 use super::RepairError;
 use crate::fs::dir::{free_slot, DirEntry};
 use crate::fs::extent::Extent;
-use crate::fs::inode::{FileType, Inode, Timespec, NOT_DIRTY, ROOT_INO, S_IFDIR};
+use crate::fs::inode::{FileType, Inode, Timespec, ROOT_INO};
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
     KIND_SYMLINK, ORPHAN_OWNER,
@@ -191,26 +191,7 @@ fn lost_found(m: &mut Model<'_>, r: &mut Reach) -> Option<u64> {
         max + 1
     };
     let now = Timespec::now();
-    let dir = Inode {
-        ino,
-        mode: S_IFDIR | 0o700,
-        uid: 0,
-        gid: 0,
-        nlink: 2,
-        size: 0,
-        disk_size: 0,
-        dirty_from: NOT_DIRTY,
-        blocks: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        rdev: 0,
-        change: 0,
-        flags: 0,
-        parent: ROOT_INO,
-        project: 0,
-    };
+    let dir = Inode::empty_dir(ino, 0o700, 0, 0, ROOT_INO, now);
     let e = DirEntry {
         ino,
         kind: FileType::Directory,

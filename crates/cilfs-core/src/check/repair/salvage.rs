@@ -8,7 +8,7 @@ use crate::fs::acl;
 use crate::fs::dir::{decode_slotted, encode_bucket, DirEntry};
 use crate::fs::extent::Extent;
 use crate::fs::header::HEADER_LSN_OFFSET;
-use crate::fs::inode::{Inode, Timespec, INODE_PREALLOC, NOT_DIRTY, ROOT_INO, S_IFDIR};
+use crate::fs::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
     KIND_SYMLINK, KIND_XATTR, OFFSET_BITS, ORPHAN_OWNER,
@@ -194,26 +194,7 @@ impl<'a> Model<'a> {
 
         if self.inode(ROOT_INO).is_none_or(|i| !i.is_dir()) {
             let now = Timespec::now();
-            self.put_inode(&Inode {
-                ino: ROOT_INO,
-                mode: S_IFDIR | 0o755,
-                uid: 0,
-                gid: 0,
-                nlink: 2,
-                size: 0,
-                disk_size: 0,
-                dirty_from: NOT_DIRTY,
-                blocks: 0,
-                atime: now,
-                mtime: now,
-                ctime: now,
-                crtime: now,
-                rdev: 0,
-                change: 0,
-                flags: 0,
-                parent: ROOT_INO,
-                project: 0,
-            });
+            self.put_inode(&Inode::empty_dir(ROOT_INO, 0o755, 0, 0, ROOT_INO, now));
             self.change("the root directory was missing: made anew".into());
         }
 
