@@ -124,7 +124,10 @@ fn backup_at(dev: &dyn Device, off: u64) -> Option<(Superblock, u64)> {
     (at != 0 && at.checked_mul(u64::from(sb.block_size)) == Some(off)).then_some((sb, at))
 }
 
-/// Every backup copy found without the primary's help: the front one and an end one.
+/// Every backup copy found without the primary: first at byte 1 MiB (the same byte for every
+/// block size), then in the last block of the device for the first block size whose copy is
+/// there, where the end copy lies when the filesystem fills its device (as mkfs makes it by
+/// default).
 fn all_backups(dev: &dyn Device) -> Vec<(Superblock, u64)> {
     let mut out: Vec<_> = backup_at(dev, FRONT_BACKUP_BYTES).into_iter().collect();
     let mut bs = u64::from(MIN_BLOCK_SIZE);
@@ -176,27 +179,6 @@ fn outvoted(data: &dyn Device, primary: &Superblock) -> Option<(Superblock, u64,
             }),
         _ => None,
     }
-}
-
-/// Finds a backup copy without the primary: first at byte 1 MiB (the same byte for every
-/// block size), then in the last block of the device for each block size, where the end copy
-/// lies when the filesystem fills its device (as mkfs makes it by default).
-fn find_backup(dev: &dyn Device) -> Option<(Superblock, u64)> {
-    if let Some(c) = backup_at(dev, FRONT_BACKUP_BYTES) {
-        return Some(c);
-    }
-    let mut bs = u64::from(MIN_BLOCK_SIZE);
-    while bs <= u64::from(MAX_BLOCK_SIZE) {
-        if let Some(last) = (dev.len() / bs).checked_sub(1) {
-            if let Some(c) =
-                backup_at(dev, last * bs).filter(|(sb, _)| u64::from(sb.block_size) == bs)
-            {
-                return Some(c);
-            }
-        }
-        bs *= 2;
-    }
-    None
 }
 
 /// Writes every copy of `sb`: the backups first, each with `flags`, then the primary. A
@@ -364,7 +346,7 @@ impl Geometry {
                     if let Some((kind, true)) = other {
                         return Err(GeometryError::NotCilfs(kind));
                     }
-                    match find_backup(data) {
+                    match all_backups(data).into_iter().next() {
                         Some((sb, at)) => (sb, Some(at), Some(e.to_string())),
                         None => {
                             return Err(match other {

@@ -35,9 +35,7 @@ pub trait NodeStore {
             },
             Body::Interior(items) => {
                 let i = child_index(items, key);
-                let lo = (i > 0).then(|| items[i].0);
-                let hi = items.get(i + 1).map(|e| e.0);
-                RawStep::Child(items[i].1, KeyRange::ALL.of_child(lo, hi))
+                RawStep::Child(items[i].1, KeyRange::ALL.of_entry(items, i))
             }
         })
     }
@@ -177,8 +175,7 @@ fn descend(s: &mut dyn NodeStore, root: Root, tree: u8, key: Key) -> FsResult<Ve
                 )?;
                 let idx = child_index(items, key);
                 let child = items[idx].1;
-                let lo = (idx > 0).then(|| items[idx].0);
-                range = range.of_child(lo, items.get(idx + 1).map(|e| e.0));
+                range = range.of_entry(items, idx);
                 path.push(Step { blkno, node, idx });
                 blkno = child;
                 want_level -= 1;

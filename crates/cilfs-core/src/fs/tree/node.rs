@@ -408,6 +408,11 @@ impl KeyRange {
         }
     }
 
+    /// The part of this range that child `i` of the decoded interior entries `items` leads to.
+    pub fn of_entry(&self, items: &[(Key, u64)], i: usize) -> KeyRange {
+        self.of_child((i > 0).then(|| items[i].0), items.get(i + 1).map(|e| e.0))
+    }
+
     /// Err(corrupt) unless a sorted node whose first and last keys are given lies inside.
     pub fn check(&self, blkno: u64, first: Option<Key>, last: Option<Key>) -> FsResult<()> {
         for k in [first, last].into_iter().flatten() {
@@ -1117,9 +1122,7 @@ mod tests {
                     },
                     Body::Interior(items) => {
                         let i = items.partition_point(|(x, _)| *x <= k).saturating_sub(1);
-                        let lo = (i > 0).then(|| items[i].0);
-                        let hi = items.get(i + 1).map(|e| e.0);
-                        RawStep::Child(items[i].1, KeyRange::ALL.of_child(lo, hi))
+                        RawStep::Child(items[i].1, KeyRange::ALL.of_entry(items, i))
                     }
                 };
                 prop_assert_eq!(got, expect, "key {:?}", k);
