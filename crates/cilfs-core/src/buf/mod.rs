@@ -35,6 +35,10 @@ pub struct BufData {
     pub lsn_offset: Option<u16>,
     /// Freed in a transaction: logged as a cancel record, never written back.
     pub cancelled: bool,
+    /// `[start, end)`: bytes that mean nothing in the block's format now (a tree node's free
+    /// middle). They are never logged, so a replay may leave anything there, and the content
+    /// CRC of the block's log items skips them (`item_format::BUF_CONTENT_CRC`).
+    pub unlogged: Option<(u32, u32)>,
     /// Bumped by every transaction that commits a change to the block: a transaction works on
     /// its own copy and publishes only if the block is still the version it copied.
     pub version: u64,
@@ -177,6 +181,7 @@ impl Buf {
             g.lsn_offset,
             &g.data,
             g.dirty.ranges(),
+            g.unlogged,
         );
     }
 
@@ -491,6 +496,7 @@ impl BufCache {
                 dirty: RangeSet::default(),
                 lsn_offset: None,
                 cancelled: false,
+                unlogged: None,
                 version: 0,
             })),
             pins: AtomicU32::new(0),

@@ -595,13 +595,19 @@ fn write_diff(
     used: Vec<(usize, usize)>,
     whole: bool,
 ) {
+    // The free middle between the two used ranges holds nothing and is never logged.
+    let unlogged = (
+        used.first().map_or(0, |r| r.1),
+        used.get(1).map_or(block.len(), |r| r.0),
+    );
+    let unlogged = (unlogged.0 <= unlogged.1).then_some(unlogged);
     let ranges = if whole {
         used
     } else {
         tx.read(b, |cur| ranges_to_log(cur, &block, &used))
     };
     if !ranges.is_empty() {
-        tx.replace(b, block, &ranges);
+        tx.replace(b, block, &ranges, unlogged);
     }
 }
 

@@ -331,6 +331,12 @@ impl Journal {
             ReplayStats::default()
         };
         let mut sb = geo.sb.clone();
+        for d in replayed.damaged.iter().take(BAD_BLOCKS_LOGGED) {
+            tracing::warn!("recovery: {d}; run cilfs check");
+        }
+        if !replayed.damaged.is_empty() {
+            sb.needs_check = true;
+        }
         if !sb.clean {
             sb.unclean_epoch += 1;
         }

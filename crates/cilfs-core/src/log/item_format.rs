@@ -9,7 +9,14 @@ pub const BUF_CANCEL: u16 = 1;
 /// The block carries, at `lsn_offset`, the LSN it was last written back at, the fs UUID and its
 /// CRC (see `recover::write_lsn_stamp`).
 pub const BUF_LSN_STAMP: u16 = 2;
+/// The header carries the CRC32C of the block as this item leaves it (`recover::content_crc`),
+/// leaving out its LSN stamp and a stretch whose bytes mean nothing (a node's free middle,
+/// never logged), and that stretch. Replay compares the block it rebuilt with it: a block
+/// damaged on disk outside the logged ranges would otherwise be resealed with a valid stamp.
+pub const BUF_CONTENT_CRC: u16 = 4;
 const BUF_HEADER_BYTES: usize = 16;
+/// The CRC, and the stretch's start and end (equal when there is none).
+const CONTENT_CRC_BYTES: usize = 12;
 const WHAT: &str = "buffer log item";
 
 /// A logged image of part of a block.
@@ -18,13 +25,17 @@ pub struct BufImage {
     pub blkno: u64,
     pub cancel: bool,
     pub lsn_offset: Option<u16>,
+    /// `BUF_CONTENT_CRC`: absent in items written before it existed.
+    pub content_crc: Option<u32>,
+    /// `[start, end)` the content CRC leaves out (`BufData::unlogged`).
+    pub unlogged: Option<(u32, u32)>,
     /// (offset in block, bytes) of each logged range, sorted and disjoint.
     pub ranges: Vec<(u32, Vec<u8>)>,
 }
 
 /// Encoded size of a buffer item with these range lengths.
 pub fn buf_item_len(range_lens: impl Iterator<Item = usize>) -> usize {
-    range_lens.map(|l| 8 + l).sum::<usize>() + BUF_HEADER_BYTES
+    range_lens.map(|l| 8 + l).sum::<usize>() + BUF_HEADER_BYTES + CONTENT_CRC_BYTES
 }
 
 /// Encodes a buffer item from a block's data and its dirty ranges.
@@ -36,7 +47,7 @@ pub fn encode_buf_item(
     ranges: &[(u32, u32)],
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    encode_buf_item_into(&mut out, blkno, cancel, lsn_offset, data, ranges);
+    encode_buf_item_into(&mut out, blkno, cancel, lsn_offset, data, ranges, None);
     out
 }
 
@@ -51,6 +62,7 @@ pub fn encode_buf_item_into(
     lsn_offset: Option<u16>,
     data: &[u8],
     ranges: &[(u32, u32)],
+    unlogged: Option<(u32, u32)>,
 ) {
     assert!(
         ranges.len() <= usize::from(u16::MAX),
@@ -64,6 +76,7 @@ pub fn encode_buf_item_into(
     if lsn_offset.is_some() {
         flags |= BUF_LSN_STAMP;
     }
+    flags |= BUF_CONTENT_CRC;
     out.clear();
     if out.capacity() < len {
         // Not `reserve`: a reallocation would copy the old capacity's bytes, all stale.
@@ -74,6 +87,11 @@ pub fn encode_buf_item_into(
     out.extend_from_slice(&lsn_offset.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
     out.extend_from_slice(&blkno.to_le_bytes());
+    let crc = super::recover::content_crc(data, lsn_offset, unlogged);
+    let (skip_start, skip_end) = unlogged.unwrap_or((0, 0));
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(&skip_start.to_le_bytes());
+    out.extend_from_slice(&skip_end.to_le_bytes());
     for &(off, n) in ranges {
         out.extend_from_slice(&off.to_le_bytes());
         out.extend_from_slice(&n.to_le_bytes());
@@ -92,12 +110,25 @@ pub fn decode_item(payload: &[u8], block_size: u32) -> Result<BufImage, FormatEr
         return Err(d.invalid("item type", format!("{kind}")));
     }
     let flags = d.u16()?;
-    if flags & !(BUF_CANCEL | BUF_LSN_STAMP) != 0 {
+    if flags & !(BUF_CANCEL | BUF_LSN_STAMP | BUF_CONTENT_CRC) != 0 {
         return Err(d.invalid("flags", format!("{flags:#x}")));
     }
     let lsn_off = d.u16()?;
     let n = d.u16()?;
     let blkno = d.u64()?;
+    let (content_crc, unlogged) = if flags & BUF_CONTENT_CRC != 0 {
+        let crc = d.u32()?;
+        let (start, end) = (d.u32()?, d.u32()?);
+        if start > end || end > block_size {
+            return Err(d.invalid(
+                "unlogged stretch",
+                format!("{start}..{end} in a {block_size}-byte block"),
+            ));
+        }
+        (Some(crc), (start < end).then_some((start, end)))
+    } else {
+        (None, None)
+    };
     let lsn_offset = (flags & BUF_LSN_STAMP != 0).then_some(lsn_off);
     if lsn_offset
         .is_some_and(|o| u32::from(o) + super::recover::LSN_STAMP_BYTES as u32 > block_size)
@@ -130,6 +161,8 @@ pub fn decode_item(payload: &[u8], block_size: u32) -> Result<BufImage, FormatEr
         blkno,
         cancel: flags & BUF_CANCEL != 0,
         lsn_offset,
+        content_crc,
+        unlogged,
         ranges,
     })
 }
@@ -149,7 +182,25 @@ mod tests {
         assert_eq!(img.blkno, 42);
         assert_eq!(img.lsn_offset, Some(8));
         assert_eq!(img.ranges[1], (100, data[100..150].to_vec()));
+        assert_eq!(
+            img.content_crc,
+            Some(crate::log::recover::content_crc(&data, Some(8), None))
+        );
         assert!(decode_item(&enc, 128).is_err());
+    }
+
+    /// Items written before the content CRC existed still decode (a log left dirty by an
+    /// older binary replays).
+    #[test]
+    fn decodes_items_without_content_crc() {
+        let data = [7u8; 4096];
+        let mut enc = encode_buf_item(42, false, None, &data, &[(0, 16)]);
+        let flags = u16::from_le_bytes([enc[2], enc[3]]) & !BUF_CONTENT_CRC;
+        enc[2..4].copy_from_slice(&flags.to_le_bytes());
+        enc.drain(BUF_HEADER_BYTES..BUF_HEADER_BYTES + CONTENT_CRC_BYTES);
+        let img = decode_item(&enc, 4096).unwrap();
+        assert_eq!(img.content_crc, None);
+        assert_eq!(img.ranges, vec![(0, vec![7u8; 16])]);
     }
 
     proptest! {

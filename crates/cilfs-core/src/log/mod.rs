@@ -15,3 +15,6 @@ mod tests;
 
 #[cfg(test)]
 mod recover_corruption_tests;
+
+#[cfg(test)]
+mod replay_damage_tests;

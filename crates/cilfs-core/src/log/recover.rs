@@ -637,6 +637,33 @@ fn block_crc(block: &[u8], crc_at: usize) -> u32 {
     crc32c::crc32c_append(c, &block[crc_at + 4..])
 }
 
+/// CRC32C of the bytes of `block` outside its LSN stamp (at `lsn_offset`, if any) and outside
+/// `unlogged`, in order: what the block means, whatever LSN write back or replay stamps on it
+/// and whatever its unlogged stretch holds (`item_format::BUF_CONTENT_CRC`).
+pub fn content_crc(block: &[u8], lsn_offset: Option<u16>, unlogged: Option<(u32, u32)>) -> u32 {
+    let len = block.len();
+    let mut skips = [(len, len); 2];
+    if let Some(o) = lsn_offset.map(usize::from) {
+        skips[0] = (o.min(len), (o + LSN_STAMP_BYTES).min(len));
+    }
+    if let Some((a, z)) = unlogged {
+        skips[1] = ((a as usize).min(len), (z as usize).min(len));
+    }
+    skips.sort_unstable();
+    let mut crc = 0;
+    let mut at = 0;
+    for (a, z) in skips {
+        if a > at {
+            crc = crc32c::crc32c_append(crc, &block[at..a]);
+        }
+        at = at.max(z);
+    }
+    if at < len {
+        crc = crc32c::crc32c_append(crc, &block[at..]);
+    }
+    crc
+}
+
 /// Reads the LSN stamped into a block at `offset`, if the stamp carries this filesystem's UUID
 /// and the block's CRC matches. A torn write (some sectors new, some old) fails the CRC, so a
 /// stamp that made it to disk never hides a block whose other sectors did not.
@@ -675,6 +702,16 @@ pub fn check_lsn_stamp(block: &[u8], offset: u16, uuid: &[u8; 16]) -> Result<Lsn
     )))
 }
 
+/// Breaks the CRC of a sealed stamp, so the block fails every read check.
+fn poison_stamp(block: &mut [u8], offset: u16) {
+    let at = usize::from(offset) + 24;
+    if let Some(crc) = block.get_mut(at..at + 4) {
+        for b in crc {
+            *b = !*b;
+        }
+    }
+}
+
 /// Stamps the LSN and UUID at `offset` and seals the block with its CRC.
 pub fn write_lsn_stamp(block: &mut [u8], offset: u16, lsn: Lsn, uuid: &[u8; 16]) {
     let o = usize::from(offset);
@@ -684,13 +721,39 @@ pub fn write_lsn_stamp(block: &mut [u8], offset: u16, lsn: Lsn, uuid: &[u8; 16])
     block[o + 24..o + 28].copy_from_slice(&crc.to_le_bytes());
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayStats {
     pub checkpoints: u64,
     pub items_replayed: u64,
     pub items_cancelled: u64,
     pub items_newer_on_disk: u64,
     pub blocks_written: u64,
+    /// Blocks that replay rebuilt into something other than what their last logged item
+    /// recorded (`BUF_CONTENT_CRC`): damaged on disk outside the ranges the log holds. Written
+    /// with a stamp whose CRC fails, so every read and check sees the damage.
+    pub damaged: Vec<DamagedBlock>,
+}
+
+/// A block replay found damaged (`ReplayStats::damaged`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedBlock {
+    pub blkno: u64,
+    /// The checkpoint whose item the rebuilt block did not match.
+    pub checkpoint: u64,
+    /// CRC32C (`content_crc`) the item recorded and the rebuilt block's.
+    pub logged_crc: u32,
+    pub rebuilt_crc: u32,
+}
+
+impl std::fmt::Display for DamagedBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "metadata block {}: damaged on disk outside the ranges the log holds for it (the \
+             block rebuilt from checkpoint {} has CRC32C {:#010x}, the log recorded {:#010x})",
+            self.blkno, self.checkpoint, self.rebuilt_crc, self.logged_crc
+        )
+    }
 }
 
 /// Where replay may write: blocks `[first, end)` of the data device.
@@ -729,6 +792,8 @@ pub fn replay(
         }
     }
     let bs = t.block_size as usize;
+    // Per block, the last applied item's recorded content CRC when the block did not match it.
+    let mut mismatch: HashMap<u64, Option<(DamagedBlock, Option<u16>)>> = HashMap::new();
     let mut blocks: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut order: Vec<u64> = Vec::new();
     for (k, ck) in checkpoints.iter().enumerate() {
@@ -759,6 +824,23 @@ pub fn replay(
                 let o = *off as usize;
                 block[o..o + data.len()].copy_from_slice(data);
             }
+            // Only the last applied item of a block must match: a torn write back leaves
+            // sectors of a later image, which the later items' ranges cover.
+            let rebuilt_crc = content_crc(block, img.lsn_offset, img.unlogged);
+            mismatch.insert(
+                img.blkno,
+                img.content_crc
+                    .filter(|&c| c != rebuilt_crc)
+                    .map(|logged_crc| {
+                        let d = DamagedBlock {
+                            blkno: img.blkno,
+                            checkpoint: ck.seq,
+                            logged_crc,
+                            rebuilt_crc,
+                        };
+                        (d, img.lsn_offset)
+                    }),
+            );
             if let Some(off) = img.lsn_offset {
                 write_lsn_stamp(block, off, ck.start, &t.uuid);
             }
@@ -767,6 +849,12 @@ pub fn replay(
     }
     order.sort_unstable();
     for blkno in order {
+        if let Some((d, stamp)) = mismatch.remove(&blkno).flatten() {
+            if let (Some(b), Some(off)) = (blocks.get_mut(&blkno), stamp) {
+                poison_stamp(b, off);
+            }
+            stats.damaged.push(d);
+        }
         if let Some(b) = blocks.get(&blkno) {
             t.dev
                 .write(blkno * bs as u64, b, WriteFlags::NONE)

@@ -43,6 +43,8 @@ struct Held {
     dirty: RangeSet,
     lsn_offset: Option<u16>,
     cancelled: bool,
+    /// `BufData::unlogged` of the transaction's image.
+    unlogged: Option<(u32, u32)>,
     /// Cancelled at some point: the ranges logged before for the block are dropped.
     was_cancelled: bool,
     logged: bool,
@@ -157,12 +159,12 @@ impl<'j> Transaction<'j> {
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<(BufRef, R), JournalError> {
         let (held, r) = {
-            let (version, lsn_offset, cancelled, r) = {
+            let (version, lsn_offset, cancelled, unlogged, r) = {
                 let g = read_counted(self.journal, &buf);
                 if let Some(at) = stamp_at {
                     self.journal.verify_read(&buf, &g, at)?;
                 }
-                (g.version, g.lsn_offset, g.cancelled, f(&g.data))
+                (g.version, g.lsn_offset, g.cancelled, g.unlogged, f(&g.data))
             };
             let held = Held {
                 data: None,
@@ -170,6 +172,7 @@ impl<'j> Transaction<'j> {
                 dirty: RangeSet::default(),
                 lsn_offset,
                 cancelled,
+                unlogged,
                 was_cancelled: false,
                 logged: false,
                 stamp_declared: false,
@@ -216,11 +219,19 @@ impl<'j> Transaction<'j> {
 
     /// Makes `block` the transaction's copy of the block, logging `ranges` (each `[lo, hi)`):
     /// the caller built it from the block as this transaction sees it, and nothing outside
-    /// them differs.
+    /// them differs, except in `unlogged` (`BufData::unlogged`), whose bytes mean nothing.
     /// Saves copying the block twice when a whole new image is at hand (tree nodes, header).
-    pub fn replace(&mut self, b: BufRef, block: Vec<u8>, ranges: &[(usize, usize)]) {
+    pub fn replace(
+        &mut self,
+        b: BufRef,
+        block: Vec<u8>,
+        ranges: &[(usize, usize)],
+        unlogged: Option<(usize, usize)>,
+    ) {
         let h = &mut self.held[b.0];
         assert_eq!(block.len(), self.journal.block_size() as usize);
+        debug_assert!(unlogged.is_none_or(|(a, z)| a <= z && z <= block.len()));
+        h.unlogged = unlogged.map(|(a, z)| (a as u32, z as u32));
         h.data = Some(block);
         for &(lo, hi) in ranges {
             h.dirty.insert(lo as u32, (hi - lo) as u32);
@@ -233,6 +244,7 @@ impl<'j> Transaction<'j> {
     pub fn write(&mut self, b: BufRef, offset: usize, bytes: &[u8]) {
         self.own(b)[offset..offset + bytes.len()].copy_from_slice(bytes);
         let h = &mut self.held[b.0];
+        h.unlogged = None;
         h.dirty.insert(offset as u32, bytes.len() as u32);
         h.cancelled = false;
         h.logged = true;
@@ -542,6 +554,7 @@ fn publish(h: &Held, g: &mut BufData) {
     if h.cancelled {
         g.cancelled = true;
         g.lsn_offset = None;
+        g.unlogged = None;
     } else {
         // The changed ranges never carry the copy's stamp over the buffer's.
         let stamp_at = h.lsn_offset.filter(|_| g.lsn_offset == h.lsn_offset);
@@ -556,6 +569,7 @@ fn publish(h: &Held, g: &mut BufData) {
         });
         if h.logged {
             g.cancelled = false;
+            g.unlogged = h.unlogged;
         }
         g.lsn_offset = h.lsn_offset;
     }

@@ -739,6 +739,9 @@ pub fn check_image(
         }
         Err(e) => return Err(e.into()),
     };
+    for d in recovery.replay.damaged.iter().rev() {
+        report.problems.insert(0, format!("log replay: {d}"));
+    }
     if recovery.damaged {
         let what = recovery.torn.as_deref().unwrap_or("damaged");
         report.problems.insert(0, format!("log: {what}"));
