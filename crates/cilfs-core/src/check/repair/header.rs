@@ -173,6 +173,7 @@ pub(super) fn plan(
     // Blocks new nodes and the free list may take.
     let mut unavailable = vec![hdr_claim];
     unavailable.extend(old_nodes(fs_walk));
+    unavailable.extend(fs_walk.found_leaves.iter().map(|b| (*b, 1)));
     if let Some((bno, size)) = free_walks {
         unavailable.extend(old_nodes(bno));
         unavailable.extend(old_nodes(size));

@@ -185,6 +185,7 @@ pub fn repair_image(
     // A check that cannot run is damage for the repair below to meet.
     if before.is_ok_and(|(r, _)| r.is_clean()) {
         report.damage_repaired = report.log_damaged || sb_changes > 0;
+        clear_needs_check(&*data, logdev.as_deref(), opts.dry_run, &mut report)?;
         return Ok(report);
     }
     let area = header::Area {
@@ -293,9 +294,41 @@ pub fn repair_image(
 
     // Dry run or not, the checker judges the image repair leaves (it reads through an
     // overlay of its own).
-    let (after, _) = check_image(Arc::clone(&data), logdev)?;
+    let (after, _) = check_image(Arc::clone(&data), logdev.clone())?;
     report.problems_left = after.problems;
+    if report.problems_left.is_empty() {
+        clear_needs_check(&*data, logdev.as_deref(), opts.dry_run, &mut report)?;
+    }
     Ok(report)
+}
+
+/// A consistent image owes no check: the superblock's needs-check mark (a mount met a corrupt
+/// block) is cleared, as e2fsck clears ext4's error state.
+fn clear_needs_check(
+    data: &dyn Device,
+    logdev: Option<&dyn Device>,
+    dry_run: bool,
+    report: &mut RepairReport,
+) -> Result<(), RepairError> {
+    let mut sb = crate::Geometry::read(data, logdev)
+        .map_err(JournalError::from)?
+        .sb;
+    if !sb.needs_check {
+        return Ok(());
+    }
+    sb.needs_check = false;
+    if !dry_run {
+        crate::geometry::write_superblock(data, &sb, WriteFlags::FUA)?;
+    }
+    report.changes.push(format!(
+        "superblock: needs-check mark {}",
+        if dry_run {
+            "would be cleared"
+        } else {
+            "cleared"
+        }
+    ));
+    Ok(())
 }
 
 /// After a damaged log is cut short, blocks that checkpoints past the damage had written back
@@ -360,6 +393,11 @@ fn close_log(
         drop(j);
         report.log_damaged = rec.damaged;
         report.checkpoints_replayed = rec.checkpoints_replayed;
+        for d in &rec.replay.damaged {
+            report.changes.push(format!(
+                "log replay: {d}: left failing its CRC, for the rest of repair"
+            ));
+        }
         if rec.damaged {
             report.changes.push(format!(
                 "log: {}; {} checkpoints replayed up to the damage, the rest discarded",

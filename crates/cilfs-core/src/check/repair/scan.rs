@@ -23,6 +23,10 @@ pub(super) struct Walked {
     pub referenced: BTreeSet<u64>,
     /// The nodes that read, verified and decoded.
     pub readable: Vec<u64>,
+    /// Stamped fs-tree leaves the scan found outside the tree (`scan_leaves`): until the new
+    /// header is written they may hold the only copy of what the repair keeps, so no new
+    /// node may be written over them (a crash before the header would lose it for good).
+    pub found_leaves: Vec<u64>,
     /// Problems of shape the checker reports in nodes that did read (keys outside their
     /// parent's range, empty leaves, unpacked values, a node reached twice): the tree must
     /// be rebuilt even when no item changes.
@@ -201,7 +205,7 @@ fn scan_run(
     mut at: u64,
     end: u64,
     known: &BTreeSet<u64>,
-    w: &Walked,
+    w: &mut Walked,
     found: &mut BTreeMap<Key, (Lsn, Vec<u8>)>,
     st: &mut ScanStats,
     done: &mut u64,
@@ -229,6 +233,7 @@ fn scan_run(
                 continue;
             };
             st.leaves += 1;
+            w.found_leaves.push(blk);
             if let Body::Leaf(items) = node.body {
                 for (k, v) in items {
                     if w.in_lost(k) {
