@@ -1,7 +1,7 @@
 //! Event counters spread over cache lines, one picked per thread: a counter every operation
 //! bumps (operations, bytes written) passed its line between the cores on each bump when it
 //! was one word, and a word beside its neighbours in one struct passed theirs too. Two threads
-//! overwriting a file each ran slower than one (issue 17).
+//! overwriting a file each ran slower than one.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 

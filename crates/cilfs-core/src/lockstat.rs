@@ -1,7 +1,7 @@
 //! Lock contention, per lock of the lock table in docs/ARCHITECTURE.md: how many acquisitions,
 //! how many found the lock taken, and how long those waited. Only an acquisition whose try
 //! failed is timed, so an uncontended one costs a try and a counter more than a plain lock.
-//! `cilfs bench fs` reports each lock's waiting against the threads' time (issue 17's target:
+//! `cilfs bench fs` reports each lock's waiting against the threads' time (the target in docs/concurrency.md:
 //! no lock holds more than a tenth of it), `cilfs stat` the raw counts.
 //!
 //! Acquisitions are counted in one of several cache lines, chosen per thread: one shared

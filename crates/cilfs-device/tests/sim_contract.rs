@@ -1,4 +1,4 @@
-//! The simulated device's crash contract (journal.md section 2): what a power cut may and may not
+//! The simulated device's crash contract (docs/journal.md section 2): what a power cut may and may not
 //! do to completed writes.
 
 #![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly

@@ -3,7 +3,7 @@
 //! valid CRC) in the superblock, the log and every metadata block type, then what a user would
 //! run: `check`, a mount that reads every file, `repair`, and `check` again.
 //!
-//! What every case must show (issue "Integrity"):
+//! What every case must show (docs/journal.md section 5):
 //! - no panic and no hang, in any step;
 //! - the damage is found by check (problems, or a refusal to check), or it is harmless: check
 //!   clean, and every file, link, symlink and xattr reads back as it was written;

@@ -2,7 +2,7 @@
 //! simulated devices, crash images at flush/FUA points and between them, then recovery, the
 //! checker, and a model.
 //!
-//! What a recovered image must show (journal.md section 8, issue "crashtest fs"):
+//! What a recovered image must show (docs/journal.md section 8, docs/crash-model.md):
 //! - recovery and mount succeed and `check` finds nothing;
 //! - the namespace (names, types, link counts, directory sizes) is exactly the one after some
 //!   prefix of the operations: never half an operation (so rename is atomic), and never less than

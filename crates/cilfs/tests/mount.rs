@@ -656,7 +656,7 @@ fn killed_daemon_leaves_a_log_the_next_mount_replays() {
     m.unmount();
 }
 
-/// df comes back after a delete (issue 24, item 5): 200 MiB written and deleted on a 512 MiB
+/// df comes back after a delete: 200 MiB written and deleted on a 512 MiB
 /// image, with `sync` around the delete as a user would run it, and the free blocks are back
 /// within 1%. `sync` need not reach cilfs (only a fuseblk.cilfs mount gets FUSE_SYNCFS), so
 /// this holds because statfs counts the blocks freed by the unlink, busy until a checkpoint

@@ -1,4 +1,4 @@
-//! Several threads at once through a mount (issue 17's concurrent core, seen through FUSE):
+//! Several threads at once through a mount (the concurrent core of docs/concurrency.md, seen through FUSE):
 //! each thread works in a directory of its own, whose contents it keeps a model of, and in one
 //! directory all of them share, where they race on the same names. Afterwards every private
 //! file is as its thread left it, every name in the shared tree leads to an inode whose link

@@ -1,4 +1,4 @@
-//! Each thread's copies of the interior tree nodes it descends through (issue 17).
+//! Each thread's copies of the interior tree nodes it descends through (docs/concurrency.md).
 //!
 //! Every descent of every thread passes the root and the upper nodes. Read under their locks,
 //! each step took and dropped a shared hold, two atomic writes to the lock's cache line, and

@@ -1,4 +1,4 @@
-//! Vectors for CIL images, used again (issue 17).
+//! Vectors for CIL images, used again (docs/concurrency.md: frees across cores).
 //!
 //! Every logged block of every commit is formatted into a vector of up to about a block
 //! (`Transaction::preformat`), which replaces the block's older image in the CIL; the pusher

@@ -198,7 +198,7 @@ pub fn late_bound(block_size: usize) -> u64 {
 }
 
 /// When the CIL is pushed in the background (`space_limit`, S) and when committers block
-/// (`hard_limit`, 2S): journal.md section 3.
+/// (`hard_limit`, 2S): docs/journal.md section 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CilLimits {
     pub space_limit: u64,

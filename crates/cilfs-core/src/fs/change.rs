@@ -1,4 +1,4 @@
-//! The lazy change attribute (journal.md section 6): a 64-bit word, low bit QUERIED, value in
+//! The lazy change attribute (docs/journal.md section 6): a 64-bit word, low bit QUERIED, value in
 //! the upper 63 bits. A query sets QUERIED; a change bumps the value only if someone queried
 //! since the last bump (or the caller forces it because the inode is being logged anyway).
 

@@ -1,4 +1,4 @@
-//! Operations from several threads at once (issue 17): optimistic creates and unlinks
+//! Operations from several threads at once (docs/concurrency.md): optimistic creates and unlinks
 //! (`shared_tx.rs`) racing each other and the operations that still take the filesystem lock.
 //! Each test has one right answer whatever the interleaving, and the checker must find the
 //! trees and counters consistent, live and after a remount.

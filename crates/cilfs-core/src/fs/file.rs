@@ -2,7 +2,7 @@
 //! SEEK_DATA/SEEK_HOLE (the extent map is in `extent.rs`, write back and fsync in
 //! `writeback.rs`).
 //!
-//! Ordering (journal.md section 7): data for newly allocated blocks is written, and the write
+//! Ordering (docs/journal.md section 7): data for newly allocated blocks is written, and the write
 //! completed, before the transaction that maps them commits; the checkpoint's data-device flush
 //! then makes it stable before the commit record. Bytes past EOF in the last block are zeroed
 //! whenever the file grows over them, so a hole or a grown file never shows stale bytes; only

@@ -1,4 +1,4 @@
-//! Issue 17's held-IO tests: a device that holds one IO until released (one inode's data
+//! The held-IO tests (docs/concurrency.md, invariant 1): a device that holds one IO until released (one inode's data
 //! write, a metadata read of a block not in the cache, a log write a `sync` mount waits for),
 //! and operations on other inodes that must complete while it is held. Nothing is timed: the
 //! operations record whether the IO was still held when they finished, and a test only gives

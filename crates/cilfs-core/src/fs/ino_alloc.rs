@@ -1,4 +1,4 @@
-//! Inode numbers, handed out in runs per directory, the runs taken from lanes (issue 17).
+//! Inode numbers, handed out in runs per directory, the runs taken from lanes (docs/concurrency.md).
 //!
 //! Creates in different directories then put their new inode items in different leaves of the
 //! fs tree (items are keyed by inode number), so optimistic creates running side by side do not

@@ -61,7 +61,7 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 use tx::{FsTx, ReadView};
 
-/// How the change attribute is maintained (journal.md section 6).
+/// How the change attribute is maintained (docs/journal.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IversionMode {
     /// Bump only when queried since the last bump, or when the inode is logged anyway.
@@ -71,7 +71,7 @@ pub enum IversionMode {
     Eager,
 }
 
-/// Data ordering (journal.md section 7).
+/// Data ordering (docs/journal.md section 7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DataMode {
     /// Newly allocated blocks are written before the transaction that maps them commits.

@@ -7,7 +7,7 @@
 //! blocks a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
 //! nothing is ever written into a block after it changed hands.
 //!
-//! The pages are in shards by inode, each behind a lock of its own (issue 17): writers of
+//! The pages are in shards by inode, each behind a lock of its own: writers of
 //! different files put their pages side by side under the state lock taken shared. One inode's
 //! pages are all in one shard, so a write sees and changes its pages under one hold of one
 //! lock (`PageCache::lock`). The shard lock is a leaf: nothing else is taken under it, and

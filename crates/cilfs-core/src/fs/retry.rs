@@ -1,4 +1,4 @@
-//! Waits outside the filesystem lock (issue 17): an operation whose first transaction finds no
+//! Waits outside the filesystem lock (docs/concurrency.md, invariant 1): an operation whose first transaction finds no
 //! log space, whose space check needs the log forced, or which needs a metadata block that is
 //! not in the buffer cache, gives up with `FsError::Retry` before it has changed anything;
 //! `Fs::retrying` drops back out of the lock, waits, forces or reads the block, and runs the

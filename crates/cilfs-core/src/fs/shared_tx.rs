@@ -1,4 +1,4 @@
-//! Optimistic operations (issue 17): built with no filesystem lock held, published under the
+//! Optimistic operations (docs/concurrency.md, the publish protocol): built with no filesystem lock held, published under the
 //! state lock taken shared, side by side with other publishes (docs/ARCHITECTURE.md,
 //! "Optimistic operations").
 //!

@@ -1,4 +1,4 @@
-//! Tenants (issue 22): project IDs on directory trees, as XFS project quotas, and IO limits per
+//! Tenants (docs/ARCHITECTURE.md, tenants): project IDs on directory trees, as XFS project quotas, and IO limits per
 //! project, enforced here because every IO of a FUSE filesystem is done by its daemon (a host
 //! cgroup on a tenant's processes throttles nothing).
 //!

@@ -1130,7 +1130,7 @@ fn a_large_xattr_forces_the_log_when_only_a_busy_extent_is_long_enough() {
     assert_clean(&fs);
 }
 
-/// df comes back after a delete without a sync (issue 24, item 5): the blocks of an unlinked
+/// df comes back after a delete without a sync: the blocks of an unlinked
 /// file stay busy until the checkpoint that freed them is stable, but statfs counts them as
 /// free and available, as XFS does (they belong to no file). The promise holds: a file that
 /// needs them gets them, by forcing the log before it allocates, never by reusing a block whose
@@ -1875,7 +1875,7 @@ fn a_read_only_mount_moves_no_atime() {
     assert_eq!(fs.stats.snapshot().atime_updates, 0);
 }
 
-/// An operation that finds no log space waits for it outside the filesystem lock (issue 17):
+/// An operation that finds no log space waits for it outside the filesystem lock (docs/concurrency.md, invariant 1):
 /// while a create waits (the test holds every byte of log space), a getattr and a lookup of
 /// another inode complete; once the space is given back the create completes, once. Before,
 /// the create waited inside the lock and both stayed blocked. The 30 s limits only turn such a

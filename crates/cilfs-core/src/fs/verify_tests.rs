@@ -1,4 +1,4 @@
-//! The read and write verifiers of tree nodes and the header (issue 42) on the simulated
+//! The read and write verifiers of tree nodes and the header (docs/journal.md section 5) on the simulated
 //! device: damage a CRC catches, a stamp of another filesystem or from the future, and a node
 //! broken in memory before its write back.
 

@@ -1,5 +1,5 @@
 //! The write path, in three steps so that no data IO happens under the filesystem lock
-//! (issue 17): the inode's IO lock (`iolock.rs`) is held exclusively through all three, and
+//! (docs/concurrency.md, invariant 1): the inode's IO lock (`iolock.rs`) is held exclusively through all three, and
 //! only operations on the same inode wait for it.
 //!
 //! 1. Plan, under the filesystem lock: the range's mapping, the space check, free blocks

@@ -140,7 +140,7 @@ pub fn default_cache_bytes() -> u64 {
     (crate::memory::total_bytes() / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
 }
 
-/// Log space accounting (journal.md section 4), under one lock.
+/// Log space accounting (docs/journal.md section 4), under one lock.
 #[derive(Debug)]
 pub(crate) struct SpaceState {
     /// Bytes charged by CIL contexts not yet written.

@@ -430,7 +430,7 @@ impl Journal {
             self.publish_space(&sp);
             self.checkpoint_done.notify_all();
         }
-        // Keep a quarter of the log free ahead of need (journal.md section 4): on the AIL
+        // Keep a quarter of the log free ahead of need (docs/journal.md section 4): on the AIL
         // thread when there is one, so the pusher never waits for metadata writeback.
         match self.ail_worker.lock().as_ref() {
             Some(a) => a.kick(),

@@ -1,6 +1,6 @@
 //! Log space: FIFO reservations, and making space by writing the AIL back and moving the tail.
 //!
-//! Rule 1 of journal.md: log space is reused only behind `safe_tail`, a tail sampled before a
+//! Rule 1 of docs/journal.md: log space is reused only behind `safe_tail`, a tail sampled before a
 //! completed data-device flush, so metadata written back from that space is stable first.
 
 use super::{Journal, JournalError, SpaceState};
@@ -176,7 +176,7 @@ impl Journal {
 
     /// After each checkpoint: once less than half the log is free, write back the AIL items
     /// logged more than a quarter of the log ago, so the tail that later checkpoints stamp stays
-    /// close behind the head and more than a quarter of the log stays free (journal.md section 4).
+    /// close behind the head and more than a quarter of the log stays free (docs/journal.md section 4).
     ///
     /// Early and deep, rather than at a quarter free: the tail becomes safe only when a
     /// checkpoint sampled after the write back completes (log space is reused only behind a

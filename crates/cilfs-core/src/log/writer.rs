@@ -1,5 +1,5 @@
 //! Writing records: checkpoints and unmount records go out through a ring of in-core log buffers
-//! (iclogs) with the cache-flush policy of journal.md section 2.
+//! (iclogs) with the cache-flush policy of docs/journal.md section 2.
 //!
 //! With asynchronous IO (`LogWriter::with_async_io`) up to `logbufs` iclogs are in flight at
 //! once; the pushing thread fills the next iclog while earlier ones are written, and waits (a
@@ -131,7 +131,7 @@ impl LogConfig {
     }
 }
 
-/// Log counters (journal.md section 2), shared with whoever reports them.
+/// Log counters (docs/journal.md section 2), shared with whoever reports them.
 #[derive(Debug, Default)]
 pub struct LogCounters {
     pub iclog_writes: AtomicU64,

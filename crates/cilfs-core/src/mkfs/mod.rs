@@ -18,7 +18,7 @@ const ZERO_CHUNK_BYTES: u64 = 1 << 20;
 ///
 /// Order: the old superblock (and log header) are zeroed first with FUA, so that a crash part way
 /// leaves no valid superblock pointing at a half-written log; then the whole log region is written
-/// once (later log writes are overwrites, journal.md section 2); last the superblock, PREFLUSH+FUA,
+/// once (later log writes are overwrites, docs/journal.md section 2); last the superblock, PREFLUSH+FUA,
 /// so it becomes valid only once everything before it is stable.
 pub fn write_filesystem(
     data: &dyn Device,

@@ -1,4 +1,4 @@
-//! The reserve grant head: log space handed to transactions in FIFO order (journal.md section 4).
+//! The reserve grant head: log space handed to transactions in FIFO order (docs/journal.md section 4).
 //!
 //! `in_use` is what the journal says is taken (log between the safe tail and the head, plus the
 //! charges of unwritten CIL contexts); `reserved` is what open transactions hold. A transaction

@@ -271,7 +271,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         .zip(&base_locks)
         .map(|(l, b)| {
             let l = l.since(b);
-            // Waiting against the workload threads' time: issue 17 wants no lock above 10%.
+            // Waiting against the workload threads' time: the target is no lock above 10% (docs/concurrency.md).
             let thread_ns = elapsed * 1e9 * a.threads as f64;
             json!({
                 "lock": l.name,
