@@ -901,16 +901,23 @@ fn lost_after_repair(
     };
     let rb = read_back(&fs, &base.expect);
     // A file whose name went with the damage but that repair put in /lost+found, whole, is
-    // found again, not lost.
+    // found again, not lost: as `#<ino>` itself, or under a directory on its path put there
+    // (`#<dir ino>/rest/of/path`).
     let found_again = |x: &Expect| -> bool {
-        let Some(&ino) = x.chain.last() else {
-            return false;
-        };
-        let name = format!("#{ino}");
         let Ok(lf) = fs.lookup(ROOT_INO, b"lost+found") else {
             return false;
         };
-        let Ok(a) = fs.lookup(lf.ino, name.as_bytes()) else {
+        let at = (0..x.chain.len()).rev().find_map(|k| {
+            let top = fs
+                .lookup(lf.ino, format!("#{}", x.chain[k]).as_bytes())
+                .ok()?;
+            // The components after `chain[k]`: the path's last ones.
+            let after = x.chain.len() - 1 - k;
+            x.path[x.path.len().saturating_sub(after)..]
+                .iter()
+                .try_fold(top, |d, name| fs.lookup(d.ino, name).ok())
+        });
+        let Some(a) = at else {
             return false;
         };
         match x.kind {

@@ -138,14 +138,24 @@ impl<'a> Model<'a> {
                         let (keep, wrong): (Vec<_>, Vec<_>) = entries
                             .into_iter()
                             .partition(|(_, e)| name_hash(&e.name) == off);
-                        for (_, e) in &wrong {
-                            self.change(format!(
-                                "directory {ino}: entry {:?} under the wrong hash removed",
-                                String::from_utf8_lossy(&e.name)
-                            ));
-                        }
                         if !wrong.is_empty() {
                             self.put_bucket(ino, off, &keep);
+                        }
+                        // Filed again under the hash of the name (a damaged key or hash,
+                        // not a damaged name, is what a CRC-valid mismatch most often is).
+                        for (_, e) in wrong {
+                            let name = String::from_utf8_lossy(&e.name).into_owned();
+                            if self.refile_entry(ino, e) {
+                                self.change(format!(
+                                    "directory {ino}: entry {name:?} under the wrong hash \
+                                     filed under its own"
+                                ));
+                            } else {
+                                self.change(format!(
+                                    "directory {ino}: entry {name:?} under the wrong hash \
+                                     removed (its name is taken or its bucket full)"
+                                ));
+                            }
                         }
                         None
                     }
@@ -198,6 +208,7 @@ impl<'a> Model<'a> {
             self.change("the root directory was missing: made anew".into());
         }
 
+        self.recreate_lost_inodes();
         // Items of inodes that do not exist.
         let inos: BTreeSet<u64> = self.inos().into_iter().collect();
         let orphans: Vec<Key> = self
@@ -231,6 +242,85 @@ impl<'a> Model<'a> {
                 ));
                 last = Some(k.a);
             }
+        }
+    }
+
+    /// Adds `e` to directory `dir` under its name's hash: false if the name is there already
+    /// or the bucket has no free slot.
+    fn refile_entry(&mut self, dir: u64, e: DirEntry) -> bool {
+        let hash = name_hash(&e.name);
+        let k = key(dir, KIND_DIRENT, hash);
+        let mut es = match self.items.get(&k).map(|v| decode_slotted(v, dir)) {
+            None => Vec::new(),
+            Some(Ok(es)) => es,
+            // Salvage drops it (or did): nothing to join.
+            Some(Err(_)) => return false,
+        };
+        if es.iter().any(|(_, x)| x.name == e.name) {
+            return false;
+        }
+        let Some(slot) = crate::fs::dir::free_slot(&es) else {
+            return false;
+        };
+        es.push((slot, e));
+        es.sort_by_key(|(s, _)| *s);
+        self.put_bucket(dir, hash, &es);
+        true
+    }
+
+    /// An inode whose own item is lost but whose names, data or link target survive is made
+    /// again (owner root, mode 0700/0600, times now), so that what it held is kept: a
+    /// directory keeps its entries (and so its subtree's names), a file its data. Link counts,
+    /// sizes and parents are recomputed later (`fixup`), and one that no name reaches goes to
+    /// /lost+found. Items of other kinds alone (xattrs) are not enough to make an inode of.
+    fn recreate_lost_inodes(&mut self) {
+        let inos: BTreeSet<u64> = self.inos().into_iter().collect();
+        let mut kinds: BTreeMap<u64, (bool, Option<u64>, bool)> = BTreeMap::new();
+        for (k, v) in &self.items {
+            if k.a == ORPHAN_OWNER || inos.contains(&k.a) {
+                continue;
+            }
+            let e = kinds.entry(k.a).or_default();
+            match kind_of(*k) {
+                KIND_DIRENT => e.0 = true,
+                KIND_EXTENT => {
+                    if let Ok(x) = Extent::decode(offset_of(*k), v) {
+                        let end = x.file.saturating_add(x.len);
+                        e.1 = Some(e.1.unwrap_or(0).max(end));
+                    }
+                }
+                KIND_SYMLINK => e.2 = true,
+                _ => {}
+            }
+        }
+        let now = Timespec::now();
+        let bs = self.img.bs as u64;
+        for (ino, (dir, extent_end, symlink)) in kinds {
+            let (inode, what) = if dir {
+                (
+                    Inode::empty_dir(ino, 0o700, 0, 0, ROOT_INO, now),
+                    "directory",
+                )
+            } else if symlink {
+                let mut i = Inode::empty_dir(ino, 0, 0, 0, 0, now);
+                i.mode = crate::fs::inode::S_IFLNK | 0o777;
+                i.nlink = 1;
+                (i, "symbolic link")
+            } else if let Some(end) = extent_end {
+                let mut i = Inode::empty_dir(ino, 0, 0, 0, 0, now);
+                i.mode = crate::fs::inode::S_IFREG | 0o600;
+                i.nlink = 1;
+                i.size = end.saturating_mul(bs);
+                i.disk_size = i.size;
+                (i, "file")
+            } else {
+                continue;
+            };
+            self.put_inode(&inode);
+            self.change(format!(
+                "inode {ino}: its inode item is lost; made again as a {what}, to keep what it \
+                 held"
+            ));
         }
     }
 

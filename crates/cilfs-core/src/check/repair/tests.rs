@@ -592,3 +592,86 @@ fn repair_clears_the_needs_check_mark() {
     assert!(!sb(&dev).needs_check);
     assert!(!repair(&dev).changed());
 }
+
+/// A name damaged under a valid CRC no longer matches the hash its bucket is filed under: the
+/// entry is filed again under its name's hash, so the file keeps a name (the damaged one)
+/// instead of going to /lost+found.
+#[test]
+fn an_entry_under_the_wrong_hash_is_filed_under_its_own() {
+    let dev = populated();
+    let ino = ino_of(&dev, 7);
+    let mut damaged = name(7);
+    damaged[0] = b'g';
+    let hash = crate::fs::tree::keys::name_hash(&name(7));
+    let d = damaged.clone();
+    edit_item(&dev, key(ROOT_INO, KIND_DIRENT, hash), |v| {
+        let mut es = crate::fs::dir::decode_slotted(v, ROOT_INO).unwrap();
+        for (_, e) in &mut es {
+            if e.name == name(7) {
+                e.name = d.clone();
+            }
+        }
+        *v = crate::fs::dir::encode_bucket(&es);
+    });
+    assert!(!problems(&dev).is_empty());
+    let r = assert_repaired(&dev);
+    assert!(
+        r.changes.iter().any(|c| c.contains("filed under its own")),
+        "{:#?}",
+        r.changes
+    );
+    assert_eq!(r.moved_to_lost_found, 0);
+    let fs = open(&dev);
+    assert_eq!(fs.lookup(ROOT_INO, &damaged).unwrap().ino, ino);
+    assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), content(7));
+    fs.unmount().unwrap();
+}
+
+/// A directory whose inode item is lost keeps its entries: repair makes the inode again, and
+/// the name that reached it reaches it again, with every name under it. A file whose inode
+/// item is lost keeps its data the same way.
+#[test]
+fn a_lost_inode_item_is_made_again_and_keeps_what_it_held() {
+    let dev = populated();
+    let sub = {
+        let fs = open(&dev);
+        let s = fs.lookup(ROOT_INO, b"sub").unwrap().ino;
+        fs.unmount().unwrap();
+        s
+    };
+    let file = ino_of(&dev, 9);
+    for ino in [sub, file] {
+        // Too short to decode: salvage drops the inode item, its other items stay.
+        edit_item(&dev, key(ino, KIND_INODE, 0), |v| v.truncate(3));
+    }
+    assert!(!problems(&dev).is_empty());
+    let r = assert_repaired(&dev);
+    assert!(
+        r.changes
+            .iter()
+            .filter(|c| c.contains("made again"))
+            .count()
+            == 2,
+        "{:#?}",
+        r.changes
+    );
+    assert_eq!(r.moved_to_lost_found, 0);
+    let fs = open(&dev);
+    // Its name in the root still reaches it.
+    let d = fs.lookup(ROOT_INO, b"sub").unwrap();
+    assert_eq!(d.ino, sub);
+    let names: Vec<Vec<u8>> = fs
+        .readdir(sub, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|(e, _)| e.name)
+        .filter(|n| n.starts_with(b"in-sub-"))
+        .collect();
+    assert_eq!(names.len(), 5, "{names:?}");
+    // The file: its name in the root still reaches it, with its data (rounded up to blocks).
+    let a = fs.lookup(ROOT_INO, &name(9)).unwrap();
+    assert_eq!(a.ino, file);
+    let data = fs.read(file, 0, 1 << 20).unwrap();
+    assert_eq!(&data[..content(9).len()], &content(9)[..]);
+    fs.unmount().unwrap();
+}
