@@ -31,7 +31,7 @@
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
-use cilfs_core::fs::acl;
+use cilfs_core::fs::rules::acl;
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr};
 use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};

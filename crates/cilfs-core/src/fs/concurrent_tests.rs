@@ -831,7 +831,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
 /// A default ACL too large to sit in the tree, stored in blocks of its own (4 + 8 bytes an
 /// entry, 40 named users).
 fn large_default_acl() -> Vec<u8> {
-    use super::acl::{GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
+    use super::rules::acl::{GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
     let mut v = 2u32.to_le_bytes().to_vec();
     let mut entry = |tag: u16, perm: u16, id: u32| {
         v.extend_from_slice(&tag.to_le_bytes());
@@ -857,7 +857,7 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     let (_clock, _dev, fs, d) = fresh_with(1901, b"d");
     fs.setxattr(
         d,
-        super::acl::DEFAULT,
+        super::rules::acl::DEFAULT,
         &large_default_acl(),
         XattrFlags::default(),
     )
@@ -894,7 +894,7 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
         allocs.get() >= 1,
         "the create allocated no block for its ACL"
     );
-    assert!(fs.getxattr(f, super::acl::ACCESS).is_ok());
+    assert!(fs.getxattr(f, super::rules::acl::ACCESS).is_ok());
     assert_eq!(names(&fs, d), ["f"]);
     assert_clean(&fs);
 }

@@ -1,10 +1,10 @@
 //! The extent map of a file: items keyed by file block holding a run of disk blocks, and the
 //! transactional steps that map holes to new blocks and unmap ranges.
 
-use super::alloc::{choose_extent, usable_given};
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
+use super::space::alloc::{choose_extent, usable_given};
 use super::tree::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use super::tree::node::arr8;
 use super::tx::{FsTx, Trees};
@@ -185,7 +185,7 @@ impl Fs {
                     return Err(FsError::NoSpace);
                 };
                 // Written before any transaction maps it: never outside the data area.
-                super::alloc::check_free_extent(area, c.free, c.free_len)?;
+                super::space::alloc::check_free_extent(area, c.free, c.free_len)?;
                 self.lock_busy().reserve(c.start, c.len);
                 out.push(Extent {
                     file: at,

@@ -9,11 +9,11 @@
 //! those the file grows over: the rest may be data a truncate cut off that is not logged yet,
 //! and zeroing it would show zeros the file never held in a crash that keeps the old size.
 
+use super::cache::iolock::IoMode;
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, holes, max_file_size, Extent};
 use super::inode::Inode;
-use super::iolock::IoMode;
-use super::setid::drop_caps;
+use super::rules::setid::drop_caps;
 use super::stats::{bump, bump_bytes};
 use super::tree::keys::OFFSET_MAX;
 use super::types::{Cred, Reserve};

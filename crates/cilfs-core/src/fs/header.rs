@@ -3,7 +3,7 @@
 //! (docs/on-disk-format.md "Filesystem header").
 
 use super::error::{FsError, FsResult};
-use super::ino_alloc::INO_LIMIT;
+use super::space::ino_alloc::INO_LIMIT;
 use super::tree::btree::Root;
 use super::tree::node::{arr4, arr8, MAX_LEVELS};
 use crate::buf::CounterChange;

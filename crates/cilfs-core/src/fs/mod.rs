@@ -12,28 +12,22 @@
 //! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
 //! lock table.
 
-pub mod acl;
-pub mod alloc;
-mod atime;
-pub mod change;
+pub mod cache;
 pub mod check;
 pub mod dir;
 pub mod error;
 pub mod extent;
 pub mod file;
 pub mod header;
-pub(crate) mod ino_alloc;
 pub mod inode;
-mod inode_cache;
-mod iolock;
 pub mod mkfs;
 pub mod ops;
 mod orphan;
-pub mod pagecache;
 mod rename;
 mod retry;
-mod setid;
+pub mod rules;
 mod shared_tx;
+pub mod space;
 pub mod stats;
 pub mod tenant;
 pub mod tree;
@@ -49,14 +43,14 @@ pub use inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
 pub use stats::FsStats;
 
 use crate::journal::Journal;
-use alloc::{Busy, BusyGuard};
-use change::ChangeCounter;
 use dir::TreeRead;
 use header::{Header, TREE_FS};
+use rules::change::ChangeCounter;
+use space::alloc::{Busy, BusyGuard};
 use tree::keys::{key, KIND_INODE};
 
 use crate::lockstat::{LockWaitStats, LockWaits};
-use inode_cache::{AllShards, InodeCache, InodeMap};
+use cache::inode_cache::{AllShards, InodeCache, InodeMap};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 use tx::{FsTx, ReadView};
@@ -265,7 +259,7 @@ impl InodeMem {
 pub(crate) struct FsState {
     pub hdr: Mutex<Header>,
     pub inodes: InodeCache,
-    pub cache: pagecache::PageCache,
+    pub cache: cache::pagecache::PageCache,
 }
 
 #[derive(Debug)]
@@ -275,9 +269,9 @@ pub struct Fs {
     pub(crate) state: RwLock<FsState>,
     pub(crate) busy: Busy,
     /// Inode numbers for new inodes (runs per directory).
-    pub(crate) inos: ino_alloc::InoAlloc,
+    pub(crate) inos: space::ino_alloc::InoAlloc,
     /// Per-inode IO locks, held across data IO (before `state` in the lock order).
-    pub(crate) io: iolock::IoLocks,
+    pub(crate) io: cache::iolock::IoLocks,
     /// Per-project limits on file data IO (`tenant.rs`).
     pub(crate) throttle: Arc<cilfs_device::Throttle<Arc<dyn cilfs_device::Device>>>,
     /// Contention on `state` (shared and exclusive) and `busy` (the lock table).
@@ -358,18 +352,18 @@ impl Fs {
         }
         let epoch = journal.superblock().unclean_epoch;
         let journal_data = Arc::clone(&journal.data);
-        let inos = ino_alloc::InoAlloc::new(hdr.next_ino);
+        let inos = space::ino_alloc::InoAlloc::new(hdr.next_ino);
         let fs = Arc::new(Fs {
             journal,
             hdr_blk: first,
             state: RwLock::new(FsState {
                 hdr: Mutex::new(hdr),
                 inodes: InodeCache::new(opts.inode_cache_max),
-                cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
+                cache: cache::pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Busy::default(),
             inos,
-            io: iolock::IoLocks::new(),
+            io: cache::iolock::IoLocks::new(),
             throttle: cilfs_device::Throttle::with_clock(
                 Arc::clone(&journal_data),
                 opts.io_clock
@@ -620,7 +614,7 @@ impl Fs {
     /// (for `InodeCache::removed`). An orphan stays: its last release's reclaim looks for it
     /// in memory.
     fn trim_cache(&self, inodes: &mut InodeTable) -> Option<u64> {
-        let max = inode_cache::shard_max(self.opts.inode_cache_max);
+        let max = cache::inode_cache::shard_max(self.opts.inode_cache_max);
         if inodes.len() < max {
             return None;
         }

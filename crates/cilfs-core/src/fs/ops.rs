@@ -1,14 +1,14 @@
 //! Namespace and attribute operations: lookup, create (mknod, mkdir, symlink), link, unlink,
 //! rmdir, rename, readdir, setattr, open/release and orphan reclaim.
 
-use super::acl;
-use super::change::ChangeCounter;
+use super::cache::inode_cache::InodeMap;
 use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
 use super::header::{Header, TREE_FS};
 use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
-use super::inode_cache::InodeMap;
-use super::setid::drop_caps;
+use super::rules::acl;
+use super::rules::change::ChangeCounter;
+use super::rules::setid::drop_caps;
 use super::shared_tx::{Scratch, StateRef};
 use super::stats::bump;
 use super::tree::keys::{
@@ -246,9 +246,9 @@ impl Fs {
     /// A "directory" that is a file in memory is refused when its lock is taken rather than
     /// after the wait: a file's IO lock is held across its data IO, which may be slow or
     /// throttled, and the operation would then only find it no directory.
-    fn lock_names(&self, dir: u64) -> FsResult<super::iolock::IoGuard<'_>> {
+    fn lock_names(&self, dir: u64) -> FsResult<super::cache::iolock::IoGuard<'_>> {
         self.io
-            .lock_unless(dir, super::iolock::IoMode::Exclusive, || {
+            .lock_unless(dir, super::cache::iolock::IoMode::Exclusive, || {
                 self.read_state()
                     .inodes
                     .lock(dir)
@@ -327,7 +327,7 @@ impl Fs {
                 format!(
                     "the header's next inode number {} leaves none below the limit {}",
                     t.hdr.next_ino,
-                    super::ino_alloc::INO_LIMIT
+                    super::space::ino_alloc::INO_LIMIT
                 ),
             )
         })?;

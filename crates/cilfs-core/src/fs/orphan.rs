@@ -1,12 +1,12 @@
 //! Inode lifetime: open counts, and orphans (unlinked inodes still open, or left by a crash)
 //! freed at the last release or at the next mount.
 
+use super::cache::inode_cache::InodeMap;
+use super::cache::iolock::IoMode;
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
 use super::inode::{Attr, INODE_PREALLOC};
-use super::inode_cache::InodeMap;
-use super::iolock::IoMode;
 use super::stats::bump;
 use super::tree::keys::{
     key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, OFFSET_MAX, ORPHAN_OWNER,
@@ -243,7 +243,7 @@ impl Fs {
     /// fallocate asked for them, so an earlier mount's speculation left them (XFS trims the
     /// same way at close unless the inode has its PREALLOC flag). Whether it freed any.
     fn trim_prealloc(&self, ino: u64) -> FsResult<bool> {
-        let _io = self.io.lock(ino, super::iolock::IoMode::Exclusive);
+        let _io = self.io.lock(ino, super::cache::iolock::IoMode::Exclusive);
         // Through `retrying`: the extents past the end of a file read back from disk may not
         // be in the buffer cache, and their read must not happen under the filesystem lock.
         let (keep, ranges) = self.retrying(|| {

@@ -26,10 +26,10 @@
 //! and changes the tree through transactions that publish at commit like any other: an
 //! optimistic build that read what such an operation changed finds it at its own commit.
 
+use super::cache::inode_cache::InodeMap;
 use super::error::{FsError, FsResult};
 use super::header::Header;
 use super::inode::Inode;
-use super::inode_cache::InodeMap;
 use super::tx::FsTx;
 use super::types::Reserve;
 use super::{Fs, FsState, InodeMem, InodeTable};
@@ -170,7 +170,7 @@ impl Scratch {
     fn still_valid(
         &self,
         inodes: &dyn InodeMap,
-        cache: &super::pagecache::PageCache,
+        cache: &super::cache::pagecache::PageCache,
         fs: &Fs,
     ) -> bool {
         // A copy from memory needs the inode still there as it was: gone, it may have been
@@ -228,7 +228,7 @@ impl Scratch {
     fn publish(
         self,
         inodes: &mut dyn InodeMap,
-        cache: &super::pagecache::PageCache,
+        cache: &super::cache::pagecache::PageCache,
         seq: u64,
         side_by_side: bool,
     ) {
@@ -304,7 +304,7 @@ impl Scratch {
 /// conflict after its check, an error): its inodes can be opened again, and an entry made
 /// only to carry a mark goes.
 struct FreeingMarks<'a> {
-    cache: &'a super::inode_cache::InodeCache,
+    cache: &'a super::cache::inode_cache::InodeCache,
     freed: Vec<u64>,
     placed: Vec<u64>,
 }

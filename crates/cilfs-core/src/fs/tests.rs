@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+use super::rules::acl;
 use super::tree::{keys, node};
 use super::tx::Trees;
 use super::types::{Cred, RenameFlags, SetAttr};
@@ -2300,7 +2301,7 @@ fn fs_tree_splits_take_blocks_from_the_free_list() {
         (h.freelist.len(), h.free_blocks)
     };
     let (list, free) = hdr();
-    let low = super::alloc::freelist_band(super::header::freelist_capacity(BS as usize)).0;
+    let low = super::space::alloc::freelist_band(super::header::freelist_capacity(BS as usize)).0;
     assert!(
         list > low + 4,
         "a list of {list} leaves no room to take from"

@@ -2,12 +2,12 @@
 //! frees (busy until the checkpoint that frees them is stable), and tree access that logs every
 //! node it writes.
 
-use super::alloc::Busy;
 use super::error::{FsError, FsResult};
 use super::header::{
     Header, Roots, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE,
     TREE_FS,
 };
+use super::space::alloc::Busy;
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{unused_stretch, Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET};
 use crate::buf::{BufState, CounterChange, LateWrite};
@@ -221,7 +221,7 @@ impl<'a> FsTx<'a> {
             && m.data_end == b.data_end
             && m.free_blocks == b.free_blocks
             && {
-                let (low, high) = super::alloc::freelist_band(cap);
+                let (low, high) = super::space::alloc::freelist_band(cap);
                 (low + 1..=high).contains(&m.freelist.len())
             }
     }
@@ -818,7 +818,8 @@ impl NodeStore for FsTx<'_> {
     /// which every other split's allocation then waited to read (half of what 8 creating
     /// threads waited for buffers).
     fn alloc_node(&mut self, tree: u8) -> FsResult<u64> {
-        let (low, _) = super::alloc::freelist_band(super::header::freelist_capacity(self.bs));
+        let (low, _) =
+            super::space::alloc::freelist_band(super::header::freelist_capacity(self.bs));
         let spare = self.hdr.freelist.len() > low;
         let blkno = if tree == TREE_FS && !spare {
             match self.alloc_extent(1, 1)? {

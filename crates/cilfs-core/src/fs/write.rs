@@ -18,12 +18,12 @@
 //! The mapping is stable between the steps: everything that changes or frees this inode's
 //! blocks (write, truncate, fallocate, punch, reclaim) holds its IO lock exclusively.
 
+use super::cache::iolock::IoMode;
+use super::cache::pagecache::InodePages;
 use super::error::{FsError, FsResult};
 use super::extent::{extents_in, max_file_size, Extent};
 use super::inode::Timespec;
-use super::iolock::IoMode;
-use super::pagecache::InodePages;
-use super::setid::{drop_caps, CAPS_XATTR};
+use super::rules::setid::{drop_caps, CAPS_XATTR};
 use super::shared_tx::FilePages;
 use super::stats::{bump, bump_bytes};
 use super::types::{Cred, Reserve};

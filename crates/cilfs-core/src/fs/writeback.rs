@@ -2,10 +2,10 @@
 //! the log, fsync, sync and the clean unmount. Each inode is written back under its own IO lock
 //! (exclusive), with the data IO outside the filesystem lock.
 
+use super::cache::iolock::IoMode;
 use super::error::{FsError, FsResult};
 use super::extent::extents_in;
 use super::inode::NOT_DIRTY;
-use super::iolock::IoMode;
 use super::stats::bump;
 use super::{log_inode, Fs};
 use cilfs_device::AlignedBuf;

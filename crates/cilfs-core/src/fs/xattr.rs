@@ -3,10 +3,10 @@
 //! written through the journal like all metadata. `user.cilfs.change` is the change attribute:
 //! read only, not listed.
 
-use super::acl;
 use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
 use super::header::TREE_FS;
+use super::rules::acl;
 use super::tree::keys::{key, kind_of, name_hash, KIND_XATTR};
 use super::tree::node::{arr4, arr8, max_value_bytes};
 use super::tx::{FsTx, Trees};
@@ -133,7 +133,8 @@ fn check_name(name: &[u8]) -> FsResult<()> {
         ));
     }
     // system.* names are the kernel's own: cilfs keeps the POSIX ACLs of them.
-    if *ns == b"system." && name != super::acl::ACCESS && name != super::acl::DEFAULT {
+    if *ns == b"system." && name != super::rules::acl::ACCESS && name != super::rules::acl::DEFAULT
+    {
         return Err(FsError::NotSupported("xattr of the system namespace"));
     }
     Ok(())

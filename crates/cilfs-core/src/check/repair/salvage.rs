@@ -4,11 +4,11 @@
 
 use super::header::Area;
 use super::{Img, RepairError};
-use crate::fs::acl;
 use crate::fs::dir::{decode_slotted, encode_bucket, DirEntry};
 use crate::fs::extent::Extent;
 use crate::fs::header::HEADER_LSN_OFFSET;
 use crate::fs::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
+use crate::fs::rules::acl;
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
     KIND_SYMLINK, KIND_XATTR, OFFSET_BITS, ORPHAN_OWNER,
@@ -114,7 +114,7 @@ impl<'a> Model<'a> {
                 (ORPHAN_OWNER, KIND_ORPHAN) => None,
                 (ORPHAN_OWNER, kind) => Some(format!("item of unknown kind {kind} under owner 0")),
                 // No inode is numbered there (`ino_alloc::INO_LIMIT`): a damaged key.
-                (_, _) if ino >= crate::fs::ino_alloc::INO_LIMIT => {
+                (_, _) if ino >= crate::fs::space::ino_alloc::INO_LIMIT => {
                     Some(format!("item of inode {ino}, past the last inode number"))
                 }
                 (_, KIND_INODE) if off != 0 => Some(format!("inode item at offset {off:#x}")),

@@ -332,7 +332,7 @@ fn check_locked(
                 (ORPHAN_OWNER, kind) => {
                     c.problem(format!("unknown item kind {kind} under owner 0"))
                 }
-                (_, _) if ino >= super::ino_alloc::INO_LIMIT => c.problem(format!(
+                (_, _) if ino >= super::space::ino_alloc::INO_LIMIT => c.problem(format!(
                     "item {k:?} of inode {ino}, past the last inode number"
                 )),
                 // Lookups ask for offset 0: an inode item anywhere else is unreachable.
@@ -399,7 +399,7 @@ fn check_locked(
                                     String::from_utf8_lossy(&e.name)
                                 ));
                             }
-                            if super::acl::kind_of(&e.name).is_some() {
+                            if super::rules::acl::kind_of(&e.name).is_some() {
                                 acls.push((ino, e.name.clone(), e.value.clone()));
                             }
                             if let super::xattr::Value::Remote { start, blocks, len } = e.value {
@@ -440,7 +440,10 @@ fn check_locked(
     // ACLs: valid, the access ACL saying what the mode says, default ACLs on directories.
     for (ino, name, value) in &acls {
         let what = String::from_utf8_lossy(name);
-        let acl = match fs.value_of(value).map(|v| super::acl::Acl::parse(&v)) {
+        let acl = match fs
+            .value_of(value)
+            .map(|v| super::rules::acl::Acl::parse(&v))
+        {
             Ok(Ok(Some(a))) => a,
             Ok(Ok(None)) => {
                 c.problem(format!("inode {ino}: empty {what}"));
@@ -458,15 +461,14 @@ fn check_locked(
         let Some(inode) = facts.inode(*ino) else {
             continue;
         };
-        match super::acl::kind_of(name) {
-            Some(super::acl::Kind::Access) if acl.mode_bits() != inode.mode & 0o777 => {
-                c.problem(format!(
+        match super::rules::acl::kind_of(name) {
+            Some(super::rules::acl::Kind::Access) if acl.mode_bits() != inode.mode & 0o777 => c
+                .problem(format!(
                     "inode {ino}: mode {:o} but its access ACL gives {:o}",
                     inode.mode & 0o777,
                     acl.mode_bits()
-                ))
-            }
-            Some(super::acl::Kind::Default) if !inode.is_dir() => {
+                )),
+            Some(super::rules::acl::Kind::Default) if !inode.is_dir() => {
                 c.problem(format!("inode {ino}: a default ACL on a non-directory"))
             }
             _ => {}
@@ -588,11 +590,11 @@ fn check_locked(
             hdr.inode_count
         ));
     }
-    if hdr.next_ino > super::ino_alloc::INO_LIMIT {
+    if hdr.next_ino > super::space::ino_alloc::INO_LIMIT {
         c.problem(format!(
             "next inode number {} is past the limit {}",
             hdr.next_ino,
-            super::ino_alloc::INO_LIMIT
+            super::space::ino_alloc::INO_LIMIT
         ));
     }
     if hdr.next_ino <= max_ino {

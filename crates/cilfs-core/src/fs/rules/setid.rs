@@ -2,12 +2,12 @@
 //! member of a file's group (Linux's `setattr_should_drop_suidgid` and `chown_common`); and the
 //! file capabilities a change of a file's data or owner drops (Linux's `cap_inode_killpriv`).
 
-use super::error::{FsError, FsResult};
-use super::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
-use super::tx::FsTx;
-use super::types::Cred;
-use super::xattr::{self, XattrFlags};
-use super::{Fs, FsState};
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
+use crate::fs::tx::FsTx;
+use crate::fs::types::Cred;
+use crate::fs::xattr::{self, XattrFlags};
+use crate::fs::{Fs, FsState};
 
 /// The xattr holding a file's capabilities (`setcap`): privileges granted to a program, which
 /// a change of its data or owner takes away as it takes set-user-ID away.
@@ -97,12 +97,12 @@ pub(crate) fn drop_caps(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::super::inode::{ROOT_INO, S_IFREG};
-    use super::super::tests::{assert_clean, mount, new_dev, TestClock};
-    use super::super::types::{Cred, SetAttr};
-    use super::super::{FsError, FsOptions};
     use super::CAPS_XATTR;
+    use crate::fs::inode::{ROOT_INO, S_IFREG};
+    use crate::fs::tests::{assert_clean, mount, new_dev, TestClock};
+    use crate::fs::types::{Cred, SetAttr};
     use crate::fs::xattr::XattrFlags;
+    use crate::fs::{FsError, FsOptions};
     use std::sync::Arc;
 
     /// A version 2 capability set: effective, CAP_NET_RAW permitted.

@@ -4,10 +4,10 @@
 //! checkpoint is not yet stable, which must not be reused: if the free were lost in a crash,
 //! new data written in place would land in a block the recovered filesystem still uses.
 
-use super::error::{FsError, FsResult};
-use super::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
-use super::tree::node::Key;
-use super::tx::{FsTx, Trees};
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
+use crate::fs::tree::node::Key;
+use crate::fs::tx::{FsTx, Trees};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -584,7 +584,7 @@ impl FsTx<'_> {
     }
 
     fn block_size_usize(&self) -> usize {
-        use super::tree::btree::NodeStore;
+        use crate::fs::tree::btree::NodeStore;
         self.block_size()
     }
 

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 // Sharded as the inode cache is: an inode's pages and its inode hash to the same shard number.
-use super::inode_cache::{shard_of, SHARDS};
+use crate::fs::cache::inode_cache::{shard_of, SHARDS};
 
 #[derive(Debug)]
 struct Page {

@@ -3,9 +3,9 @@
 //! mount itself (its FUSE inodes are S_NOATIME); after a read it only marks its cached atime
 //! stale, so the next stat asks us.
 
-use super::inode::{Inode, Timespec};
-use super::stats::bump;
-use super::{log_inode, AtimeMode, Fs};
+use crate::fs::inode::{Inode, Timespec};
+use crate::fs::stats::bump;
+use crate::fs::{log_inode, AtimeMode, Fs};
 
 /// relatime's bound: an atime older than this moves on the next read whatever mtime says.
 const RELATIME_MAX_AGE_SECS: i64 = 24 * 60 * 60;
@@ -48,7 +48,7 @@ impl Fs {
                 bump(&self.stats.atime_updates);
                 m.inode.atime = now;
                 m.unlogged = true;
-                super::retry::changed_memory();
+                crate::fs::retry::changed_memory();
                 return Ok(());
             }
             self.with_tx_sync(&mut st, false, |t, inodes| {

@@ -10,7 +10,7 @@
 //!
 //! Under the exclusive state lock, code reaches every shard at no cost (`InodeCache::all`).
 
-use super::{InodeMem, InodeTable};
+use crate::fs::{InodeMem, InodeTable};
 use crate::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};

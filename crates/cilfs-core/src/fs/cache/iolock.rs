@@ -85,7 +85,7 @@ impl IoLocks {
     }
 
     fn shard(&self, ino: u64) -> &Shard {
-        &self.shards[super::inode_cache::shard_of(ino) % SHARDS]
+        &self.shards[crate::fs::cache::inode_cache::shard_of(ino) % SHARDS]
     }
 
     /// Takes `ino`'s IO lock, waiting for the holders of a conflicting mode. The caller holds

@@ -7,7 +7,7 @@
 //! Format (little endian): version u32 = 2, then entries of (tag u16, perm u16, id u32), sorted
 //! by tag and, for named users and groups, by id.
 
-use super::error::{FsError, FsResult};
+use crate::fs::error::{FsError, FsResult};
 
 pub const ACCESS: &[u8] = b"system.posix_acl_access";
 pub const DEFAULT: &[u8] = b"system.posix_acl_default";
