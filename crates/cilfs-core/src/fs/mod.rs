@@ -685,32 +685,3 @@ pub(crate) fn log_inode(
 
 #[cfg(test)]
 pub(crate) mod tests;
-
-#[cfg(test)]
-mod model_tests;
-
-#[cfg(test)]
-mod held_io_tests;
-
-#[cfg(test)]
-mod concurrent_tests;
-
-#[cfg(all(test, loom))]
-mod publish_model;
-
-#[cfg(test)]
-mod tenant_tests;
-
-#[cfg(test)]
-mod ordered_data_tests;
-
-#[cfg(test)]
-mod log_damage_tests;
-
-#[cfg(test)]
-mod damage_tests;
-
-#[cfg(test)]
-mod sb_backup_tests;
-#[cfg(test)]
-mod verify_tests;

@@ -1,17 +1,29 @@
 #![allow(clippy::unwrap_used)]
 
-use super::rules::acl;
-use super::tree::{keys, node};
-use super::tx::Trees;
-use super::types::{Cred, RenameFlags, SetAttr};
-use super::xattr::XattrFlags;
-use super::*;
 use crate::format::superblock::SbLog;
+use crate::fs::rules::acl;
+use crate::fs::tree::{keys, node};
+use crate::fs::tx::Trees;
+use crate::fs::types::{Cred, RenameFlags, SetAttr};
+use crate::fs::xattr::XattrFlags;
+use crate::fs::*;
 use crate::journal::{JournalConfig, PushMode};
 use crate::log::{FlushPolicy, LogConfig};
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{CrashOptions, Device, SimDevice};
 use std::sync::atomic::{AtomicI64, Ordering};
+
+mod concurrent;
+mod damage;
+mod held_io;
+mod log_damage;
+mod model;
+mod ordered_data;
+#[cfg(loom)]
+mod publish_model;
+mod sb_backup;
+mod tenant;
+mod verify;
 
 pub(crate) const BS: u32 = 2048;
 pub(crate) const BLOCKS: u64 = 8192; // 16 MiB
@@ -1695,7 +1707,7 @@ fn times(fs: &Fs, ino: u64) -> (Timespec, Timespec, Timespec) {
 
 fn set_atime(fs: &Fs, ino: u64, t: Timespec) {
     let sa = SetAttr {
-        atime: Some(super::types::SetTime::At(t)),
+        atime: Some(crate::fs::types::SetTime::At(t)),
         ..SetAttr::default()
     };
     fs.setattr(U, ino, sa).unwrap();
@@ -2148,7 +2160,7 @@ fn speculative_preallocation_is_trimmed_at_the_last_release() {
 /// it removes each name as it gets it.
 #[test]
 fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
-    use super::tree::keys::name_hash;
+    use crate::fs::tree::keys::name_hash;
     let clock = TestClock::new();
     let dev = new_dev(43);
     let fs = mount(&dev, opts(&clock));
@@ -2225,7 +2237,7 @@ fn new_tree_nodes_are_not_read_from_the_device() {
     }
     // Every block of every tree in the cache: a split takes its block from the free list,
     // and the free-space trees' leaves are read only when the list is topped up.
-    assert!(super::check::check(&fs).unwrap().is_clean());
+    assert!(crate::fs::check::check(&fs).unwrap().is_clean());
     let levels = fs.tree_levels();
     let reads = dev.stats().reads;
     // Enough names (with the inodes beside them) to split leaves many times over, and the
@@ -2301,7 +2313,8 @@ fn fs_tree_splits_take_blocks_from_the_free_list() {
         (h.freelist.len(), h.free_blocks)
     };
     let (list, free) = hdr();
-    let low = super::space::alloc::freelist_band(super::header::freelist_capacity(BS as usize)).0;
+    let low =
+        crate::fs::space::alloc::freelist_band(crate::fs::header::freelist_capacity(BS as usize)).0;
     assert!(
         list > low + 4,
         "a list of {list} leaves no room to take from"

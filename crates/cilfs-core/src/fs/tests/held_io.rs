@@ -6,9 +6,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{assert_clean, jcfg, new_dev};
-use super::types::{Cred, SetAttr};
-use super::*;
+use crate::fs::tests::{assert_clean, jcfg, new_dev};
+use crate::fs::types::{Cred, SetAttr};
+use crate::fs::*;
 use cilfs_device::{Device, IoStats, SimDevice, WriteFlags};
 use std::sync::{mpsc, Condvar, Mutex};
 use std::time::Duration;
@@ -276,7 +276,7 @@ fn operations_on_other_inodes_complete_while_one_inodes_data_write_is_held() {
     want[20] = 0x77;
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&sim, FsOptions::default());
+    let fs = crate::fs::tests::mount(&sim, FsOptions::default());
     assert_eq!(fs.read(a, 0, want.len() as u32).unwrap(), want);
     assert_eq!(fs.getattr(a).unwrap().perm, 0o600);
     for round in 1..=2 {
@@ -294,7 +294,7 @@ fn operations_on_other_inodes_complete_while_one_inodes_data_write_is_held() {
 fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
     let sim = new_dev(1702);
     {
-        let fs = super::tests::mount(&sim, FsOptions::default());
+        let fs = crate::fs::tests::mount(&sim, FsOptions::default());
         let a = fs.mkdir(U, ROOT_INO, b"a", 0o755).unwrap().ino;
         // Enough long names that `a`'s entries fill leaves of their own.
         for i in 0..120 {
@@ -329,7 +329,7 @@ fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
     assert!(fs.stats.snapshot().retries_read > retries_before);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&sim, FsOptions::default());
+    let fs = crate::fs::tests::mount(&sim, FsOptions::default());
     let g = fs.lookup(b, b"new").unwrap().ino;
     assert_eq!(fs.read(g, 0, 5000).unwrap(), vec![2; 5000]);
     assert_clean(&fs);
@@ -374,9 +374,9 @@ fn a_sync_mounts_force_holds_no_lock_others_need() {
 #[test]
 fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
     let sim = new_dev(1704);
-    let bs = u64::from(super::tests::BS);
+    let bs = u64::from(crate::fs::tests::BS);
     let p = {
-        let fs = super::tests::mount(&sim, FsOptions::default());
+        let fs = crate::fs::tests::mount(&sim, FsOptions::default());
         let p = file(&fs, b"p");
         fs.open_inode(p).unwrap();
         // One extent per block written, with holes between: its extents fill several leaves
@@ -409,7 +409,7 @@ fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
     let crashed = Arc::new(sim.crash(cilfs_device::CrashOptions { torn_writes: true }));
     // Recovery, and a clean unmount that releases nothing: the next mount starts cold, with
     // the speculation still past the end.
-    super::tests::mount(&crashed, FsOptions::default())
+    crate::fs::tests::mount(&crashed, FsOptions::default())
         .unmount()
         .unwrap();
     let dev = HoldingDevice::new(Arc::clone(&crashed));
@@ -447,7 +447,7 @@ fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
 fn an_open_reading_a_cold_inode_holds_no_lock_others_need() {
     let sim = new_dev(1705);
     let far = {
-        let fs = super::tests::mount(&sim, FsOptions::default());
+        let fs = crate::fs::tests::mount(&sim, FsOptions::default());
         fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap();
         let a = fs.mkdir(U, ROOT_INO, b"a", 0o755).unwrap().ino;
         // Enough inodes in `a`'s run that the middle ones' items are in leaves of their own.

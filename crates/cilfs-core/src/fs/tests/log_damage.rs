@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{assert_clean, jcfg, new_dev, TestClock};
-use super::types::Cred;
-use super::*;
+use crate::fs::tests::{assert_clean, jcfg, new_dev, TestClock};
+use crate::fs::types::Cred;
+use crate::fs::*;
 use crate::journal::JournalError;
 use cilfs_device::{CrashOptions, Device, SimDevice, WriteFlags};
 

@@ -4,13 +4,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{jcfg, new_dev, BS};
-use super::tree::btree;
-use super::tree::keys::{key, KIND_EXTENT, KIND_INODE};
-use super::tree::node::{Node, LEAF_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
-use super::tx::Trees;
-use super::types::{Cred, SetAttr};
-use super::*;
+use crate::fs::tests::{jcfg, new_dev, BS};
+use crate::fs::tree::btree;
+use crate::fs::tree::keys::{key, KIND_EXTENT, KIND_INODE};
+use crate::fs::tree::node::{Node, LEAF_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
+use crate::fs::tx::Trees;
+use crate::fs::types::{Cred, SetAttr};
+use crate::fs::*;
 use crate::journal::JournalError;
 use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;

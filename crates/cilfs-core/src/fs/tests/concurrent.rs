@@ -4,10 +4,10 @@
 //! trees and counters consistent, live and after a remount.
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{assert_clean, new_dev, TestClock};
-use super::types::{Cred, RenameFlags};
-use super::xattr::XattrFlags;
-use super::*;
+use crate::fs::tests::{assert_clean, new_dev, TestClock};
+use crate::fs::types::{Cred, RenameFlags};
+use crate::fs::xattr::XattrFlags;
+use crate::fs::*;
 use cilfs_device::SimDevice;
 use std::sync::Barrier;
 
@@ -26,7 +26,7 @@ fn opts(clock: &TestClock) -> FsOptions {
 fn fresh_with(seed: u64, dir: &[u8]) -> (TestClock, Arc<SimDevice>, Arc<Fs>, u64) {
     let clock = TestClock::new();
     let dev = new_dev(seed);
-    let fs = super::tests::mount(&dev, opts(&clock));
+    let fs = crate::fs::tests::mount(&dev, opts(&clock));
     let d = fs.mkdir(U, ROOT_INO, dir, 0o755).unwrap().ino;
     (clock, dev, fs, d)
 }
@@ -144,7 +144,7 @@ fn racing_creates_and_unlinks_of_the_same_names_each_win_once() {
     assert_clean(&fs);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&dev, opts(&clock));
+    let fs = crate::fs::tests::mount(&dev, opts(&clock));
     assert!(names(&fs, d).is_empty());
     assert_clean(&fs);
 }
@@ -258,7 +258,7 @@ fn threads_in_their_own_and_a_shared_directory_end_in_the_serial_result() {
     assert_clean(&fs);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&dev, opts(&clock));
+    let fs = crate::fs::tests::mount(&dev, opts(&clock));
     for (t, &dir) in own.iter().enumerate() {
         assert_eq!(names(&fs, dir), expected(t).0);
     }
@@ -276,7 +276,7 @@ fn creates_side_by_side_on_a_growing_tree_keep_every_key_in_place() {
     for round in 0..6 {
         let clock = TestClock::new();
         let dev = new_dev(1703 + round);
-        let fs = super::tests::mount(&dev, opts(&clock));
+        let fs = crate::fs::tests::mount(&dev, opts(&clock));
         let own: Vec<u64> = (0..THREADS)
             .map(|t| {
                 fs.mkdir(U, ROOT_INO, format!("own{t}").as_bytes(), 0o755)
@@ -428,7 +428,7 @@ fn a_create_whose_directory_was_removed_after_it_copied_it_finds_it_gone() {
         let (fs, rmdir) = (Arc::clone(&fs), Arc::clone(&rmdir));
         // On another thread: the create holds `d`'s names (`Fs::lock_names`), which the
         // rmdir's reclaim of `d` waits for. The create goes on once `d`'s name is gone.
-        super::shared_tx::AFTER_COPY.with(|h| {
+        crate::fs::shared_tx::AFTER_COPY.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
                 let handle = {
                     let fs = Arc::clone(&fs);
@@ -479,7 +479,7 @@ fn a_build_that_saw_the_free_list_before_another_drained_it_runs_again() {
     for i in 0..N {
         let fs2 = Arc::clone(&fs);
         let n = name(i);
-        super::shared_tx::AFTER_COPY.with(|h| {
+        crate::fs::shared_tx::AFTER_COPY.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || fs2.unlink(b, &n).unwrap()));
         });
         if let Err(e) = fs.unlink(a, &name(i)) {
@@ -507,7 +507,7 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
     let d = fs.mkdir(U, base, b"d", 0o755).unwrap().ino;
     let seen = Arc::new(Mutex::new((0u32, 0u32)));
     let (fs2, seen2) = (Arc::clone(&fs), Arc::clone(&seen));
-    super::shared_tx::BEFORE_TURN.with(|h| {
+    crate::fs::shared_tx::BEFORE_TURN.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |leaves_only| {
             if leaves_only {
                 return;
@@ -527,7 +527,7 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
         fs.mknod(U, d, format!("{i:0>150}").as_bytes(), 0o100_644, 0)
             .unwrap();
     }
-    super::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
+    crate::fs::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
     assert!(fs.tree_levels() > levels + 1, "the tree did not grow");
     let (structural, root_free) = *seen.lock();
     assert!(
@@ -548,8 +548,8 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
 /// row).
 #[test]
 fn setattrs_beside_creates_in_their_directory_keep_every_change() {
-    use super::inode::Timespec;
-    use super::types::{SetAttr, SetTime};
+    use crate::fs::inode::Timespec;
+    use crate::fs::types::{SetAttr, SetTime};
     let (_clock, _dev, fs, d) = fresh_with(1709, b"d");
     let files = files_in(&fs, d, 20);
     let chmod = SetAttr {
@@ -675,7 +675,7 @@ fn overwrites_of_different_files_share_the_state_lock_and_keep_every_byte() {
     }
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&dev, opts(&clock));
+    let fs = crate::fs::tests::mount(&dev, opts(&clock));
     for (t, &f) in files.iter().enumerate() {
         assert_eq!(
             fs.read(f, 0, 3 * 4096).unwrap(),
@@ -704,7 +704,7 @@ fn an_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
     let puts = Rc::new(Cell::new(0));
     let fs2 = Arc::clone(&fs);
     let seen = Rc::clone(&puts);
-    super::write::BEFORE_PUTS.with(|h| {
+    crate::fs::write::BEFORE_PUTS.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |ino| {
             // Under the exclusive lock no query runs at all.
             let held = fs2
@@ -734,7 +734,7 @@ fn an_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
         "bumped once, by the logged write"
     );
     assert_eq!(exclusive(), before, "an overwrite took the exclusive lock");
-    super::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
+    crate::fs::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
     let mut want = vec![0u8; 4096];
     want[10..18].copy_from_slice(b"unlogged");
     want[20..26].copy_from_slice(b"logged");
@@ -765,7 +765,7 @@ fn an_fsync_of_a_size_kept_in_memory_shares_the_state_lock_and_survives_a_crash(
     );
     let crashed = Arc::new(dev.crash(CrashOptions { torn_writes: true }));
     drop(fs);
-    let fs = super::tests::mount(&crashed, opts(&clock));
+    let fs = crate::fs::tests::mount(&crashed, opts(&clock));
     assert_eq!(fs.getattr(f).unwrap().size, 5000);
     assert_eq!(fs.read(f, 0, 6000).unwrap(), vec![7u8; 5000]);
     assert_clean(&fs);
@@ -778,7 +778,7 @@ fn an_fsync_of_a_size_kept_in_memory_shares_the_state_lock_and_survives_a_crash(
 /// inode changed and panic (found by review).
 #[test]
 fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
-    use super::types::SetAttr;
+    use crate::fs::types::SetAttr;
     let (clock, dev, fs, d) = fresh_with(1801, b"d");
     let f = files_in(&fs, d, 1)[0];
     // Many extents: the capability key the write looks up lies in a leaf other than the
@@ -793,7 +793,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
     let fs2 = Arc::clone(&fs);
     let fired = std::rc::Rc::new(std::cell::Cell::new(false));
     let fired2 = fired.clone();
-    super::shared_tx::BEFORE_TURN.with(|h| {
+    crate::fs::shared_tx::BEFORE_TURN.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |_leaves| {
             if fired2.replace(true) {
                 return;
@@ -809,7 +809,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
         ..SetAttr::default()
     };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.setattr(U, f, chmod)));
-    super::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
+    crate::fs::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
     assert!(
         fired.get(),
         "the write never ran between the check and the publish"
@@ -821,7 +821,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
     fs.fsync(f).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&dev, opts(&clock));
+    let fs = crate::fs::tests::mount(&dev, opts(&clock));
     let a = fs.getattr(f).unwrap();
     assert_eq!((a.size, a.mode & 0o7777), (end_blk * 4096 + 5, 0o600));
     assert_eq!(fs.read(f, end_blk * 4096, 5).unwrap(), b"grown");
@@ -831,7 +831,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
 /// A default ACL too large to sit in the tree, stored in blocks of its own (4 + 8 bytes an
 /// entry, 40 named users).
 fn large_default_acl() -> Vec<u8> {
-    use super::rules::acl::{GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
+    use crate::fs::rules::acl::{GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
     let mut v = 2u32.to_le_bytes().to_vec();
     let mut entry = |tag: u16, perm: u16, id: u32| {
         v.extend_from_slice(&tag.to_le_bytes());
@@ -857,7 +857,7 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     let (_clock, _dev, fs, d) = fresh_with(1901, b"d");
     fs.setxattr(
         d,
-        super::rules::acl::DEFAULT,
+        crate::fs::rules::acl::DEFAULT,
         &large_default_acl(),
         XattrFlags::default(),
     )
@@ -865,7 +865,7 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     let fs2 = Arc::clone(&fs);
     let allocs = std::rc::Rc::new(std::cell::Cell::new(0));
     let seen = allocs.clone();
-    super::xattr::AFTER_ALLOC.with(|h| {
+    crate::fs::xattr::AFTER_ALLOC.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |_start, _len| {
             seen.set(seen.get() + 1);
             if seen.get() > 1 {
@@ -888,13 +888,13 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         fs.mknod(U, d, b"f", 0o100_644, 0)
     }));
-    super::xattr::AFTER_ALLOC.with(|h| h.borrow_mut().take());
+    crate::fs::xattr::AFTER_ALLOC.with(|h| h.borrow_mut().take());
     let f = r.expect("the create panicked").unwrap().ino;
     assert!(
         allocs.get() >= 1,
         "the create allocated no block for its ACL"
     );
-    assert!(fs.getxattr(f, super::rules::acl::ACCESS).is_ok());
+    assert!(fs.getxattr(f, crate::fs::rules::acl::ACCESS).is_ok());
     assert_eq!(names(&fs, d), ["f"]);
     assert_clean(&fs);
 }
@@ -928,7 +928,7 @@ fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone()
             }
             *opener.lock().unwrap() = Some(h);
         };
-        super::shared_tx::AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+        crate::fs::shared_tx::AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
     }
     fs.unlink(d, b"f").unwrap();
     let h = opener.lock().unwrap().take().expect("the hook ran");
@@ -950,7 +950,7 @@ fn open_paused_after_its_read(fs: &Arc<Fs>, f: u64, meanwhile: impl FnOnce()) ->
     fs.write_state().inodes.shard_mut(f).remove(&f);
     let (read_tx, read_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    super::orphan::set_open_after_read_hook(fs, f, move || {
+    crate::fs::orphan::set_open_after_read_hook(fs, f, move || {
         read_tx.send(()).unwrap();
         go_rx.recv().unwrap();
     });
@@ -981,7 +981,7 @@ fn an_open_that_read_an_inode_before_an_unlink_freed_it_finds_it_gone() {
 /// it soon), with a directory `d` and a file `f` in it: the filesystem, `d` and `f`.
 fn small_cache_with_a_file(seed: u64) -> (Arc<Fs>, u64, u64) {
     let clock = TestClock::new();
-    let fs = super::tests::mount(
+    let fs = crate::fs::tests::mount(
         &new_dev(seed),
         FsOptions {
             inode_cache_max: 64,
@@ -1000,9 +1000,9 @@ fn small_cache_with_a_file(seed: u64) -> (Arc<Fs>, u64, u64) {
 fn an_open_does_not_put_an_item_older_than_a_trimmed_copy_in_memory() {
     let (fs, d, f) = small_cache_with_a_file(1712);
     let r = open_paused_after_its_read(&fs, f, || {
-        let chmod = super::types::SetAttr {
+        let chmod = crate::fs::types::SetAttr {
             mode: Some(0o600),
-            ..super::types::SetAttr::default()
+            ..crate::fs::types::SetAttr::default()
         };
         fs.setattr(U, f, chmod).unwrap();
         fs.journal.force_all().unwrap();
@@ -1103,7 +1103,7 @@ fn a_link_whose_inode_was_freed_after_it_copied_it_finds_it_gone() {
     let f = fs.mknod(U, base, b"f", 0o100_644, 0).unwrap().ino;
     let inodes_before = fs.read_state().hdr.lock().inode_count;
     let fs2 = Arc::clone(&fs);
-    super::shared_tx::AFTER_COPY.with(|h| {
+    crate::fs::shared_tx::AFTER_COPY.with(|h| {
         *h.borrow_mut() = Some(Box::new(move || fs2.unlink(base, b"f").unwrap()));
     });
     let r = fs.link(f, d2, b"g");
@@ -1115,7 +1115,7 @@ fn a_link_whose_inode_was_freed_after_it_copied_it_finds_it_gone() {
 
 /// The fs tree leaves holding the inode items of `inos`, as a descent finds them now.
 fn inode_leaves(fs: &Fs, inos: &[u64]) -> std::collections::HashSet<u64> {
-    use super::tree::{btree, keys};
+    use crate::fs::tree::{btree, keys};
     let st = fs.read_state();
     let root = fs.hdr(&st).root(TREE_FS);
     let mut v = fs.view(&st);
@@ -1181,7 +1181,7 @@ fn creates_in_sibling_directories_change_no_inode_leaf_in_common() {
 /// inode twice.)
 #[test]
 fn a_structural_commit_between_a_leaf_commits_counters_and_its_insert_counts_it_once() {
-    use super::tx::AFTER_HEADER_MERGE;
+    use crate::fs::tx::AFTER_HEADER_MERGE;
     use std::sync::mpsc;
     let (clock, dev, fs, da) = fresh_with(1719, b"dA");
     let db = fs.mkdir(U, ROOT_INO, b"dB", 0o755).unwrap().ino;
@@ -1240,14 +1240,14 @@ fn a_structural_commit_between_a_leaf_commits_counters_and_its_insert_counts_it_
     let on_block = {
         let buf = fs.journal.buf(fs.hdr_blk).unwrap();
         let g = buf.lock();
-        super::header::Header::decode(&g.data, fs.hdr_blk).unwrap()
+        crate::fs::header::Header::decode(&g.data, fs.hdr_blk).unwrap()
     };
     let in_memory = fs.read_state().hdr.lock().clone();
     assert_eq!(on_block.inode_count, in_memory.inode_count);
     assert_eq!(on_block.next_ino, in_memory.next_ino);
     fs.unmount().unwrap();
     drop(fs);
-    let fs = super::tests::mount(&dev, opts(&clock));
+    let fs = crate::fs::tests::mount(&dev, opts(&clock));
     assert_clean(&fs);
 }
 
@@ -1301,7 +1301,7 @@ fn a_build_that_stepped_through_a_node_copy_sees_the_node_change() {
 /// first key, the node's keys were out of order (`btree::insert`), and the journal shut down.
 #[test]
 fn small_writes_with_holes_and_truncates_side_by_side_keep_the_free_trees_in_order() {
-    use super::types::SetAttr;
+    use crate::fs::types::SetAttr;
     const BS: u64 = 2048;
     const B: u64 = 512;
     // Per file: enough that the holes of the four threads' truncates fill the free-by-size
@@ -1311,7 +1311,7 @@ fn small_writes_with_holes_and_truncates_side_by_side_keep_the_free_trees_in_ord
         block_size: BS as u32,
         data_blocks: 32_768,
         log_blocks: 1024,
-        ..super::tests::layout()
+        ..crate::fs::tests::layout()
     };
     let dev = Arc::new(SimDevice::new(
         (layout.data_blocks + layout.log_blocks + 8) * BS,
@@ -1320,10 +1320,10 @@ fn small_writes_with_holes_and_truncates_side_by_side_keep_the_free_trees_in_ord
     crate::mkfs::write_filesystem(&*dev, None, &layout, &mut |_, _| {}).unwrap();
     let open = || {
         let dev = dev.clone() as Arc<dyn cilfs_device::Device>;
-        crate::journal::Journal::open(dev, None, super::tests::jcfg()).unwrap()
+        crate::journal::Journal::open(dev, None, crate::fs::tests::jcfg()).unwrap()
     };
     let j = open();
-    super::mkfs::format(&j, 0, 0).unwrap();
+    crate::fs::mkfs::format(&j, 0, 0).unwrap();
     j.unmount().unwrap();
     let clock = TestClock::new();
     let fs = Fs::open(open(), opts(&clock)).unwrap();

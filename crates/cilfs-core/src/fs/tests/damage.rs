@@ -3,11 +3,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{jcfg, mount, new_dev, TestClock};
-use super::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
-use super::tx::Trees;
-use super::types::Cred;
-use super::*;
+use crate::fs::tests::{jcfg, mount, new_dev, TestClock};
+use crate::fs::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
+use crate::fs::tx::Trees;
+use crate::fs::types::Cred;
+use crate::fs::*;
 use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::rng::SimRng;

@@ -2,9 +2,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{assert_clean, mount, new_dev, TestClock};
-use super::types::Cred;
-use super::*;
+use crate::fs::tests::{assert_clean, mount, new_dev, TestClock};
+use crate::fs::types::Cred;
+use crate::fs::*;
 use cilfs_device::{CrashOptions, SimDevice};
 
 const U: Cred = Cred::user(1000, 1000);
@@ -173,7 +173,7 @@ fn a_size_held_back_by_dirty_pages_is_logged_once_they_are_written() {
 /// truncates are only in memory): it may read the zeros the regrow brought into the file, but
 /// not zeros past the regrown end, which the file never held.
 fn shrink_regrow_crash(seed: u64, regrow: &dyn Fn(&Fs, u64)) {
-    let bs = u64::from(super::tests::BS);
+    let bs = u64::from(crate::fs::tests::BS);
     let (size, short, grown) = (3 * bs + 600, 2 * bs + 300, 2 * bs + 900);
     let clock = TestClock::new();
     let dev = new_dev(seed);
@@ -222,7 +222,7 @@ fn shrink_regrow_crash(seed: u64, regrow: &dyn Fn(&Fs, u64)) {
 #[test]
 fn a_regrow_by_truncate_never_zeroes_past_its_new_end_ahead_of_the_shrink() {
     shrink_regrow_crash(330, &|fs, f| {
-        let bs = u64::from(super::tests::BS);
+        let bs = u64::from(crate::fs::tests::BS);
         fs.truncate(U, f, 2 * bs + 900).unwrap();
     });
 }
@@ -230,7 +230,7 @@ fn a_regrow_by_truncate_never_zeroes_past_its_new_end_ahead_of_the_shrink() {
 #[test]
 fn a_write_into_the_last_block_never_zeroes_past_its_end_ahead_of_the_shrink() {
     shrink_regrow_crash(331, &|fs, f| {
-        let bs = u64::from(super::tests::BS);
+        let bs = u64::from(crate::fs::tests::BS);
         fs.write(U, f, 2 * bs + 800, &[0x4b; 100]).unwrap();
     });
 }

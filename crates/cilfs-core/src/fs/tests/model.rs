@@ -3,10 +3,10 @@
 //! consistency checker; a clean remount now and then.
 #![allow(clippy::unwrap_used, clippy::map_entry)]
 
-use super::tests::{assert_clean, mount, new_dev, TestClock};
-use super::types::{Cred, RenameFlags, SetAttr};
-use super::xattr::XattrFlags;
-use super::*;
+use crate::fs::tests::{assert_clean, mount, new_dev, TestClock};
+use crate::fs::types::{Cred, RenameFlags, SetAttr};
+use crate::fs::xattr::XattrFlags;
+use crate::fs::*;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
 
@@ -554,7 +554,7 @@ proptest! {
 /// no longer test block reuse), or if any value differs after a remount.
 #[test]
 fn model_with_tree_nodes_reused_for_xattr_values_and_back() {
-    use super::check::Role;
+    use crate::fs::check::Role;
     let mut ops = vec![
         Op::Create { dir: 0, name: 1 },
         Op::Create { dir: 0, name: 2 },

@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::tests::{assert_clean, mount, new_dev};
-use super::types::{Cred, RenameFlags};
-use super::xattr::XattrFlags;
-use super::*;
+use crate::fs::tests::{assert_clean, mount, new_dev};
+use crate::fs::types::{Cred, RenameFlags};
+use crate::fs::xattr::XattrFlags;
+use crate::fs::*;
 use cilfs_device::TenantLimits;
 use std::sync::{mpsc, Condvar, Mutex};
 use std::time::Duration;

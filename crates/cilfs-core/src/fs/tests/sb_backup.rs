@@ -4,12 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::check::check_image;
-use super::tests::{jcfg, layout};
-use super::types::Cred;
-use super::*;
 use crate::format::superblock::front_backup_block;
 use crate::format::Superblock;
+use crate::fs::check::check_image;
+use crate::fs::tests::{jcfg, layout};
+use crate::fs::types::Cred;
+use crate::fs::*;
 use crate::geometry::{Geometry, GeometryError};
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{AlignedBuf, CrashOptions, Device, SimDevice, WriteFlags};
@@ -171,7 +171,7 @@ fn the_last_block_lost_the_primary_still_works_and_check_reports_the_missing_bac
         report.problems
     );
     // A mount works and writes every copy it can; the file data is all there.
-    let fs = super::tests::mount(&dev, FsOptions::default());
+    let fs = crate::fs::tests::mount(&dev, FsOptions::default());
     all_files_read_back(&fs);
     fs.unmount().unwrap();
     // Two blocks short is the filesystem itself cut short: refused as before.
@@ -266,12 +266,12 @@ fn an_ext4_made_over_cilfs_is_named_not_read_from_a_stale_backup() {
 fn an_image_without_backups_works_as_before() {
     let l = layout();
     assert!(!l.backups);
-    let dev = super::tests::new_dev(31);
+    let dev = crate::fs::tests::new_dev(31);
     let g = Geometry::read(&*dev, None).unwrap();
     assert!(!g.sb.backups && g.sb.backup_blocks().is_empty());
     assert_eq!(g.metadata_area(), (1 + l.log_blocks, l.data_blocks));
     assert!(g.copy_problems(&*dev).is_empty());
-    let fs = super::tests::mount(&dev, FsOptions::default());
+    let fs = crate::fs::tests::mount(&dev, FsOptions::default());
     fs.mknod(Cred::ROOT, ROOT_INO, b"x", 0o100_644, 0).unwrap();
     fs.unmount().unwrap();
     let (report, _) = check_image(dev.clone() as Arc<dyn Device>, None).unwrap();
