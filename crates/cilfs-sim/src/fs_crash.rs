@@ -32,8 +32,8 @@
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::fs::rules::acl;
+use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr};
-use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
 use cilfs_core::journal::{CilSharding, Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};

@@ -11,9 +11,10 @@
 
 use super::cache::iolock::IoMode;
 use super::error::{FsError, FsResult};
-use super::extent::{extents_in, holes, max_file_size, Extent};
-use super::inode::Inode;
+use super::items::extent::{max_file_size, Extent};
+use super::items::inode::Inode;
 use super::rules::setid::drop_caps;
+use super::space::map::{extents_in, holes};
 use super::stats::{bump, bump_bytes};
 use super::tree::keys::OFFSET_MAX;
 use super::types::{Cred, Reserve};
@@ -298,7 +299,7 @@ impl Fs {
                 }
                 if end > m.inode.size {
                     // Blocks past the end that the caller asked for: no release trims them.
-                    m.inode.flags |= super::inode::INODE_PREALLOC;
+                    m.inode.flags |= super::items::inode::INODE_PREALLOC;
                 }
                 self.touch_ctime(m, now);
                 log_inode(t, m, &self.stats)?;

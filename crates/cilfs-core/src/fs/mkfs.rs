@@ -2,10 +2,10 @@
 //! free space and the root directory, in one transaction.
 
 use super::error::{FsError, FsResult};
-use super::header::{
+use super::items::header::{
     freelist_capacity, Header, MIN_FS_BLOCK_SIZE, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
-use super::inode::{Inode, Timespec, ROOT_INO};
+use super::items::inode::{Inode, Timespec, ROOT_INO};
 use super::space::alloc::Busy;
 use super::tree::btree::Root;
 use super::tree::keys::{key, KIND_INODE};

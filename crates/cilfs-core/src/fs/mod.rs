@@ -14,15 +14,13 @@
 
 pub mod cache;
 pub mod check;
-pub mod dir;
 pub mod error;
-pub mod extent;
 pub mod file;
-pub mod header;
-pub mod inode;
+pub mod items;
 pub mod mkfs;
 pub mod ops;
 mod orphan;
+mod posix;
 mod rename;
 mod retry;
 pub mod rules;
@@ -35,16 +33,14 @@ pub mod tx;
 pub mod types;
 mod write;
 mod writeback;
-pub mod xattr;
 
-pub use dir::DirEntry;
 pub use error::{FsError, FsResult};
-pub use inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
+pub use items::dir::DirEntry;
+pub use items::inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
 pub use stats::FsStats;
 
 use crate::journal::Journal;
-use dir::TreeRead;
-use header::{Header, TREE_FS};
+use items::header::{Header, TREE_FS};
 use rules::change::ChangeCounter;
 use space::alloc::{Busy, BusyGuard};
 use tree::keys::{key, KIND_INODE};
@@ -53,7 +49,7 @@ use crate::lockstat::{LockWaitStats, LockWaits};
 use cache::inode_cache::{AllShards, InodeCache, InodeMap};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
-use tx::{FsTx, ReadView};
+use tx::{FsTx, ReadView, TreeRead};
 
 /// How the change attribute is maintained (journal.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -301,7 +297,7 @@ pub struct Fs {
 /// the header) with the journal (`Journal::register_block_check`).
 pub(crate) fn register_block_checks(journal: &Journal) {
     journal.register_block_check(tree::node::NODE_LSN_OFFSET, tree::node::verify_node);
-    journal.register_block_check(header::HEADER_LSN_OFFSET, verify_header);
+    journal.register_block_check(items::header::HEADER_LSN_OFFSET, verify_header);
 }
 
 /// The structure check of the header block: it decodes.
@@ -332,7 +328,7 @@ impl Fs {
             // Decoded first: a block that holds no header at all says so (mkfs interrupted,
             // another filesystem) rather than failing its stamp.
             let hdr = Header::decode(&g.data, first)?;
-            journal.verify_read(&buf, &g, header::HEADER_LSN_OFFSET)?;
+            journal.verify_read(&buf, &g, items::header::HEADER_LSN_OFFSET)?;
             hdr
         };
         // The superblock and the header must agree on the data area: blocks past the device's

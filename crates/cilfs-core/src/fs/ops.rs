@@ -2,23 +2,26 @@
 //! rmdir, rename, readdir, setattr, open/release and orphan reclaim.
 
 use super::cache::inode_cache::InodeMap;
-use super::dir::{self, check_name, DirEntry, TreeRead};
 use super::error::{FsError, FsResult};
-use super::header::{Header, TREE_FS};
-use super::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
+use super::items::dir::{self, check_name, decode_bucket, DirEntry};
+use super::items::header::{Header, TREE_FS};
+use super::items::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
+use super::posix::xattr;
 use super::rules::acl;
 use super::rules::change::ChangeCounter;
 use super::rules::setid::drop_caps;
 use super::shared_tx::{Scratch, StateRef};
 use super::stats::bump;
 use super::tree::keys::{
-    key, kind_of, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
+    key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK,
+    ORPHAN_OWNER,
 };
+use super::tx::TreeRead;
 use super::tx::{FsTx, Trees};
+use super::types::XattrFlags;
 use super::types::{
     Cred, Reserve, SetAttr, SetTime, StatFs, LINK_MAX, RESERVE_BLOCKS, SYMLINK_CHUNK, SYMLINK_MAX,
 };
-use super::xattr::{self, XattrFlags};
 use super::{log_inode, Fs, InodeMem};
 
 /// Whether `ino` has no item in the fs tree but its inode item: no extents, xattrs or symlink
@@ -65,6 +68,26 @@ pub(crate) fn dir_remove(t: &mut FsTx<'_>, dir: u64, name: &[u8]) -> FsResult<Di
         t.insert(TREE_FS, k, &dir::encode_bucket(&bucket))?;
     }
     Ok(e)
+}
+
+/// The entry `name` of directory `dir`, if any.
+pub(crate) fn dir_lookup(
+    t: &mut dyn TreeRead,
+    tree: u8,
+    dir: u64,
+    name: &[u8],
+) -> FsResult<Option<DirEntry>> {
+    let k = key(dir, KIND_DIRENT, name_hash(name));
+    let Some(v) = t.t_get(tree, k)? else {
+        return Ok(None);
+    };
+    Ok(decode_bucket(&v, dir)?.into_iter().find(|e| e.name == name))
+}
+
+/// Whether the directory has any entry.
+pub(crate) fn dir_is_empty(t: &mut dyn TreeRead, tree: u8, dir: u64) -> FsResult<bool> {
+    let first = t.t_seek_ge(tree, key(dir, KIND_DIRENT, 0))?;
+    Ok(!first.is_some_and(|(k, _)| k.a == dir && kind_of(k) == KIND_DIRENT))
 }
 
 impl Fs {
@@ -119,7 +142,7 @@ impl Fs {
                 b".." => p.parent,
                 _ => {
                     let mut v = self.view(&st);
-                    match dir::lookup(&mut v, TREE_FS, parent, name)? {
+                    match dir_lookup(&mut v, TREE_FS, parent, name)? {
                         Some(e) => e.ino,
                         None => return Err(FsError::NotFound),
                     }
@@ -283,7 +306,7 @@ impl Fs {
         if is_dir && p.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        if dir::lookup(t, TREE_FS, parent, name)?.is_some() {
+        if dir_lookup(t, TREE_FS, parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
         // A parent's default ACL becomes the new node's access ACL (and a directory's default),
@@ -367,7 +390,7 @@ impl Fs {
             nlink: if is_dir { 2 } else { 1 },
             size: target.map_or(0, |t| t.len() as u64),
             disk_size: 0,
-            dirty_from: super::inode::NOT_DIRTY,
+            dirty_from: super::items::inode::NOT_DIRTY,
             blocks: 0,
             atime: now,
             mtime: now,
@@ -499,7 +522,7 @@ impl Fs {
         if p.nlink == 0 {
             return Err(FsError::NotFound);
         }
-        if dir::lookup(t, TREE_FS, newparent, newname)?.is_some() {
+        if dir_lookup(t, TREE_FS, newparent, newname)?.is_some() {
             return Err(FsError::Exists);
         }
         sc.need_space(self, &t.hdr, 2, Reserve::Keep)?;
@@ -572,7 +595,7 @@ impl Fs {
         if !p.is_dir() {
             return Err(FsError::NotDir);
         }
-        let e = dir::lookup(t, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?;
+        let e = dir_lookup(t, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?;
         let is_dir = e.kind == FileType::Directory;
         if want_dir && !is_dir {
             return Err(FsError::NotDir);
@@ -580,7 +603,7 @@ impl Fs {
         if !want_dir && is_dir {
             return Err(FsError::IsDir);
         }
-        if is_dir && !dir::is_empty(t, TREE_FS, e.ino)? {
+        if is_dir && !dir_is_empty(t, TREE_FS, e.ino)? {
             return Err(FsError::NotEmpty);
         }
         // Unlinking gives space back, but may split a node for the orphan entry first.

@@ -3,14 +3,14 @@
 
 use super::cache::inode_cache::InodeMap;
 use super::cache::iolock::IoMode;
-use super::dir::TreeRead;
 use super::error::{FsError, FsResult};
-use super::header::TREE_FS;
-use super::inode::{Attr, INODE_PREALLOC};
+use super::items::header::TREE_FS;
+use super::items::inode::{Attr, INODE_PREALLOC};
 use super::stats::bump;
 use super::tree::keys::{
     key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, OFFSET_MAX, ORPHAN_OWNER,
 };
+use super::tx::TreeRead;
 use super::tx::Trees;
 use super::{Fs, FsState};
 
@@ -102,11 +102,11 @@ impl Fs {
                     break;
                 }
                 if kind_of(k) == super::tree::keys::KIND_XATTR {
-                    super::xattr::free_bucket(t, &v, ino)?;
+                    super::posix::xattr::free_bucket(t, &v, ino)?;
                 }
                 if kind_of(k) == super::tree::keys::KIND_EXTENT {
                     let area = super::tx::Trees::data_area(t);
-                    let ext = super::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
+                    let ext = super::items::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
                     t.free_extent(ext.disk, ext.len)?;
                     if let Some(m) = inodes.get_mut(&ino) {
                         m.inode.blocks = m.inode.blocks.saturating_sub(ext.len);
@@ -258,7 +258,7 @@ impl Fs {
             let keep = m.inode.size.div_ceil(u64::from(self.bs));
             let past_end = if m.stale_prealloc && m.inode.flags & INODE_PREALLOC == 0 {
                 let mut v = super::tx::ReadView::new(&self.journal, hdr.get_mut().roots());
-                let past = super::extent::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
+                let past = super::space::map::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
                 past.last().map(|e| e.end())
             } else {
                 None

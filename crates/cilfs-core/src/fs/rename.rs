@@ -1,11 +1,11 @@
 //! rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE: one transaction that moves a name,
 //! replaces or swaps the target, and fixes parents and link counts.
 
-use super::dir::{self, check_name, DirEntry};
 use super::error::{FsError, FsResult};
-use super::header::TREE_FS;
-use super::inode::FileType;
-use super::ops::{dir_add, dir_remove};
+use super::items::dir::{self, check_name, DirEntry};
+use super::items::header::TREE_FS;
+use super::items::inode::FileType;
+use super::ops::{dir_add, dir_is_empty, dir_lookup, dir_remove};
 use super::types::{RenameFlags, Reserve, LINK_MAX};
 use super::{log_inode, Fs, FsState};
 
@@ -38,8 +38,8 @@ impl Fs {
             let (src, dst) = {
                 let mut v = self.view(&st);
                 (
-                    dir::lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?,
-                    dir::lookup(&mut v, TREE_FS, newparent, newname)?,
+                    dir_lookup(&mut v, TREE_FS, parent, name)?.ok_or(FsError::NotFound)?,
+                    dir_lookup(&mut v, TREE_FS, newparent, newname)?,
                 )
             };
             let src_dir = src.kind == FileType::Directory;
@@ -75,7 +75,7 @@ impl Fs {
                 }
                 if dst_dir {
                     let mut v = self.view(&st);
-                    if !dir::is_empty(&mut v, TREE_FS, d.ino)? {
+                    if !dir_is_empty(&mut v, TREE_FS, d.ino)? {
                         return Err(FsError::NotEmpty);
                     }
                 }

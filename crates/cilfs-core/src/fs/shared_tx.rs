@@ -28,8 +28,8 @@
 
 use super::cache::inode_cache::InodeMap;
 use super::error::{FsError, FsResult};
-use super::header::Header;
-use super::inode::Inode;
+use super::items::header::Header;
+use super::items::inode::Inode;
 use super::tx::FsTx;
 use super::types::Reserve;
 use super::{Fs, FsState, InodeMem, InodeTable};

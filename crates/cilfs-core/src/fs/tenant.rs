@@ -20,9 +20,9 @@
 //!   root (`cilfs tenant` uses them). Changing them takes root.
 
 use super::error::{FsError, FsResult};
-use super::inode::{Inode, ROOT_INO};
+use super::items::inode::{Inode, ROOT_INO};
 use super::types::Cred;
-use super::xattr::XattrFlags;
+use super::types::XattrFlags;
 use super::{log_inode, Fs};
 use cilfs_device::{IoDir, TenantId, TenantLimits, TenantStats, WriteFlags};
 

@@ -3,7 +3,7 @@
 //! node it writes.
 
 use super::error::{FsError, FsResult};
-use super::header::{
+use super::items::header::{
     Header, Roots, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE,
     TREE_FS,
 };
@@ -207,7 +207,7 @@ impl<'a> FsTx<'a> {
     /// A free list the commit would refill or drain counts as a change.
     pub(crate) fn leaves_only(&self) -> bool {
         let (b, m) = (&self.hdr_before, &self.hdr);
-        let cap = super::header::freelist_capacity(self.bs);
+        let cap = super::items::header::freelist_capacity(self.bs);
         self.allocated.is_empty()
             && self.freed.is_empty()
             && !self.interior_written
@@ -819,7 +819,7 @@ impl NodeStore for FsTx<'_> {
     /// threads waited for buffers).
     fn alloc_node(&mut self, tree: u8) -> FsResult<u64> {
         let (low, _) =
-            super::space::alloc::freelist_band(super::header::freelist_capacity(self.bs));
+            super::space::alloc::freelist_band(super::items::header::freelist_capacity(self.bs));
         let spare = self.hdr.freelist.len() > low;
         let blkno = if tree == TREE_FS && !spare {
             match self.alloc_extent(1, 1)? {
@@ -1112,6 +1112,15 @@ impl NodeStore for ReadView<'_> {
     }
 }
 
+/// Tree reads shared by transactions and read views.
+pub trait TreeRead {
+    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>>;
+    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
+    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
+    /// The data area `[data_start, data_end)`: every block an extent maps lies in it.
+    fn t_data_area(&self) -> (u64, u64);
+}
+
 /// Tree reads through a node store that knows the roots: transactions and read views alike.
 pub trait Trees: NodeStore + Sized {
     fn root_of(&self, tree: u8) -> Root;
@@ -1170,7 +1179,7 @@ impl Trees for ReadView<'_> {
 }
 
 /// The object-safe view of `Trees` that shared code (directory lookups, inode reads) takes.
-impl<T: Trees> super::dir::TreeRead for T {
+impl<T: Trees> TreeRead for T {
     fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
         Trees::get(self, tree, key)
     }

@@ -21,10 +21,11 @@
 use super::cache::iolock::IoMode;
 use super::cache::pagecache::InodePages;
 use super::error::{FsError, FsResult};
-use super::extent::{extents_in, max_file_size, Extent};
-use super::inode::Timespec;
+use super::items::extent::{max_file_size, Extent};
+use super::items::inode::Timespec;
 use super::rules::setid::{drop_caps, CAPS_XATTR};
 use super::shared_tx::FilePages;
+use super::space::map::extents_in;
 use super::stats::{bump, bump_bytes};
 use super::types::{Cred, Reserve};
 use super::{log_inode, DataMode, Fs, FsState, InodeMem, IversionMode};
@@ -541,7 +542,7 @@ impl Fs {
 
     /// In ordered mode, notes that pages from file block `first` on go into the page cache dirty, so the size the log
     /// holds does not pass the first of them until they are written back.
-    pub(crate) fn note_dirty(&self, inode: &mut super::inode::Inode, first: Option<u64>) {
+    pub(crate) fn note_dirty(&self, inode: &mut super::items::inode::Inode, first: Option<u64>) {
         if let (DataMode::Ordered, Some(fb)) = (self.opts.data, first) {
             inode.note_dirty(fb * u64::from(self.bs));
         }

@@ -4,8 +4,8 @@
 
 use super::cache::iolock::IoMode;
 use super::error::{FsError, FsResult};
-use super::extent::extents_in;
-use super::inode::NOT_DIRTY;
+use super::items::inode::NOT_DIRTY;
+use super::space::map::extents_in;
 use super::stats::bump;
 use super::{log_inode, Fs};
 use cilfs_device::AlignedBuf;

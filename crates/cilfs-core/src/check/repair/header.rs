@@ -6,7 +6,7 @@ use super::build::{build, complement, merged, nodes_for_empty_values, take_front
 use super::salvage::Model;
 use super::scan::Walked;
 use super::{Img, Progress, RepairError};
-use crate::fs::header::{
+use crate::fs::items::header::{
     freelist_capacity, Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
 use crate::fs::space::alloc::freelist_band;

@@ -4,17 +4,17 @@
 
 use super::header::Area;
 use super::{Img, RepairError};
-use crate::fs::dir::{decode_slotted, encode_bucket, DirEntry};
-use crate::fs::extent::Extent;
-use crate::fs::header::HEADER_LSN_OFFSET;
-use crate::fs::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
+use crate::fs::items::dir::{decode_slotted, encode_bucket, DirEntry};
+use crate::fs::items::extent::Extent;
+use crate::fs::items::header::HEADER_LSN_OFFSET;
+use crate::fs::items::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
+use crate::fs::items::xattr;
 use crate::fs::rules::acl;
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
     KIND_SYMLINK, KIND_XATTR, OFFSET_BITS, ORPHAN_OWNER,
 };
 use crate::fs::tree::node::{Key, NODE_LSN_OFFSET};
-use crate::fs::xattr;
 use crate::log::recover::read_lsn_stamp;
 use std::collections::{BTreeMap, BTreeSet};
 

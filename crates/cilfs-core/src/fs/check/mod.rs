@@ -4,12 +4,12 @@
 //! link counts, directory parents, hashes and sizes, extent maps, symlinks, orphans and the
 //! header's counters.
 
-use super::dir::decode_bucket;
 use super::error::FsResult;
-use super::extent::Extent;
-use super::header::HEADER_LSN_OFFSET;
-use super::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
-use super::inode::{FileType, Inode, ROOT_INO};
+use super::items::dir::decode_bucket;
+use super::items::extent::Extent;
+use super::items::header::HEADER_LSN_OFFSET;
+use super::items::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use super::items::inode::{FileType, Inode, ROOT_INO};
 use super::tree::btree::{NodeStore, Root};
 use super::tree::keys::{
     kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK,
@@ -313,7 +313,7 @@ fn check_locked(
     let mut orphans: Vec<u64> = Vec::new();
     let mut file_extents: Vec<(u64, Extent)> = Vec::new();
     let mut remote: Vec<(u64, u64, u64, u32)> = Vec::new();
-    let mut acls: Vec<(u64, Vec<u8>, super::xattr::Value)> = Vec::new();
+    let mut acls: Vec<(u64, Vec<u8>, super::items::xattr::Value)> = Vec::new();
     walk_bounded(
         &mut view,
         hdr.fs_root,
@@ -387,7 +387,7 @@ fn check_locked(
                     }
                     Err(e) => c.problem(format!("inode {ino}: {e}")),
                 },
-                (_, KIND_XATTR) => match super::xattr::decode(v, ino) {
+                (_, KIND_XATTR) => match super::items::xattr::decode(v, ino) {
                     Ok(entries) if entries.is_empty() => {
                         c.problem(format!("inode {ino}: empty xattr bucket"))
                     }
@@ -402,7 +402,9 @@ fn check_locked(
                             if super::rules::acl::kind_of(&e.name).is_some() {
                                 acls.push((ino, e.name.clone(), e.value.clone()));
                             }
-                            if let super::xattr::Value::Remote { start, blocks, len } = e.value {
+                            if let super::items::xattr::Value::Remote { start, blocks, len } =
+                                e.value
+                            {
                                 if u64::from(len) > blocks * u64::from(fs.bs) {
                                     c.problem(format!(
                                         "inode {ino}: xattr value of {len} bytes in {blocks} blocks"
@@ -517,7 +519,7 @@ fn check_locked(
                 ));
             }
         }
-        if i.flags & !super::inode::INODE_PREALLOC != 0 {
+        if i.flags & !super::items::inode::INODE_PREALLOC != 0 {
             c.problem(format!("inode {ino} has unknown flags {:#x}", i.flags));
         }
         if i.is_dir() {

@@ -45,7 +45,7 @@ pub(super) fn populated() -> Arc<SimDevice> {
         }
         if i % 13 == 0 {
             let v = vec![7u8; if i % 2 == 0 { 3000 } else { 20 }];
-            fs.setxattr(f, b"user.x", &v, xattr::XattrFlags::default())
+            fs.setxattr(f, b"user.x", &v, types::XattrFlags::default())
                 .unwrap();
         }
     }

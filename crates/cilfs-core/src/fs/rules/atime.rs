@@ -3,7 +3,7 @@
 //! mount itself (its FUSE inodes are S_NOATIME); after a read it only marks its cached atime
 //! stale, so the next stat asks us.
 
-use crate::fs::inode::{Inode, Timespec};
+use crate::fs::items::inode::{Inode, Timespec};
 use crate::fs::stats::bump;
 use crate::fs::{log_inode, AtimeMode, Fs};
 

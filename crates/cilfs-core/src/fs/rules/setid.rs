@@ -3,10 +3,11 @@
 //! file capabilities a change of a file's data or owner drops (Linux's `cap_inode_killpriv`).
 
 use crate::fs::error::{FsError, FsResult};
-use crate::fs::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
+use crate::fs::items::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
+use crate::fs::posix::xattr;
 use crate::fs::tx::FsTx;
 use crate::fs::types::Cred;
-use crate::fs::xattr::{self, XattrFlags};
+use crate::fs::types::XattrFlags;
 use crate::fs::{Fs, FsState};
 
 /// The xattr holding a file's capabilities (`setcap`): privileges granted to a program, which
@@ -98,10 +99,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::CAPS_XATTR;
-    use crate::fs::inode::{ROOT_INO, S_IFREG};
+    use crate::fs::items::inode::{ROOT_INO, S_IFREG};
     use crate::fs::tests::{assert_clean, mount, new_dev, TestClock};
+    use crate::fs::types::XattrFlags;
     use crate::fs::types::{Cred, SetAttr};
-    use crate::fs::xattr::XattrFlags;
     use crate::fs::{FsError, FsOptions};
     use std::sync::Arc;
 

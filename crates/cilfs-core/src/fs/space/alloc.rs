@@ -5,7 +5,7 @@
 //! new data written in place would land in a block the recovered filesystem still uses.
 
 use crate::fs::error::{FsError, FsResult};
-use crate::fs::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
+use crate::fs::items::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
 use crate::fs::tree::node::Key;
 use crate::fs::tx::{FsTx, Trees};
 use parking_lot::{Mutex, MutexGuard};

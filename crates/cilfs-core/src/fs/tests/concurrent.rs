@@ -5,8 +5,8 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::fs::tests::{assert_clean, new_dev, TestClock};
+use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags};
-use crate::fs::xattr::XattrFlags;
 use crate::fs::*;
 use cilfs_device::SimDevice;
 use std::sync::Barrier;
@@ -548,7 +548,7 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
 /// row).
 #[test]
 fn setattrs_beside_creates_in_their_directory_keep_every_change() {
-    use crate::fs::inode::Timespec;
+    use crate::fs::items::inode::Timespec;
     use crate::fs::types::{SetAttr, SetTime};
     let (_clock, _dev, fs, d) = fresh_with(1709, b"d");
     let files = files_in(&fs, d, 20);
@@ -865,7 +865,7 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     let fs2 = Arc::clone(&fs);
     let allocs = std::rc::Rc::new(std::cell::Cell::new(0));
     let seen = allocs.clone();
-    crate::fs::xattr::AFTER_ALLOC.with(|h| {
+    crate::fs::posix::xattr::AFTER_ALLOC.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |_start, _len| {
             seen.set(seen.get() + 1);
             if seen.get() > 1 {
@@ -888,7 +888,7 @@ fn a_create_whose_acl_block_became_a_tree_node_meanwhile_runs_again() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         fs.mknod(U, d, b"f", 0o100_644, 0)
     }));
-    crate::fs::xattr::AFTER_ALLOC.with(|h| h.borrow_mut().take());
+    crate::fs::posix::xattr::AFTER_ALLOC.with(|h| h.borrow_mut().take());
     let f = r.expect("the create panicked").unwrap().ino;
     assert!(
         allocs.get() >= 1,
@@ -1240,7 +1240,7 @@ fn a_structural_commit_between_a_leaf_commits_counters_and_its_insert_counts_it_
     let on_block = {
         let buf = fs.journal.buf(fs.hdr_blk).unwrap();
         let g = buf.lock();
-        crate::fs::header::Header::decode(&g.data, fs.hdr_blk).unwrap()
+        crate::fs::items::header::Header::decode(&g.data, fs.hdr_blk).unwrap()
     };
     let in_memory = fs.read_state().hdr.lock().clone();
     assert_eq!(on_block.inode_count, in_memory.inode_count);
@@ -1266,7 +1266,7 @@ fn a_build_that_stepped_through_a_node_copy_sees_the_node_change() {
     let hdr = fs.hdr(&fs.read_state()).clone();
     assert!(hdr.fs_root.level > 0, "the tree has interior nodes");
     let mut t = FsTx::begin_optimistic(&fs.journal, &hdr, fs.hdr_blk, &fs.busy).unwrap();
-    assert_eq!(dir::lookup(&mut t, TREE_FS, d, b"x").unwrap(), None);
+    assert_eq!(ops::dir_lookup(&mut t, TREE_FS, d, b"x").unwrap(), None);
     assert!(t.copies_current());
     assert!(t.saw_one_state(&hdr));
     let root = fs.journal.buf(hdr.fs_root.blkno).unwrap();

@@ -152,7 +152,7 @@ fn a_next_inode_number_at_the_top_fails_creates_and_never_overwrites_the_root() 
     }
     assert_eq!(
         fs.getattr(ROOT_INO).unwrap().kind,
-        inode::FileType::Directory
+        items::inode::FileType::Directory
     );
     let kept = fs.lookup(ROOT_INO, b"kept").unwrap().ino;
     assert_eq!(fs.read(kept, 0, 10).unwrap(), b"data");
@@ -206,10 +206,11 @@ fn a_size_past_the_largest_file_is_corrupt_and_found() {
     );
     damage_committed(&fs, &|t| {
         let k = tree::keys::key(a, tree::keys::KIND_INODE, 0);
-        let mut i = Inode::decode(a, &t.get(header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
+        let mut i =
+            Inode::decode(a, &t.get(items::header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
         i.size = 1 << 63;
         i.disk_size = 1 << 63;
-        t.insert(header::TREE_FS, k, &i.encode()).unwrap();
+        t.insert(items::header::TREE_FS, k, &i.encode()).unwrap();
     });
     let fs = remount(&dev, fs).unwrap();
     assert!(matches!(fs.getattr(a), Err(FsError::Corrupt { .. })));

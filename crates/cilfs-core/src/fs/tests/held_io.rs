@@ -174,7 +174,7 @@ fn while_held<R: Send + 'static>(
 }
 
 fn file(fs: &Fs, name: &[u8]) -> u64 {
-    fs.mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+    fs.mknod(U, ROOT_INO, name, items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino
 }
@@ -188,7 +188,7 @@ fn held_data() -> Vec<u8> {
 /// Creates `name` in directory `dir`, writes 5000 bytes of `byte` into it and fsyncs it.
 fn create_write_fsync(fs: &Fs, dir: u64, name: &[u8], byte: u8) {
     let g = fs
-        .mknod(U, dir, name, inode::S_IFREG | 0o644, 0)
+        .mknod(U, dir, name, items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     fs.write(U, g, 0, &[byte; 5000]).unwrap();
@@ -299,7 +299,7 @@ fn a_metadata_read_of_a_cold_block_holds_no_lock_others_need() {
         // Enough long names that `a`'s entries fill leaves of their own.
         for i in 0..120 {
             let name = format!("{i:03}-{}", "x".repeat(200));
-            fs.mknod(U, a, name.as_bytes(), inode::S_IFREG | 0o644, 0)
+            fs.mknod(U, a, name.as_bytes(), items::inode::S_IFREG | 0o644, 0)
                 .unwrap();
         }
         fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap();
@@ -394,7 +394,7 @@ fn a_release_reading_cold_extents_past_the_end_holds_no_lock_others_need() {
         let b = fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap().ino;
         for i in 0..200 {
             let name = format!("{i:03}-{}", "y".repeat(100));
-            fs.mknod(U, b, name.as_bytes(), inode::S_IFREG | 0o644, 0)
+            fs.mknod(U, b, name.as_bytes(), items::inode::S_IFREG | 0o644, 0)
                 .unwrap();
         }
         fs.fsync(p).unwrap();
@@ -454,7 +454,13 @@ fn an_open_reading_a_cold_inode_holds_no_lock_others_need() {
         let mut middle = 0;
         for i in 0..300 {
             let ino = fs
-                .mknod(U, a, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+                .mknod(
+                    U,
+                    a,
+                    format!("f{i}").as_bytes(),
+                    items::inode::S_IFREG | 0o644,
+                    0,
+                )
                 .unwrap()
                 .ino;
             if i == 150 {
@@ -507,7 +513,7 @@ fn a_namespace_operation_in_a_file_whose_write_is_held_is_refused_at_once() {
         },
         move |fs| {
             [
-                fs.mknod(U, a, b"x", inode::S_IFREG | 0o644, 0).err(),
+                fs.mknod(U, a, b"x", items::inode::S_IFREG | 0o644, 0).err(),
                 fs.link(b, a, b"y").err(),
                 fs.unlink(a, b"z").err(),
             ]

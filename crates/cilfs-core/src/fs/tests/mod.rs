@@ -4,8 +4,8 @@ use crate::format::superblock::SbLog;
 use crate::fs::rules::acl;
 use crate::fs::tree::{keys, node};
 use crate::fs::tx::Trees;
+use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags, SetAttr};
-use crate::fs::xattr::XattrFlags;
 use crate::fs::*;
 use crate::journal::{JournalConfig, PushMode};
 use crate::log::{FlushPolicy, LogConfig};
@@ -108,7 +108,7 @@ const U: Cred = Cred::user(1000, 1000);
 
 /// A regular file `name` made by `U` in the root directory: its inode number.
 fn file_in_root(fs: &Fs, name: &[u8]) -> u64 {
-    fs.mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+    fs.mknod(U, ROOT_INO, name, items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino
 }
@@ -135,9 +135,11 @@ fn namespace_operations_and_errors() {
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap();
     assert_eq!((d.uid, d.gid, d.nlink), (1000, 1000, 2));
     assert_eq!(fs.getattr(ROOT_INO).unwrap().nlink, 3);
-    let f = fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0).unwrap();
+    let f = fs
+        .mknod(U, d.ino, b"f", items::inode::S_IFREG | 0o644, 0)
+        .unwrap();
     assert!(matches!(
-        fs.mknod(U, d.ino, b"f", inode::S_IFREG | 0o644, 0),
+        fs.mknod(U, d.ino, b"f", items::inode::S_IFREG | 0o644, 0),
         Err(FsError::Exists)
     ));
     assert!(matches!(fs.lookup(d.ino, b"nope"), Err(FsError::NotFound)));
@@ -167,7 +169,7 @@ fn namespace_operations_and_errors() {
     assert_eq!(fs.readlink(s2.ino).unwrap(), long);
     // Special files.
     let fifo = fs
-        .mknod(U, ROOT_INO, b"fifo", inode::S_IFIFO | 0o600, 0)
+        .mknod(U, ROOT_INO, b"fifo", items::inode::S_IFIFO | 0o600, 0)
         .unwrap();
     assert_eq!(fifo.kind, FileType::Fifo);
     let cdev = fs
@@ -175,7 +177,7 @@ fn namespace_operations_and_errors() {
             Cred::ROOT,
             ROOT_INO,
             b"null",
-            inode::S_IFCHR | 0o666,
+            items::inode::S_IFCHR | 0o666,
             0x0103,
         )
         .unwrap();
@@ -408,17 +410,17 @@ fn xattrs_and_the_change_xattr() {
         vec![b"user.a".to_vec(), b"user.b".to_vec()],
         "the change xattr is not listed"
     );
-    let c: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap())
+    let c: u64 = String::from_utf8(fs.getxattr(f, items::xattr::CHANGE_XATTR).unwrap())
         .unwrap()
         .parse()
         .unwrap();
     assert!(matches!(
-        fs.setxattr(f, xattr::CHANGE_XATTR, b"1", XattrFlags::default()),
+        fs.setxattr(f, items::xattr::CHANGE_XATTR, b"1", XattrFlags::default()),
         Err(FsError::NotPermitted)
     ));
     fs.removexattr(f, b"user.a").unwrap();
     assert!(matches!(fs.getxattr(f, b"user.a"), Err(FsError::NoAttr)));
-    let c2: u64 = String::from_utf8(fs.getxattr(f, xattr::CHANGE_XATTR).unwrap())
+    let c2: u64 = String::from_utf8(fs.getxattr(f, items::xattr::CHANGE_XATTR).unwrap())
         .unwrap()
         .parse()
         .unwrap();
@@ -710,7 +712,7 @@ fn full_device_gives_enospc_and_unlink_still_works() {
             U,
             ROOT_INO,
             format!("more{created}").as_bytes(),
-            inode::S_IFREG | 0o644,
+            items::inode::S_IFREG | 0o644,
             0,
         ) {
             Ok(_) => created += 1,
@@ -748,9 +750,10 @@ fn checker_finds_damage() {
     // A wrong link count.
     damage(&|t| {
         let k = keys::key(f, keys::KIND_INODE, 0);
-        let mut i = Inode::decode(f, &t.get(header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
+        let mut i =
+            Inode::decode(f, &t.get(items::header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
         i.nlink = 3;
-        t.insert(header::TREE_FS, k, &i.encode()).unwrap();
+        t.insert(items::header::TREE_FS, k, &i.encode()).unwrap();
     });
     let r = check::check(&fs).unwrap();
     assert!(
@@ -764,13 +767,21 @@ fn checker_finds_damage() {
     let ext = {
         let st = fs.state.read();
         let mut v = fs.view(&st);
-        extent::extents_in(&mut v, f, 0, 1).unwrap()[0]
+        space::map::extents_in(&mut v, f, 0, 1).unwrap()[0]
     };
     damage(&|t| {
-        t.insert(header::TREE_FREE_BY_BLOCK, node::Key::new(ext.disk, 1), &[])
-            .unwrap();
-        t.insert(header::TREE_FREE_BY_SIZE, node::Key::new(1, ext.disk), &[])
-            .unwrap();
+        t.insert(
+            items::header::TREE_FREE_BY_BLOCK,
+            node::Key::new(ext.disk, 1),
+            &[],
+        )
+        .unwrap();
+        t.insert(
+            items::header::TREE_FREE_BY_SIZE,
+            node::Key::new(1, ext.disk),
+            &[],
+        )
+        .unwrap();
         t.hdr.free_blocks += 1;
     });
     let r = check::check(&fs).unwrap();
@@ -833,10 +844,10 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
     // Bit 31 of the inode item's offset flipped.
     damage(&|t| {
         let k = keys::key(d, keys::KIND_INODE, 0);
-        let v = t.get(header::TREE_FS, k).unwrap().unwrap();
-        t.remove(header::TREE_FS, k).unwrap();
+        let v = t.get(items::header::TREE_FS, k).unwrap().unwrap();
+        t.remove(items::header::TREE_FS, k).unwrap();
         t.insert(
-            header::TREE_FS,
+            items::header::TREE_FS,
             keys::key(d, keys::KIND_INODE, 0x8000_0000),
             &v,
         )
@@ -852,7 +863,7 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
     // An orphan item for inode 0.
     damage(&|t| {
         t.insert(
-            header::TREE_FS,
+            items::header::TREE_FS,
             keys::key(keys::ORPHAN_OWNER, keys::KIND_ORPHAN, 0),
             &[],
         )
@@ -907,7 +918,7 @@ fn files_holding(fs: &Fs, n: usize, data: &[u8]) -> Vec<u64> {
                     U,
                     ROOT_INO,
                     format!("f{i}").as_bytes(),
-                    inode::S_IFREG | 0o644,
+                    items::inode::S_IFREG | 0o644,
                     0,
                 )
                 .unwrap()
@@ -1072,7 +1083,8 @@ fn renames_with_only_busy_space_force_the_log_instead_of_shutting_down() {
     let b = fs.mkdir(U, ROOT_INO, b"b", 0o755).unwrap().ino;
     let name = |i: usize| format!("{i:04}-{}", "n".repeat(200)).into_bytes();
     for i in 0..300 {
-        fs.mknod(U, a, &name(i), inode::S_IFREG | 0o644, 0).unwrap();
+        fs.mknod(U, a, &name(i), items::inode::S_IFREG | 0o644, 0)
+            .unwrap();
     }
     fs.sync().unwrap();
     let mut taken = take_all_free_space(&fs);
@@ -1160,7 +1172,7 @@ fn statfs_counts_an_unlinked_files_busy_blocks_as_free_and_writes_can_use_them()
     let chunk_blocks = chunk.len() as u64 / u64::from(BS);
     let write_file = |name: &[u8], chunks: u64| {
         let f = fs
-            .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+            .mknod(U, ROOT_INO, name, items::inode::S_IFREG | 0o644, 0)
             .unwrap()
             .ino;
         for i in 0..chunks {
@@ -1230,7 +1242,8 @@ fn xattr_values_in_reused_node_blocks(crash: bool) {
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
     let long = |i: usize| format!("{i:0>200}").into_bytes();
     for i in 0..1500 {
-        fs.mknod(U, d, &long(i), inode::S_IFREG | 0o644, 0).unwrap();
+        fs.mknod(U, d, &long(i), items::inode::S_IFREG | 0o644, 0)
+            .unwrap();
     }
     fs.sync().unwrap();
     let nodes_before = blocks_with_role(&fs, check::Role::TreeNode);
@@ -1409,7 +1422,7 @@ fn acls_are_validated_kept_in_step_with_the_mode_and_inherited() {
     fs.setxattr(d.ino, DEFAULT, &def, XattrFlags::default())
         .unwrap();
     let x = fs
-        .mknod(umask, d.ino, b"x", inode::S_IFREG | 0o666, 0)
+        .mknod(umask, d.ino, b"x", items::inode::S_IFREG | 0o666, 0)
         .unwrap();
     assert_eq!(x.perm, 0o664);
     let xa = acl_of(&fs, x.ino, ACCESS).unwrap();
@@ -1446,7 +1459,7 @@ fn acl_set_by_an_outsider_clears_set_group_id_and_noacl_refuses_acls() {
     let dev = new_dev(91);
     let fs = mount(&dev, opts(&clock));
     let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o2755, 0)
+        .mknod(U, ROOT_INO, b"f", items::inode::S_IFREG | 0o2755, 0)
         .unwrap()
         .ino;
     let v = acl_value(&[(USER_OBJ, 7, X), (GROUP_OBJ, 5, X), (OTHER, 4, X)]);
@@ -1490,8 +1503,8 @@ fn checker_finds_acls_out_of_step() {
     let v = acl_value(&[(USER_OBJ, 7, X), (GROUP_OBJ, 0, X), (OTHER, 0, X)]);
     let mut st = fs.state.write();
     fs.with_tx(&mut st, |t, _| {
-        xattr::put(t, f, ACCESS, Some(&v), XattrFlags::default())?;
-        xattr::put(t, f, DEFAULT, Some(&v), XattrFlags::default())?;
+        posix::xattr::put(t, f, ACCESS, Some(&v), XattrFlags::default())?;
+        posix::xattr::put(t, f, DEFAULT, Some(&v), XattrFlags::default())?;
         Ok(((), vec![]))
     })
     .unwrap();
@@ -1540,7 +1553,7 @@ fn data_changes_clear_set_user_and_group_id_as_linux_does() {
     let told = attrs_changed_log(&mut o);
     let fs = mount(&dev, o);
     let f = fs
-        .mknod(Cred::ROOT, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .mknod(Cred::ROOT, ROOT_INO, b"f", items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     fs.setattr(
@@ -1650,7 +1663,7 @@ fn chown_clears_set_user_and_group_id_as_linux_does() {
         ..SetAttr::default()
     };
     let f = fs
-        .mknod(Cred::ROOT, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .mknod(Cred::ROOT, ROOT_INO, b"f", items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     let d = fs.mkdir(Cred::ROOT, ROOT_INO, b"d", 0o755).unwrap().ino;
@@ -1791,7 +1804,8 @@ fn readdir_moves_a_directorys_atime_as_a_read_does() {
     let dev = new_dev(44);
     let fs = mount(&dev, atime_opts(&clock, AtimeMode::Relative, false));
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
-    fs.mknod(U, d, b"f", inode::S_IFREG | 0o644, 0).unwrap();
+    fs.mknod(U, d, b"f", items::inode::S_IFREG | 0o644, 0)
+        .unwrap();
     set_atime(&fs, d, Timespec { sec: 1000, nsec: 0 });
     clock.advance_ms(1000);
     let now = fs.now();
@@ -1905,7 +1919,7 @@ fn an_operation_waiting_for_log_space_holds_no_lock_others_need() {
     let j = Arc::clone(fs.journal());
     let mut held = hold_all_log_space(&j);
     std::thread::scope(|s| {
-        let creator = s.spawn(|| fs.mknod(U, ROOT_INO, b"new", inode::S_IFREG | 0o644, 0));
+        let creator = s.spawn(|| fs.mknod(U, ROOT_INO, b"new", items::inode::S_IFREG | 0o644, 0));
         let started = Instant::now();
         wait_for_a_log_space_wait(
             &fs,
@@ -1949,13 +1963,13 @@ fn lookup_of_dot_finds_any_inode_by_number() {
     let dev = new_dev(1801);
     let fs = mount(&dev, opts(&clock));
     let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .mknod(U, ROOT_INO, b"f", items::inode::S_IFREG | 0o644, 0)
         .unwrap();
     assert_eq!(fs.lookup(f.ino, b".").unwrap(), f);
     assert!(matches!(fs.lookup(f.ino, b".."), Err(FsError::NotDir)));
     clock.advance_ms(5);
     let g = fs
-        .mknod(U, ROOT_INO, b"g", inode::S_IFREG | 0o644, 0)
+        .mknod(U, ROOT_INO, b"g", items::inode::S_IFREG | 0o644, 0)
         .unwrap();
     assert_ne!(f.generation, g.generation);
     assert_ne!(f.generation, 0);
@@ -1976,7 +1990,7 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
     let assert_block_holds_header = |what: &str| {
         fs.journal.force_all().unwrap();
         let buf = fs.journal.buf(fs.hdr_blk).unwrap();
-        let on_block = header::Header::decode(&buf.lock().data, fs.hdr_blk).unwrap();
+        let on_block = items::header::Header::decode(&buf.lock().data, fs.hdr_blk).unwrap();
         assert_eq!(on_block, *fs.read_state().hdr.lock(), "after {what}");
     };
     let start = fs.read_state().hdr.lock().clone();
@@ -1990,8 +2004,14 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
         .collect();
     for i in 0..600 {
         let name = format!("a-fairly-long-file-name-to-fill-leaves-{i:05}");
-        fs.mknod(U, dirs[i % 4], name.as_bytes(), inode::S_IFREG | 0o644, 0)
-            .unwrap();
+        fs.mknod(
+            U,
+            dirs[i % 4],
+            name.as_bytes(),
+            items::inode::S_IFREG | 0o644,
+            0,
+        )
+        .unwrap();
     }
     assert_block_holds_header("creates");
     assert_ne!(
@@ -2038,7 +2058,7 @@ fn the_header_block_holds_the_header_through_every_kind_of_change() {
 fn appended_file(fs: &Fs, name: &[u8], n: u64) -> u64 {
     let bs = u64::from(BS);
     let f = fs
-        .mknod(U, ROOT_INO, name, inode::S_IFREG | 0o644, 0)
+        .mknod(U, ROOT_INO, name, items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     fs.open_inode(f).unwrap();
@@ -2171,7 +2191,7 @@ fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
     let mut want: Vec<Vec<u8>> = vec![a.to_vec(), b.to_vec()];
     want.extend((0..40).map(|i| format!("filler-{i}").into_bytes()));
     for n in &want {
-        fs.mknod(U, d, n, inode::S_IFREG | 0o644, 0).unwrap();
+        fs.mknod(U, d, n, items::inode::S_IFREG | 0o644, 0).unwrap();
     }
     for step in [1, 2, 3, 7] {
         let (mut got, mut cookie) = (Vec::new(), 0);
@@ -2194,7 +2214,7 @@ fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
     // time: the removals must not hide a name not yet returned.
     let e = fs.mkdir(U, ROOT_INO, b"e", 0o755).unwrap().ino;
     for n in &want {
-        fs.mknod(U, e, n, inode::S_IFREG | 0o644, 0).unwrap();
+        fs.mknod(U, e, n, items::inode::S_IFREG | 0o644, 0).unwrap();
     }
     let (mut removed, mut cookie) = (0, 0);
     while let Some((entry, next)) = fs.readdir(e, cookie, 1).unwrap().into_iter().next() {
@@ -2230,7 +2250,7 @@ fn new_tree_nodes_are_not_read_from_the_device() {
             U,
             d,
             format!("w{i:03}").as_bytes(),
-            inode::S_IFREG | 0o644,
+            items::inode::S_IFREG | 0o644,
             0,
         )
         .unwrap();
@@ -2247,7 +2267,7 @@ fn new_tree_nodes_are_not_read_from_the_device() {
             U,
             d,
             format!("n{i:04}").as_bytes(),
-            inode::S_IFREG | 0o644,
+            items::inode::S_IFREG | 0o644,
             0,
         )
         .unwrap();
@@ -2290,7 +2310,13 @@ fn a_filesystem_of_64k_blocks_creates_writes_and_checks_clean() {
     let d = fs.mkdir(U, ROOT_INO, b"d", 0o755).unwrap().ino;
     for i in 0..50 {
         let f = fs
-            .mknod(U, d, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+            .mknod(
+                U,
+                d,
+                format!("f{i}").as_bytes(),
+                items::inode::S_IFREG | 0o644,
+                0,
+            )
             .unwrap()
             .ino;
         fs.write(U, f, i * 1000, &[i as u8; 3000]).unwrap();
@@ -2313,8 +2339,10 @@ fn fs_tree_splits_take_blocks_from_the_free_list() {
         (h.freelist.len(), h.free_blocks)
     };
     let (list, free) = hdr();
-    let low =
-        crate::fs::space::alloc::freelist_band(crate::fs::header::freelist_capacity(BS as usize)).0;
+    let low = crate::fs::space::alloc::freelist_band(crate::fs::items::header::freelist_capacity(
+        BS as usize,
+    ))
+    .0;
     assert!(
         list > low + 4,
         "a list of {list} leaves no room to take from"
@@ -2326,7 +2354,7 @@ fn fs_tree_splits_take_blocks_from_the_free_list() {
             U,
             d,
             format!("{i:0>100}").as_bytes(),
-            inode::S_IFREG | 0o644,
+            items::inode::S_IFREG | 0o644,
             0,
         )
         .unwrap();
@@ -2407,7 +2435,7 @@ fn a_new_node_replayed_onto_a_used_block_needs_nothing_of_its_middle() {
     let mut want = Vec::new();
     for i in 0..1500 {
         let name = format!("name-{i:05}-{}", "x".repeat(i % 23));
-        fs.mknod(U, d, name.as_bytes(), inode::S_IFREG | 0o644, 0)
+        fs.mknod(U, d, name.as_bytes(), items::inode::S_IFREG | 0o644, 0)
             .unwrap();
         want.push(name);
     }
@@ -2640,7 +2668,7 @@ fn the_checker_finds_a_leaf_with_keys_out_of_order_or_values_not_packed() {
         g.data.copy_within(off..off + len, off - 8);
         g.data[e + 16..e + 18].copy_from_slice(&((off - 8) as u16).to_le_bytes());
     }
-    node::Node::decode(&buf.lock().data, root.blkno, header::TREE_FS).expect("it decodes");
+    node::Node::decode(&buf.lock().data, root.blkno, items::header::TREE_FS).expect("it decodes");
     let found = problems();
     assert!(
         found.iter().any(|p| p.contains("not packed")),

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::map_entry)]
 
 use crate::fs::tests::{assert_clean, mount, new_dev, TestClock};
+use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags, SetAttr};
-use crate::fs::xattr::XattrFlags;
 use crate::fs::*;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap};
@@ -178,7 +178,7 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
     match op.clone() {
         Op::Create { dir, name: n } => {
             let d = pick(&m.dirs, dir);
-            let r = fs.mknod(U, d, &name(n), inode::S_IFREG | 0o644, 0);
+            let r = fs.mknod(U, d, &name(n), items::inode::S_IFREG | 0o644, 0);
             if m.entries.contains_key(&(d, name(n))) {
                 assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
             } else {
@@ -419,7 +419,9 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             if made.is_empty() {
                 // Grow: the tree splits.
                 for i in 0..count {
-                    let a = fs.mknod(U, d, &long(i), inode::S_IFREG | 0o644, 0).unwrap();
+                    let a = fs
+                        .mknod(U, d, &long(i), items::inode::S_IFREG | 0o644, 0)
+                        .unwrap();
                     m.entries.insert((d, long(i)), a.ino);
                     m.modes.insert(a.ino, 0o644);
                     let data = if i % 4 == 0 {

@@ -26,7 +26,7 @@ fn appended_files(
                 U,
                 ROOT_INO,
                 format!("a{i}").as_bytes(),
-                inode::S_IFREG | 0o644,
+                items::inode::S_IFREG | 0o644,
                 0,
             )
             .unwrap()
@@ -55,7 +55,7 @@ fn appended_files(
 /// whatever it holds of the appended files.
 fn force_through_another_file(fs: &Fs) {
     let other = fs
-        .mknod(U, ROOT_INO, b"synced", inode::S_IFREG | 0o644, 0)
+        .mknod(U, ROOT_INO, b"synced", items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     fs.write(U, other, 0, b"forced").unwrap();
@@ -185,7 +185,7 @@ fn shrink_regrow_crash(seed: u64, regrow: &dyn Fn(&Fs, u64)) {
         },
     );
     let f = fs
-        .mknod(U, ROOT_INO, b"f", inode::S_IFREG | 0o644, 0)
+        .mknod(U, ROOT_INO, b"f", items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     fs.write(U, f, 0, &vec![0x4b; size as usize]).unwrap();

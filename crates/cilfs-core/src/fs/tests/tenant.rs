@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::fs::tests::{assert_clean, mount, new_dev};
+use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags};
-use crate::fs::xattr::XattrFlags;
 use crate::fs::*;
 use cilfs_device::TenantLimits;
 use std::sync::{mpsc, Condvar, Mutex};
@@ -107,7 +107,13 @@ fn a_throttled_tenant_waits_alone_and_gets_its_rate() {
         std::thread::spawn(move || {
             for i in 0..FILES {
                 let f = fs
-                    .mknod(U, a, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+                    .mknod(
+                        U,
+                        a,
+                        format!("f{i}").as_bytes(),
+                        items::inode::S_IFREG | 0o644,
+                        0,
+                    )
                     .unwrap();
                 assert_eq!(f.ino, fs.lookup(a, format!("f{i}").as_bytes()).unwrap().ino);
                 assert_eq!(
@@ -129,7 +135,13 @@ fn a_throttled_tenant_waits_alone_and_gets_its_rate() {
         std::thread::spawn(move || {
             for i in 0..FILES {
                 let f = fs
-                    .mknod(U, b, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+                    .mknod(
+                        U,
+                        b,
+                        format!("f{i}").as_bytes(),
+                        items::inode::S_IFREG | 0o644,
+                        0,
+                    )
                     .unwrap()
                     .ino;
                 fs.write(U, f, 0, &[0xB; 4096]).unwrap();
@@ -202,7 +214,13 @@ fn the_periodic_write_back_never_waits_for_a_throttled_tenant() {
     let files: Vec<u64> = (0..6)
         .map(|i| {
             let f = fs
-                .mknod(U, a, format!("f{i}").as_bytes(), inode::S_IFREG | 0o644, 0)
+                .mknod(
+                    U,
+                    a,
+                    format!("f{i}").as_bytes(),
+                    items::inode::S_IFREG | 0o644,
+                    0,
+                )
                 .unwrap()
                 .ino;
             fs.write(U, f, 0, &[1; 2048]).unwrap();
@@ -258,7 +276,7 @@ fn projects_and_limits_are_kept_inherited_and_guarded() {
     fs.set_project(Cred::ROOT, q, 6).unwrap();
     let sub = fs.mkdir(U, p, b"sub", 0o755).unwrap().ino;
     let f = fs
-        .mknod(U, sub, b"f", inode::S_IFREG | 0o644, 0)
+        .mknod(U, sub, b"f", items::inode::S_IFREG | 0o644, 0)
         .unwrap()
         .ino;
     assert_eq!(fs.project(sub).unwrap(), 5);

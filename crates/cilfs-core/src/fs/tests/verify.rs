@@ -66,7 +66,7 @@ fn leaf_of(fs: &Fs, k: tree::node::Key) -> u64 {
     let st = fs.state.read();
     let root = fs.hdr(&st).roots().fs;
     let mut v = fs.view(&st);
-    btree::leaf_blkno(&mut v, root, header::TREE_FS, k).unwrap()
+    btree::leaf_blkno(&mut v, root, items::header::TREE_FS, k).unwrap()
 }
 
 fn read_block(dev: &SimDevice, b: u64) -> AlignedBuf {
@@ -170,7 +170,7 @@ fn a_bit_flipped_in_a_leaf_value_fails_its_users_and_nothing_else() {
         let r = value_range(b, key(ino, KIND_INODE, 0));
         b[r.start + r.len() / 2] ^= 0x10;
     });
-    assert!(Node::decode(&read_block(&dev, leaf), leaf, header::TREE_FS).is_ok());
+    assert!(Node::decode(&read_block(&dev, leaf), leaf, items::header::TREE_FS).is_ok());
     let before = dev.stable_image();
     let fs = assert_only_the_leaf_fails(&dev, &inos, victim, leaf, &in_leaf, "CRC32C");
     let first = fs.journal.metadata_area().0;
@@ -297,10 +297,10 @@ fn with_extent_at(seed: u64, disk: impl Fn(u64) -> (u64, u64)) -> (Arc<SimDevice
         let mut st = fs.state.write();
         let mut t = fs.begin(&st).unwrap();
         let k = key(f, KIND_EXTENT, 0);
-        let v = t.get(header::TREE_FS, k).unwrap().unwrap();
-        let mut e = extent::Extent::decode(0, &v).unwrap();
+        let v = t.get(items::header::TREE_FS, k).unwrap().unwrap();
+        let mut e = items::extent::Extent::decode(0, &v).unwrap();
         (e.disk, e.len) = disk(end);
-        t.insert(header::TREE_FS, k, &e.encode()).unwrap();
+        t.insert(items::header::TREE_FS, k, &e.encode()).unwrap();
         fs.commit(&mut st, t).unwrap();
     }
     fs.unmount().unwrap();

@@ -1,117 +1,20 @@
-//! Extended attributes: fs-tree items keyed by (inode, name hash), each a bucket of entries.
-//! A small value lives in the entry; a larger one (up to 64 KiB) in a run of blocks of its own,
-//! written through the journal like all metadata. `user.cilfs.change` is the change attribute:
-//! read only, not listed.
+//! Extended attributes: get, list, set and remove, and the transactional steps under them
+//! (a bucket's update, its value blocks' allocation and freeing). `user.cilfs.change` is the
+//! change attribute: read only, not listed.
 
-use super::dir::TreeRead;
-use super::error::{FsError, FsResult};
-use super::header::TREE_FS;
-use super::rules::acl;
-use super::tree::keys::{key, kind_of, name_hash, KIND_XATTR};
-use super::tree::node::{arr4, arr8, max_value_bytes};
-use super::tx::{FsTx, Trees};
-use super::types::{Cred, Reserve};
-use super::{log_inode, Fs, FsState};
-
-pub const CHANGE_XATTR: &[u8] = b"user.cilfs.change";
-pub const XATTR_NAME_MAX: usize = 255;
-/// The largest value (Linux's XATTR_SIZE_MAX).
-pub const XATTR_VALUE_MAX: usize = 65536;
-const REMOTE: u8 = 1;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct XattrFlags {
-    /// Fail with Exists if the attribute exists (XATTR_CREATE).
-    pub create: bool,
-    /// Fail with NoAttr if it does not (XATTR_REPLACE).
-    pub replace: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
-    Inline(Vec<u8>),
-    /// `len` bytes in blocks `[start, start + blocks)`.
-    Remote {
-        start: u64,
-        blocks: u64,
-        len: u32,
-    },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub name: Vec<u8>,
-    pub value: Value,
-}
-
-/// Entry: name length u8, flags u8 (bit 0 remote), value length u32, name, then the value or
-/// (start block u64, blocks u32).
-pub fn encode(entries: &[Entry]) -> Vec<u8> {
-    let mut v = Vec::new();
-    for e in entries {
-        v.push(e.name.len() as u8);
-        match &e.value {
-            Value::Inline(val) => {
-                v.push(0);
-                v.extend_from_slice(&(val.len() as u32).to_le_bytes());
-                v.extend_from_slice(&e.name);
-                v.extend_from_slice(val);
-            }
-            Value::Remote { start, blocks, len } => {
-                v.push(REMOTE);
-                v.extend_from_slice(&len.to_le_bytes());
-                v.extend_from_slice(&e.name);
-                v.extend_from_slice(&start.to_le_bytes());
-                v.extend_from_slice(&(*blocks as u32).to_le_bytes());
-            }
-        }
-    }
-    v
-}
-
-pub fn decode(b: &[u8], ino: u64) -> FsResult<Vec<Entry>> {
-    let bad = || FsError::corrupt(0, format!("inode {ino}: malformed xattr bucket"));
-    let mut out = Vec::new();
-    let mut p = 0;
-    while p < b.len() {
-        if p + 6 > b.len() {
-            return Err(bad());
-        }
-        let n = usize::from(b[p]);
-        let flags = b[p + 1];
-        let len = u32::from_le_bytes(arr4(&b[p + 2..p + 6]));
-        let body = if flags & REMOTE != 0 {
-            12
-        } else {
-            len as usize
-        };
-        if n == 0
-            || flags & !REMOTE != 0
-            || len as usize > XATTR_VALUE_MAX
-            || p + 6 + n + body > b.len()
-        {
-            return Err(bad());
-        }
-        let name = b[p + 6..p + 6 + n].to_vec();
-        let at = p + 6 + n;
-        let value = if flags & REMOTE != 0 {
-            let blocks = u64::from(u32::from_le_bytes(arr4(&b[at + 8..at + 12])));
-            if blocks == 0 {
-                return Err(bad());
-            }
-            Value::Remote {
-                start: u64::from_le_bytes(arr8(&b[at..at + 8])),
-                blocks,
-                len,
-            }
-        } else {
-            Value::Inline(b[at..at + body].to_vec())
-        };
-        out.push(Entry { name, value });
-        p = at + body;
-    }
-    Ok(out)
-}
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::header::TREE_FS;
+use crate::fs::items::xattr::{
+    decode, encode, remote_in_area, Entry, Value, CHANGE_XATTR, XATTR_NAME_MAX, XATTR_VALUE_MAX,
+};
+use crate::fs::rules::acl;
+use crate::fs::tree::keys::{key, kind_of, name_hash, KIND_XATTR};
+use crate::fs::tree::node::max_value_bytes;
+use crate::fs::tx::TreeRead;
+use crate::fs::tx::{FsTx, Trees};
+use crate::fs::types::XattrFlags;
+use crate::fs::types::{Cred, Reserve};
+use crate::fs::{log_inode, Fs, FsState};
 
 /// The namespaces xattrs live in on Linux. FUSE passes any name through; ext4, XFS and tmpfs
 /// refuse one outside these with EOPNOTSUPP, and so does cilfs.
@@ -133,7 +36,9 @@ fn check_name(name: &[u8]) -> FsResult<()> {
         ));
     }
     // system.* names are the kernel's own: cilfs keeps the POSIX ACLs of them.
-    if *ns == b"system." && name != super::rules::acl::ACCESS && name != super::rules::acl::DEFAULT
+    if *ns == b"system."
+        && name != crate::fs::rules::acl::ACCESS
+        && name != crate::fs::rules::acl::DEFAULT
     {
         return Err(FsError::NotSupported("xattr of the system namespace"));
     }
@@ -143,7 +48,7 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 /// Frees a remote value's blocks (their buffers cancelled: never replayed, never written back).
 fn free_remote(t: &mut FsTx<'_>, v: &Value) -> FsResult<()> {
     if let Value::Remote { start, blocks, .. } = *v {
-        remote_in_area(start, blocks, super::tx::Trees::data_area(t))?;
+        remote_in_area(start, blocks, crate::fs::tx::Trees::data_area(t))?;
         for b in start..start + blocks {
             let r = t.tx.buf(b)?;
             t.tx.cancel(r);
@@ -275,19 +180,6 @@ pub(crate) fn put(
     Ok(())
 }
 
-/// Refuses a remote value whose blocks are not all inside the data area `[first, end)` (the
-/// header's `data_start..data_end`): a corrupt address never reads or frees the superblock,
-/// the log, the header or blocks past the end.
-fn remote_in_area(start: u64, blocks: u64, (first, end): (u64, u64)) -> FsResult<()> {
-    if start < first || start.checked_add(blocks).is_none_or(|e| e > end) {
-        return Err(FsError::corrupt(
-            0,
-            format!("xattr value at blocks {start}+{blocks} outside the data area {first}..{end}"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 thread_local! {
     /// Tests: run by `put` of this thread right after it allocated a value's blocks (start,
@@ -330,7 +222,7 @@ impl Fs {
     /// Xattr `name` of `ino`, read through `t` (a transaction, or a read view).
     pub(crate) fn xattr_lookup_in(
         &self,
-        t: &mut dyn super::dir::TreeRead,
+        t: &mut dyn crate::fs::tx::TreeRead,
         ino: u64,
         name: &[u8],
     ) -> FsResult<Option<Vec<u8>>> {
@@ -351,7 +243,7 @@ impl Fs {
         if let Some(r) = self.tenant_xattr_get(ino, name) {
             return r;
         }
-        super::stats::bump(&self.stats.operations);
+        crate::fs::stats::bump(&self.stats.operations);
         if acl::kind_of(name).is_some() && !self.opts.acl {
             return Err(FsError::NotSupported("POSIX ACLs: mounted with noacl"));
         }
@@ -363,7 +255,7 @@ impl Fs {
     }
 
     pub fn listxattr(&self, ino: u64) -> FsResult<Vec<Vec<u8>>> {
-        super::stats::bump(&self.stats.operations);
+        crate::fs::stats::bump(&self.stats.operations);
         self.retrying(|| self.listxattr_shared(ino))
     }
 
@@ -410,7 +302,7 @@ impl Fs {
             return r;
         }
         // Where tenant limits are kept: changed through their own names only.
-        if name.starts_with(super::tenant::STORED_PREFIX) {
+        if name.starts_with(crate::fs::tenant::STORED_PREFIX) {
             return Err(FsError::NotPermitted);
         }
         self.set_xattr_inner(cred, ino, name, value, flags)
@@ -426,7 +318,7 @@ impl Fs {
         flags: XattrFlags,
     ) -> FsResult<()> {
         self.retrying(|| {
-            super::stats::bump(&self.stats.operations);
+            crate::fs::stats::bump(&self.stats.operations);
             check_name(name)?;
             self.check_writable()?;
             if name == CHANGE_XATTR {
@@ -480,7 +372,7 @@ impl Fs {
                     if let Some(bits) = acl_mode {
                         m.inode.mode = (m.inode.mode & !0o777) | bits;
                         if !self.in_group_or_root(cred, m.inode.gid) {
-                            m.inode.mode &= !super::inode::S_ISGID;
+                            m.inode.mode &= !crate::fs::items::inode::S_ISGID;
                         }
                     }
                     self.touch_ctime(m, now);
@@ -494,8 +386,8 @@ impl Fs {
                     Err(FsError::NoSpace)
                         if blocks > 0 && !forced && !self.lock_busy().is_empty() =>
                     {
-                        if super::retry::may_retry() {
-                            return Err(FsError::Retry(super::retry::Retry::ForceLog));
+                        if crate::fs::retry::may_retry() {
+                            return Err(FsError::Retry(crate::fs::retry::Retry::ForceLog));
                         }
                         self.journal.force_all()?;
                         forced = true;

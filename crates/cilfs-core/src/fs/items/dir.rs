@@ -9,10 +9,10 @@
 //! the kernel's buffer filled after its first entry; positions instead of slots skipped one
 //! when an earlier name of the bucket was removed.)
 
-use super::error::{FsError, FsResult};
-use super::inode::FileType;
-use super::tree::keys::{key, kind_of, name_hash, KIND_DIRENT};
-use super::tree::node::{arr8, Key};
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::inode::FileType;
+
+use crate::fs::tree::node::arr8;
 
 pub const NAME_MAX: usize = 255;
 
@@ -42,15 +42,6 @@ pub struct DirEntry {
     pub ino: u64,
     pub kind: FileType,
     pub name: Vec<u8>,
-}
-
-/// Tree reads shared by transactions and read views.
-pub trait TreeRead {
-    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>>;
-    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
-    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
-    /// The data area `[data_start, data_end)`: every block an extent maps lies in it.
-    fn t_data_area(&self) -> (u64, u64);
 }
 
 /// Encodes a bucket of `(slot, entry)`: the slot shares the type's byte (its high 5 bits).
@@ -152,20 +143,6 @@ pub fn check_name(name: &[u8]) -> FsResult<()> {
         return Err(FsError::Invalid("bad file name"));
     }
     Ok(())
-}
-
-pub fn lookup(t: &mut dyn TreeRead, tree: u8, dir: u64, name: &[u8]) -> FsResult<Option<DirEntry>> {
-    let k = key(dir, KIND_DIRENT, name_hash(name));
-    let Some(v) = t.t_get(tree, k)? else {
-        return Ok(None);
-    };
-    Ok(decode_bucket(&v, dir)?.into_iter().find(|e| e.name == name))
-}
-
-/// Whether the directory has any entry.
-pub fn is_empty(t: &mut dyn TreeRead, tree: u8, dir: u64) -> FsResult<bool> {
-    let first = t.t_seek_ge(tree, key(dir, KIND_DIRENT, 0))?;
-    Ok(!first.is_some_and(|(k, _)| k.a == dir && kind_of(k) == KIND_DIRENT))
 }
 
 #[cfg(test)]

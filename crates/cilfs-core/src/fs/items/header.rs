@@ -2,11 +2,11 @@
 //! the free list that feeds the free-space trees' own node allocations
 //! (docs/on-disk-format.md "Filesystem header").
 
-use super::error::{FsError, FsResult};
-use super::space::ino_alloc::INO_LIMIT;
-use super::tree::btree::Root;
-use super::tree::node::{arr4, arr8, MAX_LEVELS};
 use crate::buf::CounterChange;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::space::ino_alloc::INO_LIMIT;
+use crate::fs::tree::btree::Root;
+use crate::fs::tree::node::{arr4, arr8, MAX_LEVELS};
 
 pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
 pub const HEADER_VERSION: u32 = 1;

@@ -1,7 +1,7 @@
 //! Inodes: the item format (docs/on-disk-format.md "Inode item") and the POSIX attributes.
 
-use super::error::{FsError, FsResult};
-use super::tree::node::{arr4, arr8};
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::tree::node::{arr4, arr8};
 
 pub const S_IFMT: u32 = 0o170_000;
 pub const S_IFSOCK: u32 = 0o140_000;

@@ -1,0 +1,3 @@
+//! The operations a request reaches, one file per family.
+
+pub(crate) mod xattr;
