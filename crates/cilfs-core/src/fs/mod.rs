@@ -8,20 +8,16 @@
 //! transaction without it and take it shared to check and publish, side by side
 //! (`shared_tx.rs`); other changes take it exclusively, lookups share it; no data IO happens
 //! under it:
-//! data IO runs under the inode's own IO lock (`iolock.rs`) only, with the blocks it writes
+//! data IO runs under the inode's own IO lock (`cache/iolock.rs`) only, with the blocks it writes
 //! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
 //! lock table.
 
 pub mod cache;
 pub mod check;
 pub mod error;
-pub mod file;
 pub mod items;
 pub mod mkfs;
-pub mod ops;
-mod orphan;
 mod posix;
-mod rename;
 mod retry;
 pub mod rules;
 mod shared_tx;
@@ -31,8 +27,6 @@ pub mod tenant;
 pub mod tree;
 pub mod tx;
 pub mod types;
-mod write;
-mod writeback;
 
 pub use error::{FsError, FsResult};
 pub use items::dir::DirEntry;

@@ -235,7 +235,7 @@ impl Scratch {
         // Under the inodes' shards (held by the caller), as the inodes below.
         for (ino, blocks) in &self.pages {
             #[cfg(test)]
-            super::write::run_before_puts_hook(*ino);
+            super::posix::write::run_before_puts_hook(*ino);
             let mut pages = cache.lock(*ino);
             for (fb, b) in blocks {
                 pages.put_dirty(*fb, b);

@@ -704,7 +704,7 @@ fn an_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
     let puts = Rc::new(Cell::new(0));
     let fs2 = Arc::clone(&fs);
     let seen = Rc::clone(&puts);
-    crate::fs::write::BEFORE_PUTS.with(|h| {
+    crate::fs::posix::write::BEFORE_PUTS.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |ino| {
             // Under the exclusive lock no query runs at all.
             let held = fs2
@@ -734,7 +734,7 @@ fn an_overwrite_holds_its_inode_from_the_counter_to_the_pages() {
         "bumped once, by the logged write"
     );
     assert_eq!(exclusive(), before, "an overwrite took the exclusive lock");
-    crate::fs::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
+    crate::fs::posix::write::BEFORE_PUTS.with(|h| h.borrow_mut().take());
     let mut want = vec![0u8; 4096];
     want[10..18].copy_from_slice(b"unlogged");
     want[20..26].copy_from_slice(b"logged");
@@ -950,7 +950,7 @@ fn open_paused_after_its_read(fs: &Arc<Fs>, f: u64, meanwhile: impl FnOnce()) ->
     fs.write_state().inodes.shard_mut(f).remove(&f);
     let (read_tx, read_rx) = std::sync::mpsc::channel();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    crate::fs::orphan::set_open_after_read_hook(fs, f, move || {
+    crate::fs::posix::open::set_open_after_read_hook(fs, f, move || {
         read_tx.send(()).unwrap();
         go_rx.recv().unwrap();
     });
@@ -1266,7 +1266,10 @@ fn a_build_that_stepped_through_a_node_copy_sees_the_node_change() {
     let hdr = fs.hdr(&fs.read_state()).clone();
     assert!(hdr.fs_root.level > 0, "the tree has interior nodes");
     let mut t = FsTx::begin_optimistic(&fs.journal, &hdr, fs.hdr_blk, &fs.busy).unwrap();
-    assert_eq!(ops::dir_lookup(&mut t, TREE_FS, d, b"x").unwrap(), None);
+    assert_eq!(
+        posix::namei::dir_lookup(&mut t, TREE_FS, d, b"x").unwrap(),
+        None
+    );
     assert!(t.copies_current());
     assert!(t.saw_one_state(&hdr));
     let root = fs.journal.buf(hdr.fs_root.blkno).unwrap();

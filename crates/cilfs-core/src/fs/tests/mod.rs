@@ -792,7 +792,7 @@ fn checker_finds_damage() {
     );
     // A name pointing nowhere.
     damage(&|t| {
-        ops::dir_add(
+        posix::namei::dir_add(
             t,
             ROOT_INO,
             &DirEntry {

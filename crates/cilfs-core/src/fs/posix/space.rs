@@ -1,6 +1,6 @@
-//! The data path: reads and writes through the page cache and in place, truncate, fallocate and
-//! SEEK_DATA/SEEK_HOLE (the extent map is in `extent.rs`, write back and fsync in
-//! `writeback.rs`).
+//! A file's space: truncate, fallocate (with punched holes and zeroed ranges) and the zeroing
+//! of blocks they and writes share (reads are in `read.rs`, writes in `write.rs`, the extent
+//! map in `space/map.rs`, write back and fsync in `sync.rs`).
 //!
 //! Ordering (journal.md section 7): data for newly allocated blocks is written, and the write
 //! completed, before the transaction that maps them commits; the checkpoint's data-device flush
@@ -9,35 +9,19 @@
 //! those the file grows over: the rest may be data a truncate cut off that is not logged yet,
 //! and zeroing it would show zeros the file never held in a crash that keeps the old size.
 
-use super::cache::iolock::IoMode;
-use super::error::{FsError, FsResult};
-use super::items::extent::{max_file_size, Extent};
-use super::items::inode::Inode;
-use super::rules::setid::drop_caps;
-use super::space::map::{extents_in, holes};
-use super::stats::{bump, bump_bytes};
-use super::tree::keys::OFFSET_MAX;
-use super::types::{Cred, Reserve};
-use super::{log_inode, Fs, FsState};
+use crate::fs::cache::iolock::IoMode;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::extent::{max_file_size, Extent};
+use crate::fs::items::inode::Inode;
+use crate::fs::rules::setid::drop_caps;
+use crate::fs::space::map::extents_in;
+use crate::fs::stats::bump;
+use crate::fs::tree::keys::OFFSET_MAX;
+use crate::fs::types::{Cred, Reserve};
+use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
 impl Fs {
-    /// The extents over file blocks `[first, last]`, and how many of those blocks are holes.
-    pub(crate) fn mapping(
-        &self,
-        st: &FsState,
-        ino: u64,
-        first: u64,
-        last: u64,
-    ) -> FsResult<(Vec<Extent>, u64)> {
-        let exts = extents_in(&mut self.view(st), ino, first, last + 1)?;
-        let hole_blocks = holes(&exts, first, last + 1)
-            .iter()
-            .map(|(a, b)| b - a)
-            .sum();
-        Ok((exts, hole_blocks))
-    }
-
     /// Writes `n` zero blocks at disk block `disk`, at most 1 MiB per IO.
     pub(crate) fn write_zeros(&self, project: u32, disk: u64, n: u64) -> FsResult<()> {
         let bs = u64::from(self.bs);
@@ -97,83 +81,6 @@ impl Fs {
         self.data_read(project, disk, &mut buf)?;
         buf[from..to].fill(0);
         self.data_write(project, disk, &buf)
-    }
-
-    /// Reads up to `size` bytes at `off`, and moves atime as the mount's atime mode says.
-    pub fn read(&self, ino: u64, off: u64, size: u32) -> FsResult<Vec<u8>> {
-        self.read_opts(ino, off, size, true)
-    }
-
-    /// A read that leaves atime alone without `touch_atime` (a file opened with O_NOATIME).
-    pub fn read_opts(&self, ino: u64, off: u64, size: u32, touch_atime: bool) -> FsResult<Vec<u8>> {
-        bump(&self.stats.operations);
-        let (out, touch) = self.retrying(|| self.read_shared(ino, off, size))?;
-        if touch && touch_atime {
-            self.touch_atime(ino);
-        }
-        Ok(out)
-    }
-
-    /// The read, and whether it should move atime (decided here, so that a read that leaves
-    /// atime alone never takes the filesystem lock exclusively). The mapping and the cached
-    /// pages are looked up under the shared filesystem lock, the disk read outside it, under
-    /// the inode's IO lock (shared), which keeps its blocks from changing hands meanwhile.
-    fn read_shared(&self, ino: u64, off: u64, size: u32) -> FsResult<(Vec<u8>, bool)> {
-        let _io = self.io.lock(ino, IoMode::Shared);
-        let bs = u64::from(self.bs);
-        let bsz = self.bs as usize;
-        let (project, exts, first, last, end, touch, mut buf, cached) = {
-            let st = self.read_state();
-            let i = self.peek_inode(&st, ino)?;
-            if i.is_dir() {
-                return Err(FsError::IsDir);
-            }
-            let touch = size > 0 && self.atime_needs_update(&i, self.now());
-            if off >= i.size || size == 0 {
-                return Ok((Vec::new(), touch));
-            }
-            let end = (off + u64::from(size)).min(i.size);
-            let first = off / bs;
-            let last = (end - 1) / bs;
-            let exts = {
-                let mut v = self.view(&st);
-                extents_in(&mut v, ino, first, last + 1)?
-            };
-            let nblocks = (last - first + 1) as usize;
-            let mut buf = AlignedBuf::zeroed(nblocks * bsz);
-            // The page cache holds newer contents than the disk: the inode's pages in one hold.
-            let mut cached = vec![false; nblocks];
-            let pages = st.cache.lock(ino);
-            for fb in first..=last {
-                let a = (fb - first) as usize * bsz;
-                cached[(fb - first) as usize] = pages.read(fb, &mut buf[a..a + bsz]);
-            }
-            drop(pages);
-            (i.project, exts, first, last, end, touch, buf, cached)
-        };
-        for e in &exts {
-            let s = e.file.max(first);
-            let en = e.end().min(last + 1);
-            // Runs of blocks the cache did not have.
-            let mut fb = s;
-            while fb < en {
-                if cached[(fb - first) as usize] {
-                    fb += 1;
-                    continue;
-                }
-                let run = fb;
-                while fb < en && !cached[(fb - first) as usize] {
-                    fb += 1;
-                }
-                let a = (run - first) as usize * bsz;
-                let b = (fb - first) as usize * bsz;
-                self.data_read(project, e.disk + (run - e.file), &mut buf[a..b])?;
-            }
-        }
-        let start = (off - first * bs) as usize;
-        let out = buf[start..start + (end - off) as usize].to_vec();
-        bump_bytes(&self.stats.data_read_bytes, out.len());
-        Ok((out, touch))
     }
 
     /// Sets the size. Shrinking frees the blocks past the new end (in bounded transactions, the
@@ -255,7 +162,7 @@ impl Fs {
                 return Err(FsError::IsDir);
             }
             // The range is the caller's now, blocks speculation mapped in it included.
-            super::write::forget_spec_range(&mut m.spec_prealloc, first, last + 1);
+            crate::fs::posix::write::forget_spec_range(&mut m.spec_prealloc, first, last + 1);
             let inode = m.inode.clone();
             let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
             self.space_check(st.hdr.get_mut(), hole_blocks + 8, Reserve::Keep)?;
@@ -299,7 +206,7 @@ impl Fs {
                 }
                 if end > m.inode.size {
                     // Blocks past the end that the caller asked for: no release trims them.
-                    m.inode.flags |= super::items::inode::INODE_PREALLOC;
+                    m.inode.flags |= crate::fs::items::inode::INODE_PREALLOC;
                 }
                 self.touch_ctime(m, now);
                 log_inode(t, m, &self.stats)?;
@@ -378,40 +285,5 @@ impl Fs {
             self.attrs_changed(ino);
         }
         Ok(())
-    }
-
-    /// SEEK_DATA (`data`) or SEEK_HOLE from `off`.
-    pub fn seek(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
-        bump(&self.stats.operations);
-        let (i, exts) = self.retrying(|| {
-            let st = self.read_state();
-            let i = self.peek_inode(&st, ino)?;
-            if off >= i.size {
-                return Err(FsError::NoData);
-            }
-            let bs = u64::from(self.bs);
-            let mut v = self.view(&st);
-            let exts = extents_in(&mut v, ino, off / bs, i.size.div_ceil(bs))?;
-            Ok((i, exts))
-        })?;
-        let bs = u64::from(self.bs);
-        let mut pos = off;
-        for e in &exts {
-            let (s, en) = (e.file * bs, e.end() * bs);
-            if data {
-                if en > pos {
-                    return Ok(pos.max(s).min(i.size));
-                }
-            } else if s > pos {
-                return Ok(pos);
-            } else {
-                pos = pos.max(en);
-            }
-        }
-        if data {
-            Err(FsError::NoData)
-        } else {
-            Ok(pos.min(i.size))
-        }
     }
 }

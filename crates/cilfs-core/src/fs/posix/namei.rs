@@ -1,28 +1,23 @@
-//! Namespace and attribute operations: lookup, create (mknod, mkdir, symlink), link, unlink,
-//! rmdir, rename, readdir, setattr, open/release and orphan reclaim.
+//! Names: lookup, create (mknod, mkdir, symlink), readlink, link, unlink and rmdir, and the
+//! directory-entry steps they and rename share (find, add and remove an entry).
 
-use super::cache::inode_cache::InodeMap;
-use super::error::{FsError, FsResult};
-use super::items::dir::{self, check_name, decode_bucket, DirEntry};
-use super::items::header::{Header, TREE_FS};
-use super::items::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
-use super::posix::xattr;
-use super::rules::acl;
-use super::rules::change::ChangeCounter;
-use super::rules::setid::drop_caps;
-use super::shared_tx::{Scratch, StateRef};
-use super::stats::bump;
-use super::tree::keys::{
-    key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK,
-    ORPHAN_OWNER,
+use crate::fs::cache::inode_cache::InodeMap;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::dir::{self, check_name, decode_bucket, DirEntry};
+use crate::fs::items::header::TREE_FS;
+use crate::fs::items::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
+use crate::fs::posix::xattr;
+use crate::fs::rules::acl;
+use crate::fs::rules::change::ChangeCounter;
+use crate::fs::shared_tx::{Scratch, StateRef};
+use crate::fs::tree::keys::{
+    key, kind_of, name_hash, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
-use super::tx::TreeRead;
-use super::tx::{FsTx, Trees};
-use super::types::XattrFlags;
-use super::types::{
-    Cred, Reserve, SetAttr, SetTime, StatFs, LINK_MAX, RESERVE_BLOCKS, SYMLINK_CHUNK, SYMLINK_MAX,
-};
-use super::{log_inode, Fs, InodeMem};
+use crate::fs::tx::TreeRead;
+use crate::fs::tx::{FsTx, Trees};
+use crate::fs::types::XattrFlags;
+use crate::fs::types::{Cred, Reserve, LINK_MAX, SYMLINK_CHUNK, SYMLINK_MAX};
+use crate::fs::{log_inode, Fs, InodeMem};
 
 /// Whether `ino` has no item in the fs tree but its inode item: no extents, xattrs or symlink
 /// target.
@@ -33,7 +28,7 @@ fn only_inode_item(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
 
 /// One directory's entries changing inside a transaction.
 pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
-    let k = key(dir, KIND_DIRENT, super::tree::keys::name_hash(&e.name));
+    let k = key(dir, KIND_DIRENT, crate::fs::tree::keys::name_hash(&e.name));
     let mut bucket = match t.get(TREE_FS, k)? {
         Some(v) => dir::decode_slotted(&v, dir)?,
         None => Vec::new(),
@@ -43,7 +38,7 @@ pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> 
     let slot = dir::free_slot(&bucket).ok_or(FsError::NoSpace)?;
     bucket.push((slot, e.clone()));
     let v = dir::encode_bucket(&bucket);
-    if v.len() > super::tree::node::max_value_bytes(t.tx_block_size()) {
+    if v.len() > crate::fs::tree::node::max_value_bytes(t.tx_block_size()) {
         return Err(FsError::NoSpace);
     }
     t.insert(TREE_FS, k, &v)?;
@@ -51,7 +46,7 @@ pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> 
 }
 
 pub(crate) fn dir_remove(t: &mut FsTx<'_>, dir: u64, name: &[u8]) -> FsResult<DirEntry> {
-    let k = key(dir, KIND_DIRENT, super::tree::keys::name_hash(name));
+    let k = key(dir, KIND_DIRENT, crate::fs::tree::keys::name_hash(name));
     let Some(v) = t.get(TREE_FS, k)? else {
         return Err(FsError::NotFound);
     };
@@ -91,33 +86,6 @@ pub(crate) fn dir_is_empty(t: &mut dyn TreeRead, tree: u8, dir: u64) -> FsResult
 }
 
 impl Fs {
-    pub(crate) fn op(&self) {
-        bump(&self.stats.operations);
-    }
-
-    /// Tells `FsOptions::attrs_changed` that `ino`'s attributes changed behind the reply of
-    /// the operation; called without the filesystem lock.
-    pub(crate) fn attrs_changed(&self, ino: u64) {
-        if let Some(f) = &self.opts.attrs_changed {
-            f(ino);
-        }
-    }
-
-    /// A change that logs the inode anyway: bump the counter (forced) and set ctime.
-    pub(crate) fn touch_ctime(&self, m: &mut InodeMem, now: Timespec) {
-        m.inode.ctime = now;
-        m.change.maybe_increment(true);
-        bump(&self.stats.change_bumps);
-    }
-
-    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
-        self.op();
-        self.retrying(|| {
-            let st = self.read_state();
-            Ok(self.peek_inode(&st, ino)?.attr(self.bs))
-        })
-    }
-
     pub fn lookup(&self, parent: u64, name: &[u8]) -> FsResult<Attr> {
         self.op();
         if name.len() > dir::NAME_MAX {
@@ -150,61 +118,6 @@ impl Fs {
             };
             Ok(self.peek_inode(&st, ino)?.attr(self.bs))
         })
-    }
-
-    /// Whether `blocks` blocks that are neither busy nor in the part of the reserve `reserve`
-    /// keeps back are free; if not and some are busy, forces the log to make those usable and
-    /// looks again. Called before a transaction starts, so that running out of space is a clean
-    /// ENOSPC: an allocation that fails after the transaction logged changes shuts the journal
-    /// down.
-    pub(crate) fn space_check(&self, hdr: &Header, blocks: u64, reserve: Reserve) -> FsResult<()> {
-        self.space_check_free(hdr.free_blocks, blocks, reserve)
-    }
-
-    /// `space_check` against `free_blocks` free in the trees.
-    pub(crate) fn space_check_free(
-        &self,
-        free_blocks: u64,
-        blocks: u64,
-        reserve: Reserve,
-    ) -> FsResult<()> {
-        let keep = match reserve {
-            Reserve::Keep => RESERVE_BLOCKS,
-            Reserve::Quarter => RESERVE_BLOCKS / 4,
-            Reserve::Use => 0,
-        };
-        // Enough even counting every busy extent not yet pruned: no lock needed.
-        if free_blocks.saturating_sub(self.busy.taken_blocks()) >= blocks + keep {
-            return Ok(());
-        }
-        // Blocks reserved by writes in flight are as good as taken; busy ones come back with a
-        // force.
-        let (busy, reserved) = {
-            let mut b = self.lock_busy();
-            b.prune(self.journal.completed_seq());
-            (b.blocks(), b.reserved_blocks())
-        };
-        let avail = free_blocks.saturating_sub(busy + reserved);
-        if avail >= blocks + keep {
-            return Ok(());
-        }
-        if busy > 0 {
-            // Space freed by checkpoints not yet stable: make it usable and look again, with
-            // the force outside the filesystem lock when the operation can still start over.
-            if super::retry::may_retry() {
-                return Err(FsError::Retry(super::retry::Retry::ForceLog));
-            }
-            self.journal.force_all()?;
-            let busy = {
-                let mut b = self.lock_busy();
-                b.prune(self.journal.completed_seq());
-                b.blocks() + b.reserved_blocks()
-            };
-            if free_blocks.saturating_sub(busy) >= blocks + keep {
-                return Ok(());
-            }
-        }
-        Err(FsError::NoSpace)
     }
 
     /// mknod for every non-directory type except symlinks: regular files, fifos, sockets and
@@ -269,9 +182,9 @@ impl Fs {
     /// A "directory" that is a file in memory is refused when its lock is taken rather than
     /// after the wait: a file's IO lock is held across its data IO, which may be slow or
     /// throttled, and the operation would then only find it no directory.
-    fn lock_names(&self, dir: u64) -> FsResult<super::cache::iolock::IoGuard<'_>> {
+    fn lock_names(&self, dir: u64) -> FsResult<crate::fs::cache::iolock::IoGuard<'_>> {
         self.io
-            .lock_unless(dir, super::cache::iolock::IoMode::Exclusive, || {
+            .lock_unless(dir, crate::fs::cache::iolock::IoMode::Exclusive, || {
                 self.read_state()
                     .inodes
                     .lock(dir)
@@ -350,7 +263,7 @@ impl Fs {
                 format!(
                     "the header's next inode number {} leaves none below the limit {}",
                     t.hdr.next_ino,
-                    super::space::ino_alloc::INO_LIMIT
+                    crate::fs::space::ino_alloc::INO_LIMIT
                 ),
             )
         })?;
@@ -390,7 +303,7 @@ impl Fs {
             nlink: if is_dir { 2 } else { 1 },
             size: target.map_or(0, |t| t.len() as u64),
             disk_size: 0,
-            dirty_from: super::items::inode::NOT_DIRTY,
+            dirty_from: crate::fs::items::inode::NOT_DIRTY,
             blocks: 0,
             atime: now,
             mtime: now,
@@ -518,7 +431,7 @@ impl Fs {
         if !p.is_dir() {
             return Err(FsError::NotDir);
         }
-        super::tenant::may_enter(&target, &p)?;
+        crate::fs::tenant::may_enter(&target, &p)?;
         if p.nlink == 0 {
             return Err(FsError::NotFound);
         }
@@ -671,212 +584,5 @@ impl Fs {
             t.insert(TREE_FS, key(ORPHAN_OWNER, KIND_ORPHAN, ino), &[])?;
         }
         Ok(())
-    }
-
-    /// Directory entries from `cookie` on, "." and ".." first; each with the cookie that
-    /// resumes after it. At most `max` entries, whole hash buckets only (at least one). Moves
-    /// the directory's atime as a read moves a file's, unless `nodiratime`.
-    pub fn readdir(&self, ino: u64, cookie: u64, max: usize) -> FsResult<Vec<(DirEntry, u64)>> {
-        self.op();
-        let (out, touch) = self.retrying(|| self.readdir_shared(ino, cookie, max))?;
-        if touch && self.opts.diratime {
-            self.touch_atime(ino);
-        }
-        Ok(out)
-    }
-
-    fn readdir_shared(
-        &self,
-        ino: u64,
-        cookie: u64,
-        max: usize,
-    ) -> FsResult<(Vec<(DirEntry, u64)>, bool)> {
-        let st = self.read_state();
-        let d = self.peek_inode(&st, ino)?;
-        if !d.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        let touch = self.atime_needs_update(&d, self.now());
-        let mut out = Vec::new();
-        let mut c = cookie;
-        if c == 0 {
-            out.push((
-                DirEntry {
-                    ino,
-                    kind: FileType::Directory,
-                    name: b".".to_vec(),
-                },
-                1,
-            ));
-            c = 1;
-        }
-        if c == 1 && out.len() < max {
-            out.push((
-                DirEntry {
-                    ino: d.parent,
-                    kind: FileType::Directory,
-                    name: b"..".to_vec(),
-                },
-                2,
-            ));
-            c = 2;
-        }
-        if c < 2 {
-            return Ok((out, touch));
-        }
-        let (from, first_slot) = dir::resume_at(c.max(3));
-        if from > super::tree::keys::OFFSET_MAX {
-            return Ok((out, touch));
-        }
-        let mut v = self.view(&st);
-        // Every bucket holds an entry: `max` buckets fill the reply, after the one the cookie
-        // points into, whose entries may all have been returned.
-        let items = v.scan(
-            TREE_FS,
-            key(ino, KIND_DIRENT, from),
-            key(ino, KIND_DIRENT, super::tree::keys::OFFSET_MAX),
-            max.max(1) + 1,
-        )?;
-        'buckets: for (k, val) in items {
-            let hash = offset_of(k);
-            for (slot, e) in dir::decode_slotted(&val, ino)? {
-                if hash == from && usize::from(slot) < first_slot {
-                    continue;
-                }
-                if out.len() >= max.max(1) {
-                    break 'buckets;
-                }
-                out.push((e, dir::cookie_after(hash, slot)));
-            }
-        }
-        Ok((out, touch))
-    }
-
-    pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {
-        self.retrying(|| {
-            self.op();
-            self.check_writable()?;
-            // A mode that comes with a size is the kernel's own clearing of set-user-ID, by an
-            // older rule and from the mode before the truncate: what the truncate cleared stays so.
-            let truncate_killed = match sa.size {
-                Some(size) => self.truncate(cred, ino, size)?,
-                None => 0,
-            };
-            if sa.mode.is_none()
-                && sa.uid.is_none()
-                && sa.gid.is_none()
-                && sa.atime.is_none()
-                && sa.mtime.is_none()
-            {
-                let mut st = self.write_state();
-                return Ok(self.load(&mut st, ino)?.inode.attr(self.bs));
-            }
-            let now = self.now();
-            let bs = self.bs;
-            // Built optimistically (`shared_tx.rs`), as creates are: a chmod, chown or utimes
-            // of one inode no longer stops every other operation (untar sets all three on
-            // every file it makes).
-            self.with_shared_tx(&[ino], |st, t, sc| {
-                // chmod rewrites the access ACL's owner, mask and other entries.
-                let acl = match sa.mode {
-                    Some(_) if self.opts.acl => match self.xattr_lookup_in(t, ino, acl::ACCESS)? {
-                        Some(v) => acl::Acl::parse(&v).map_err(|_| {
-                            FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
-                        })?,
-                        None => None,
-                    },
-                    _ => None,
-                };
-                let m = sc.load(st, t, ino)?;
-                if let Some(mode) = sa.mode {
-                    m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
-                    if let Some(mut a) = acl {
-                        a.chmod(mode);
-                        xattr::put(
-                            t,
-                            ino,
-                            acl::ACCESS,
-                            Some(&a.encode()),
-                            XattrFlags::default(),
-                        )?;
-                    }
-                }
-                let chown = sa.uid.is_some() || sa.gid.is_some();
-                if chown && !m.inode.is_dir() {
-                    drop_caps(t, ino)?;
-                }
-                // Any chown, to the same owner too, as on Linux. A kernel without
-                // FUSE_HANDLE_KILLPRIV_V2 sends the mode it computed with a chown, by an older rule
-                // (no set-group-ID without group execute): the bits are cleared on top of it.
-                let kill = match chown {
-                    true => self.chown_kills(cred, &m.inode),
-                    false => 0,
-                };
-                if let Some(uid) = sa.uid {
-                    m.inode.uid = uid;
-                }
-                if let Some(gid) = sa.gid {
-                    m.inode.gid = gid;
-                }
-                m.inode.mode &= !kill;
-                let resolve = |s: SetTime| match s {
-                    SetTime::Now => now,
-                    SetTime::At(t) => t,
-                };
-                if let Some(a) = sa.atime {
-                    m.inode.atime = resolve(a);
-                }
-                if let Some(mt) = sa.mtime {
-                    m.inode.mtime = resolve(mt);
-                }
-                self.touch_ctime(m, now);
-                log_inode(t, m, &self.stats)?;
-                Ok((m.inode.attr(bs), vec![ino]))
-            })
-        })
-    }
-
-    /// Busy extents count as free and available, as XFS counts them: they belong to no file,
-    /// only their reuse waits until the checkpoint that freed them is stable, and any operation
-    /// that needs them forces the log first (`space_check`). Counting them as taken kept df
-    /// 200 MiB short after deleting a 200 MiB file until some later transaction came after a
-    /// checkpoint: `sync(1)` does not reach cilfs (no FUSE_SYNCFS), so nothing a user does
-    /// brought it back. The free list's blocks are free but kept for the free-space trees'
-    /// own nodes, and the reserve for operations that give space back, so neither is available.
-    pub fn statfs(&self) -> StatFs {
-        self.op();
-        let st = self.read_state();
-        let h = self.hdr(&st);
-        let free = h.free_blocks + h.freelist.len() as u64;
-        let avail = h.free_blocks.saturating_sub(RESERVE_BLOCKS);
-        StatFs {
-            blocks: h.data_end - h.data_start,
-            bfree: free,
-            bavail: avail,
-            files: h.inode_count + avail,
-            ffree: avail,
-            bsize: self.bs,
-            namelen: dir::NAME_MAX as u32,
-        }
-    }
-
-    /// The change attribute (marks it queried): what `user.cilfs.change` and `cilfs stat
-    /// --change` report.
-    pub fn change_attr(&self, ino: u64) -> FsResult<u64> {
-        self.op();
-        bump(&self.stats.change_queries);
-        // The counter is atomic: a cached inode is queried under the shared lock, so a querier
-        // never waits for writers (nor they for it).
-        self.retrying(|| {
-            let st = self.read_state();
-            if let Some(m) = st.inodes.lock(ino).get(&ino) {
-                return Ok(super::visible_change(self.epoch, m.change.query()));
-            }
-            // Not in memory: the item's value, read (with no lock held if its block is not in
-            // the buffer cache: `retrying`) and not cached. An inode loaded later starts
-            // queried (`ChangeCounter::loaded`), so its next change moves the value past this.
-            let inode = super::read_inode(&mut self.view(&st), ino)?;
-            Ok(super::visible_change(self.epoch, inode.change))
-        })
     }
 }

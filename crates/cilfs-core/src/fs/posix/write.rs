@@ -1,5 +1,5 @@
 //! The write path, in three steps so that no data IO happens under the filesystem lock
-//! (issue 17): the inode's IO lock (`iolock.rs`) is held exclusively through all three, and
+//! (issue 17): the inode's IO lock (`cache/iolock.rs`) is held exclusively through all three, and
 //! only operations on the same inode wait for it.
 //!
 //! 1. Plan, under the filesystem lock: the range's mapping, the space check, free blocks
@@ -18,17 +18,17 @@
 //! The mapping is stable between the steps: everything that changes or frees this inode's
 //! blocks (write, truncate, fallocate, punch, reclaim) holds its IO lock exclusively.
 
-use super::cache::iolock::IoMode;
-use super::cache::pagecache::InodePages;
-use super::error::{FsError, FsResult};
-use super::items::extent::{max_file_size, Extent};
-use super::items::inode::Timespec;
-use super::rules::setid::{drop_caps, CAPS_XATTR};
-use super::shared_tx::FilePages;
-use super::space::map::extents_in;
-use super::stats::{bump, bump_bytes};
-use super::types::{Cred, Reserve};
-use super::{log_inode, DataMode, Fs, FsState, InodeMem, IversionMode};
+use crate::fs::cache::iolock::IoMode;
+use crate::fs::cache::pagecache::InodePages;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::extent::{max_file_size, Extent};
+use crate::fs::items::inode::Timespec;
+use crate::fs::rules::setid::{drop_caps, CAPS_XATTR};
+use crate::fs::shared_tx::FilePages;
+use crate::fs::space::map::extents_in;
+use crate::fs::stats::{bump, bump_bytes};
+use crate::fs::types::{Cred, Reserve};
+use crate::fs::{log_inode, DataMode, Fs, FsState, InodeMem, IversionMode};
 use cilfs_device::AlignedBuf;
 
 /// A partial block at an edge of the write that the file owns below its old size: its old
@@ -446,7 +446,7 @@ impl Fs {
         let blocks = self.write_blocks(plan, staged, data, &pages)?;
         #[cfg(test)]
         run_before_puts_hook(ino);
-        super::retry::changed_memory();
+        crate::fs::retry::changed_memory();
         self.note_dirty(&mut m.inode, first_block(&blocks));
         put_blocks(&mut pages, blocks);
         drop(pages);
@@ -501,7 +501,7 @@ impl Fs {
                     return Err(t.fail(e));
                 }
             };
-            super::retry::changed_memory();
+            crate::fs::retry::changed_memory();
             let first = first_block(&blocks);
             put_blocks(&mut pages, blocks);
             first
@@ -542,7 +542,11 @@ impl Fs {
 
     /// In ordered mode, notes that pages from file block `first` on go into the page cache dirty, so the size the log
     /// holds does not pass the first of them until they are written back.
-    pub(crate) fn note_dirty(&self, inode: &mut super::items::inode::Inode, first: Option<u64>) {
+    pub(crate) fn note_dirty(
+        &self,
+        inode: &mut crate::fs::items::inode::Inode,
+        first: Option<u64>,
+    ) {
         if let (DataMode::Ordered, Some(fb)) = (self.opts.data, first) {
             inode.note_dirty(fb * u64::from(self.bs));
         }
@@ -641,7 +645,7 @@ impl Fs {
                     }
                     // Past EOF must read as zeros even if an old write left bytes there, up to
                     // the write's end: past it may be data a truncate cut off that is not
-                    // logged yet (the module comment of `file.rs`).
+                    // logged yet (the module comment of `space.rs`).
                     let eof_in_block = plan.old_size.saturating_sub(fb * bs);
                     let end_in_block = (plan.off + data.len() as u64 - fb * bs).min(bs);
                     if eof_in_block < end_in_block {

@@ -1,13 +1,13 @@
 //! rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE: one transaction that moves a name,
 //! replaces or swaps the target, and fixes parents and link counts.
 
-use super::error::{FsError, FsResult};
-use super::items::dir::{self, check_name, DirEntry};
-use super::items::header::TREE_FS;
-use super::items::inode::FileType;
-use super::ops::{dir_add, dir_is_empty, dir_lookup, dir_remove};
-use super::types::{RenameFlags, Reserve, LINK_MAX};
-use super::{log_inode, Fs, FsState};
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::dir::{self, check_name, DirEntry};
+use crate::fs::items::header::TREE_FS;
+use crate::fs::items::inode::FileType;
+use crate::fs::posix::namei::{dir_add, dir_is_empty, dir_lookup, dir_remove};
+use crate::fs::types::{RenameFlags, Reserve, LINK_MAX};
+use crate::fs::{log_inode, Fs, FsState};
 
 impl Fs {
     pub fn rename(
@@ -45,10 +45,10 @@ impl Fs {
             let src_dir = src.kind == FileType::Directory;
             {
                 let np = self.peek_inode(&st, newparent)?;
-                super::tenant::may_enter(&self.peek_inode(&st, src.ino)?, &np)?;
+                crate::fs::tenant::may_enter(&self.peek_inode(&st, src.ino)?, &np)?;
                 if let (true, Some(d)) = (flags.exchange, &dst) {
                     let op = self.peek_inode(&st, parent)?;
-                    super::tenant::may_enter(&self.peek_inode(&st, d.ino)?, &op)?;
+                    crate::fs::tenant::may_enter(&self.peek_inode(&st, d.ino)?, &op)?;
                 }
             }
             if flags.exchange {

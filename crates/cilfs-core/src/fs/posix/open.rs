@@ -1,18 +1,18 @@
 //! Inode lifetime: open counts, and orphans (unlinked inodes still open, or left by a crash)
 //! freed at the last release or at the next mount.
 
-use super::cache::inode_cache::InodeMap;
-use super::cache::iolock::IoMode;
-use super::error::{FsError, FsResult};
-use super::items::header::TREE_FS;
-use super::items::inode::{Attr, INODE_PREALLOC};
-use super::stats::bump;
-use super::tree::keys::{
+use crate::fs::cache::inode_cache::InodeMap;
+use crate::fs::cache::iolock::IoMode;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::header::TREE_FS;
+use crate::fs::items::inode::{Attr, INODE_PREALLOC};
+use crate::fs::stats::bump;
+use crate::fs::tree::keys::{
     key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, OFFSET_MAX, ORPHAN_OWNER,
 };
-use super::tx::TreeRead;
-use super::tx::Trees;
-use super::{Fs, FsState};
+use crate::fs::tx::TreeRead;
+use crate::fs::tx::Trees;
+use crate::fs::{Fs, FsState};
 
 /// Tests: hooks for one filesystem's next open of one inode that reads it from the tree, each
 /// run once after that read (`set_open_after_read_hook`). Tests running side by side each add
@@ -101,12 +101,13 @@ impl Fs {
                 if k.a != ino {
                     break;
                 }
-                if kind_of(k) == super::tree::keys::KIND_XATTR {
-                    super::posix::xattr::free_bucket(t, &v, ino)?;
+                if kind_of(k) == crate::fs::tree::keys::KIND_XATTR {
+                    crate::fs::posix::xattr::free_bucket(t, &v, ino)?;
                 }
-                if kind_of(k) == super::tree::keys::KIND_EXTENT {
-                    let area = super::tx::Trees::data_area(t);
-                    let ext = super::items::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
+                if kind_of(k) == crate::fs::tree::keys::KIND_EXTENT {
+                    let area = crate::fs::tx::Trees::data_area(t);
+                    let ext =
+                        crate::fs::items::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
                     t.free_extent(ext.disk, ext.len)?;
                     if let Some(m) = inodes.get_mut(&ino) {
                         m.inode.blocks = m.inode.blocks.saturating_sub(ext.len);
@@ -175,7 +176,7 @@ impl Fs {
             // meanwhile holds its leaf until its copy is in memory, so what is read is either
             // what is in memory below, or older than something that left the shard since: a
             // commit's copy trimmed, or an inode freed. Then it runs again.
-            let inode = super::read_inode(&mut self.view(&st), ino)?;
+            let inode = crate::fs::read_inode(&mut self.view(&st), ino)?;
             #[cfg(test)]
             run_open_after_read_hook(self, ino);
             if inode.nlink == 0 {
@@ -185,28 +186,32 @@ impl Fs {
             }
             let mut inodes = st.inodes.lock(ino);
             if !inodes.contains_key(&ino) && st.inodes.removals(ino) != removals {
-                return Err(FsError::Retry(super::retry::Retry::Reshaped));
+                return Err(FsError::Retry(crate::fs::retry::Retry::Reshaped));
             }
             inodes
                 .entry(ino)
-                .or_insert_with(|| Box::new(super::InodeMem::loaded(inode)));
+                .or_insert_with(|| Box::new(crate::fs::InodeMem::loaded(inode)));
             self.open_in_memory(&mut inodes, ino)
                 .unwrap_or_else(|| unreachable!("inserted above"))
         })
     }
 
     /// `open_inode` on `ino` if it is in memory (its shard locked as `inodes`).
-    fn open_in_memory(&self, inodes: &mut super::InodeTable, ino: u64) -> Option<FsResult<Attr>> {
+    fn open_in_memory(
+        &self,
+        inodes: &mut crate::fs::InodeTable,
+        ino: u64,
+    ) -> Option<FsResult<Attr>> {
         let m = inodes.get_mut(&ino)?;
         if m.freeing {
-            return Some(Err(FsError::Retry(super::retry::Retry::Freeing)));
+            return Some(Err(FsError::Retry(crate::fs::retry::Retry::Freeing)));
         }
         if m.inode.nlink == 0 && m.open == 0 {
             // No name and no handle: being freed (or about to be); never alive again.
             return Some(Err(FsError::NotFound));
         }
         m.open += 1;
-        super::retry::changed_memory();
+        crate::fs::retry::changed_memory();
         Some(Ok(m.inode.attr(self.bs)))
     }
 
@@ -243,7 +248,9 @@ impl Fs {
     /// fallocate asked for them, so an earlier mount's speculation left them (XFS trims the
     /// same way at close unless the inode has its PREALLOC flag). Whether it freed any.
     fn trim_prealloc(&self, ino: u64) -> FsResult<bool> {
-        let _io = self.io.lock(ino, super::cache::iolock::IoMode::Exclusive);
+        let _io = self
+            .io
+            .lock(ino, crate::fs::cache::iolock::IoMode::Exclusive);
         // Through `retrying`: the extents past the end of a file read back from disk may not
         // be in the buffer cache, and their read must not happen under the filesystem lock.
         let (keep, ranges) = self.retrying(|| {
@@ -257,8 +264,8 @@ impl Fs {
             }
             let keep = m.inode.size.div_ceil(u64::from(self.bs));
             let past_end = if m.stale_prealloc && m.inode.flags & INODE_PREALLOC == 0 {
-                let mut v = super::tx::ReadView::new(&self.journal, hdr.get_mut().roots());
-                let past = super::space::map::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
+                let mut v = crate::fs::tx::ReadView::new(&self.journal, hdr.get_mut().roots());
+                let past = crate::fs::space::map::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
                 past.last().map(|e| e.end())
             } else {
                 None

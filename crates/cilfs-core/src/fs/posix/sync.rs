@@ -2,12 +2,12 @@
 //! the log, fsync, sync and the clean unmount. Each inode is written back under its own IO lock
 //! (exclusive), with the data IO outside the filesystem lock.
 
-use super::cache::iolock::IoMode;
-use super::error::{FsError, FsResult};
-use super::items::inode::NOT_DIRTY;
-use super::space::map::extents_in;
-use super::stats::bump;
-use super::{log_inode, Fs};
+use crate::fs::cache::iolock::IoMode;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::inode::NOT_DIRTY;
+use crate::fs::space::map::extents_in;
+use crate::fs::stats::bump;
+use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
 /// A dirty page to write back: (disk block, file block, contents).
@@ -137,7 +137,7 @@ impl Fs {
             };
             let exts = extents_in(&mut self.view(&st), ino, lo, hi + 1)?;
             // Pages taken must be written: no giving up after this.
-            super::retry::changed_memory();
+            crate::fs::retry::changed_memory();
             let pages = st.cache.take_dirty(ino);
             let mut runs: Vec<Run> = Vec::with_capacity(pages.len());
             let mut e = exts.iter().peekable();
