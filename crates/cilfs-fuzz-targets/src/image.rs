@@ -11,13 +11,14 @@
 //! header's LSN stamp CRC, or the superblock's CRC, recomputed, so the damage is one a CRC
 //! does not catch (a bad memory write before the block was sealed).
 
+use cilfs_core::check;
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::format::{header_crc, HEADER_BYTES, HEADER_CRC_OFFSET};
 use cilfs_core::fs::items::header::{HEADER_LSN_OFFSET, HEADER_MAGIC};
 use cilfs_core::fs::tree::node::{NODE_LSN_OFFSET, NODE_MAGIC};
 use cilfs_core::fs::types::Cred;
 use cilfs_core::fs::types::XattrFlags;
-use cilfs_core::fs::{check, mkfs, Fs, FsOptions, Timespec, ROOT_INO};
+use cilfs_core::fs::{mkfs, Fs, FsOptions, Timespec, ROOT_INO};
 use cilfs_core::journal::{self, Journal, JournalConfig, PushMode};
 use cilfs_core::log::recover::write_lsn_stamp;
 use cilfs_core::log::{FlushPolicy, LogConfig, Lsn};

@@ -17,9 +17,9 @@
 //! metadata: they are not targets.
 
 use cilfs_core::check::repair::{repair_image, RepairOptions};
+use cilfs_core::check::{check, check_image, Role};
 use cilfs_core::format::superblock::{front_backup_block, SbLog, Superblock};
 use cilfs_core::format::{header_crc, HEADER_BYTES, HEADER_CRC_OFFSET};
-use cilfs_core::fs::check::{check, check_image, Role};
 use cilfs_core::fs::items::dir::decode_bucket;
 use cilfs_core::fs::items::header::{
     HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,

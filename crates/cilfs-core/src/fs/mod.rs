@@ -13,7 +13,6 @@
 //! lock table.
 
 pub mod cache;
-pub mod check;
 pub mod error;
 pub mod items;
 pub mod mkfs;

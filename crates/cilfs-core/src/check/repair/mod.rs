@@ -23,7 +23,7 @@ mod scan;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use crate::fs::check::{check_image, CheckError};
+use crate::check::{check_image, CheckError};
 use crate::fs::items::header::{TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use crate::fs::tree::node::Key;
 use crate::journal::{Journal, JournalConfig, JournalError};

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::fs::check::check_image;
+use crate::check::check_image;
 use crate::fs::items::extent::Extent;
 use crate::fs::items::header::{Header, HEADER_LSN_OFFSET};
 use crate::fs::tests::{mount, new_dev, BS};

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::check;
 use crate::fs::tests::{jcfg, mount, new_dev, TestClock};
 use crate::fs::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
 use crate::fs::tx::Trees;

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::check;
 use crate::fs::tests::{assert_clean, jcfg, new_dev, TestClock};
 use crate::fs::types::Cred;
 use crate::fs::*;

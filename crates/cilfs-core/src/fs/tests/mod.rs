@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
+use crate::check;
 use crate::format::superblock::SbLog;
 use crate::fs::rules::acl;
 use crate::fs::tree::{keys, node};
@@ -2257,7 +2258,7 @@ fn new_tree_nodes_are_not_read_from_the_device() {
     }
     // Every block of every tree in the cache: a split takes its block from the free list,
     // and the free-space trees' leaves are read only when the list is topped up.
-    assert!(crate::fs::check::check(&fs).unwrap().is_clean());
+    assert!(crate::check::check(&fs).unwrap().is_clean());
     let levels = fs.tree_levels();
     let reads = dev.stats().reads;
     // Enough names (with the inodes beside them) to split leaves many times over, and the

@@ -3,6 +3,7 @@
 //! consistency checker; a clean remount now and then.
 #![allow(clippy::unwrap_used, clippy::map_entry)]
 
+use crate::check;
 use crate::fs::tests::{assert_clean, mount, new_dev, TestClock};
 use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags, SetAttr};
@@ -556,7 +557,7 @@ proptest! {
 /// no longer test block reuse), or if any value differs after a remount.
 #[test]
 fn model_with_tree_nodes_reused_for_xattr_values_and_back() {
-    use crate::fs::check::Role;
+    use crate::check::Role;
     let mut ops = vec![
         Op::Create { dir: 0, name: 1 },
         Op::Create { dir: 0, name: 2 },

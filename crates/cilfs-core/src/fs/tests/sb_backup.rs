@@ -4,9 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::check::check_image;
 use crate::format::superblock::front_backup_block;
 use crate::format::Superblock;
-use crate::fs::check::check_image;
 use crate::fs::tests::{jcfg, layout};
 use crate::fs::types::Cred;
 use crate::fs::*;

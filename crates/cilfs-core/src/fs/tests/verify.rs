@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use crate::check;
 use crate::fs::tests::{jcfg, new_dev, BS};
 use crate::fs::tree::btree;
 use crate::fs::tree::keys::{key, KIND_EXTENT, KIND_INODE};

@@ -3,15 +3,16 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::super::tests::{jcfg, layout, mount, new_dev, BS};
-use super::super::tree::node::{NODE_HEADER_BYTES, NODE_LSN_OFFSET};
-use super::super::types::Cred;
-use super::super::*;
 use super::{check_with, CheckReport, ReadAheadMode, Role};
+use crate::fs::tests::{jcfg, layout, mount, new_dev, BS};
+use crate::fs::tree::node::{NODE_HEADER_BYTES, NODE_LSN_OFFSET};
+use crate::fs::types::Cred;
+use crate::fs::*;
 use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::rng::SimRng;
 use cilfs_device::{AlignedBuf, Device, OverlayDevice, SimDevice, WriteFlags};
+use std::sync::Arc;
 
 /// Directories, files with data, hard links, symlinks, inline and remote xattrs; unmounted.
 pub(super) fn populated() -> Arc<SimDevice> {

@@ -2,7 +2,7 @@
 //! hash map of some 200 bytes an entry, whose growth (rehashing into fresh, zeroed pages) was
 //! half of `cilfs check`'s CPU time (perf, 1M empty files).
 
-use super::super::items::inode::{FileType, Inode, S_IFDIR, S_IFMT};
+use crate::fs::items::inode::{FileType, Inode, S_IFDIR, S_IFMT};
 use std::collections::BTreeMap;
 
 /// The fields of an inode item the checks read.
