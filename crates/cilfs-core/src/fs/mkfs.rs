@@ -9,7 +9,7 @@ use super::items::inode::{Inode, Timespec, ROOT_INO};
 use super::space::alloc::Busy;
 use super::tree::btree::Root;
 use super::tree::keys::{key, KIND_INODE};
-use super::tx::FsTx;
+use super::txn::FsTx;
 use crate::journal::Journal;
 
 /// Blocks the smallest filesystem needs beyond the header, trees and free list.

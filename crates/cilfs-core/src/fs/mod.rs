@@ -1,6 +1,6 @@
 //! The filesystem layer: inodes, directories, extents and xattrs as items of one B+tree of
 //! journaled metadata blocks (the fs tree), free space in two more trees, file data written in
-//! place. Every metadata change is one journal transaction ([`tx::FsTx`]). POSIX-shaped
+//! place. Every metadata change is one journal transaction ([`txn::FsTx`]). POSIX-shaped
 //! operations return typed errors; the FUSE adapter only translates.
 //!
 //! Concurrency: one reader-writer lock over the filesystem state (the header, the inode cache,
@@ -17,14 +17,12 @@ pub mod error;
 pub mod items;
 pub mod mkfs;
 mod posix;
-mod retry;
 pub mod rules;
-mod shared_tx;
 pub mod space;
 pub mod stats;
 pub mod tenant;
 pub mod tree;
-pub mod tx;
+pub mod txn;
 pub mod types;
 
 pub use error::{FsError, FsResult};
@@ -42,7 +40,7 @@ use crate::lockstat::{LockWaitStats, LockWaits};
 use cache::inode_cache::{AllShards, InodeCache, InodeMap};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
-use tx::{FsTx, ReadView, TreeRead};
+use txn::{FsTx, ReadView, TreeRead};
 
 /// How the change attribute is maintained (journal.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -476,7 +474,7 @@ impl Fs {
     /// Commits and adopts the transaction's header.
     pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
         let (seq, hdr) = t.commit()?;
-        retry::committed();
+        txn::retry::committed();
         let h = st.hdr.get_mut();
         if h.roots() != hdr.roots() {
             // No reader runs beside this commit, but a view must never trust roots copied
@@ -575,7 +573,7 @@ impl Fs {
             SyncMode::All => true,
             SyncMode::Dirs => dir_changed(),
         };
-        if force && seq > self.journal.completed_seq() && !retry::owe_force(seq) {
+        if force && seq > self.journal.completed_seq() && !txn::retry::owe_force(seq) {
             self.journal.force(seq)?;
         }
         Ok(())
@@ -640,7 +638,7 @@ impl Fs {
             )
         };
         ReadView {
-            reshape: Some(tx::Reshape {
+            reshape: Some(txn::Reshape {
                 roots_moved: &self.roots_moved,
                 seen,
                 path: Vec::new(),

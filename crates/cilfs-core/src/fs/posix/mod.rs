@@ -80,8 +80,8 @@ impl Fs {
         if busy > 0 {
             // Space freed by checkpoints not yet stable: make it usable and look again, with
             // the force outside the filesystem lock when the operation can still start over.
-            if crate::fs::retry::may_retry() {
-                return Err(FsError::Retry(crate::fs::retry::Retry::ForceLog));
+            if crate::fs::txn::retry::may_retry() {
+                return Err(FsError::Retry(crate::fs::txn::retry::Retry::ForceLog));
             }
             self.journal.force_all()?;
             let busy = {

@@ -9,12 +9,12 @@ use crate::fs::items::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK,
 use crate::fs::posix::xattr;
 use crate::fs::rules::acl;
 use crate::fs::rules::change::ChangeCounter;
-use crate::fs::shared_tx::{Scratch, StateRef};
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
-use crate::fs::tx::TreeRead;
-use crate::fs::tx::{FsTx, Trees};
+use crate::fs::txn::shared_tx::{Scratch, StateRef};
+use crate::fs::txn::TreeRead;
+use crate::fs::txn::{FsTx, Trees};
 use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, Reserve, LINK_MAX, SYMLINK_CHUNK, SYMLINK_MAX};
 use crate::fs::{log_inode, Fs, InodeMem};

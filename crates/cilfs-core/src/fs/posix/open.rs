@@ -10,8 +10,8 @@ use crate::fs::stats::bump;
 use crate::fs::tree::keys::{
     key, kind_of, offset_of, KIND_INODE, KIND_ORPHAN, OFFSET_MAX, ORPHAN_OWNER,
 };
-use crate::fs::tx::TreeRead;
-use crate::fs::tx::Trees;
+use crate::fs::txn::TreeRead;
+use crate::fs::txn::Trees;
 use crate::fs::{Fs, FsState};
 
 /// Tests: hooks for one filesystem's next open of one inode that reads it from the tree, each
@@ -105,7 +105,7 @@ impl Fs {
                     crate::fs::posix::xattr::free_bucket(t, &v, ino)?;
                 }
                 if kind_of(k) == crate::fs::tree::keys::KIND_EXTENT {
-                    let area = crate::fs::tx::Trees::data_area(t);
+                    let area = crate::fs::txn::Trees::data_area(t);
                     let ext =
                         crate::fs::items::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
                     t.free_extent(ext.disk, ext.len)?;
@@ -186,7 +186,7 @@ impl Fs {
             }
             let mut inodes = st.inodes.lock(ino);
             if !inodes.contains_key(&ino) && st.inodes.removals(ino) != removals {
-                return Err(FsError::Retry(crate::fs::retry::Retry::Reshaped));
+                return Err(FsError::Retry(crate::fs::txn::retry::Retry::Reshaped));
             }
             inodes
                 .entry(ino)
@@ -204,14 +204,14 @@ impl Fs {
     ) -> Option<FsResult<Attr>> {
         let m = inodes.get_mut(&ino)?;
         if m.freeing {
-            return Some(Err(FsError::Retry(crate::fs::retry::Retry::Freeing)));
+            return Some(Err(FsError::Retry(crate::fs::txn::retry::Retry::Freeing)));
         }
         if m.inode.nlink == 0 && m.open == 0 {
             // No name and no handle: being freed (or about to be); never alive again.
             return Some(Err(FsError::NotFound));
         }
         m.open += 1;
-        crate::fs::retry::changed_memory();
+        crate::fs::txn::retry::changed_memory();
         Some(Ok(m.inode.attr(self.bs)))
     }
 
@@ -264,7 +264,7 @@ impl Fs {
             }
             let keep = m.inode.size.div_ceil(u64::from(self.bs));
             let past_end = if m.stale_prealloc && m.inode.flags & INODE_PREALLOC == 0 {
-                let mut v = crate::fs::tx::ReadView::new(&self.journal, hdr.get_mut().roots());
+                let mut v = crate::fs::txn::ReadView::new(&self.journal, hdr.get_mut().roots());
                 let past = crate::fs::space::map::extents_in(&mut v, ino, keep, OFFSET_MAX)?;
                 past.last().map(|e| e.end())
             } else {

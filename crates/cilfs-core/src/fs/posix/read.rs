@@ -12,7 +12,7 @@ use crate::fs::items::dir::{self, DirEntry};
 use crate::fs::items::header::TREE_FS;
 use crate::fs::items::inode::FileType;
 use crate::fs::tree::keys::{key, offset_of, KIND_DIRENT};
-use crate::fs::tx::Trees;
+use crate::fs::txn::Trees;
 
 impl Fs {
     /// Reads up to `size` bytes at `off`, and moves atime as the mount's atime mode says.

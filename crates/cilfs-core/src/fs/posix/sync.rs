@@ -137,7 +137,7 @@ impl Fs {
             };
             let exts = extents_in(&mut self.view(&st), ino, lo, hi + 1)?;
             // Pages taken must be written: no giving up after this.
-            crate::fs::retry::changed_memory();
+            crate::fs::txn::retry::changed_memory();
             let pages = st.cache.take_dirty(ino);
             let mut runs: Vec<Run> = Vec::with_capacity(pages.len());
             let mut e = exts.iter().peekable();

@@ -24,9 +24,9 @@ use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::extent::{max_file_size, Extent};
 use crate::fs::items::inode::Timespec;
 use crate::fs::rules::setid::{drop_caps, CAPS_XATTR};
-use crate::fs::shared_tx::FilePages;
 use crate::fs::space::map::extents_in;
 use crate::fs::stats::{bump, bump_bytes};
+use crate::fs::txn::shared_tx::FilePages;
 use crate::fs::types::{Cred, Reserve};
 use crate::fs::{log_inode, DataMode, Fs, FsState, InodeMem, IversionMode};
 use cilfs_device::AlignedBuf;
@@ -446,7 +446,7 @@ impl Fs {
         let blocks = self.write_blocks(plan, staged, data, &pages)?;
         #[cfg(test)]
         run_before_puts_hook(ino);
-        crate::fs::retry::changed_memory();
+        crate::fs::txn::retry::changed_memory();
         self.note_dirty(&mut m.inode, first_block(&blocks));
         put_blocks(&mut pages, blocks);
         drop(pages);
@@ -501,7 +501,7 @@ impl Fs {
                     return Err(t.fail(e));
                 }
             };
-            crate::fs::retry::changed_memory();
+            crate::fs::txn::retry::changed_memory();
             let first = first_block(&blocks);
             put_blocks(&mut pages, blocks);
             first

@@ -10,8 +10,8 @@ use crate::fs::items::xattr::{
 use crate::fs::rules::acl;
 use crate::fs::tree::keys::{key, kind_of, name_hash, KIND_XATTR};
 use crate::fs::tree::node::max_value_bytes;
-use crate::fs::tx::TreeRead;
-use crate::fs::tx::{FsTx, Trees};
+use crate::fs::txn::TreeRead;
+use crate::fs::txn::{FsTx, Trees};
 use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, Reserve};
 use crate::fs::{log_inode, Fs, FsState};
@@ -48,7 +48,7 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 /// Frees a remote value's blocks (their buffers cancelled: never replayed, never written back).
 fn free_remote(t: &mut FsTx<'_>, v: &Value) -> FsResult<()> {
     if let Value::Remote { start, blocks, .. } = *v {
-        remote_in_area(start, blocks, crate::fs::tx::Trees::data_area(t))?;
+        remote_in_area(start, blocks, crate::fs::txn::Trees::data_area(t))?;
         for b in start..start + blocks {
             let r = t.tx.buf(b)?;
             t.tx.cancel(r);
@@ -222,7 +222,7 @@ impl Fs {
     /// Xattr `name` of `ino`, read through `t` (a transaction, or a read view).
     pub(crate) fn xattr_lookup_in(
         &self,
-        t: &mut dyn crate::fs::tx::TreeRead,
+        t: &mut dyn crate::fs::txn::TreeRead,
         ino: u64,
         name: &[u8],
     ) -> FsResult<Option<Vec<u8>>> {
@@ -386,8 +386,8 @@ impl Fs {
                     Err(FsError::NoSpace)
                         if blocks > 0 && !forced && !self.lock_busy().is_empty() =>
                     {
-                        if crate::fs::retry::may_retry() {
-                            return Err(FsError::Retry(crate::fs::retry::Retry::ForceLog));
+                        if crate::fs::txn::retry::may_retry() {
+                            return Err(FsError::Retry(crate::fs::txn::retry::Retry::ForceLog));
                         }
                         self.journal.force_all()?;
                         forced = true;

@@ -48,7 +48,7 @@ impl Fs {
                 bump(&self.stats.atime_updates);
                 m.inode.atime = now;
                 m.unlogged = true;
-                crate::fs::retry::changed_memory();
+                crate::fs::txn::retry::changed_memory();
                 return Ok(());
             }
             self.with_tx_sync(&mut st, false, |t, inodes| {

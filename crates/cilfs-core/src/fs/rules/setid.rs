@@ -5,7 +5,7 @@
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
 use crate::fs::posix::xattr;
-use crate::fs::tx::FsTx;
+use crate::fs::txn::FsTx;
 use crate::fs::types::Cred;
 use crate::fs::types::XattrFlags;
 use crate::fs::{Fs, FsState};

@@ -7,7 +7,7 @@
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
 use crate::fs::tree::node::Key;
-use crate::fs::tx::{FsTx, Trees};
+use crate::fs::txn::{FsTx, Trees};
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

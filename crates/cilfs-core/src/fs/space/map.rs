@@ -6,8 +6,8 @@ use crate::fs::items::extent::{Extent, EXTENT_LEN_MAX};
 use crate::fs::items::header::TREE_FS;
 use crate::fs::space::alloc::{choose_extent, usable_given};
 use crate::fs::tree::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
-use crate::fs::tx::TreeRead;
-use crate::fs::tx::{FsTx, Trees};
+use crate::fs::txn::TreeRead;
+use crate::fs::txn::{FsTx, Trees};
 use crate::fs::types::Reserve;
 use crate::fs::{log_inode, Fs, FsState};
 

@@ -428,7 +428,7 @@ fn a_create_whose_directory_was_removed_after_it_copied_it_finds_it_gone() {
         let (fs, rmdir) = (Arc::clone(&fs), Arc::clone(&rmdir));
         // On another thread: the create holds `d`'s names (`Fs::lock_names`), which the
         // rmdir's reclaim of `d` waits for. The create goes on once `d`'s name is gone.
-        crate::fs::shared_tx::AFTER_COPY.with(|h| {
+        crate::fs::txn::shared_tx::AFTER_COPY.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || {
                 let handle = {
                     let fs = Arc::clone(&fs);
@@ -479,7 +479,7 @@ fn a_build_that_saw_the_free_list_before_another_drained_it_runs_again() {
     for i in 0..N {
         let fs2 = Arc::clone(&fs);
         let n = name(i);
-        crate::fs::shared_tx::AFTER_COPY.with(|h| {
+        crate::fs::txn::shared_tx::AFTER_COPY.with(|h| {
             *h.borrow_mut() = Some(Box::new(move || fs2.unlink(b, &n).unwrap()));
         });
         if let Err(e) = fs.unlink(a, &name(i)) {
@@ -507,7 +507,7 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
     let d = fs.mkdir(U, base, b"d", 0o755).unwrap().ino;
     let seen = Arc::new(Mutex::new((0u32, 0u32)));
     let (fs2, seen2) = (Arc::clone(&fs), Arc::clone(&seen));
-    crate::fs::shared_tx::BEFORE_TURN.with(|h| {
+    crate::fs::txn::shared_tx::BEFORE_TURN.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |leaves_only| {
             if leaves_only {
                 return;
@@ -527,7 +527,7 @@ fn a_split_waits_for_its_turn_without_holding_the_nodes_it_changes() {
         fs.mknod(U, d, format!("{i:0>150}").as_bytes(), 0o100_644, 0)
             .unwrap();
     }
-    crate::fs::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
+    crate::fs::txn::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
     assert!(fs.tree_levels() > levels + 1, "the tree did not grow");
     let (structural, root_free) = *seen.lock();
     assert!(
@@ -793,7 +793,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
     let fs2 = Arc::clone(&fs);
     let fired = std::rc::Rc::new(std::cell::Cell::new(false));
     let fired2 = fired.clone();
-    crate::fs::shared_tx::BEFORE_TURN.with(|h| {
+    crate::fs::txn::shared_tx::BEFORE_TURN.with(|h| {
         *h.borrow_mut() = Some(Box::new(move |_leaves| {
             if fired2.replace(true) {
                 return;
@@ -809,7 +809,7 @@ fn an_unlogged_overwrite_between_a_commits_check_and_publish_stays() {
         ..SetAttr::default()
     };
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fs.setattr(U, f, chmod)));
-    crate::fs::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
+    crate::fs::txn::shared_tx::BEFORE_TURN.with(|h| h.borrow_mut().take());
     assert!(
         fired.get(),
         "the write never ran between the check and the publish"
@@ -928,7 +928,7 @@ fn an_open_between_an_unlinks_check_and_publish_waits_and_finds_the_inode_gone()
             }
             *opener.lock().unwrap() = Some(h);
         };
-        crate::fs::shared_tx::AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+        crate::fs::txn::shared_tx::AFTER_CHECK.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
     }
     fs.unlink(d, b"f").unwrap();
     let h = opener.lock().unwrap().take().expect("the hook ran");
@@ -1103,7 +1103,7 @@ fn a_link_whose_inode_was_freed_after_it_copied_it_finds_it_gone() {
     let f = fs.mknod(U, base, b"f", 0o100_644, 0).unwrap().ino;
     let inodes_before = fs.read_state().hdr.lock().inode_count;
     let fs2 = Arc::clone(&fs);
-    crate::fs::shared_tx::AFTER_COPY.with(|h| {
+    crate::fs::txn::shared_tx::AFTER_COPY.with(|h| {
         *h.borrow_mut() = Some(Box::new(move || fs2.unlink(base, b"f").unwrap()));
     });
     let r = fs.link(f, d2, b"g");
@@ -1181,7 +1181,7 @@ fn creates_in_sibling_directories_change_no_inode_leaf_in_common() {
 /// inode twice.)
 #[test]
 fn a_structural_commit_between_a_leaf_commits_counters_and_its_insert_counts_it_once() {
-    use crate::fs::tx::AFTER_HEADER_MERGE;
+    use crate::fs::txn::api::AFTER_HEADER_MERGE;
     use std::sync::mpsc;
     let (clock, dev, fs, da) = fresh_with(1719, b"dA");
     let db = fs.mkdir(U, ROOT_INO, b"dB", 0o755).unwrap().ino;

@@ -6,7 +6,7 @@
 use crate::check;
 use crate::fs::tests::{jcfg, mount, new_dev, TestClock};
 use crate::fs::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
-use crate::fs::tx::Trees;
+use crate::fs::txn::Trees;
 use crate::fs::types::Cred;
 use crate::fs::*;
 use crate::log::recover::write_lsn_stamp;
@@ -110,7 +110,7 @@ fn flipped_root_keys_never_hang_and_are_found_when_they_matter() {
 
 /// Changes made through a transaction, so every block keeps a valid stamp: damage no CRC
 /// catches, as a bad memory write before the write-back would leave.
-fn damage_committed(fs: &Fs, what: &dyn Fn(&mut tx::FsTx<'_>)) {
+fn damage_committed(fs: &Fs, what: &dyn Fn(&mut txn::FsTx<'_>)) {
     let mut st = fs.state.write();
     let mut t = fs.begin(&st).unwrap();
     what(&mut t);

@@ -4,7 +4,7 @@ use crate::check;
 use crate::format::superblock::SbLog;
 use crate::fs::rules::acl;
 use crate::fs::tree::{keys, node};
-use crate::fs::tx::Trees;
+use crate::fs::txn::Trees;
 use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags, SetAttr};
 use crate::fs::*;
@@ -742,7 +742,7 @@ fn checker_finds_damage() {
     let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 5000]).unwrap();
     assert_clean(&fs);
-    let damage = |what: &dyn Fn(&mut tx::FsTx<'_>)| {
+    let damage = |what: &dyn Fn(&mut txn::FsTx<'_>)| {
         let mut st = fs.state.write();
         let mut t = fs.begin(&st).unwrap();
         what(&mut t);
@@ -835,7 +835,7 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
     fs.setxattr(f, b"user.big", &value, XattrFlags::default())
         .unwrap();
     assert_clean(&fs);
-    let damage = |what: &dyn Fn(&mut tx::FsTx<'_>)| {
+    let damage = |what: &dyn Fn(&mut txn::FsTx<'_>)| {
         let mut st = fs.state.write();
         let mut t = fs.begin(&st).unwrap();
         what(&mut t);

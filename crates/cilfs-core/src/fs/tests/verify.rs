@@ -9,7 +9,7 @@ use crate::fs::tests::{jcfg, new_dev, BS};
 use crate::fs::tree::btree;
 use crate::fs::tree::keys::{key, KIND_EXTENT, KIND_INODE};
 use crate::fs::tree::node::{Node, LEAF_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET};
-use crate::fs::tx::Trees;
+use crate::fs::txn::Trees;
 use crate::fs::types::{Cred, SetAttr};
 use crate::fs::*;
 use crate::journal::JournalError;

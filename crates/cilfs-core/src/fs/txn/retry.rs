@@ -12,8 +12,8 @@
 //! the reclaim after an unlink) still waits where it is, as before, since the part already
 //! committed could not be run again.
 
-use super::error::{FsError, FsResult};
-use super::Fs;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::Fs;
 use crate::trans::Reservation;
 use std::cell::Cell;
 
@@ -158,14 +158,14 @@ impl Fs {
             );
             match r {
                 Err(FsError::Retry(Retry::Read(blkno))) => {
-                    super::stats::bump(&self.stats.retries_read);
+                    crate::fs::stats::bump(&self.stats.retries_read);
                     reads += 1;
                     if let Err(e) = self.journal.buf(blkno) {
                         break Err(e.into());
                     }
                 }
                 Err(FsError::Retry(Retry::LogSpace(unit))) => {
-                    super::stats::bump(&self.stats.retries_log_space);
+                    crate::fs::stats::bump(&self.stats.retries_log_space);
                     if let Err(e) = self
                         .journal
                         .wait_for_space(Reservation { unit_bytes: unit })
@@ -174,14 +174,14 @@ impl Fs {
                     }
                 }
                 Err(FsError::Retry(Retry::Reshaped)) => {
-                    super::stats::bump(&self.stats.retries_reshaped);
+                    crate::fs::stats::bump(&self.stats.retries_reshaped);
                 }
                 Err(FsError::Retry(Retry::Freeing)) => {
-                    super::stats::bump(&self.stats.retries_freeing);
+                    crate::fs::stats::bump(&self.stats.retries_freeing);
                     std::thread::yield_now();
                 }
                 Err(FsError::Retry(Retry::ForceLog)) if !forced => {
-                    super::stats::bump(&self.stats.retries_force);
+                    crate::fs::stats::bump(&self.stats.retries_force);
                     forced = true;
                     if let Err(e) = self.journal.force_all() {
                         break Err(e.into());
@@ -206,7 +206,7 @@ impl Fs {
         // The outermost run: the operation's locks are gone; make what a sync mount asks for
         // stable before returning (even after an error, for what did commit).
         if !outer.retrying && inner.force_to > self.journal.completed_seq() {
-            super::stats::bump(&self.stats.deferred_sync_forces);
+            crate::fs::stats::bump(&self.stats.deferred_sync_forces);
             self.journal.force(inner.force_to)?;
         }
         r

@@ -26,13 +26,13 @@
 //! and changes the tree through transactions that publish at commit like any other: an
 //! optimistic build that read what such an operation changed finds it at its own commit.
 
-use super::cache::inode_cache::InodeMap;
-use super::error::{FsError, FsResult};
-use super::items::header::Header;
-use super::items::inode::Inode;
-use super::tx::FsTx;
-use super::types::Reserve;
-use super::{Fs, FsState, InodeMem, InodeTable};
+use crate::fs::cache::inode_cache::InodeMap;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::header::Header;
+use crate::fs::items::inode::Inode;
+use crate::fs::txn::FsTx;
+use crate::fs::types::Reserve;
+use crate::fs::{Fs, FsState, InodeMem, InodeTable};
 
 /// Runs in a row that found their view changed before one runs under the exclusive lock.
 const CONFLICTS_MAX: u32 = 8;
@@ -124,7 +124,7 @@ impl Scratch {
             });
             let (m, from_memory) = match copy {
                 Some(m) => (m, true),
-                None => (InodeMem::loaded(super::read_inode(t, ino)?), false),
+                None => (InodeMem::loaded(crate::fs::read_inode(t, ino)?), false),
             };
             self.before
                 .insert(ino, (m.inode.clone(), m.change.peek(), from_memory));
@@ -170,7 +170,7 @@ impl Scratch {
     fn still_valid(
         &self,
         inodes: &dyn InodeMap,
-        cache: &super::cache::pagecache::PageCache,
+        cache: &crate::fs::cache::pagecache::PageCache,
         fs: &Fs,
     ) -> bool {
         // A copy from memory needs the inode still there as it was: gone, it may have been
@@ -228,14 +228,14 @@ impl Scratch {
     fn publish(
         self,
         inodes: &mut dyn InodeMap,
-        cache: &super::cache::pagecache::PageCache,
+        cache: &crate::fs::cache::pagecache::PageCache,
         seq: u64,
         side_by_side: bool,
     ) {
         // Under the inodes' shards (held by the caller), as the inodes below.
         for (ino, blocks) in &self.pages {
             #[cfg(test)]
-            super::posix::write::run_before_puts_hook(*ino);
+            crate::fs::posix::write::run_before_puts_hook(*ino);
             let mut pages = cache.lock(*ino);
             for (fb, b) in blocks {
                 pages.put_dirty(*fb, b);
@@ -304,7 +304,7 @@ impl Scratch {
 /// conflict after its check, an error): its inodes can be opened again, and an entry made
 /// only to carry a mark goes.
 struct FreeingMarks<'a> {
-    cache: &'a super::cache::inode_cache::InodeCache,
+    cache: &'a crate::fs::cache::inode_cache::InodeCache,
     freed: Vec<u64>,
     placed: Vec<u64>,
 }
@@ -393,7 +393,7 @@ impl Fs {
                 if let Some(done) = self.with_exclusive_scratch(&mut body)? {
                     return Ok(done);
                 }
-                super::stats::bump(&self.stats.conflicts);
+                crate::fs::stats::bump(&self.stats.conflicts);
                 continue;
             }
             let built = {
@@ -432,7 +432,7 @@ impl Fs {
                 }
             }
             conflicts += 1;
-            super::stats::bump(&self.stats.conflicts);
+            crate::fs::stats::bump(&self.stats.conflicts);
         }
     }
 
@@ -596,15 +596,15 @@ impl Fs {
             return Ok(false);
         };
         #[cfg(debug_assertions)]
-        super::tx::assert_published_keys_routed(
+        crate::fs::txn::assert_published_keys_routed(
             &self.journal,
             self.hdr(&st).roots(),
             &locks,
             &changed,
         );
-        super::retry::committed();
-        super::stats::bump(&self.stats.transactions);
-        super::stats::bump(&self.stats.shared_publishes);
+        crate::fs::txn::retry::committed();
+        crate::fs::stats::bump(&self.stats.transactions);
+        crate::fs::stats::bump(&self.stats.shared_publishes);
         {
             let mut inodes = st.inodes.lock_many(sc.inos());
             sc.publish(&mut inodes, &st.cache, seq, true);

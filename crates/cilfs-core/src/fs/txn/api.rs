@@ -2,20 +2,19 @@
 //! frees (busy until the checkpoint that frees them is stable), and tree access that logs every
 //! node it writes.
 
-use super::error::{FsError, FsResult};
-use super::items::header::{
-    Header, Roots, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE,
-    TREE_FS,
-};
-use super::space::alloc::Busy;
-use super::tree::btree::{self, NodeStore, Root};
-use super::tree::node::{unused_stretch, Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET};
-use crate::buf::{BufState, CounterChange, LateWrite};
+use crate::buf::BufState;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::header::{Header, Roots, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use crate::fs::space::alloc::Busy;
+use crate::fs::tree::btree::{self, NodeStore, Root};
+use crate::fs::tree::node::{Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET};
+use crate::fs::txn::diff::write_diff;
+use crate::fs::txn::late::{counters_late, write_header_late};
+use crate::fs::txn::view::{ReadView, Trees};
 use crate::journal::{Journal, JournalError};
 use crate::trans::{PublishLocks, Reservation, Transaction};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 /// Blocks one filesystem transaction may log. Each operation is built to stay under it: work
 /// that could touch more (truncating a fragmented file, removing many xattrs) runs as several
@@ -83,7 +82,7 @@ impl<'a> FsTx<'a> {
         busy: &'a Busy,
     ) -> FsResult<Self> {
         let t = Self::begin_with(journal, hdr, hdr_blk, busy, false)?;
-        super::retry::changing();
+        crate::fs::txn::retry::changing();
         Ok(t)
     }
 
@@ -123,8 +122,8 @@ impl<'a> FsTx<'a> {
             // give up and wait outside it (fs/retry.rs).
             match journal.try_begin(res)? {
                 Some(tx) => tx,
-                None if super::retry::may_retry() => {
-                    return Err(FsError::Retry(super::retry::Retry::LogSpace(
+                None if crate::fs::txn::retry::may_retry() => {
+                    return Err(FsError::Retry(crate::fs::txn::retry::Retry::LogSpace(
                         res.unit_bytes,
                     )))
                 }
@@ -159,11 +158,11 @@ impl<'a> FsTx<'a> {
     /// if it is not there, the operation gives up to wait for it outside the lock
     /// (`Retry::LogSpace`) when it can, and waits here when it cannot.
     pub(crate) fn reserve_to_commit(&mut self) -> FsResult<()> {
-        let wait = !super::retry::may_retry();
+        let wait = !crate::fs::txn::retry::may_retry();
         if self.tx.reserve(self.reservation, wait)? {
             return Ok(());
         }
-        Err(FsError::Retry(super::retry::Retry::LogSpace(
+        Err(FsError::Retry(crate::fs::txn::retry::Retry::LogSpace(
             self.reservation.unit_bytes,
         )))
     }
@@ -207,7 +206,7 @@ impl<'a> FsTx<'a> {
     /// A free list the commit would refill or drain counts as a change.
     pub(crate) fn leaves_only(&self) -> bool {
         let (b, m) = (&self.hdr_before, &self.hdr);
-        let cap = super::items::header::freelist_capacity(self.bs);
+        let cap = crate::fs::items::header::freelist_capacity(self.bs);
         self.allocated.is_empty()
             && self.freed.is_empty()
             && !self.interior_written
@@ -221,7 +220,7 @@ impl<'a> FsTx<'a> {
             && m.data_end == b.data_end
             && m.free_blocks == b.free_blocks
             && {
-                let (low, high) = super::space::alloc::freelist_band(cap);
+                let (low, high) = crate::fs::space::alloc::freelist_band(cap);
                 (low + 1..=high).contains(&m.freelist.len())
             }
     }
@@ -271,7 +270,7 @@ impl<'a> FsTx<'a> {
             }
         }
         #[cfg(test)]
-        super::shared_tx::run_commit_hook(&AFTER_HEADER_MERGE, leaves_only);
+        crate::fs::txn::shared_tx::run_commit_hook(&AFTER_HEADER_MERGE, leaves_only);
         if !leaves_only {
             self.tx.publish_locked(&mut locks);
         }
@@ -397,16 +396,6 @@ impl<'a> FsTx<'a> {
             })
     }
 
-    /// Debug builds: every leaf of the fs tree this optimistic transaction changes is where a
-    /// descent from the newest root leads for its first and last key (a check that
-    /// `still_current` let nothing through that misplaces a key).
-    #[cfg(debug_assertions)]
-    pub(crate) fn assert_keys_routed(&mut self) {
-        let root = self.hdr.root(TREE_FS);
-        let changed = self.tx.changed_blocks();
-        assert_leaves_routed(self, root, &changed, false);
-    }
-
     /// An optimistic transaction built under the exclusive lock after all (`shared_tx.rs`).
     pub(crate) fn hold_lock(&mut self) {
         self.under_lock = true;
@@ -427,9 +416,9 @@ impl<'a> FsTx<'a> {
         if self.under_lock
             && !self.tx.holds(blkno)
             && self.tx.journal.cached_buf(blkno).is_none()
-            && super::retry::may_read_later()
+            && crate::fs::txn::retry::may_read_later()
         {
-            return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
+            return Err(FsError::Retry(crate::fs::txn::retry::Retry::Read(blkno)));
         }
         Ok(())
     }
@@ -450,14 +439,14 @@ impl<'a> FsTx<'a> {
         &mut self,
         blkno: u64,
         tree: u8,
-        edit: impl FnOnce(&mut [u8]) -> FsResult<Option<super::tree::node::RawPut>>,
+        edit: impl FnOnce(&mut [u8]) -> FsResult<Option<crate::fs::tree::node::RawPut>>,
     ) -> FsResult<Option<Option<Vec<u8>>>> {
         // A node this transaction allocated is written whole, the decoding way.
         if self.fresh.contains(&blkno) {
             return Ok(None);
         }
         let mut block = self.node_read(blkno, <[u8]>::to_vec)?;
-        let Some(super::tree::node::RawPut { old, used }) = edit(&mut block)? else {
+        let Some(crate::fs::tree::node::RawPut { old, used }) = edit(&mut block)? else {
             return Ok(None);
         };
         // The change rests on the whole leaf, as if it had been decoded (`read_node`).
@@ -583,106 +572,6 @@ impl<'a> FsTx<'a> {
     }
 }
 
-/// Logs a new image of a node's block: for a block whose old contents do not count (a node
-/// this transaction allocated), the `used` ranges, every byte that means something; else the
-/// bytes that differ from the block as the transaction sees it, and the `used` bytes that were
-/// in its unused stretch, whatever they hold: those may never have been logged, so the block a
-/// replay rebuilds may hold anything there (`node::unused_stretch`).
-fn write_diff(
-    tx: &mut Transaction<'_>,
-    b: crate::trans::BufRef,
-    block: Vec<u8>,
-    used: Vec<(usize, usize)>,
-    whole: bool,
-) {
-    // The free middle between the two used ranges holds nothing and is never logged.
-    let unlogged = (
-        used.first().map_or(0, |r| r.1),
-        used.get(1).map_or(block.len(), |r| r.0),
-    );
-    let unlogged = (unlogged.0 <= unlogged.1).then_some(unlogged);
-    let ranges = if whole {
-        used
-    } else {
-        tx.read(b, |cur| ranges_to_log(cur, &block, &used))
-    };
-    if !ranges.is_empty() {
-        tx.replace(b, block, &ranges, unlogged);
-    }
-}
-
-/// What a new image `new` of a node, whose meaningful bytes are `used`, logs over `cur`, the
-/// block as the transaction sees it: the bytes that differ, and the used bytes that were in
-/// `cur`'s unused stretch (`node::unused_stretch`), whatever they hold.
-fn ranges_to_log(cur: &[u8], new: &[u8], used: &[(usize, usize)]) -> Vec<(usize, usize)> {
-    let (g0, g1) = unused_stretch(cur);
-    // `new`'s unused stretch is what `used` leaves between its two ranges; where it meets
-    // `cur`'s, the diff need not look (it checks the bytes equal before it trusts that).
-    let n0 = used.first().map_or(0, |r| r.1);
-    let n1 = used.get(1).map_or(new.len(), |r| r.0);
-    let (h0, h1) = (g0.max(n0), g1.min(n1));
-    let mut r = differing_ranges(cur, new, (h0 < h1).then_some((h0, h1)));
-    r.extend(
-        used.iter()
-            .map(|&(s, e)| (s.max(g0), e.min(g1)))
-            .filter(|&(s, e)| s < e),
-    );
-    r
-}
-
-/// Bytes compared at once by `differing_range` (slice equality is a vectorised memcmp).
-const DIFF_CHUNK: usize = 64;
-
-/// The byte ranges `[start, end)` where `a` and `b` (of one length) differ, in order, each
-/// beginning and ending with a differing byte. With `hole`, a stretch expected equal (the free
-/// middle of a leaf, between the entries and the values), checked equal here: the changes on
-/// either side of it are two ranges. A leaf insert changes the count in the header, the entries
-/// after the new one and the values that moved, with the free middle unchanged between them:
-/// one range from the first change to the last logged that middle too, for every leaf of every
-/// create. Without a hole, or one that differs, one range from the first change to the last.
-fn differing_ranges(a: &[u8], b: &[u8], hole: Option<(usize, usize)>) -> Vec<(usize, usize)> {
-    // A shorter `b` would make a range run past it, or miss a difference.
-    assert_eq!(a.len(), b.len(), "diffing blocks of different sizes");
-    let around =
-        hole.filter(|&(h0, h1)| h0 + DIFF_CHUNK <= h1 && h1 <= a.len() && a[h0..h1] == b[h0..h1]);
-    let Some((h0, h1)) = around else {
-        return differing_range(a, b)
-            .map(|(f, l)| vec![(f, l + 1)])
-            .unwrap_or_default();
-    };
-    let below = differing_range(&a[..h0], &b[..h0]).map(|(f, l)| (f, l + 1));
-    let above = differing_range(&a[h1..], &b[h1..]).map(|(f, l)| (h1 + f, h1 + l + 1));
-    below.into_iter().chain(above).collect()
-}
-
-/// The first and last index at which `a` and `b` (of one length) differ, or None if they are
-/// equal. Runs on every tree node a transaction writes: compared a byte at a time it took a
-/// fifth of the CPU of creating and unlinking a million names, so whole chunks are compared
-/// first and only a differing chunk is searched byte by byte.
-fn differing_range(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
-    // A shorter `b` would make the range run past it, or miss a difference.
-    assert_eq!(a.len(), b.len(), "diffing blocks of different sizes");
-    let first = a
-        .chunks(DIFF_CHUNK)
-        .zip(b.chunks(DIFF_CHUNK))
-        .enumerate()
-        .find(|(_, (x, y))| x != y)
-        .and_then(|(k, (x, y))| {
-            let i = x.iter().zip(y.iter()).position(|(p, q)| p != q)?;
-            Some(k * DIFF_CHUNK + i)
-        })?;
-    let mut end = a.len();
-    for (x, y) in a.rchunks(DIFF_CHUNK).zip(b.rchunks(DIFF_CHUNK)) {
-        let start = end - x.len();
-        if x != y {
-            let i = x.iter().zip(y).rposition(|(p, q)| p != q)?;
-            return Some((first, start + i));
-        }
-        end = start;
-    }
-    None
-}
-
 impl NodeStore for FsTx<'_> {
     fn block_size(&self) -> usize {
         self.bs
@@ -712,7 +601,7 @@ impl NodeStore for FsTx<'_> {
         range: KeyRange,
     ) -> FsResult<Option<Option<Vec<u8>>>> {
         self.edit_leaf_in_place(blkno, tree, |block| {
-            super::tree::node::leaf_put_raw(block, blkno, tree, key, val, range)
+            crate::fs::tree::node::leaf_put_raw(block, blkno, tree, key, val, range)
         })
     }
 
@@ -724,7 +613,7 @@ impl NodeStore for FsTx<'_> {
         range: KeyRange,
     ) -> FsResult<Option<Vec<u8>>> {
         let removed = self.edit_leaf_in_place(blkno, tree, |block| {
-            super::tree::node::leaf_remove_raw(block, blkno, tree, key, range)
+            crate::fs::tree::node::leaf_remove_raw(block, blkno, tree, key, range)
         })?;
         Ok(removed.flatten())
     }
@@ -737,7 +626,7 @@ impl NodeStore for FsTx<'_> {
         seek: Seek,
     ) -> FsResult<Option<(Key, Vec<u8>)>> {
         let found = self.node_read(blkno, |d| {
-            super::tree::node::raw_seek(d, blkno, tree, key, seek)
+            crate::fs::tree::node::raw_seek(d, blkno, tree, key, seek)
         })??;
         // The answer rests on the whole leaf, as if it had been decoded.
         self.read_whole_leaf(tree, blkno);
@@ -755,7 +644,7 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        let step_in = |d: &[u8]| super::tree::node::raw_step(d, blkno, tree, level, key);
+        let step_in = |d: &[u8]| crate::fs::tree::node::raw_step(d, blkno, tree, level, key);
         // An optimistic descent steps through an interior node it has not changed as its
         // thread's copy, taking no lock, and its commit checks the copy's state.
         // What it read counts before any error it met there: an error met in a state that
@@ -818,8 +707,9 @@ impl NodeStore for FsTx<'_> {
     /// which every other split's allocation then waited to read (half of what 8 creating
     /// threads waited for buffers).
     fn alloc_node(&mut self, tree: u8) -> FsResult<u64> {
-        let (low, _) =
-            super::space::alloc::freelist_band(super::items::header::freelist_capacity(self.bs));
+        let (low, _) = crate::fs::space::alloc::freelist_band(
+            crate::fs::items::header::freelist_capacity(self.bs),
+        );
         let spare = self.hdr.freelist.len() > low;
         let blkno = if tree == TREE_FS && !spare {
             match self.alloc_extent(1, 1)? {
@@ -844,317 +734,6 @@ impl NodeStore for FsTx<'_> {
     }
 }
 
-/// Hands `h`, encoded, to `tx` as the late write of the header block `hdr_blk`
-/// (`LateWrite`): the whole block when `whole` (mkfs, `force_header_write`), else the bytes an
-/// encoding sets. Its counters go as their changes from `before`, the header it started from
-/// (the push sums a context's changes); only the whole block, written by mkfs, sets them.
-fn write_header_late(
-    tx: &mut Transaction<'_>,
-    hdr_blk: u64,
-    whole: bool,
-    h: &Header,
-    before: &Header,
-) -> FsResult<()> {
-    let len = if whole {
-        tx.journal.block_size() as usize
-    } else {
-        HEADER_ENCODED_BYTES
-    };
-    let mut bytes = vec![0u8; len];
-    if whole {
-        // mkfs's counters start from `before`'s, and move by its own changes.
-        Header {
-            next_ino: before.next_ino,
-            free_blocks: before.free_blocks,
-            inode_count: before.inode_count,
-            ..h.clone()
-        }
-        .encode_into(&mut bytes);
-    } else {
-        h.encode_into(&mut bytes);
-    }
-    tx.write_late(
-        hdr_blk,
-        LateWrite {
-            offset: 0,
-            bytes,
-            lsn_offset: HEADER_LSN_OFFSET,
-            // Every counter, moved or not: the bytes cover them all (`counter_changes`).
-            counters: h.counter_changes(before).to_vec(),
-            counters_set: whole,
-        },
-    )?;
-    Ok(())
-}
-
-/// A late write of the header that only moves its counters.
-fn counters_late(changes: Vec<(usize, CounterChange)>) -> LateWrite {
-    LateWrite {
-        offset: 0,
-        bytes: Vec::new(),
-        lsn_offset: HEADER_LSN_OFFSET,
-        counters: changes,
-        counters_set: false,
-    }
-}
-
-/// Debug builds, after a publish under the shared lock, its buffers still locked (`locks`):
-/// `assert_leaves_routed` from the newest roots, read through its locks. A key whose descent
-/// meets a block another commit holds is not checked.
-#[cfg(debug_assertions)]
-pub(crate) fn assert_published_keys_routed(
-    journal: &Journal,
-    roots: Roots,
-    locks: &PublishLocks,
-    changed: &[u64],
-) {
-    let mut v = ReadView {
-        locked: Some(locks),
-        ..ReadView::new(journal, roots)
-    };
-    assert_leaves_routed(&mut v, roots.root(TREE_FS), changed, true);
-}
-
-/// Debug builds: every fs tree leaf among `changed` holds only keys that a descent from
-/// `root` through `s` leads to it, for its first and last key. `skip_held`: a descent that
-/// meets a block another commit holds (`FsError::Retry`) is not checked.
-#[cfg(debug_assertions)]
-fn assert_leaves_routed(s: &mut dyn NodeStore, root: Root, changed: &[u64], skip_held: bool) {
-    for &b in changed {
-        let Ok(n) = s.read_node(b, TREE_FS) else {
-            continue;
-        };
-        let super::tree::node::Body::Leaf(items) = &n.body else {
-            continue;
-        };
-        for k in [items.first(), items.last()]
-            .into_iter()
-            .flatten()
-            .map(|e| e.0)
-        {
-            let got = btree::leaf_blkno(s, root, TREE_FS, k);
-            if skip_held && matches!(got, Err(FsError::Retry(_))) {
-                continue;
-            }
-            assert!(
-                got.as_ref().is_ok_and(|&g| g == b),
-                "leaf {b} holds {k:?} but a descent for it leads to {got:?}"
-            );
-        }
-    }
-}
-
-/// Tree access without a transaction: the newest in-memory version of each block.
-#[derive(Debug)]
-pub struct ReadView<'a> {
-    pub(crate) journal: &'a Journal,
-    pub(crate) roots: Roots,
-    /// Read by a commit that holds these blocks locked (a publish under the shared state
-    /// lock, `shared_tx.rs`): it reads them through its own locks, and never waits for
-    /// another block's lock or reads one from the device: such a block fails the read (the
-    /// commit is then refused and runs again).
-    pub(crate) locked: Option<&'a PublishLocks>,
-    /// Read under the shared state lock while commits publish beside it (`Fs::view`).
-    pub(crate) reshape: Option<Reshape<'a>>,
-}
-
-/// What a reader under the shared state lock checks so that no change of the tree's shape
-/// that commits publish beside it (a split, a root that moves) makes it miss keys: a leaf it
-/// reached is only trusted if every interior node that led to it still has the version it
-/// read, and no root moved since it copied the roots. Changes to leaves alone need no check:
-/// a reader sees each leaf whole, before or after a commit. An interior node read again at
-/// another version fails the check at once.
-#[derive(Debug)]
-pub(crate) struct Reshape<'a> {
-    /// `Fs::roots_moved`, and its value when the roots were copied.
-    pub roots_moved: &'a AtomicU64,
-    pub seen: u64,
-    /// The interior nodes it read, with their versions: all of them, since a scan goes on
-    /// from leaf to leaf through the copies it decoded.
-    pub path: Vec<(Arc<crate::buf::Buf>, u64)>,
-}
-
-impl<'a> ReadView<'a> {
-    pub(crate) fn new(journal: &'a Journal, roots: Roots) -> Self {
-        ReadView {
-            journal,
-            roots,
-            locked: None,
-            reshape: None,
-        }
-    }
-
-    /// After a block was read: an interior node joins the path; a leaf is checked against
-    /// it (`Reshape`).
-    fn after_read(
-        &mut self,
-        buf: Arc<crate::buf::Buf>,
-        version: u64,
-        interior: bool,
-    ) -> FsResult<()> {
-        let Some(r) = &mut self.reshape else {
-            return Ok(());
-        };
-        if interior {
-            match r.path.iter().find(|(b, _)| Arc::ptr_eq(b, &buf)) {
-                Some(&(_, v)) if v != version => {}
-                Some(_) => return Ok(()),
-                None => {
-                    r.path.push((buf, version));
-                    return Ok(());
-                }
-            }
-        } else if r.roots_moved.load(Ordering::Acquire) == r.seen
-            && r.path.iter().all(|(b, v)| b.version() == *v)
-        {
-            return Ok(());
-        }
-        debug_assert!(
-            super::retry::may_retry(),
-            "a reader under the shared lock outside Fs::retrying"
-        );
-        Err(FsError::Retry(super::retry::Retry::Reshaped))
-    }
-
-    /// A metadata block not in the buffer cache is read outside the filesystem lock when the
-    /// operation can still give up (`retry::may_read_later`).
-    fn buf(&self, blkno: u64) -> FsResult<std::sync::Arc<crate::buf::Buf>> {
-        if let Some(b) = self.journal.cached_buf(blkno) {
-            return Ok(b);
-        }
-        if self.locked.is_some() || super::retry::may_read_later() {
-            return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
-        }
-        Ok(self.journal.buf(blkno)?)
-    }
-
-    /// Runs `f` on block `blkno` as it is published now; `interior`: whether the block is
-    /// an interior node, told from what `f` returns.
-    fn with_block<R>(
-        &mut self,
-        blkno: u64,
-        f: impl FnOnce(&[u8]) -> FsResult<R>,
-        interior: impl FnOnce(&R) -> bool,
-    ) -> FsResult<R> {
-        if let Some(locks) = self.locked {
-            // Blocks this commit holds were read, checked and changed by it.
-            if let Some(g) = locks.get(blkno) {
-                return f(&g.data);
-            }
-            let buf = self.buf(blkno)?;
-            let Some(g) = buf.try_read() else {
-                return Err(FsError::Retry(super::retry::Retry::Read(blkno)));
-            };
-            self.journal.verify_read(&buf, &g, NODE_LSN_OFFSET)?;
-            return f(&g.data);
-        }
-        let buf = self.buf(blkno)?;
-        let (r, version) = {
-            let g = buf.read();
-            self.journal.verify_read(&buf, &g, NODE_LSN_OFFSET)?;
-            (f(&g.data)?, g.version)
-        };
-        let is_interior = interior(&r);
-        self.after_read(buf, version, is_interior)?;
-        Ok(r)
-    }
-}
-
-impl NodeStore for ReadView<'_> {
-    fn block_size(&self) -> usize {
-        self.journal.block_size() as usize
-    }
-
-    fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        self.with_block(blkno, |d| Node::decode(d, blkno, tree), |n| n.level > 0)
-    }
-
-    fn raw_step(&mut self, blkno: u64, tree: u8, level: u8, key: Key) -> FsResult<RawStep> {
-        self.with_block(
-            blkno,
-            |d| super::tree::node::raw_step(d, blkno, tree, level, key),
-            |_| level > 0,
-        )
-    }
-
-    fn raw_seek(
-        &mut self,
-        blkno: u64,
-        tree: u8,
-        key: Key,
-        seek: Seek,
-    ) -> FsResult<Option<(Key, Vec<u8>)>> {
-        self.with_block(
-            blkno,
-            |d| super::tree::node::raw_seek(d, blkno, tree, key, seek),
-            |_| false,
-        )
-    }
-
-    fn check_leaf_layout(&mut self, blkno: u64, tree: u8) -> FsResult<()> {
-        self.with_block(
-            blkno,
-            |d| super::tree::node::check_leaf_layout(d, blkno, tree),
-            |_| false,
-        )
-    }
-
-    fn write_node(&mut self, _blkno: u64, _node: &Node) -> FsResult<()> {
-        Err(FsError::ReadOnly)
-    }
-
-    fn alloc_node(&mut self, _tree: u8) -> FsResult<u64> {
-        Err(FsError::ReadOnly)
-    }
-
-    fn free_node(&mut self, _tree: u8, _blkno: u64) -> FsResult<()> {
-        Err(FsError::ReadOnly)
-    }
-}
-
-/// Tree reads shared by transactions and read views.
-pub trait TreeRead {
-    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>>;
-    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
-    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>>;
-    /// The data area `[data_start, data_end)`: every block an extent maps lies in it.
-    fn t_data_area(&self) -> (u64, u64);
-}
-
-/// Tree reads through a node store that knows the roots: transactions and read views alike.
-pub trait Trees: NodeStore + Sized {
-    fn root_of(&self, tree: u8) -> Root;
-
-    /// The header's data area `[data_start, data_end)`.
-    fn data_area(&self) -> (u64, u64);
-
-    fn get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-        let root = self.root_of(tree);
-        btree::get(self, root, tree, key)
-    }
-
-    fn seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let root = self.root_of(tree);
-        btree::seek_ge(self, root, tree, key)
-    }
-
-    fn seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        let root = self.root_of(tree);
-        btree::seek_le(self, root, tree, key)
-    }
-
-    fn scan(
-        &mut self,
-        tree: u8,
-        from: Key,
-        to: Key,
-        limit: usize,
-    ) -> FsResult<Vec<(Key, Vec<u8>)>> {
-        let root = self.root_of(tree);
-        btree::scan(self, root, tree, from, to, limit)
-    }
-}
-
 impl Trees for FsTx<'_> {
     fn root_of(&self, tree: u8) -> Root {
         self.hdr.root(tree)
@@ -1165,272 +744,10 @@ impl Trees for FsTx<'_> {
     }
 }
 
-impl Trees for ReadView<'_> {
-    fn root_of(&self, tree: u8) -> Root {
-        self.roots.root(tree)
-    }
-
-    /// The header's, which `Fs::open` found equal to the superblock's metadata area past the
-    /// header block.
-    fn data_area(&self) -> (u64, u64) {
-        let (first, end) = self.journal.metadata_area();
-        (first + 1, end)
-    }
-}
-
-/// The object-safe view of `Trees` that shared code (directory lookups, inode reads) takes.
-impl<T: Trees> TreeRead for T {
-    fn t_get(&mut self, tree: u8, key: Key) -> FsResult<Option<Vec<u8>>> {
-        Trees::get(self, tree, key)
-    }
-    fn t_seek_ge(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        Trees::seek_ge(self, tree, key)
-    }
-    fn t_seek_le(&mut self, tree: u8, key: Key) -> FsResult<Option<(Key, Vec<u8>)>> {
-        Trees::seek_le(self, tree, key)
-    }
-    fn t_data_area(&self) -> (u64, u64) {
-        Trees::data_area(self)
-    }
-}
-
-#[cfg(test)]
-mod diff_tests {
-    use super::ranges_to_log;
-    use super::{differing_range, differing_ranges, DIFF_CHUNK};
-    use crate::fs::tree::node::{Body, Key, Node};
-    use proptest::prelude::*;
-
-    /// `a`, and a copy of it with `changes` (position, nonzero delta) added.
-    fn changed<'a>(a: &'a [u8], changes: &[(prop::sample::Index, u8)]) -> (&'a [u8], Vec<u8>) {
-        let mut b = a.to_vec();
-        if !a.is_empty() {
-            for (at, delta) in changes {
-                let i = at.index(a.len());
-                b[i] = b[i].wrapping_add(*delta);
-            }
-        }
-        (a, b)
-    }
-
-    /// The range a byte-by-byte comparison finds.
-    fn bytewise(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
-        let first = a.iter().zip(b).position(|(x, y)| x != y)?;
-        let last = a.iter().zip(b).rposition(|(x, y)| x != y)?;
-        Some((first, last))
-    }
-
-    proptest! {
-        /// Same answer as the byte loop for any block length (chunk boundaries or not) and any
-        /// set of changed bytes, including none, one, and the first and last byte.
-        #[test]
-        fn differing_range_matches_a_bytewise_search(
-            len in 0usize..600,
-            seed in proptest::collection::vec(any::<u8>(), 600),
-            changes in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..4),
-        ) {
-            let (a, b) = changed(&seed[..len], &changes);
-            prop_assert_eq!(differing_range(a, &b), bytewise(a, &b));
-        }
-
-        /// With any hole, right or wrong: every differing byte is in a range and every byte
-        /// outside them is equal; each range begins and ends with a differing byte; ranges
-        /// are in order.
-        #[test]
-        fn differing_ranges_cover_exactly_the_changes(
-            len in 0usize..600,
-            seed in proptest::collection::vec(any::<u8>(), 600),
-            changes in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 0..6),
-            hole in proptest::option::of((0usize..700, 0usize..700)),
-        ) {
-            let (a, b) = changed(&seed[..len], &changes);
-            let r = differing_ranges(a, &b, hole);
-            let inside = |i: usize| r.iter().any(|&(s, e)| s <= i && i < e);
-            for i in 0..len {
-                prop_assert!(a[i] == b[i] || inside(i), "byte {} differs outside {:?}", i, r);
-            }
-            for &(s, e) in &r {
-                prop_assert!(s < e && a[s] != b[s] && a[e - 1] != b[e - 1], "{:?}", r);
-            }
-            for w in r.windows(2) {
-                prop_assert!(w[1].0 > w[0].1, "{:?}", r);
-            }
-        }
-    }
-
-    #[test]
-    fn edges_of_a_block() {
-        let a = vec![0u8; 4096];
-        let mut b = a.clone();
-        assert_eq!(differing_range(&a, &b), None);
-        b[0] = 1;
-        assert_eq!(differing_range(&a, &b), Some((0, 0)));
-        b[4095] = 1;
-        assert_eq!(differing_range(&a, &b), Some((0, 4095)));
-        b[0] = 0;
-        b[63] = 2;
-        b[64] = 2;
-        assert_eq!(differing_range(&a, &b), Some((63, 4095)));
-        assert_eq!(differing_ranges(&a, &b, None), vec![(63, 4096)]);
-        assert_eq!(
-            differing_ranges(&a, &b, Some((100, 4000))),
-            vec![(63, 65), (4095, 4096)]
-        );
-        // A hole that is not equal is not trusted.
-        assert_eq!(differing_ranges(&a, &b, Some((0, 4000))), vec![(63, 4096)]);
-    }
-
-    /// An insert into the middle of a leaf logs two ranges around its free middle.
-    #[test]
-    fn a_leaf_insert_leaves_the_free_middle_out() {
-        let node = |n: u64| Node {
-            tree: 1,
-            level: 0,
-            body: Body::Leaf(
-                (0..n)
-                    .map(|i| (Key::new(1, i * 2), vec![i as u8; 30].into()))
-                    .collect(),
-            ),
-        };
-        let mut a = vec![0u8; 4096];
-        node(40).encode_into(5, &mut a);
-        let mut grown = node(40);
-        if let Body::Leaf(items) = &mut grown.body {
-            items.insert(20, (Key::new(1, 39), vec![0xEE; 30].into()));
-        }
-        let mut b = a.clone();
-        grown.encode_into(5, &mut b);
-        let used = grown.used_ranges(4096);
-        let hole = (used[0].1, used[1].0);
-        let mut r = crate::buf::RangeSet::default();
-        for (s, e) in ranges_to_log(&a, &b, &used) {
-            r.insert(s as u32, (e - s) as u32);
-        }
-        assert_eq!(r.ranges().len(), 2, "{r:?}");
-        let logged = r.bytes() as usize;
-        assert!(
-            logged < 4096 - (hole.1 - hole.0) + DIFF_CHUNK,
-            "{logged} bytes"
-        );
-    }
-}
-
-/// The logging rule of tree nodes end to end: a leaf changed again and again, in place
-/// (`leaf_put_raw`, `leaf_remove_raw`) or the decoding way (`encode_into`, as `write_node`),
-/// with a "disk" that receives only what `ranges_to_log` logs, starting from junk as a block a
-/// new node replays onto. (Written by a review of the in-place edits, 2026-11-27.)
-#[cfg(test)]
-mod logged_leaf_tests {
-    use super::ranges_to_log;
-    use crate::fs::tree::node::{
-        leaf_put_raw, leaf_remove_raw, max_value_bytes, Body, Key, KeyRange, Node,
-    };
-    use proptest::prelude::*;
-    use std::collections::BTreeMap;
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        Put(u64, usize, u8),
-        Remove(u64),
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            (0u64..60, 0usize..400, any::<u8>()).prop_map(|(k, l, b)| Op::Put(k, l, b)),
-            (0u64..60, 0usize..3, any::<u8>()).prop_map(|(k, l, b)| Op::Put(k, l, b)),
-            (0u64..60, prop::sample::select(vec![112usize]), any::<u8>())
-                .prop_map(|(k, l, b)| Op::Put(k, l, b)),
-            (0u64..60).prop_map(Op::Remove),
-        ]
-    }
-
-    fn leaf(model: &BTreeMap<u64, Vec<u8>>) -> Node {
-        let items = model
-            .iter()
-            .map(|(&k, v)| (Key::new(k, 0), v.clone().into()))
-            .collect();
-        Node {
-            tree: 1,
-            level: 0,
-            body: Body::Leaf(items),
-        }
-    }
-
-    fn apply(disk: &mut [u8], new: &[u8], ranges: &[(usize, usize)]) {
-        for &(s, e) in ranges {
-            disk[s..e].copy_from_slice(&new[s..e]);
-        }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(1000))]
-        #[test]
-        fn a_leaf_replays_to_what_memory_holds(
-            ops in proptest::collection::vec(op(), 1..120),
-            bs in prop::sample::select(vec![512usize, 4096, 65536]),
-            junk in any::<u8>(),
-        ) {
-            let blk = 7;
-            let mut mem = vec![junk; bs];
-            let mut disk = vec![junk ^ 0x5A; bs];
-            let mut model = BTreeMap::new();
-            // A new node: written whole, its used ranges logged.
-            leaf(&model).encode_into(blk, &mut mem);
-            apply(&mut disk, &mem, &leaf(&model).used_ranges(bs));
-            for o in ops {
-                let cur = mem.clone();
-                let mut new = mem.clone();
-                let used = match o {
-                    Op::Put(k, l, b) => {
-                        let v = vec![b; l.min(max_value_bytes(bs))];
-                        match leaf_put_raw(&mut new, blk, 1, Key::new(k, 0), &v, KeyRange::ALL).unwrap() {
-                            Some(p) => {
-                                prop_assert_eq!(p.old, model.insert(k, v));
-                                p.used
-                            }
-                            None => {
-                                let mut m = model.clone();
-                                m.insert(k, v);
-                                if leaf(&m).encoded_bytes() > bs {
-                                    continue;
-                                }
-                                model = m;
-                                leaf(&model).encode_into(blk, &mut new);
-                                leaf(&model).used_ranges(bs)
-                            }
-                        }
-                    }
-                    Op::Remove(k) => match leaf_remove_raw(&mut new, blk, 1, Key::new(k, 0), KeyRange::ALL).unwrap() {
-                        Some(p) => {
-                            prop_assert_eq!(p.old, model.remove(&k));
-                            p.used
-                        }
-                        None => {
-                            if model.remove(&k).is_none() {
-                                continue;
-                            }
-                            leaf(&model).encode_into(blk, &mut new);
-                            leaf(&model).used_ranges(bs)
-                        }
-                    },
-                };
-                apply(&mut disk, &new, &ranges_to_log(&cur, &new, &used));
-                mem = new;
-                let want = leaf(&model);
-                prop_assert_eq!(&Node::decode(&mem, blk, 1).unwrap(), &want);
-                prop_assert_eq!(&Node::decode(&disk, blk, 1).unwrap(), &want, "the replayed block");
-                for (s, e) in want.used_ranges(bs) {
-                    prop_assert_eq!(&mem[s..e], &disk[s..e], "used bytes {}..{}", s, e);
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 thread_local! {
     /// Tests: run by `insert_shared` of this thread after its header reached the filesystem's
     /// and before its CIL insert.
-    pub(crate) static AFTER_HEADER_MERGE: super::shared_tx::CommitHook =
+    pub(crate) static AFTER_HEADER_MERGE: crate::fs::txn::shared_tx::CommitHook =
         const { std::cell::RefCell::new(None) };
 }
