@@ -286,7 +286,7 @@ pub fn image(data: &[u8]) {
     };
     // Writes go on whatever the checker says: an edit of a leaf a damaged parent misroutes is
     // refused as corrupt (`KeyRange`), so the debug check that each publish's leaves are
-    // routed (`tx.rs`, `assert_leaves_routed`) holds on damaged trees too.
+    // routed (`fs/txn/debug.rs`, `assert_leaves_routed`) holds on damaged trees too.
     let write = true;
     exercise(&fs, write);
     let _ = check::check(&fs);

@@ -11,6 +11,12 @@
 //! data IO runs under the inode's own IO lock (`cache/iolock.rs`) only, with the blocks it writes
 //! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
 //! lock table.
+//!
+//! Layout: `posix/` holds the operations a request reaches, one file per family; `txn/` the
+//! tree-transaction API; `items/` the items' encodings; `tree/` the B+tree; `space/` free
+//! space, inode numbers and each file's block map; `cache/` what is kept in memory (inodes,
+//! pages, IO locks); `rules/` pure POSIX rules; `tests/` the tests, by subject. The checker
+//! (`crate::check`) is built on this layer, never called by it.
 
 pub mod cache;
 pub mod error;
@@ -205,7 +211,7 @@ pub(crate) struct InodeMem {
     /// The in-memory inode is ahead of the log (a size grown by a write, not yet logged).
     pub unlogged: bool,
     /// File-block ranges `[a, b)` that writes mapped past the end of the file for the
-    /// appends to come (speculative preallocation, `write.rs`), noted once the write mapped
+    /// appends to come (speculative preallocation, `posix/write.rs`), noted once the write mapped
     /// them: the last release frees what of them is still past the end, as XFS trims its
     /// post-EOF blocks at close. Only these: a fallocate takes its range out of them, so
     /// blocks it asked for stay.

@@ -1128,7 +1128,7 @@ fn inode_leaves(fs: &Fs, inos: &[u64]) -> std::collections::HashSet<u64> {
 
 /// Creates in two sibling directories change no leaf of inode items in common: each
 /// directory's own inode and its entries' sit in a lane of inode numbers of their own
-/// (`fs/ino_alloc.rs`), and a split falls between lanes (`btree::split_point`). From one
+/// (`fs/space/ino_alloc.rs`), and a split falls between lanes (`btree::split_point`). From one
 /// cursor, the two directories' inode items shared a leaf that every create in either
 /// changed; with lanes but splits at the middle, the end of the first lane and the start of
 /// the second (the second directory's inode) stayed in one leaf for hundreds of creates. Either
