@@ -4,17 +4,17 @@
 //! value promises: that it encodes back to itself, and that an edit in place gives the node the
 //! decoding way gives.
 
-use cilfs_core::fs::acl::Acl;
-use cilfs_core::fs::dir::{decode_bucket, decode_slotted, encode_bucket};
-use cilfs_core::fs::extent::Extent;
-use cilfs_core::fs::header::{Header, TREE_FS};
-use cilfs_core::fs::inode::{Inode, Timespec, INODE_ITEM_BYTES, S_IFDIR, S_IFREG};
+use cilfs_core::fs::items::dir::{decode_bucket, decode_slotted, encode_bucket};
+use cilfs_core::fs::items::extent::Extent;
+use cilfs_core::fs::items::header::{Header, TREE_FS};
+use cilfs_core::fs::items::inode::{Inode, Timespec, INODE_ITEM_BYTES, S_IFDIR, S_IFREG};
+use cilfs_core::fs::items::xattr;
+use cilfs_core::fs::rules::acl::Acl;
 use cilfs_core::fs::tree::btree::Root;
 use cilfs_core::fs::tree::node::{
     check_leaf_layout, leaf_put_raw, leaf_remove_raw, raw_seek, raw_step, unused_stretch, Body,
     Key, KeyRange, Node, Seek, NODE_HEADER_BYTES,
 };
-use cilfs_core::fs::xattr;
 use cilfs_core::fs::DirEntry;
 use cilfs_core::fs::FileType;
 
@@ -275,7 +275,7 @@ pub fn xattr(data: &[u8]) {
     };
     for e in &entries {
         if let xattr::Value::Inline(v) = &e.value {
-            if cilfs_core::fs::acl::kind_of(&e.name).is_some() {
+            if cilfs_core::fs::rules::acl::kind_of(&e.name).is_some() {
                 acl(v);
             }
         }
@@ -297,7 +297,7 @@ pub fn xattr_seeds() -> Vec<Vec<u8>> {
         }]),
         xattr::encode(&[
             xattr::Entry {
-                name: cilfs_core::fs::acl::ACCESS.to_vec(),
+                name: cilfs_core::fs::rules::acl::ACCESS.to_vec(),
                 value: xattr::Value::Inline(acl_value),
             },
             xattr::Entry {
@@ -350,7 +350,7 @@ pub fn acl_seeds() -> Vec<Vec<u8>> {
         }
         v
     };
-    use cilfs_core::fs::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
+    use cilfs_core::fs::rules::acl::{GROUP, GROUP_OBJ, MASK, OTHER, USER, USER_OBJ};
     vec![
         acl(&[(USER_OBJ, 6, 0), (GROUP_OBJ, 4, 0), (OTHER, 4, 0)]),
         acl(&[

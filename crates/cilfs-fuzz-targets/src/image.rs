@@ -11,13 +11,14 @@
 //! header's LSN stamp CRC, or the superblock's CRC, recomputed, so the damage is one a CRC
 //! does not catch (a bad memory write before the block was sealed).
 
+use cilfs_core::check;
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::format::{header_crc, HEADER_BYTES, HEADER_CRC_OFFSET};
-use cilfs_core::fs::header::{HEADER_LSN_OFFSET, HEADER_MAGIC};
+use cilfs_core::fs::items::header::{HEADER_LSN_OFFSET, HEADER_MAGIC};
 use cilfs_core::fs::tree::node::{NODE_LSN_OFFSET, NODE_MAGIC};
 use cilfs_core::fs::types::Cred;
-use cilfs_core::fs::xattr::XattrFlags;
-use cilfs_core::fs::{check, mkfs, Fs, FsOptions, Timespec, ROOT_INO};
+use cilfs_core::fs::types::XattrFlags;
+use cilfs_core::fs::{mkfs, Fs, FsOptions, Timespec, ROOT_INO};
 use cilfs_core::journal::{self, Journal, JournalConfig, PushMode};
 use cilfs_core::log::recover::write_lsn_stamp;
 use cilfs_core::log::{FlushPolicy, LogConfig, Lsn};
@@ -285,7 +286,7 @@ pub fn image(data: &[u8]) {
     };
     // Writes go on whatever the checker says: an edit of a leaf a damaged parent misroutes is
     // refused as corrupt (`KeyRange`), so the debug check that each publish's leaves are
-    // routed (`tx.rs`, `assert_leaves_routed`) holds on damaged trees too.
+    // routed (`fs/txn/debug.rs`, `assert_leaves_routed`) holds on damaged trees too.
     let write = true;
     exercise(&fs, write);
     let _ = check::check(&fs);

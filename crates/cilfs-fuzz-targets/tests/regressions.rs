@@ -21,7 +21,7 @@ fn a_short_header_block_is_corrupt() {
         "48534643010000000000000000000000000000000000000000000000",
     );
     let short = unhex("4853464301000000");
-    assert!(cilfs_core::fs::header::Header::decode(&short, 4).is_err());
+    assert!(cilfs_core::fs::items::header::Header::decode(&short, 4).is_err());
 }
 
 /// An inode whose block count times the block size passes 2^64 overflowed in getattr.
@@ -56,7 +56,7 @@ fn an_extent_past_2_64_bytes_is_corrupt() {
 /// within an extent cannot overflow.
 #[test]
 fn an_extent_ending_past_2_64_blocks_is_corrupt() {
-    use cilfs_core::fs::extent::Extent;
+    use cilfs_core::fs::items::extent::Extent;
     let mut v = (u64::MAX - 2).to_le_bytes().to_vec();
     v.extend_from_slice(&[4, 0, 0, 0, 0, 0, 0, 0]);
     assert!(Extent::decode(0, &v).is_err());

@@ -17,15 +17,17 @@
 //! metadata: they are not targets.
 
 use cilfs_core::check::repair::{repair_image, RepairOptions};
+use cilfs_core::check::{check, check_image, Role};
 use cilfs_core::format::superblock::{front_backup_block, SbLog, Superblock};
 use cilfs_core::format::{header_crc, HEADER_BYTES, HEADER_CRC_OFFSET};
-use cilfs_core::fs::check::{check, check_image, Role};
-use cilfs_core::fs::dir::decode_bucket;
-use cilfs_core::fs::header::{HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use cilfs_core::fs::items::dir::decode_bucket;
+use cilfs_core::fs::items::header::{
+    HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
+};
 use cilfs_core::fs::tree::keys::{kind_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE};
 use cilfs_core::fs::tree::node::{Body, Node, NODE_LSN_OFFSET};
 use cilfs_core::fs::types::Cred;
-use cilfs_core::fs::xattr::XattrFlags;
+use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::{FileType, Fs, FsError, FsOptions, ROOT_INO};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::log::recover::{read_lsn_stamp, write_lsn_stamp};

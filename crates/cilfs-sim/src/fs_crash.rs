@@ -30,11 +30,12 @@
 //! and the blocks that change role are counted.
 
 use crate::recorded::{pick_crash_point, RecordedSet};
+use cilfs_core::check;
 use cilfs_core::format::superblock::SbLog;
-use cilfs_core::fs::acl;
+use cilfs_core::fs::rules::acl;
+use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr};
-use cilfs_core::fs::xattr::XattrFlags;
-use cilfs_core::fs::{check, DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
+use cilfs_core::fs::{DataMode, FileType, Fs, FsError, FsOptions, Timespec, ROOT_INO};
 use cilfs_core::journal::{CilSharding, Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
 use cilfs_core::mkfs::{write_filesystem, Layout};

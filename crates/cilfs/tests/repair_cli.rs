@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
 
 mod common;
-use cilfs_core::fs::header::Header;
+use cilfs_core::fs::items::header::Header;
 use cilfs_device::{AlignedBuf, Device, FileDevice, FileDeviceOptions, WriteFlags};
 use common::{cilfs, log_inode_count_change, mkfs, s, sha1};
 use std::path::Path;

@@ -195,7 +195,7 @@ impl Buf {
 /// commit. A context keeps the newest of a block's late writes (merged into the widest, when
 /// their ranges nest: `CilCtx::set_late`), so its checkpoint logs the block as the last commit
 /// of the context left it, and commits never lock or copy it: the
-/// filesystem header, which nearly every commit changes (`fs/tx.rs`), is written this way.
+/// filesystem header, which nearly every commit changes (`fs/txn/late.rs`), is written this way.
 /// Commits that write a block's bytes late must reach the CIL in the order they made them.
 ///
 /// Counters (`counters`) are not bytes but changes: each context sums its commits' changes of

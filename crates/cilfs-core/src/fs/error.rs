@@ -47,7 +47,7 @@ pub enum FsError {
     /// Internal: the operation gave up before its first commit and is run again outside the
     /// filesystem lock (`fs/retry.rs`); never returned by a public operation.
     #[error("operation to be run again ({0:?})")]
-    Retry(super::retry::Retry),
+    Retry(super::txn::retry::Retry),
     #[error("metadata block {blkno} is corrupt: {what}")]
     Corrupt { blkno: u64, what: String },
     #[error("not a cilfs filesystem: {0}")]

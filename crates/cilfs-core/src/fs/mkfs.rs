@@ -1,15 +1,15 @@
 //! Making the filesystem inside a freshly made journal: the header, the three empty trees, the
 //! free space and the root directory, in one transaction.
 
-use super::alloc::Busy;
 use super::error::{FsError, FsResult};
-use super::header::{
+use super::items::header::{
     freelist_capacity, Header, MIN_FS_BLOCK_SIZE, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
-use super::inode::{Inode, Timespec, ROOT_INO};
+use super::items::inode::{Inode, Timespec, ROOT_INO};
+use super::space::alloc::Busy;
 use super::tree::btree::Root;
 use super::tree::keys::{key, KIND_INODE};
-use super::tx::FsTx;
+use super::txn::FsTx;
 use crate::journal::Journal;
 
 /// Blocks the smallest filesystem needs beyond the header, trees and free list.

@@ -1,6 +1,6 @@
 //! The filesystem layer: inodes, directories, extents and xattrs as items of one B+tree of
 //! journaled metadata blocks (the fs tree), free space in two more trees, file data written in
-//! place. Every metadata change is one journal transaction ([`tx::FsTx`]). POSIX-shaped
+//! place. Every metadata change is one journal transaction ([`txn::FsTx`]). POSIX-shaped
 //! operations return typed errors; the FUSE adapter only translates.
 //!
 //! Concurrency: one reader-writer lock over the filesystem state (the header, the inode cache,
@@ -8,58 +8,45 @@
 //! transaction without it and take it shared to check and publish, side by side
 //! (`shared_tx.rs`); other changes take it exclusively, lookups share it; no data IO happens
 //! under it:
-//! data IO runs under the inode's own IO lock (`iolock.rs`) only, with the blocks it writes
+//! data IO runs under the inode's own IO lock (`cache/iolock.rs`) only, with the blocks it writes
 //! reserved but not yet mapped. Log forces (fsync) run outside it. docs/ARCHITECTURE.md has the
 //! lock table.
+//!
+//! Layout: `posix/` holds the operations a request reaches, one file per family; `txn/` the
+//! tree-transaction API; `items/` the items' encodings; `tree/` the B+tree; `space/` free
+//! space, inode numbers and each file's block map; `cache/` what is kept in memory (inodes,
+//! pages, IO locks); `rules/` pure POSIX rules; `tests/` the tests, by subject. The checker
+//! (`crate::check`) is built on this layer, never called by it.
 
-pub mod acl;
-pub mod alloc;
-mod atime;
-pub mod change;
-pub mod check;
-pub mod dir;
+pub mod cache;
 pub mod error;
-pub mod extent;
-pub mod file;
-pub mod header;
-pub(crate) mod ino_alloc;
-pub mod inode;
-mod inode_cache;
-mod iolock;
+pub mod items;
 pub mod mkfs;
-pub mod ops;
-mod orphan;
-pub mod pagecache;
-mod rename;
-mod retry;
-mod setid;
-mod shared_tx;
+mod posix;
+pub mod rules;
+pub mod space;
 pub mod stats;
 pub mod tenant;
 pub mod tree;
-pub mod tx;
+pub mod txn;
 pub mod types;
-mod write;
-mod writeback;
-pub mod xattr;
 
-pub use dir::DirEntry;
 pub use error::{FsError, FsResult};
-pub use inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
+pub use items::dir::DirEntry;
+pub use items::inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
 pub use stats::FsStats;
 
 use crate::journal::Journal;
-use alloc::{Busy, BusyGuard};
-use change::ChangeCounter;
-use dir::TreeRead;
-use header::{Header, TREE_FS};
+use items::header::{Header, TREE_FS};
+use rules::change::ChangeCounter;
+use space::alloc::{Busy, BusyGuard};
 use tree::keys::{key, KIND_INODE};
 
 use crate::lockstat::{LockWaitStats, LockWaits};
-use inode_cache::{AllShards, InodeCache, InodeMap};
+use cache::inode_cache::{AllShards, InodeCache, InodeMap};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
-use tx::{FsTx, ReadView};
+use txn::{FsTx, ReadView, TreeRead};
 
 /// How the change attribute is maintained (docs/journal.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -224,7 +211,7 @@ pub(crate) struct InodeMem {
     /// The in-memory inode is ahead of the log (a size grown by a write, not yet logged).
     pub unlogged: bool,
     /// File-block ranges `[a, b)` that writes mapped past the end of the file for the
-    /// appends to come (speculative preallocation, `write.rs`), noted once the write mapped
+    /// appends to come (speculative preallocation, `posix/write.rs`), noted once the write mapped
     /// them: the last release frees what of them is still past the end, as XFS trims its
     /// post-EOF blocks at close. Only these: a fallocate takes its range out of them, so
     /// blocks it asked for stay.
@@ -265,7 +252,7 @@ impl InodeMem {
 pub(crate) struct FsState {
     pub hdr: Mutex<Header>,
     pub inodes: InodeCache,
-    pub cache: pagecache::PageCache,
+    pub cache: cache::pagecache::PageCache,
 }
 
 #[derive(Debug)]
@@ -275,9 +262,9 @@ pub struct Fs {
     pub(crate) state: RwLock<FsState>,
     pub(crate) busy: Busy,
     /// Inode numbers for new inodes (runs per directory).
-    pub(crate) inos: ino_alloc::InoAlloc,
+    pub(crate) inos: space::ino_alloc::InoAlloc,
     /// Per-inode IO locks, held across data IO (before `state` in the lock order).
-    pub(crate) io: iolock::IoLocks,
+    pub(crate) io: cache::iolock::IoLocks,
     /// Per-project limits on file data IO (`tenant.rs`).
     pub(crate) throttle: Arc<cilfs_device::Throttle<Arc<dyn cilfs_device::Device>>>,
     /// Contention on `state` (shared and exclusive) and `busy` (the lock table).
@@ -307,7 +294,7 @@ pub struct Fs {
 /// the header) with the journal (`Journal::register_block_check`).
 pub(crate) fn register_block_checks(journal: &Journal) {
     journal.register_block_check(tree::node::NODE_LSN_OFFSET, tree::node::verify_node);
-    journal.register_block_check(header::HEADER_LSN_OFFSET, verify_header);
+    journal.register_block_check(items::header::HEADER_LSN_OFFSET, verify_header);
 }
 
 /// The structure check of the header block: it decodes.
@@ -338,7 +325,7 @@ impl Fs {
             // Decoded first: a block that holds no header at all says so (mkfs interrupted,
             // another filesystem) rather than failing its stamp.
             let hdr = Header::decode(&g.data, first)?;
-            journal.verify_read(&buf, &g, header::HEADER_LSN_OFFSET)?;
+            journal.verify_read(&buf, &g, items::header::HEADER_LSN_OFFSET)?;
             hdr
         };
         // The superblock and the header must agree on the data area: blocks past the device's
@@ -358,18 +345,18 @@ impl Fs {
         }
         let epoch = journal.superblock().unclean_epoch;
         let journal_data = Arc::clone(&journal.data);
-        let inos = ino_alloc::InoAlloc::new(hdr.next_ino);
+        let inos = space::ino_alloc::InoAlloc::new(hdr.next_ino);
         let fs = Arc::new(Fs {
             journal,
             hdr_blk: first,
             state: RwLock::new(FsState {
                 hdr: Mutex::new(hdr),
                 inodes: InodeCache::new(opts.inode_cache_max),
-                cache: pagecache::PageCache::new(opts.page_cache_bytes, bs),
+                cache: cache::pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
             busy: Busy::default(),
             inos,
-            io: iolock::IoLocks::new(),
+            io: cache::iolock::IoLocks::new(),
             throttle: cilfs_device::Throttle::with_clock(
                 Arc::clone(&journal_data),
                 opts.io_clock
@@ -493,7 +480,7 @@ impl Fs {
     /// Commits and adopts the transaction's header.
     pub(crate) fn commit(&self, st: &mut FsState, t: FsTx<'_>) -> FsResult<u64> {
         let (seq, hdr) = t.commit()?;
-        retry::committed();
+        txn::retry::committed();
         let h = st.hdr.get_mut();
         if h.roots() != hdr.roots() {
             // No reader runs beside this commit, but a view must never trust roots copied
@@ -592,7 +579,7 @@ impl Fs {
             SyncMode::All => true,
             SyncMode::Dirs => dir_changed(),
         };
-        if force && seq > self.journal.completed_seq() && !retry::owe_force(seq) {
+        if force && seq > self.journal.completed_seq() && !txn::retry::owe_force(seq) {
             self.journal.force(seq)?;
         }
         Ok(())
@@ -620,7 +607,7 @@ impl Fs {
     /// (for `InodeCache::removed`). An orphan stays: its last release's reclaim looks for it
     /// in memory.
     fn trim_cache(&self, inodes: &mut InodeTable) -> Option<u64> {
-        let max = inode_cache::shard_max(self.opts.inode_cache_max);
+        let max = cache::inode_cache::shard_max(self.opts.inode_cache_max);
         if inodes.len() < max {
             return None;
         }
@@ -657,7 +644,7 @@ impl Fs {
             )
         };
         ReadView {
-            reshape: Some(tx::Reshape {
+            reshape: Some(txn::Reshape {
                 roots_moved: &self.roots_moved,
                 seen,
                 path: Vec::new(),
@@ -691,32 +678,3 @@ pub(crate) fn log_inode(
 
 #[cfg(test)]
 pub(crate) mod tests;
-
-#[cfg(test)]
-mod model_tests;
-
-#[cfg(test)]
-mod held_io_tests;
-
-#[cfg(test)]
-mod concurrent_tests;
-
-#[cfg(all(test, loom))]
-mod publish_model;
-
-#[cfg(test)]
-mod tenant_tests;
-
-#[cfg(test)]
-mod ordered_data_tests;
-
-#[cfg(test)]
-mod log_damage_tests;
-
-#[cfg(test)]
-mod damage_tests;
-
-#[cfg(test)]
-mod sb_backup_tests;
-#[cfg(test)]
-mod verify_tests;

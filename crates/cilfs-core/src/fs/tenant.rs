@@ -11,7 +11,7 @@
 //!   `trusted.cilfs.tenant.<id>` (kept across remounts, replayed like any metadata), and in the
 //!   `Throttle` of the data device. Project 0 is never limited.
 //! - Only file data IO is charged, and it waits for its budget in the thread of the request
-//!   that does it, holding nothing but that inode's IO lock (`iolock.rs`): metadata and the
+//!   that does it, holding nothing but that inode's IO lock (`cache/iolock.rs`): metadata and the
 //!   journal never wait for a tenant, and the periodic write back only takes budget that is
 //!   there now (`Throttle::try_admit`), leaving a throttled tenant's pages to its own fsync or
 //!   a later round.
@@ -20,9 +20,9 @@
 //!   root (`cilfs tenant` uses them). Changing them takes root.
 
 use super::error::{FsError, FsResult};
-use super::inode::{Inode, ROOT_INO};
+use super::items::inode::{Inode, ROOT_INO};
 use super::types::Cred;
-use super::xattr::XattrFlags;
+use super::types::XattrFlags;
 use super::{log_inode, Fs};
 use cilfs_device::{IoDir, TenantId, TenantLimits, TenantStats, WriteFlags};
 

@@ -1,7 +1,7 @@
 //! Types the operations share: who calls (`Cred`), what a setattr or rename asks for, what
 //! statfs answers, and the limits every operation keeps to.
 
-use super::inode::Timespec;
+use super::items::inode::Timespec;
 
 /// The caller of an operation (from the FUSE request). `pid` lets the core ask for the
 /// caller's supplementary groups (`FsOptions::groups_of`) in the rare cases a rule needs them;
@@ -79,4 +79,13 @@ pub(crate) enum Reserve {
     Quarter,
     /// Operations that give space back (unlink, rmdir, truncate, punch) may use all of it.
     Use,
+}
+
+/// How setxattr treats an attribute that exists, or does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct XattrFlags {
+    /// Fail with Exists if the attribute exists (XATTR_CREATE).
+    pub create: bool,
+    /// Fail with NoAttr if it does not (XATTR_REPLACE).
+    pub replace: bool,
 }

@@ -4,7 +4,7 @@
 use super::layout::{human, Layout, LayoutError, DEFAULT_FS_BYTES};
 use super::write_filesystem;
 use crate::format::superblock::MAX_BLOCK_SIZE;
-use crate::fs::header::MIN_FS_BLOCK_SIZE;
+use crate::fs::items::header::MIN_FS_BLOCK_SIZE;
 use crate::journal::{Journal, JournalConfig};
 use cilfs_device::{Device, DeviceError, FileDevice, FileDeviceOptions, IoStats};
 use std::fs::OpenOptions;

@@ -4,8 +4,8 @@
 
 use crate::openers::{caller, Openers};
 use crate::{errno, requests, STATS_XATTR};
+use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
-use cilfs_core::fs::xattr::XattrFlags;
 use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
 use cilfs_fuse_proto::flags::{fattr, write as write_flags};
 use cilfs_fuse_proto::{

@@ -3,8 +3,9 @@
 //! unlinked and the filesystem checked.
 
 use crate::Failure;
+use cilfs_core::check;
 use cilfs_core::fs::types::Cred;
-use cilfs_core::fs::{check, Fs, FsOptions, ROOT_INO};
+use cilfs_core::fs::{Fs, FsOptions, ROOT_INO};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
 use cilfs_core::mkfs::{plan, MkfsRequest};
 use cilfs_device::rng::SimRng;

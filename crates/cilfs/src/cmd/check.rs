@@ -6,8 +6,8 @@
 
 use crate::Failure;
 use anyhow::anyhow;
+use cilfs_core::check::check_image;
 use cilfs_core::format::Superblock;
-use cilfs_core::fs::check::check_image;
 use cilfs_core::Geometry;
 use cilfs_device::{AlignedBuf, Device, FileDevice, FileDeviceOptions, WriteFlags};
 use std::path::{Path, PathBuf};

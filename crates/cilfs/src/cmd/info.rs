@@ -4,7 +4,7 @@
 use crate::Failure;
 use anyhow::anyhow;
 use cilfs_core::format::superblock::SbLog;
-use cilfs_core::fs::header::Header;
+use cilfs_core::fs::items::header::Header;
 use cilfs_core::fs::types::RESERVE_BLOCKS;
 use cilfs_core::geometry::{uuid_string, Geometry};
 use cilfs_device::{Device, FileDevice, FileDeviceOptions};

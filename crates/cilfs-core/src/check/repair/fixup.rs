@@ -4,9 +4,9 @@
 
 use super::salvage::{kind_range, Model};
 use super::RepairError;
-use crate::fs::dir::{free_slot, DirEntry};
-use crate::fs::extent::Extent;
-use crate::fs::inode::{FileType, Inode, Timespec, ROOT_INO};
+use crate::fs::items::dir::{free_slot, DirEntry};
+use crate::fs::items::extent::Extent;
+use crate::fs::items::inode::{FileType, Inode, Timespec, ROOT_INO};
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
     KIND_SYMLINK, ORPHAN_OWNER,
@@ -185,7 +185,7 @@ fn lost_found(m: &mut Model<'_>, r: &mut Reach) -> Option<u64> {
         }
     }
     let max = m.inos().last().copied().unwrap_or(ROOT_INO);
-    let ino = if m.old_next_ino > max && m.old_next_ino < crate::fs::ino_alloc::INO_LIMIT {
+    let ino = if m.old_next_ino > max && m.old_next_ino < crate::fs::space::ino_alloc::INO_LIMIT {
         m.old_next_ino
     } else {
         max + 1
@@ -330,7 +330,7 @@ fn counts(m: &mut Model<'_>) {
         match (k.a, kind_of(*k)) {
             (ORPHAN_OWNER, KIND_ORPHAN) => f.entry(offset_of(*k)).or_default().orphan = true,
             (dir, KIND_DIRENT) => {
-                for (_, e) in crate::fs::dir::decode_slotted(v, dir).unwrap_or_default() {
+                for (_, e) in crate::fs::items::dir::decode_slotted(v, dir).unwrap_or_default() {
                     let d = f.entry(dir).or_default();
                     d.entries += 1;
                     d.subdirs += u64::from(e.kind == FileType::Directory);

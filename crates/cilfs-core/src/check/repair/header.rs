@@ -6,11 +6,11 @@ use super::build::{build, complement, merged, nodes_for_empty_values, take_front
 use super::salvage::Model;
 use super::scan::Walked;
 use super::{Img, Progress, RepairError};
-use crate::fs::alloc::freelist_band;
-use crate::fs::header::{
+use crate::fs::items::header::{
     freelist_capacity, Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
-use crate::fs::ino_alloc::INO_LIMIT;
+use crate::fs::space::alloc::freelist_band;
+use crate::fs::space::ino_alloc::INO_LIMIT;
 use crate::fs::tree::keys::{kind_of, KIND_INODE, ORPHAN_OWNER};
 use crate::fs::tree::node::{Key, Node, NODE_LSN_OFFSET};
 use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};

@@ -23,8 +23,8 @@ mod scan;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use crate::fs::check::{check_image, CheckError};
-use crate::fs::header::{TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use crate::check::{check_image, CheckError};
+use crate::fs::items::header::{TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use crate::fs::tree::node::Key;
 use crate::journal::{Journal, JournalConfig, JournalError};
 use crate::log::Lsn;
@@ -344,7 +344,7 @@ fn restamp_past_head(
     report: &mut RepairReport,
     progress: &mut Progress,
 ) -> Result<(), RepairError> {
-    use crate::fs::header::HEADER_LSN_OFFSET;
+    use crate::fs::items::header::HEADER_LSN_OFFSET;
     use crate::fs::tree::node::NODE_LSN_OFFSET;
     use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
     const BATCH: u64 = 256;

@@ -4,17 +4,17 @@
 
 use super::header::Area;
 use super::{Img, RepairError};
-use crate::fs::acl;
-use crate::fs::dir::{decode_slotted, encode_bucket, DirEntry};
-use crate::fs::extent::Extent;
-use crate::fs::header::HEADER_LSN_OFFSET;
-use crate::fs::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
+use crate::fs::items::dir::{decode_slotted, encode_bucket, DirEntry};
+use crate::fs::items::extent::Extent;
+use crate::fs::items::header::HEADER_LSN_OFFSET;
+use crate::fs::items::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
+use crate::fs::items::xattr;
+use crate::fs::rules::acl;
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, offset_of, KIND_DIRENT, KIND_EXTENT, KIND_INODE, KIND_ORPHAN,
     KIND_SYMLINK, KIND_XATTR, OFFSET_BITS, ORPHAN_OWNER,
 };
 use crate::fs::tree::node::{Key, NODE_LSN_OFFSET};
-use crate::fs::xattr;
 use crate::log::recover::read_lsn_stamp;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -114,7 +114,7 @@ impl<'a> Model<'a> {
                 (ORPHAN_OWNER, KIND_ORPHAN) => None,
                 (ORPHAN_OWNER, kind) => Some(format!("item of unknown kind {kind} under owner 0")),
                 // No inode is numbered there (`ino_alloc::INO_LIMIT`): a damaged key.
-                (_, _) if ino >= crate::fs::ino_alloc::INO_LIMIT => {
+                (_, _) if ino >= crate::fs::space::ino_alloc::INO_LIMIT => {
                     Some(format!("item of inode {ino}, past the last inode number"))
                 }
                 (_, KIND_INODE) if off != 0 => Some(format!("inode item at offset {off:#x}")),
@@ -259,7 +259,7 @@ impl<'a> Model<'a> {
         if es.iter().any(|(_, x)| x.name == e.name) {
             return false;
         }
-        let Some(slot) = crate::fs::dir::free_slot(&es) else {
+        let Some(slot) = crate::fs::items::dir::free_slot(&es) else {
             return false;
         };
         es.push((slot, e));
@@ -303,12 +303,12 @@ impl<'a> Model<'a> {
                 )
             } else if symlink {
                 let mut i = Inode::empty_dir(ino, 0, 0, 0, 0, now);
-                i.mode = crate::fs::inode::S_IFLNK | 0o777;
+                i.mode = crate::fs::items::inode::S_IFLNK | 0o777;
                 i.nlink = 1;
                 (i, "symbolic link")
             } else if let Some(end) = extent_end {
                 let mut i = Inode::empty_dir(ino, 0, 0, 0, 0, now);
-                i.mode = crate::fs::inode::S_IFREG | 0o600;
+                i.mode = crate::fs::items::inode::S_IFREG | 0o600;
                 i.nlink = 1;
                 i.size = end.saturating_mul(bs);
                 i.disk_size = i.size;

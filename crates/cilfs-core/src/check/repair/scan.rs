@@ -3,7 +3,7 @@
 
 use super::header::Area;
 use super::{Img, Progress, RepairError};
-use crate::fs::header::TREE_FS;
+use crate::fs::items::header::TREE_FS;
 use crate::fs::tree::btree::Root;
 use crate::fs::tree::node::{check_leaf_layout, Body, Key, Node, NODE_LSN_OFFSET, NODE_MAGIC};
 use crate::log::recover::read_lsn_stamp;

@@ -4,15 +4,15 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
-use crate::fs::check::check_image;
-use crate::fs::extent::Extent;
-use crate::fs::header::{Header, HEADER_LSN_OFFSET};
+use crate::check::check_image;
+use crate::fs::items::extent::Extent;
+use crate::fs::items::header::{Header, HEADER_LSN_OFFSET};
 use crate::fs::tests::{mount, new_dev, BS};
 use crate::fs::tree::btree::Root;
 use crate::fs::tree::keys::{key, KIND_DIRENT, KIND_EXTENT, KIND_INODE};
 use crate::fs::tree::node::{Body, Node, Value, NODE_LSN_OFFSET};
 use crate::fs::types::Cred;
-use crate::fs::xattr::XattrFlags;
+use crate::fs::types::XattrFlags;
 use crate::fs::{FileType, Fs, FsError, FsOptions, Inode, ROOT_INO};
 use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
 use cilfs_device::SimDevice;
@@ -299,13 +299,13 @@ fn a_name_pointing_nowhere_is_removed_and_its_inode_found() {
             crate::fs::tree::keys::name_hash(&name(5)),
         ),
         |v| {
-            let mut es = crate::fs::dir::decode_slotted(v, ROOT_INO).unwrap();
+            let mut es = crate::fs::items::dir::decode_slotted(v, ROOT_INO).unwrap();
             for (_, e) in &mut es {
                 if e.name == name(5) {
                     e.ino = 1 << 40;
                 }
             }
-            *v = crate::fs::dir::encode_bucket(&es);
+            *v = crate::fs::items::dir::encode_bucket(&es);
         },
     );
     assert!(problems(&dev).iter().any(|p| p.contains("does not exist")));
@@ -605,13 +605,13 @@ fn an_entry_under_the_wrong_hash_is_filed_under_its_own() {
     let hash = crate::fs::tree::keys::name_hash(&name(7));
     let d = damaged.clone();
     edit_item(&dev, key(ROOT_INO, KIND_DIRENT, hash), |v| {
-        let mut es = crate::fs::dir::decode_slotted(v, ROOT_INO).unwrap();
+        let mut es = crate::fs::items::dir::decode_slotted(v, ROOT_INO).unwrap();
         for (_, e) in &mut es {
             if e.name == name(7) {
                 e.name = d.clone();
             }
         }
-        *v = crate::fs::dir::encode_bucket(&es);
+        *v = crate::fs::items::dir::encode_bucket(&es);
     });
     assert!(!problems(&dev).is_empty());
     let r = assert_repaired(&dev);

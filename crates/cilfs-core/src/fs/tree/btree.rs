@@ -504,7 +504,7 @@ fn split_last(n: &mut Node) -> Node {
 }
 
 /// Keys whose first parts lie this far apart belong to different objects' runs (inode numbers
-/// come in runs per directory and lanes of runs, `fs/ino_alloc.rs`): a split between them
+/// come in runs per directory and lanes of runs, `fs/space/ino_alloc.rs`): a split between them
 /// gives each side's inserts a node of their own.
 const SPLIT_GAP: u64 = 4096;
 

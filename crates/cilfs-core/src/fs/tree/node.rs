@@ -728,7 +728,9 @@ pub fn verify_node(block: &[u8], blkno: u64) -> Result<(), String> {
         return Err("block too small for a node".into());
     }
     let (level, tree) = (block[4], block[5]);
-    if !(crate::fs::header::TREE_FS..=crate::fs::header::TREE_FREE_BY_SIZE).contains(&tree) {
+    if !(crate::fs::items::header::TREE_FS..=crate::fs::items::header::TREE_FREE_BY_SIZE)
+        .contains(&tree)
+    {
         if u32::from_le_bytes(arr4(&block[0..4])) != NODE_MAGIC {
             return Err("bad node magic".into());
         }

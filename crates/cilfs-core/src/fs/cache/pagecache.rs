@@ -1,0 +1,364 @@
+//! File data pages in memory, keyed by (inode, file block), like a kernel page cache.
+//!
+//! Overwrites of blocks a file already owns land here and return without IO; `fsync`, `sync`,
+//! unmount, the periodic flush and memory pressure write them back in place. Newly allocated
+//! blocks do not go through here: their data is written before the transaction that maps them
+//! commits (ordered mode), so they never wait in memory behind a committed mapping. Pages of
+//! blocks a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
+//! nothing is ever written into a block after it changed hands.
+//!
+//! The pages are in shards by inode, each behind a lock of its own: writers of
+//! different files put their pages side by side under the state lock taken shared. One inode's
+//! pages are all in one shard, so a write sees and changes its pages under one hold of one
+//! lock (`PageCache::lock`). The shard lock is a leaf: nothing else is taken under it, and
+//! no IO happens under it.
+
+use crate::lockstat::LockWaits;
+use parking_lot::{Mutex, MutexGuard};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+// Sharded as the inode cache is: an inode's pages and its inode hash to the same shard number.
+use crate::fs::cache::inode_cache::{shard_of, SHARDS};
+
+#[derive(Debug)]
+struct Page {
+    data: Box<[u8]>,
+    dirty: bool,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    pages: BTreeMap<(u64, u64), Page>,
+}
+
+#[derive(Debug)]
+pub struct PageCache {
+    shards: Box<[Mutex<Shard>]>,
+    /// Dirty pages in all shards (changed under the shard's lock).
+    dirty: AtomicUsize,
+    /// Pages in all shards (changed under the shard's lock).
+    pages: AtomicUsize,
+    /// Clean pages beyond this are dropped.
+    max_pages: usize,
+    /// Dirty pages beyond this make the writer write everything back.
+    pub dirty_limit: usize,
+    pub(crate) waits: LockWaits,
+}
+
+/// One inode's pages, its shard locked: what a write reads and changes in one hold.
+#[derive(Debug)]
+pub struct InodePages<'a> {
+    cache: &'a PageCache,
+    /// Held until the hold ends (taken in `drop`, which lets it go before it trims others).
+    shard: Option<MutexGuard<'a, Shard>>,
+    ino: u64,
+    /// Pages this hold added: the cache may be over its limit once the lock is let go.
+    added: bool,
+}
+
+impl InodePages<'_> {
+    fn pages(&self) -> &BTreeMap<(u64, u64), Page> {
+        match &self.shard {
+            Some(s) => &s.pages,
+            None => unreachable!("held until dropped"),
+        }
+    }
+
+    fn pages_mut(&mut self) -> &mut BTreeMap<(u64, u64), Page> {
+        match &mut self.shard {
+            Some(s) => &mut s.pages,
+            None => unreachable!("held until dropped"),
+        }
+    }
+
+    /// Copies the cached page `fb` into `out`; false if it is not cached.
+    pub fn read(&self, fb: u64, out: &mut [u8]) -> bool {
+        match self.pages().get(&(self.ino, fb)) {
+            Some(p) => {
+                out.copy_from_slice(&p.data);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn contains(&self, fb: u64) -> bool {
+        self.pages().contains_key(&(self.ino, fb))
+    }
+
+    /// Stores a whole block as the newest contents of page `fb`, dirty.
+    pub fn put_dirty(&mut self, fb: u64, block: &[u8]) {
+        let ino = self.ino;
+        match self.pages_mut().get_mut(&(ino, fb)) {
+            Some(p) => {
+                p.data.copy_from_slice(block);
+                if !p.dirty {
+                    p.dirty = true;
+                    self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => {
+                self.pages_mut().insert(
+                    (ino, fb),
+                    Page {
+                        data: block.into(),
+                        dirty: true,
+                    },
+                );
+                self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                self.cache.pages.fetch_add(1, Ordering::Relaxed);
+                self.added = true;
+            }
+        }
+    }
+
+    /// Zeroes bytes `[from, to)` of page `fb`, if cached (marking it dirty).
+    pub fn zero_range(&mut self, fb: u64, from: usize, to: usize) -> bool {
+        let ino = self.ino;
+        let Some(p) = self.pages_mut().get_mut(&(ino, fb)) else {
+            return false;
+        };
+        p.data[from..to].fill(0);
+        if !p.dirty {
+            p.dirty = true;
+            self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+impl Drop for InodePages<'_> {
+    fn drop(&mut self) {
+        let Some(mut shard) = self.shard.take() else {
+            return;
+        };
+        if !self.added || self.cache.pages.load(Ordering::Relaxed) <= self.cache.max_pages {
+            return;
+        }
+        // This shard first, at the end of the hold, so no page the hold still needed (an edge
+        // of the write) was dropped under it; then, its lock let go, the others, each only
+        // tried (a shard in use is left for its own writer's next trim).
+        self.cache.trim_shard(&mut shard);
+        drop(shard);
+        for s in self.cache.shards.iter() {
+            if self.cache.pages.load(Ordering::Relaxed) <= self.cache.max_pages / 8 * 7 {
+                break;
+            }
+            if let Some(mut other) = s.try_lock() {
+                self.cache.trim_shard(&mut other);
+            }
+        }
+    }
+}
+
+impl PageCache {
+    pub fn new(max_bytes: u64, block_size: u32) -> Self {
+        let max_pages = (max_bytes / u64::from(block_size)).max(64) as usize;
+        PageCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            dirty: AtomicUsize::new(0),
+            pages: AtomicUsize::new(0),
+            max_pages,
+            dirty_limit: max_pages / 2,
+            waits: LockWaits::new("page cache"),
+        }
+    }
+
+    fn shard(&self, ino: u64) -> MutexGuard<'_, Shard> {
+        let m = &self.shards[shard_of(ino)];
+        self.waits.acquire_short(|| m.try_lock(), || m.lock())
+    }
+
+    /// `ino`'s pages, its shard locked until the result is dropped.
+    pub fn lock(&self, ino: u64) -> InodePages<'_> {
+        InodePages {
+            cache: self,
+            shard: Some(self.shard(ino)),
+            ino,
+            added: false,
+        }
+    }
+
+    pub fn contains(&self, ino: u64, fb: u64) -> bool {
+        self.lock(ino).contains(fb)
+    }
+
+    /// Whether any page of `ino` is cached.
+    pub fn has_pages(&self, ino: u64) -> bool {
+        self.shard(ino)
+            .pages
+            .range((ino, 0)..=(ino, u64::MAX))
+            .next()
+            .is_some()
+    }
+
+    /// Zeroes bytes `[from, to)` of (ino, fb), if cached (marking it dirty).
+    pub fn zero_range(&self, ino: u64, fb: u64, from: usize, to: usize) -> bool {
+        self.lock(ino).zero_range(fb, from, to)
+    }
+
+    /// Dirty pages of `ino`, marked clean: the caller writes them back.
+    pub fn take_dirty(&self, ino: u64) -> Vec<(u64, u64, Box<[u8]>)> {
+        let mut shard = self.shard(ino);
+        let mut out = Vec::new();
+        for (&(i, fb), p) in shard.pages.range_mut((ino, 0)..=(ino, u64::MAX)) {
+            if p.dirty {
+                p.dirty = false;
+                out.push((i, fb, p.data.clone()));
+            }
+        }
+        self.dirty.fetch_sub(out.len(), Ordering::Relaxed);
+        out
+    }
+
+    /// The file blocks of `ino`'s dirty pages, in order.
+    pub fn dirty_blocks(&self, ino: u64) -> Vec<u64> {
+        self.shard(ino)
+            .pages
+            .range((ino, 0)..=(ino, u64::MAX))
+            .filter(|(_, p)| p.dirty)
+            .map(|(&(_, fb), _)| fb)
+            .collect()
+    }
+
+    /// Inodes with dirty pages, in order.
+    pub fn dirty_inodes(&self) -> Vec<u64> {
+        let mut out: Vec<u64> = Vec::new();
+        for s in self.shards.iter() {
+            let shard = self.waits.acquire_short(|| s.try_lock(), || s.lock());
+            for (&(i, _), p) in &shard.pages {
+                if p.dirty && out.last() != Some(&i) {
+                    out.push(i);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Forgets the pages of `ino` for file blocks `[from, to)`, dirty or not.
+    pub fn drop_range(&self, ino: u64, from: u64, to: u64) {
+        if from >= to {
+            return;
+        }
+        let mut shard = self.shard(ino);
+        let keys: Vec<(u64, u64)> = shard
+            .pages
+            .range((ino, from)..(ino, to))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            if let Some(p) = shard.pages.remove(&k) {
+                self.pages.fetch_sub(1, Ordering::Relaxed);
+                if p.dirty {
+                    self.dirty.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    pub fn dirty_pages(&self) -> usize {
+        self.dirty.load(Ordering::Relaxed)
+    }
+
+    pub fn pages(&self) -> usize {
+        self.pages.load(Ordering::Relaxed)
+    }
+
+    /// Drops clean pages of one shard, while the cache is over its limit, down to 7/8 of it
+    /// (one file's pages all sit in one shard, so a shard has no share of its own). A shard
+    /// of dirty pages drops nothing: write back (`over_dirty_limit`) makes them clean.
+    fn trim_shard(&self, shard: &mut Shard) {
+        let target = self.max_pages / 8 * 7;
+        let excess = self.pages.load(Ordering::Relaxed).saturating_sub(target);
+        if excess == 0 {
+            return;
+        }
+        let victims: Vec<(u64, u64)> = shard
+            .pages
+            .iter()
+            .filter(|(_, p)| !p.dirty)
+            .map(|(k, _)| *k)
+            .take(excess)
+            .collect();
+        for k in victims {
+            shard.pages.remove(&k);
+            self.pages.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirty_tracking_and_ranges() {
+        let c = PageCache::new(1 << 20, 4096);
+        c.lock(1).put_dirty(0, &[1u8; 4096]);
+        c.lock(1).put_dirty(5, &[2u8; 4096]);
+        c.lock(2).put_dirty(0, &[3u8; 4096]);
+        assert_eq!(c.dirty_pages(), 3);
+        assert_eq!(c.dirty_inodes(), [1, 2]);
+        let mut b = [0u8; 4096];
+        assert!(c.lock(1).read(5, &mut b) && b[0] == 2);
+        let d = c.take_dirty(1);
+        assert_eq!(d.len(), 2);
+        assert_eq!(c.dirty_pages(), 1);
+        assert_eq!(c.dirty_inodes(), [2]);
+        c.drop_range(1, 0, 10);
+        assert!(!c.contains(1, 5));
+        assert!(!c.has_pages(1));
+        assert_eq!(c.pages(), 1);
+        assert!(c.zero_range(2, 0, 10, 20));
+        assert_eq!(c.take_dirty(2).len(), 1);
+        assert_eq!(c.dirty_pages(), 0);
+    }
+
+    /// Over its limit the cache drops clean pages of the shard a write added to, never dirty
+    /// ones, and never one the write's hold can still see.
+    #[test]
+    fn trimming_drops_clean_pages_only_and_waits_for_the_hold() {
+        let c = PageCache::new(64 * 4096, 4096);
+        for fb in 0..64 {
+            c.lock(7).put_dirty(fb, &[1u8; 4096]);
+        }
+        assert_eq!(c.take_dirty(7).len(), 64);
+        {
+            let mut p = c.lock(7);
+            for fb in 64..80 {
+                p.put_dirty(fb, &[2u8; 4096]);
+            }
+            // Still under the hold: nothing dropped yet, the first page readable.
+            let mut b = [0u8; 4096];
+            assert!(p.read(0, &mut b) && b[0] == 1);
+            assert_eq!(c.pages(), 80);
+        }
+        assert_eq!(c.pages(), 64 / 8 * 7);
+        assert_eq!(c.dirty_pages(), 16);
+        for fb in 64..80 {
+            assert!(c.contains(7, fb), "dirty page {fb} dropped");
+        }
+    }
+
+    /// Clean pages of shards no one writes to are dropped too: a write over the limit trims
+    /// the others once it lets its own shard go.
+    #[test]
+    fn a_write_over_the_limit_trims_other_shards_too() {
+        let c = PageCache::new(64 * 4096, 4096);
+        for ino in 1..=64u64 {
+            c.lock(ino).put_dirty(0, &[1u8; 4096]);
+            assert_eq!(c.take_dirty(ino).len(), 1);
+        }
+        assert_eq!(c.pages(), 64);
+        // Inode 1000's shard holds at most one of the clean pages above.
+        for fb in 0..16 {
+            c.lock(1000).put_dirty(fb, &[2u8; 4096]);
+        }
+        // Trimming only its own shard, it would keep some 79 pages.
+        assert!(c.pages() <= 64, "{} pages kept", c.pages());
+        assert_eq!(c.dirty_pages(), 16);
+    }
+}

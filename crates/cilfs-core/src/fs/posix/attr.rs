@@ -1,0 +1,150 @@
+//! Attributes: getattr, setattr (mode, owner, size, times), statfs and the change attribute.
+
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::dir::{self};
+use crate::fs::items::inode::{Attr, S_IFMT};
+use crate::fs::posix::xattr;
+use crate::fs::rules::acl;
+use crate::fs::rules::setid::drop_caps;
+use crate::fs::stats::bump;
+use crate::fs::types::XattrFlags;
+use crate::fs::types::{Cred, SetAttr, SetTime, StatFs, RESERVE_BLOCKS};
+use crate::fs::{log_inode, Fs};
+
+impl Fs {
+    pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
+        self.op();
+        self.retrying(|| {
+            let st = self.read_state();
+            Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+        })
+    }
+
+    pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {
+        self.retrying(|| {
+            self.op();
+            self.check_writable()?;
+            // A mode that comes with a size is the kernel's own clearing of set-user-ID, by an
+            // older rule and from the mode before the truncate: what the truncate cleared stays so.
+            let truncate_killed = match sa.size {
+                Some(size) => self.truncate(cred, ino, size)?,
+                None => 0,
+            };
+            if sa.mode.is_none()
+                && sa.uid.is_none()
+                && sa.gid.is_none()
+                && sa.atime.is_none()
+                && sa.mtime.is_none()
+            {
+                let mut st = self.write_state();
+                return Ok(self.load(&mut st, ino)?.inode.attr(self.bs));
+            }
+            let now = self.now();
+            let bs = self.bs;
+            // Built optimistically (`shared_tx.rs`), as creates are: a chmod, chown or utimes
+            // of one inode no longer stops every other operation (untar sets all three on
+            // every file it makes).
+            self.with_shared_tx(&[ino], |st, t, sc| {
+                // chmod rewrites the access ACL's owner, mask and other entries.
+                let acl = match sa.mode {
+                    Some(_) if self.opts.acl => match self.xattr_lookup_in(t, ino, acl::ACCESS)? {
+                        Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                            FsError::corrupt(0, format!("inode {ino}: malformed access ACL"))
+                        })?,
+                        None => None,
+                    },
+                    _ => None,
+                };
+                let m = sc.load(st, t, ino)?;
+                if let Some(mode) = sa.mode {
+                    m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
+                    if let Some(mut a) = acl {
+                        a.chmod(mode);
+                        xattr::put(
+                            t,
+                            ino,
+                            acl::ACCESS,
+                            Some(&a.encode()),
+                            XattrFlags::default(),
+                        )?;
+                    }
+                }
+                let chown = sa.uid.is_some() || sa.gid.is_some();
+                if chown && !m.inode.is_dir() {
+                    drop_caps(t, ino)?;
+                }
+                // Any chown, to the same owner too, as on Linux. A kernel without
+                // FUSE_HANDLE_KILLPRIV_V2 sends the mode it computed with a chown, by an older rule
+                // (no set-group-ID without group execute): the bits are cleared on top of it.
+                let kill = match chown {
+                    true => self.chown_kills(cred, &m.inode),
+                    false => 0,
+                };
+                if let Some(uid) = sa.uid {
+                    m.inode.uid = uid;
+                }
+                if let Some(gid) = sa.gid {
+                    m.inode.gid = gid;
+                }
+                m.inode.mode &= !kill;
+                let resolve = |s: SetTime| match s {
+                    SetTime::Now => now,
+                    SetTime::At(t) => t,
+                };
+                if let Some(a) = sa.atime {
+                    m.inode.atime = resolve(a);
+                }
+                if let Some(mt) = sa.mtime {
+                    m.inode.mtime = resolve(mt);
+                }
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok((m.inode.attr(bs), vec![ino]))
+            })
+        })
+    }
+
+    /// Busy extents count as free and available, as XFS counts them: they belong to no file,
+    /// only their reuse waits until the checkpoint that freed them is stable, and any operation
+    /// that needs them forces the log first (`space_check`). Counting them as taken kept df
+    /// 200 MiB short after deleting a 200 MiB file until some later transaction came after a
+    /// checkpoint: `sync(1)` does not reach cilfs (no FUSE_SYNCFS), so nothing a user does
+    /// brought it back. The free list's blocks are free but kept for the free-space trees'
+    /// own nodes, and the reserve for operations that give space back, so neither is available.
+    pub fn statfs(&self) -> StatFs {
+        self.op();
+        let st = self.read_state();
+        let h = self.hdr(&st);
+        let free = h.free_blocks + h.freelist.len() as u64;
+        let avail = h.free_blocks.saturating_sub(RESERVE_BLOCKS);
+        StatFs {
+            blocks: h.data_end - h.data_start,
+            bfree: free,
+            bavail: avail,
+            files: h.inode_count + avail,
+            ffree: avail,
+            bsize: self.bs,
+            namelen: dir::NAME_MAX as u32,
+        }
+    }
+
+    /// The change attribute (marks it queried): what `user.cilfs.change` and `cilfs stat
+    /// --change` report.
+    pub fn change_attr(&self, ino: u64) -> FsResult<u64> {
+        self.op();
+        bump(&self.stats.change_queries);
+        // The counter is atomic: a cached inode is queried under the shared lock, so a querier
+        // never waits for writers (nor they for it).
+        self.retrying(|| {
+            let st = self.read_state();
+            if let Some(m) = st.inodes.lock(ino).get(&ino) {
+                return Ok(crate::fs::visible_change(self.epoch, m.change.query()));
+            }
+            // Not in memory: the item's value, read (with no lock held if its block is not in
+            // the buffer cache: `retrying`) and not cached. An inode loaded later starts
+            // queried (`ChangeCounter::loaded`), so its next change moves the value past this.
+            let inode = crate::fs::read_inode(&mut self.view(&st), ino)?;
+            Ok(crate::fs::visible_change(self.epoch, inode.change))
+        })
+    }
+}

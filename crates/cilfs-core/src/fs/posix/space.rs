@@ -1,0 +1,289 @@
+//! A file's space: truncate, fallocate (with punched holes and zeroed ranges) and the zeroing
+//! of blocks they and writes share (reads are in `read.rs`, writes in `write.rs`, the extent
+//! map in `space/map.rs`, write back and fsync in `sync.rs`).
+//!
+//! Ordering (docs/journal.md section 7): data for newly allocated blocks is written, and the write
+//! completed, before the transaction that maps them commits; the checkpoint's data-device flush
+//! then makes it stable before the commit record. Bytes past EOF in the last block are zeroed
+//! whenever the file grows over them, so a hole or a grown file never shows stale bytes; only
+//! those the file grows over: the rest may be data a truncate cut off that is not logged yet,
+//! and zeroing it would show zeros the file never held in a crash that keeps the old size.
+
+use crate::fs::cache::iolock::IoMode;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::extent::{max_file_size, Extent};
+use crate::fs::items::inode::Inode;
+use crate::fs::rules::setid::drop_caps;
+use crate::fs::space::map::extents_in;
+use crate::fs::stats::bump;
+use crate::fs::tree::keys::OFFSET_MAX;
+use crate::fs::types::{Cred, Reserve};
+use crate::fs::{log_inode, Fs};
+use cilfs_device::AlignedBuf;
+
+impl Fs {
+    /// Writes `n` zero blocks at disk block `disk`, at most 1 MiB per IO.
+    pub(crate) fn write_zeros(&self, project: u32, disk: u64, n: u64) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        let chunk = ((1u64 << 20) / bs).max(1);
+        let zeros = AlignedBuf::zeroed((chunk.min(n) * bs) as usize);
+        let mut at = 0;
+        while at < n {
+            let k = (n - at).min(chunk);
+            self.data_write(project, disk + at, &zeros[..(k * bs) as usize])?;
+            at += k;
+        }
+        Ok(())
+    }
+
+    /// When a truncate or fallocate grows a file from `old_size` to `new_size`, zero the old
+    /// last block from EOF up to `new_size` (or its end), so the grown part reads as zeros: in
+    /// the page cache if it is there, else on disk, outside the filesystem lock. The caller
+    /// holds `ino`'s IO lock exclusively (nothing else puts its pages in the cache or moves its
+    /// blocks).
+    fn zero_eof_tail(&self, ino: u64, old_size: u64, new_size: u64) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        if old_size % bs == 0 || new_size <= old_size {
+            return Ok(());
+        }
+        let fb = old_size / bs;
+        let from = (old_size % bs) as usize;
+        // Not past `new_size`: see the module comment.
+        let to = (new_size - fb * bs).min(bs) as usize;
+        let (project, disk) = {
+            let mut st = self.write_state();
+            if st.cache.zero_range(ino, fb, from, to) {
+                if let Some(m) = st.inodes.get_mut(&ino) {
+                    self.note_dirty(&mut m.inode, Some(fb));
+                }
+                return Ok(());
+            }
+            let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
+            let mut v = self.view(&st);
+            match extents_in(&mut v, ino, fb, fb + 1)?.first() {
+                Some(e) => (project, e.disk + (fb - e.file)),
+                None => return Ok(()),
+            }
+        };
+        self.zero_block_range(project, disk, from, to)
+    }
+
+    /// Zeroes bytes `[from, to)` of disk block `disk` in place (read, zero, write), charged to
+    /// `project`.
+    pub(crate) fn zero_block_range(
+        &self,
+        project: u32,
+        disk: u64,
+        from: usize,
+        to: usize,
+    ) -> FsResult<()> {
+        let mut buf = AlignedBuf::zeroed(self.bs as usize);
+        self.data_read(project, disk, &mut buf)?;
+        buf[from..to].fill(0);
+        self.data_write(project, disk, &buf)
+    }
+
+    /// Sets the size. Shrinking frees the blocks past the new end (in bounded transactions, the
+    /// first of which sets the size and clears the privileges `cred` may not keep); growing
+    /// leaves a hole. Returns the mode bits it cleared.
+    pub(crate) fn truncate(&self, cred: Cred, ino: u64, size: u64) -> FsResult<u32> {
+        if size > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        let old = {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            if m.inode.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            m.inode.size
+        };
+        self.zero_eof_tail(ino, old, size)?;
+        let mut st = self.write_state();
+        let now = self.now();
+        let (killed, _) = self.with_tx(&mut st, |t, inodes| {
+            drop_caps(t, ino)?;
+            let m = Fs::inode_mut(t, inodes, ino)?;
+            m.inode.size = size;
+            m.inode.mtime = now;
+            let kill = self.privileges_to_kill(cred, &m.inode);
+            m.inode.mode &= !kill;
+            self.touch_ctime(m, now);
+            log_inode(t, m, &self.stats)?;
+            Ok((kill, vec![ino]))
+        })?;
+        drop(st);
+        if size < old {
+            let bs = u64::from(self.bs);
+            let keep = size.div_ceil(bs);
+            self.free_range(ino, keep, OFFSET_MAX)?;
+        }
+        Ok(killed)
+    }
+
+    /// fallocate: mode 0 (allocate, extend size), keep_size, or punch_hole (with keep_size).
+    /// Allocated blocks are written with zeros: there are no unwritten extents yet. They are
+    /// reserved under the filesystem lock, zeroed outside it and mapped after, as a write's
+    /// (`write.rs`). Every mode clears the privileges `cred` may not keep, as a write does
+    /// (Linux's `file_modified`).
+    pub fn fallocate(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+        punch_hole: bool,
+    ) -> FsResult<()> {
+        bump(&self.stats.operations);
+        self.check_writable()?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of length 0"));
+        }
+        if punch_hole && !keep_size {
+            return Err(FsError::NotSupported("PUNCH_HOLE without KEEP_SIZE"));
+        }
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        if end > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        if punch_hole {
+            return self.punch_hole(cred, ino, off, end);
+        }
+        let bs = u64::from(self.bs);
+        let first = off / bs;
+        let last = (end - 1) / bs;
+        let (inode, fresh) = self.retrying(|| {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            if m.inode.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            // The range is the caller's now, blocks speculation mapped in it included.
+            crate::fs::posix::write::forget_spec_range(&mut m.spec_prealloc, first, last + 1);
+            let inode = m.inode.clone();
+            let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
+            self.space_check(st.hdr.get_mut(), hole_blocks + 8, Reserve::Keep)?;
+            Ok((inode, self.reserve_holes(&st, &exts, first, last + 1)?))
+        })?;
+        let r = self.fallocate_reserved(cred, &inode, end, keep_size, &fresh);
+        self.unreserve(&fresh);
+        r
+    }
+
+    /// Zeroes the blocks reserved for fallocate of `inode` (as planned) up to `end`, then maps
+    /// them.
+    fn fallocate_reserved(
+        &self,
+        cred: Cred,
+        inode: &Inode,
+        end: u64,
+        keep_size: bool,
+        fresh: &[Extent],
+    ) -> FsResult<()> {
+        let (ino, old_size, project) = (inode.ino, inode.size, inode.project);
+        for e in fresh {
+            self.write_zeros(project, e.disk, e.len)?;
+        }
+        if !keep_size {
+            self.zero_eof_tail(ino, old_size, end)?;
+        }
+        let now = self.now();
+        let kill = self.retrying(|| {
+            let mut st = self.write_state();
+            let (kill, _) = self.with_tx(&mut st, |t, inodes| {
+                let allocated = self.map_reserved(t, ino, fresh)?;
+                drop_caps(t, ino)?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.blocks += allocated;
+                let kill = self.privileges_to_kill(cred, &m.inode);
+                m.inode.mode &= !kill;
+                if !keep_size && end > m.inode.size {
+                    m.inode.size = end;
+                    m.inode.mtime = now;
+                }
+                if end > m.inode.size {
+                    // Blocks past the end that the caller asked for: no release trims them.
+                    m.inode.flags |= crate::fs::items::inode::INODE_PREALLOC;
+                }
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok((kill, vec![ino]))
+            })?;
+            Ok(kill)
+        })?;
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(())
+    }
+
+    /// PUNCH_HOLE (with KEEP_SIZE): the partial blocks at the edges zeroed in place, the whole
+    /// ones unmapped. The caller holds `ino`'s IO lock exclusively.
+    fn punch_hole(&self, cred: Cred, ino: u64, off: u64, end: u64) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        let size = self.getattr(ino)?.size;
+        let end = end.min(size);
+        if off < end {
+            let first_full = off.div_ceil(bs);
+            let end_full = end / bs;
+            // Zeroes `[a, b)` in place, block by block, where the file has a block: a hole
+            // reads as zeros already, and writing them would allocate it.
+            let zero = |a: u64, b: u64| -> FsResult<()> {
+                let mut at = a;
+                while at < b {
+                    let fb = at / bs;
+                    let to = b.min((fb + 1) * bs);
+                    let mapped = self.retrying(|| {
+                        let st = self.read_state();
+                        Ok(self.mapping(&st, ino, fb, fb)?.1 == 0)
+                    })?;
+                    if mapped {
+                        self.write_locked(cred, ino, at, &vec![0u8; (to - at) as usize])?;
+                    }
+                    at = to;
+                }
+                Ok(())
+            };
+            if first_full >= end_full {
+                zero(off, end)?;
+            } else {
+                zero(off, first_full * bs)?;
+                zero(end_full * bs, end)?;
+                self.free_range(ino, first_full, end_full)?;
+            }
+        }
+        // The edge writes cleared the privileges if there were any; an aligned hole, or one
+        // past the end, still counts as a change of the data.
+        self.kill_privileges(cred, ino)
+    }
+
+    /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, and
+    /// drops file capabilities, in a transaction of its own when there are any.
+    fn kill_privileges(&self, cred: Cred, ino: u64) -> FsResult<()> {
+        let kill = self.retrying(|| {
+            let mut st = self.write_state();
+            let m = self.load(&mut st, ino)?;
+            let kill = self.privileges_to_kill(cred, &m.inode);
+            if kill == 0 && !self.has_caps(&st, ino)? {
+                return Ok(0);
+            }
+            let now = self.now();
+            self.with_tx(&mut st, |t, inodes| {
+                drop_caps(t, ino)?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.mode &= !kill;
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok(((), vec![ino]))
+            })?;
+            Ok(kill)
+        })?;
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! Write back: dirty pages of the daemon's page cache to their blocks, sizes grown in memory to
+//! the log, fsync, sync and the clean unmount. Each inode is written back under its own IO lock
+//! (exclusive), with the data IO outside the filesystem lock.
+
+use crate::fs::cache::iolock::IoMode;
+use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::inode::NOT_DIRTY;
+use crate::fs::space::map::extents_in;
+use crate::fs::stats::bump;
+use crate::fs::{log_inode, Fs};
+use cilfs_device::AlignedBuf;
+
+/// A dirty page to write back: (disk block, file block, contents).
+type Run = (u64, u64, Box<[u8]>);
+
+impl Fs {
+    /// Writes `ino`'s dirty pages back in place (the IO outside the filesystem lock), then
+    /// logs its in-memory size. The caller holds `ino`'s IO lock exclusively, so no write adds
+    /// pages or grows the size between the two, and an fsync of it waits for write back
+    /// already in flight instead of finding the pages taken and returning early.
+    pub(crate) fn writeback_locked(&self, ino: u64) -> FsResult<()> {
+        self.writeback_inode(ino, true)
+    }
+
+    /// `writeback_locked`; with `wait` false only as many pages as the inode's project has the
+    /// budget for now are written (the rest stay dirty, and its size unlogged), so the thread
+    /// writing back for everyone never waits for a throttled tenant.
+    fn writeback_inode(&self, ino: u64, wait: bool) -> FsResult<()> {
+        let (project, runs) = self.take_runs(ino)?;
+        let (left, written) = self.write_runs(project, runs, wait);
+        let all_written = left.is_empty();
+        if !all_written {
+            // Dirty again: what the budget leaves for later, or what a failed write did not
+            // write (taken pages are marked clean; dropped, a later fsync would find nothing
+            // to write and succeed). Under the inode's IO lock (held by the caller), so no
+            // write put newer pages.
+            let st = self.read_state();
+            let mut pages = st.cache.lock(ino);
+            for (_, fb, data) in left {
+                pages.put_dirty(fb, &data);
+            }
+        }
+        written?;
+        if !all_written {
+            return Ok(());
+        }
+        // Every page is on disk now (the caller's IO lock keeps writes out): the size the log
+        // holds may cover all of the file.
+        if let Some(m) = self.read_state().inodes.lock(ino).get_mut(&ino) {
+            m.inode.dirty_from = NOT_DIRTY;
+        }
+        self.log_unlogged(ino)
+    }
+
+    /// Writes back every inode with dirty pages or a size ahead of the log, one at a time.
+    /// With `wait` false an inode whose IO lock is held (a write or a read in flight) is left
+    /// for the next round, so a slow inode never holds up the others.
+    fn writeback_inodes(&self, wait: bool, except: Option<u64>) -> FsResult<()> {
+        let inos = {
+            let st = self.read_state();
+            let mut v = st.cache.dirty_inodes();
+            st.inodes.for_each_shard(|t| {
+                v.extend(t.iter().filter(|(_, m)| m.unlogged).map(|(&i, _)| i));
+            });
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        for ino in inos.into_iter().filter(|&i| Some(i) != except) {
+            let guard = if wait {
+                Some(self.io.lock(ino, IoMode::Exclusive))
+            } else {
+                self.io.try_lock(ino, IoMode::Exclusive)
+            };
+            if guard.is_some() {
+                self.writeback_inode(ino, wait)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the page cache holds more dirty pages than it should.
+    pub(crate) fn over_dirty_limit(&self) -> bool {
+        let st = self.read_state();
+        st.cache.dirty_pages() > st.cache.dirty_limit
+    }
+
+    /// Memory pressure met by a writer of `ino` (whose IO lock it holds): its own pages, and
+    /// those of inodes no one else is using.
+    pub(crate) fn writeback_pressure(&self, ino: u64) -> FsResult<()> {
+        self.writeback_locked(ino)?;
+        self.writeback_inodes(false, Some(ino))
+    }
+
+    /// Logs `ino`'s inode if its in-memory copy ran ahead of the log (after its pages were
+    /// written: in ordered mode a logged size never covers data that is only in memory,
+    /// `Inode::ordered_size`). Built and published
+    /// optimistically (`shared_tx.rs`): an fsync takes no lock another inode needs.
+    fn log_unlogged(&self, ino: u64) -> FsResult<()> {
+        let unlogged = |fs: &Fs| {
+            fs.read_state()
+                .inodes
+                .lock(ino)
+                .get(&ino)
+                .is_some_and(|m| m.unlogged)
+        };
+        if !unlogged(self) {
+            return Ok(());
+        }
+        self.retrying(|| {
+            self.with_shared_tx(&[ino], |st, t, sc| {
+                let m = sc.load(st, t, ino)?;
+                if m.unlogged {
+                    log_inode(t, m, &self.stats)?;
+                }
+                Ok(((), vec![ino]))
+            })
+        })?;
+        debug_assert!(
+            !unlogged(self),
+            "inode {ino} still unlogged after its write back"
+        );
+        Ok(())
+    }
+
+    /// Takes `ino`'s dirty pages from the cache with the blocks they go to, in disk order,
+    /// and the project their IO is charged to: under the state lock taken shared (the
+    /// caller's exclusive IO lock keeps the pages and the mapping still), the mapping looked
+    /// up before any page is taken, since after that the run can no longer give up.
+    fn take_runs(&self, ino: u64) -> FsResult<(u32, Vec<Run>)> {
+        self.retrying(|| {
+            let st = self.read_state();
+            let project = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.inode.project);
+            let fbs = st.cache.dirty_blocks(ino);
+            let (Some(&lo), Some(&hi)) = (fbs.first(), fbs.last()) else {
+                return Ok((project, Vec::new()));
+            };
+            let exts = extents_in(&mut self.view(&st), ino, lo, hi + 1)?;
+            // Pages taken must be written: no giving up after this.
+            crate::fs::txn::retry::changed_memory();
+            let pages = st.cache.take_dirty(ino);
+            let mut runs: Vec<Run> = Vec::with_capacity(pages.len());
+            let mut e = exts.iter().peekable();
+            for (i, fb, data) in pages {
+                while e.peek().is_some_and(|x| x.end() <= fb) {
+                    e.next();
+                }
+                match e.peek() {
+                    Some(x) if x.file <= fb => runs.push((x.disk + (fb - x.file), fb, data)),
+                    // Unmapped meanwhile (its pages are dropped first, so this is a bug).
+                    _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
+                }
+            }
+            runs.sort_by_key(|(d, _, _)| *d);
+            Ok((project, runs))
+        })
+    }
+
+    /// Writes pages to their blocks, adjacent blocks in one IO, charged to `project`. With
+    /// `wait` false it stops at the first IO the project has no budget for now. Returns the
+    /// pages not written (from the first IO not made or failed on) and whether an IO failed.
+    fn write_runs(&self, project: u32, mut runs: Vec<Run>, wait: bool) -> (Vec<Run>, FsResult<()>) {
+        let bsz = self.bs as usize;
+        let mut at = 0;
+        while at < runs.len() {
+            let mut end = at + 1;
+            while end < runs.len() && runs[end].0 == runs[end - 1].0 + 1 && end - at < 256 {
+                end += 1;
+            }
+            let mut buf = AlignedBuf::zeroed((end - at) * bsz);
+            for (k, (_, _, d)) in runs[at..end].iter().enumerate() {
+                buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
+            }
+            let made = match wait {
+                true => self.data_write(project, runs[at].0, &buf).map(|()| true),
+                false => self.data_try_write(project, runs[at].0, &buf),
+            };
+            match made {
+                Ok(true) => at = end,
+                Ok(false) => return (runs.split_off(at), Ok(())),
+                Err(e) => return (runs.split_off(at), Err(e)),
+            }
+        }
+        (Vec::new(), Ok(()))
+    }
+
+    /// Writes every dirty page back, waiting for inodes in use (sync and unmount).
+    pub fn writeback_all(&self) -> FsResult<()> {
+        self.writeback_inodes(true, None)
+    }
+
+    /// The periodic flush: every dirty page of inodes not in use right now (a write, read or
+    /// write back in flight); those are written by their own fsync or the next round.
+    pub fn writeback_idle(&self) -> FsResult<()> {
+        self.writeback_inodes(false, None)
+    }
+
+    /// Clean unmount: dirty pages written back, then the journal's unmount (log forced, items
+    /// written back, unmount record).
+    pub fn unmount(&self) -> FsResult<()> {
+        self.writeback_all()?;
+        self.journal.unmount()?;
+        Ok(())
+    }
+    /// A remount: `true` refuses every change from now on (EROFS), writes every dirty page
+    /// back and leaves the journal clean (log forced, items written back, unmount record),
+    /// after which nothing is written; a crash then replays nothing. `false` opens the journal
+    /// for writes again and lets changes in. A mount made read-only (`FsOptions::read_only`)
+    /// was opened over devices that write nothing and stays read-only.
+    pub fn set_read_only(&self, ro: bool) -> FsResult<()> {
+        use std::sync::atomic::Ordering;
+        if self.opts.read_only && !ro {
+            return Err(FsError::ReadOnly);
+        }
+        if !ro {
+            self.journal.thaw()?;
+            self.read_only.store(false, Ordering::Release);
+            return Ok(());
+        }
+        if self.read_only.swap(true, Ordering::AcqRel) && self.journal.is_frozen() {
+            return Ok(());
+        }
+        // Changes check the flag under the state lock: once we have held it, every change
+        // that got past the check has committed. (A write into the page cache that checked
+        // before the flag could still add pages after the write back below; the kernel's own
+        // read-only remount refuses while a file is open for writing, so none is under way.)
+        drop(self.write_state());
+        let r = self
+            .writeback_all()
+            .and_then(|()| self.journal.freeze().map_err(FsError::from));
+        if r.is_err() && !self.opts.read_only {
+            self.read_only.store(false, Ordering::Release);
+        }
+        r
+    }
+
+    /// fsync/fdatasync: the inode's last checkpoint is made stable (its data-device flush comes
+    /// first), then the data device is flushed for overwrites done since (elided when nothing
+    /// is volatile).
+    pub fn fsync(&self, ino: u64) -> FsResult<()> {
+        bump(&self.stats.operations);
+        bump(&self.stats.fsyncs);
+        let seq = {
+            let _io = self.io.lock(ino, IoMode::Exclusive);
+            self.writeback_locked(ino)?;
+            let st = self.read_state();
+            let seq = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.last_seq);
+            seq
+        };
+        if seq > self.journal.completed_seq() {
+            self.journal.force(seq)?;
+        }
+        self.journal.data.flush()?;
+        Ok(())
+    }
+
+    /// syncfs: everything committed becomes stable.
+    pub fn sync(&self) -> FsResult<()> {
+        bump(&self.stats.operations);
+        self.writeback_all()?;
+        self.journal.force_all()?;
+        self.journal.data.flush()?;
+        Ok(())
+    }
+}
