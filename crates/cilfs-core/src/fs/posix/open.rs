@@ -135,12 +135,23 @@ impl Fs {
                 break;
             }
             let ino = offset_of(k);
-            let exists = {
+            let links = {
                 let st = self.read_state();
-                self.peek_inode(&st, ino).is_ok()
+                self.peek_inode(&st, ino).map(|i| i.nlink)
             };
-            if !exists {
-                // The inode went away but the orphan item stayed: drop the item.
+            if let Ok(n @ 1..) = links {
+                // A name still reaches it: the orphan item is damage, and freeing the inode
+                // would leave its names pointing nowhere. The item goes, the inode stays.
+                tracing::warn!(
+                    "orphan item of inode {ino}, which has {n} links: removed, the inode kept"
+                );
+                if let Err(e) = self.journal.mark_needs_check() {
+                    tracing::error!("cannot record in the superblock that a check is needed: {e}");
+                }
+            }
+            if links.is_err() || links.is_ok_and(|n| n > 0) {
+                // The inode went away (or is still linked) but the orphan item stayed: drop
+                // the item.
                 let mut st = self.write_state();
                 self.with_tx(&mut st, |t, _| {
                     t.remove(TREE_FS, k)?;

@@ -298,3 +298,34 @@ fn an_fsync_whose_data_write_fails_keeps_its_pages_for_the_next() {
     );
     assert_clean(&fs);
 }
+
+/// An orphan item for an inode that names still reach is damage: the mount's orphan
+/// reclaim drops the item and keeps the file (before, it freed the file under its names),
+/// and marks the superblock as needing a check.
+#[test]
+fn an_orphan_item_of_a_linked_inode_never_frees_it() {
+    let clock = TestClock::new();
+    let dev = new_dev(71);
+    let fs = mount(&dev, opts(&clock));
+    let f = file_in_root(&fs, b"linked");
+    fs.write(U, f, 0, &[7u8; 5000]).unwrap();
+    {
+        let mut st = fs.write_state();
+        fs.with_tx(&mut st, |t, _| {
+            t.insert(
+                TREE_FS,
+                keys::key(keys::ORPHAN_OWNER, keys::KIND_ORPHAN, f),
+                &[],
+            )?;
+            Ok(((), vec![]))
+        })
+        .unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    assert_eq!(fs.lookup(ROOT_INO, b"linked").unwrap().ino, f);
+    assert_eq!(fs.read(f, 0, 10_000).unwrap(), vec![7u8; 5000]);
+    assert!(fs.journal.superblock().needs_check);
+    assert_clean(&fs);
+}
