@@ -20,7 +20,7 @@ pub struct Ail {
     batches: BTreeMap<Lsn, Batch>,
     /// Where each item is: its batch and its slot there. Block numbers, hashed without
     /// SipHash (`numhash`): every item of every checkpoint is looked up here when it enters.
-    place: crate::numhash::NumberMap<(Lsn, u32)>,
+    place: crate::util::numhash::NumberMap<(Lsn, u32)>,
 }
 
 /// The items of one checkpoint still in the AIL at its LSN.
@@ -201,7 +201,7 @@ impl Ail {
 /// left); a batch left empty goes, one left mostly empty is compacted.
 fn vacate(
     batches: &mut BTreeMap<Lsn, Batch>,
-    place: &mut crate::numhash::NumberMap<(Lsn, u32)>,
+    place: &mut crate::util::numhash::NumberMap<(Lsn, u32)>,
     lsn: Lsn,
     slot: u32,
 ) {
@@ -547,7 +547,7 @@ mod tests {
     /// and only then do the entries leave the AIL.
     #[test]
     fn queued_write_back_writes_every_block_before_entries_leave() {
-        use crate::test_queue::Queued;
+        use crate::util::test_queue::Queued;
         let sim = Arc::new(SimDevice::new(4096 * BS as u64, 3));
         let dev = Queued::new(Arc::clone(&sim), false);
         let ail = Mutex::new(Ail::default());

@@ -84,7 +84,7 @@ pub struct Buf {
     /// In a cache line of its own: the buffer's reference count and pins, beside it, change
     /// with every lookup, insert and checkpoint, and a thread's copy of a node checks this on
     /// every step through it (`buf/copies.rs`).
-    version: crate::counter::Padded,
+    version: crate::util::counter::Padded,
 }
 
 /// `Buf::checked`: read from the device and not yet checked.
@@ -345,7 +345,7 @@ impl LogItem for Buf {
     }
 }
 
-type BlockMap = crate::numhash::NumberMap<Arc<Buf>>;
+type BlockMap = crate::util::numhash::NumberMap<Arc<Buf>>;
 
 /// Maps the buffers are spread over by block number: one map behind one lock was taken some
 /// fifty times by every create, from every thread.
@@ -502,7 +502,7 @@ impl BufCache {
             pins: AtomicU32::new(0),
             checked: AtomicU8::new(checked),
             failure: std::sync::OnceLock::new(),
-            version: crate::counter::Padded(AtomicU64::new(0)),
+            version: crate::util::counter::Padded(AtomicU64::new(0)),
         });
         bufs.insert(blkno, Arc::clone(&b));
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;

@@ -14,13 +14,13 @@
 //!   them.
 
 use super::{merge_late, CilCtx, CilEntry, CHECKPOINT_FIXED_STREAM};
-use crate::lockstat::LockWaits;
+use crate::util::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Shards: as many as the per-thread counters' (`counter::SHARDS`), whose thread numbering
 /// picks them.
-pub const SHARDS: usize = crate::counter::SHARDS;
+pub const SHARDS: usize = crate::util::counter::SHARDS;
 
 /// The shard that late bytes go to.
 pub const BYTES_SHARD: usize = 0;

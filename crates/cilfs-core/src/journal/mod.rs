@@ -16,7 +16,6 @@ use crate::format::{FormatError, Superblock};
 // Every copy, backups first: a mount from a backup rewrites the damaged primary with its
 // first superblock write.
 use crate::geometry::{write_superblock, Geometry, GeometryError, LogLocation};
-use crate::lockstat::LockWaits;
 use crate::log::recover::{
     replay, scan_log, LogEnd, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
 };
@@ -25,6 +24,7 @@ use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
 use crate::trans::item::BlockCheck;
 use crate::trans::{Reservation, Transaction};
+use crate::util::lockstat::LockWaits;
 use cilfs_device::{Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -137,7 +137,7 @@ const AIL_QUEUE_DEPTH: usize = 16;
 /// Metadata that falls out of it is read back from the device, so a working set larger than it
 /// (a million-entry directory holds ~200 MB of tree blocks) pays a device read per lookup.
 pub fn default_cache_bytes() -> u64 {
-    (crate::memory::total_bytes() / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
+    (crate::util::memory::total_bytes() / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
 }
 
 /// Log space accounting (journal.md section 4), under one lock.

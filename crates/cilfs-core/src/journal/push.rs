@@ -106,7 +106,7 @@ impl Journal {
             BYTES_SHARD
         } else {
             match self.cfg.cil_sharding {
-                CilSharding::ByThread => crate::counter::shard(),
+                CilSharding::ByThread => crate::util::counter::shard(),
                 CilSharding::Rotate => {
                     (self.cil_next_shard.fetch_add(1, Ordering::Relaxed) / 2) % 3
                 }

@@ -14,7 +14,7 @@ use super::record::{
     pack, seal_record, OpHeader, OpKind, RecordHeader, OP_CONTINUATION, OP_CONTINUED,
     OP_HEADER_BYTES, SECTOR, SECTOR_PAYLOAD,
 };
-use crate::sync::{lock, mpsc, raise_priority, spawn, JoinHandle, Mutex};
+use crate::util::sync::{lock, mpsc, raise_priority, spawn, JoinHandle, Mutex};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

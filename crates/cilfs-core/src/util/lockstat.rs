@@ -8,7 +8,7 @@
 //! counter passed its line between the cores on every acquisition, and a create takes some
 //! fifty buffer locks (5-7% of a two-thread create run went to that counter alone).
 
-use crate::counter::{shard, Padded, SHARDS};
+use crate::util::counter::{shard, Padded, SHARDS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -71,7 +71,7 @@ impl LockWaits {
         lock: impl FnOnce() -> G,
     ) -> G {
         self.acquire(&try_lock, || {
-            crate::adaptive::spin_then_block(&try_lock, lock)
+            crate::util::adaptive::spin_then_block(&try_lock, lock)
         })
     }
 

@@ -9,7 +9,7 @@
 //! turn's row at 38-41% of thread time whatever its hold. A holder preempted inside it shows
 //! as an old hold, and its waiters sleep rather than spin against it.
 
-use crate::lockstat::LockWaits;
+use crate::util::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
