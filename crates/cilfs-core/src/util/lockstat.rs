@@ -64,14 +64,14 @@ impl LockWaits {
 
     /// `acquire` for a lock held only for moments (a buffer, an inode cache or page cache
     /// shard, the header): a waiter polls it for a few microseconds before it blocks
-    /// (`adaptive::spin_then_block`).
+    /// (`spin::spin_then_block`).
     pub fn acquire_short<G>(
         &self,
         try_lock: impl Fn() -> Option<G>,
         lock: impl FnOnce() -> G,
     ) -> G {
         self.acquire(&try_lock, || {
-            crate::util::adaptive::spin_then_block(&try_lock, lock)
+            crate::util::spin::spin_then_block(&try_lock, lock)
         })
     }
 
