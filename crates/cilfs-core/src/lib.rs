@@ -7,11 +7,10 @@ pub mod check;
 pub mod cil;
 pub mod format;
 pub mod fs;
-pub mod geometry;
 pub mod journal;
 pub mod log;
 pub mod mkfs;
 pub mod trans;
 pub mod util;
 
-pub use geometry::{Geometry, LogLocation};
+pub use format::geometry::{Geometry, LogLocation};

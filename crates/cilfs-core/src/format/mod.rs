@@ -1,8 +1,11 @@
 //! On-disk structures: explicit little-endian fields, magic numbers, a version and a CRC32C each.
 //! Decoding arbitrary bytes returns an error, never panics. `docs/on-disk-format.md` is the spec.
+//! `geometry` reads them back from the devices: a filesystem's layout, from its primary
+//! superblock or a backup copy, cross-checked against the log device header.
 
 mod codec;
 mod error;
+pub mod geometry;
 pub mod logdev;
 pub mod superblock;
 

@@ -8,9 +8,9 @@ use super::check::check_image;
 use super::tests::{jcfg, layout};
 use super::types::Cred;
 use super::*;
+use crate::format::geometry::{Geometry, GeometryError};
 use crate::format::superblock::front_backup_block;
 use crate::format::Superblock;
-use crate::geometry::{Geometry, GeometryError};
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{AlignedBuf, CrashOptions, Device, SimDevice, WriteFlags};
 

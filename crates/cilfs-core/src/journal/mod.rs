@@ -15,7 +15,7 @@ use crate::cil::{Cil, CilLimits};
 use crate::format::{FormatError, Superblock};
 // Every copy, backups first: a mount from a backup rewrites the damaged primary with its
 // first superblock write.
-use crate::geometry::{write_superblock, Geometry, GeometryError, LogLocation};
+use crate::format::geometry::{write_superblock, Geometry, GeometryError, LogLocation};
 use crate::log::recover::{
     replay, scan_log, LogEnd, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
 };

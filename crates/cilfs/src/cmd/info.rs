@@ -3,10 +3,10 @@
 
 use crate::Failure;
 use anyhow::anyhow;
+use cilfs_core::format::geometry::{uuid_string, Geometry};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::fs::header::Header;
 use cilfs_core::fs::types::RESERVE_BLOCKS;
-use cilfs_core::geometry::{uuid_string, Geometry};
 use cilfs_device::{Device, FileDevice, FileDeviceOptions};
 use std::path::{Path, PathBuf};
 

@@ -158,7 +158,7 @@ pub fn repair_image(
 
     // The superblock's copies first, so that everything after reads the primary.
     report.changes.extend(
-        crate::geometry::repair_copies(&*data, logdev.as_deref(), opts.dry_run)
+        crate::format::geometry::repair_copies(&*data, logdev.as_deref(), opts.dry_run)
             .map_err(JournalError::from)?,
     );
     let sb_changes = report.changes.len();

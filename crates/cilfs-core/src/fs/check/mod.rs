@@ -705,7 +705,7 @@ pub fn check_image(
     use cilfs_device::OverlayDevice;
     use std::sync::Arc;
     // Before the mount below, which rewrites every copy (in memory): what the disk holds.
-    let copies = crate::geometry::Geometry::read(&*data, logdev.as_deref())
+    let copies = crate::format::geometry::Geometry::read(&*data, logdev.as_deref())
         .map(|g| g.copy_problems(&*data))
         .unwrap_or_default();
     let data: Arc<dyn cilfs_device::Device> = Arc::new(OverlayDevice::new(data));
