@@ -14,6 +14,9 @@ pub use error::FormatError;
 pub use logdev::LogDeviceHeader;
 pub use superblock::Superblock;
 
+/// The format version every header carries (superblock, log device header); decoding refuses
+/// any other.
+pub const FORMAT_VERSION: u32 = 1;
 /// Every header block is one 512-byte sector: the unit a device writes atomically.
 pub const HEADER_BYTES: usize = 512;
 /// Offset of the CRC32C in a header sector: the last four bytes.

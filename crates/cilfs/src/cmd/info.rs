@@ -126,7 +126,7 @@ pub fn print_geometry(image: &Path, logdev: Option<&Path>, g: &Geometry) {
     println!("uuid           {}", uuid_string(&sb.uuid));
     println!(
         "format         version {}",
-        cilfs_core::format::superblock::FORMAT_VERSION
+        cilfs_core::format::FORMAT_VERSION
     );
     println!(
         "block size     {} bytes, sector size 512 bytes",
