@@ -1,8 +1,8 @@
 //! The active item list: items whose checkpoint is stable, ordered by the LSN of the checkpoint
 //! that last logged them. Its lowest LSN is the log tail; writing items back in place moves it.
 
+use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::Lsn;
-use crate::trans::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;

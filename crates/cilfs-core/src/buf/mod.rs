@@ -7,10 +7,10 @@ mod ranges;
 pub use copies::BufState;
 pub use ranges::RangeSet;
 
+use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::item_format::{buf_item_len, encode_buf_item_into};
 use crate::log::recover::write_lsn_stamp;
 use crate::log::Lsn;
-use crate::trans::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, MutexGuard, RawRwLock, RwLock};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};

@@ -11,10 +11,10 @@ pub use shards::{Cil, ShardGuard, BYTES_SHARD, SHARDS};
 #[cfg(all(test, not(loom)))]
 use crate::buf::CounterChange;
 use crate::buf::{Buf, LateWrite};
+use crate::log::item::{ItemKey, LogItem};
 use crate::log::item_format::buf_item_len;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::LogConfig;
-use crate::trans::item::{ItemKey, LogItem};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

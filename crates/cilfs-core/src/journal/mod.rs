@@ -16,13 +16,13 @@ use crate::format::{FormatError, Superblock};
 // Every copy, backups first: a mount from a backup rewrites the damaged primary with its
 // first superblock write.
 use crate::format::geometry::{write_superblock, Geometry, GeometryError, LogLocation};
+use crate::log::item::BlockCheck;
 use crate::log::recover::{
     replay, scan_log, LogEnd, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
 };
 use crate::log::writer::{ConfigError, LogPlacement};
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
-use crate::trans::item::BlockCheck;
 use crate::trans::{Reservation, Transaction};
 use crate::util::lockstat::LockWaits;
 use cilfs_device::{Device, DeviceError, WriteFlags};

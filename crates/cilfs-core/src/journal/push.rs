@@ -3,10 +3,10 @@
 use super::{CilSharding, Journal, JournalError, PushMode, SpaceState};
 use crate::buf::{Buf, BufData, LateWrite};
 use crate::cil::{late_bound, BYTES_SHARD};
+use crate::log::item::LogItem;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
 use crate::log::{LogWriter, Lsn};
-use crate::trans::item::LogItem;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

@@ -1388,7 +1388,7 @@ fn relogs_of_one_block_from_several_threads_merge_to_its_newest_image() {
         buf.format_into(&g, &mut out);
         out
     };
-    let pins = || crate::trans::item::LogItem::pins(&*buf).load(Ordering::Relaxed);
+    let pins = || crate::log::item::LogItem::pins(&*buf).load(Ordering::Relaxed);
     assert!(pins() >= 2, "one shard held every image");
     let ctx = j.cil.switch(BS as usize);
     assert_eq!(ctx.items[&B].image, newest);

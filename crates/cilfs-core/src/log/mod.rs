@@ -1,6 +1,7 @@
-//! The on-disk log: positions, record and op format, the record writer with its flush policies,
-//! and recovery.
+//! The on-disk log: positions, record and op format, what the log asks of a logged object
+//! (`item::LogItem`), the record writer with its flush policies, and recovery.
 
+pub mod item;
 pub mod item_format;
 pub mod lsn;
 pub mod record;

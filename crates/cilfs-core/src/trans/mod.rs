@@ -2,7 +2,6 @@
 //! without waiting for IO.
 
 pub mod grant;
-pub mod item;
 
 use crate::buf::{Buf, BufData, BufGuard, BufReadGuard, LateWrite, RangeSet};
 use crate::journal::{Journal, JournalError};
