@@ -1,6 +1,10 @@
 //! The active item list: items whose checkpoint is stable, ordered by the LSN of the checkpoint
 //! that last logged them. Its lowest LSN is the log tail; writing items back in place moves it.
 
+mod worker;
+
+pub(crate) use worker::AilWorker;
+
 use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::Lsn;
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};

@@ -2,14 +2,13 @@
 //! of metadata blocks. `open` recovers; `commit` never waits for IO; `force` makes a checkpoint
 //! stable; `unmount` leaves a log that needs no replay.
 
-mod ail_worker;
 mod push;
 mod space;
 mod stats;
 
 pub use stats::JournalStats;
 
-use crate::ail::{Ail, WritebackIo};
+use crate::ail::{Ail, AilWorker, WritebackIo};
 use crate::buf::{Buf, BufCache, BufData, BufState};
 use crate::cil::{Cil, CilLimits};
 use crate::format::{FormatError, Superblock};
@@ -199,7 +198,7 @@ pub struct Journal {
     /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.
     pub(crate) frozen: AtomicBool,
     pub(crate) worker: Mutex<Option<push::Worker>>,
-    pub(crate) ail_worker: Mutex<Option<ail_worker::AilWorker>>,
+    pub(crate) ail_worker: Mutex<Option<AilWorker>>,
     /// First and end block of the area metadata buffers may live in.
     pub(crate) meta_first: u64,
     pub(crate) meta_end: u64,
@@ -440,7 +439,14 @@ impl Journal {
         });
         if cfg.push_mode == PushMode::Background {
             *j.worker.lock() = Some(push::Worker::start(&j));
-            *j.ail_worker.lock() = Some(ail_worker::AilWorker::start(&j));
+            *j.ail_worker.lock() = Some(AilWorker::start(&j, |j: &Journal, urgent| {
+                if urgent {
+                    j.relieve_waiters()
+                } else {
+                    j.ail_push_ahead()
+                }
+                .is_ok()
+            }));
         }
         Ok(j)
     }
