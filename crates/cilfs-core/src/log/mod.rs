@@ -13,9 +13,3 @@ pub use writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod recover_corruption_tests;
-
-#[cfg(test)]
-mod replay_damage_tests;

@@ -867,3 +867,9 @@ pub fn replay(
     }
     Ok(stats)
 }
+
+#[cfg(test)]
+mod corruption_tests;
+
+#[cfg(test)]
+mod replay_damage_tests;
