@@ -9,7 +9,7 @@ pub use ranges::RangeSet;
 
 use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::item_format::{buf_item_len, encode_buf_item_into};
-use crate::log::recover::write_lsn_stamp;
+use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, MutexGuard, RawRwLock, RwLock};
@@ -49,7 +49,7 @@ impl BufData {
     /// stamp in the buffer may be newer than anything the written bytes carry (write back
     /// stamps it in place), and they never overwrite it.
     pub fn keeping_stamp(&mut self, stamp_at: Option<u16>, write: impl FnOnce(&mut BufData)) {
-        const N: usize = crate::log::recover::LSN_STAMP_BYTES;
+        const N: usize = crate::log::stamp::LSN_STAMP_BYTES;
         let saved = stamp_at.map(|o| {
             let o = usize::from(o);
             let end = (o + N).min(self.data.len());

@@ -8,7 +8,7 @@ use super::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OFFSET
 use super::tx::Trees;
 use super::types::Cred;
 use super::*;
-use crate::log::recover::write_lsn_stamp;
+use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::rng::SimRng;
 use cilfs_device::{AlignedBuf, Device, SimDevice, WriteFlags};

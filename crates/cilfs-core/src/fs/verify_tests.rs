@@ -12,7 +12,7 @@ use super::tx::Trees;
 use super::types::{Cred, SetAttr};
 use super::*;
 use crate::journal::JournalError;
-use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use cilfs_device::{AlignedBuf, Device, SimDevice, WriteFlags};
 

@@ -596,7 +596,7 @@ impl Journal {
     pub fn verify_read(&self, buf: &Buf, g: &BufData, stamp_at: u16) -> Result<(), JournalError> {
         let blkno = buf.blkno();
         buf.verify_once(g, |data| {
-            let lsn = crate::log::recover::check_lsn_stamp(data, stamp_at, &self.geo.sb.uuid)?;
+            let lsn = crate::log::stamp::check_lsn_stamp(data, stamp_at, &self.geo.sb.uuid)?;
             let head = self.space().head;
             if lsn > head {
                 return Err(format!("stamp LSN {lsn} is past the log head {head}"));

@@ -1,11 +1,12 @@
 //! The on-disk log: positions, record and op format, what the log asks of a logged object
-//! (`item::LogItem`), the record writer with its flush policies, and recovery.
+//! (`item::LogItem`), the record writer with its flush policies, block stamps, and recovery.
 
 pub mod item;
 pub mod item_format;
 pub mod lsn;
 pub mod record;
 pub mod recover;
+pub mod stamp;
 pub mod writer;
 
 pub use lsn::{LogSpace, Lsn};

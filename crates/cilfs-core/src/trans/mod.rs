@@ -263,7 +263,7 @@ impl<'j> Transaction<'j> {
     pub fn set_lsn_offset(&mut self, b: BufRef, offset: u16) {
         let h = &mut self.held[b.0];
         assert!(
-            usize::from(offset) + crate::log::recover::LSN_STAMP_BYTES
+            usize::from(offset) + crate::log::stamp::LSN_STAMP_BYTES
                 <= self.journal.block_size() as usize
         );
         h.lsn_offset = Some(offset);

@@ -313,7 +313,7 @@ fn restamp_past_head(
 ) -> Result<(), RepairError> {
     use crate::fs::header::HEADER_LSN_OFFSET;
     use crate::fs::tree::node::NODE_LSN_OFFSET;
-    use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+    use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
     const BATCH: u64 = 256;
     let mut restamped = 0u64;
     let mut at = first;

@@ -14,7 +14,7 @@ use crate::fs::tree::node::{Body, Node, Value, NODE_LSN_OFFSET};
 use crate::fs::types::Cred;
 use crate::fs::xattr::XattrFlags;
 use crate::fs::{FileType, Fs, FsError, FsOptions, Inode, ROOT_INO};
-use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use cilfs_device::SimDevice;
 
 /// Enough files that the fs tree of 2 KiB blocks is three levels deep.

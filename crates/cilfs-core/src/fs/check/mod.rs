@@ -19,7 +19,7 @@ use super::tree::node::NODE_LSN_OFFSET;
 use super::tree::node::{Body, Key};
 use super::Fs;
 use crate::journal::Journal;
-use crate::log::recover::read_lsn_stamp;
+use crate::log::stamp::read_lsn_stamp;
 use facts::{FactTable, InodeSummary, Ref};
 use readahead::{FinishOnDrop, ReadAhead};
 use std::collections::BTreeSet;

@@ -8,7 +8,7 @@ use super::super::tree::node::{NODE_HEADER_BYTES, NODE_LSN_OFFSET};
 use super::super::types::Cred;
 use super::super::*;
 use super::{check_with, CheckReport, ReadAheadMode, Role};
-use crate::log::recover::write_lsn_stamp;
+use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::rng::SimRng;
 use cilfs_device::{AlignedBuf, Device, OverlayDevice, SimDevice, WriteFlags};

@@ -247,7 +247,7 @@ fn maximal_cycle_stamp_is_an_error_not_an_overflow() {
 /// leave the torn block. The stamp's CRC covers the whole block. (Found by `crashtest fs`.)
 #[test]
 fn torn_block_with_a_newer_stamp_is_not_newer() {
-    use super::{read_lsn_stamp, write_lsn_stamp};
+    use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
     use crate::log::Lsn;
     let uuid = [7u8; 16];
     let mut old = vec![1u8; 2048];

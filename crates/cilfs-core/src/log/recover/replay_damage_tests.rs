@@ -4,8 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::{read_lsn_stamp, replay, write_lsn_stamp, Checkpoint, ReplayTarget};
+use super::{replay, Checkpoint, ReplayTarget};
 use crate::log::item_format::{decode_item, encode_buf_item};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use cilfs_device::{Device, SimDevice, WriteFlags};
 
