@@ -11,8 +11,9 @@ use super::header::{
 use super::tree::btree::{self, NodeStore, Root};
 use super::tree::node::{unused_stretch, Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET};
 use crate::buf::{BufState, CounterChange, LateWrite};
+use crate::journal::Transaction;
 use crate::journal::{Journal, JournalError};
-use crate::trans::{PublishLocks, Reservation, Transaction};
+use crate::trans::{PublishLocks, Reservation};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

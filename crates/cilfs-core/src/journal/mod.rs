@@ -9,7 +9,7 @@ mod stats;
 pub use stats::JournalStats;
 
 use crate::ail::{Ail, AilWorker, WritebackIo};
-use crate::buf::{Buf, BufCache, BufData, BufState};
+use crate::buf::{Buf, BufCache, BufData, BufState, LateWrite};
 use crate::cil::{Cil, CilLimits};
 use crate::format::{FormatError, Superblock};
 // Every copy, backups first: a mount from a backup rewrites the damaged primary with its
@@ -22,13 +22,16 @@ use crate::log::recover::{
 use crate::log::writer::{ConfigError, LogPlacement};
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
-use crate::trans::{Reservation, Transaction};
+use crate::trans::{Reservation, TransJournal};
 use crate::util::lockstat::LockWaits;
 use cilfs_device::{Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
+
+/// A transaction in this journal (`Journal::begin`).
+pub type Transaction<'j> = crate::trans::Transaction<'j, Journal>;
 
 #[derive(Debug, Error)]
 pub enum JournalError {
@@ -900,3 +903,62 @@ impl Drop for Journal {
 
 #[cfg(test)]
 mod tests;
+
+/// What a transaction asks of the journal: the journal's own operations.
+impl TransJournal for Journal {
+    type Error = JournalError;
+
+    fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        Journal::buf(self, blkno)
+    }
+
+    fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        Journal::buf_fresh(self, blkno)
+    }
+
+    fn verify_read(&self, buf: &Buf, g: &BufData, stamp_at: u16) -> Result<(), JournalError> {
+        Journal::verify_read(self, buf, g, stamp_at)
+    }
+
+    fn block_size(&self) -> u32 {
+        Journal::block_size(self)
+    }
+
+    fn buf_waits(&self) -> &LockWaits {
+        &self.buf_waits
+    }
+
+    fn reserve(&self, unit: u64) -> Result<(), JournalError> {
+        Journal::reserve(self, unit)
+    }
+
+    fn try_reserve(&self, unit: u64) -> Result<bool, JournalError> {
+        Journal::try_reserve(self, unit)
+    }
+
+    fn release_reservation(&self, unit: u64) {
+        Journal::release_reservation(self, unit)
+    }
+
+    fn shut_down(&self, why: JournalError) -> JournalError {
+        match Journal::shut_down::<()>(self, why) {
+            Err(e) => e,
+            Ok(()) => JournalError::Shutdown,
+        }
+    }
+
+    fn conflict(blkno: u64) -> JournalError {
+        JournalError::Conflict { blkno }
+    }
+
+    fn commit_images(
+        &self,
+        unit: u64,
+        bufs: &[(&Arc<Buf>, &BufData)],
+        late: Option<(&Arc<Buf>, &LateWrite)>,
+        throttled: bool,
+        images: Option<&mut [Vec<u8>]>,
+    ) -> Result<u64, JournalError> {
+        Journal::commit_images(self, unit, bufs, late, throttled, images)
+    }
+}
