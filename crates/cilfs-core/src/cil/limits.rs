@@ -61,3 +61,30 @@ pub fn commit_bytes(bufs: &[(&Arc<Buf>, &BufData)], late: bool, block_size: usiz
         .sum::<u64>()
         + if late { late_bound(block_size) } else { 0 }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A context is due for a push at S exactly, and past the hard limit only beyond 2S.
+    #[test]
+    fn due_at_s_and_past_hard_only_beyond_2s() {
+        let l = CilLimits::new(1 << 30, &LogConfig::default(), Some(1 << 20));
+        assert_eq!((l.space_limit, l.hard_limit), (1 << 20, 2 << 20));
+        assert!(!l.push_due((1 << 20) - 1));
+        assert!(l.push_due(1 << 20));
+        assert!(!l.past_hard(2 << 20));
+        assert!(l.past_hard((2 << 20) + 1));
+    }
+
+    /// S stays between 4 KiB and a quarter of the log, whatever is asked for.
+    #[test]
+    fn s_is_clamped_to_a_quarter_of_the_log() {
+        let cfg = LogConfig::default();
+        assert_eq!(
+            CilLimits::new(1 << 20, &cfg, Some(1 << 30)).space_limit,
+            1 << 18
+        );
+        assert_eq!(CilLimits::new(1 << 20, &cfg, Some(1)).space_limit, 4096);
+    }
+}
