@@ -20,7 +20,7 @@ use cilfs_core::fs::types::Cred;
 use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::{mkfs, Fs, FsOptions, Timespec, ROOT_INO};
 use cilfs_core::journal::{self, Journal, JournalConfig, PushMode};
-use cilfs_core::log::recover::write_lsn_stamp;
+use cilfs_core::log::stamp::write_lsn_stamp;
 use cilfs_core::log::{FlushPolicy, LogConfig, Lsn};
 use cilfs_core::mkfs::{write_filesystem, Layout};
 use cilfs_device::{CrashOptions, Device, SimDevice, SparseImage, WriteFlags};

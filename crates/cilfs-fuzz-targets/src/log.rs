@@ -9,9 +9,8 @@ use cilfs_core::log::record::{
     pack, parse_ops, seal_record, OpHeader, OpKind, RecordHeader, OP_CONTINUATION, OP_CONTINUED,
     SECTOR,
 };
-use cilfs_core::log::recover::{
-    read_lsn_stamp, replay, scan_log, LogRegion, ReplayTarget, LSN_STAMP_BYTES,
-};
+use cilfs_core::log::recover::{replay, scan_log, LogRegion, ReplayTarget};
+use cilfs_core::log::stamp::{read_lsn_stamp, LSN_STAMP_BYTES};
 use cilfs_core::log::{LogSpace, Lsn};
 use cilfs_device::{Device, SimDevice, WriteFlags};
 

@@ -30,7 +30,7 @@ use cilfs_core::fs::types::Cred;
 use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::{FileType, Fs, FsError, FsOptions, ROOT_INO};
 use cilfs_core::journal::{Journal, JournalConfig, PushMode};
-use cilfs_core::log::recover::{read_lsn_stamp, write_lsn_stamp};
+use cilfs_core::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use cilfs_core::mkfs::{write_filesystem, Layout};
 use cilfs_device::rng::SimRng;
 use cilfs_device::{Device, SimDevice, SparseImage};

@@ -1,8 +1,12 @@
 //! The active item list: items whose checkpoint is stable, ordered by the LSN of the checkpoint
 //! that last logged them. Its lowest LSN is the log tail; writing items back in place moves it.
 
+mod worker;
+
+pub(crate) use worker::AilWorker;
+
+use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::Lsn;
-use crate::trans::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -20,7 +24,7 @@ pub struct Ail {
     batches: BTreeMap<Lsn, Batch>,
     /// Where each item is: its batch and its slot there. Block numbers, hashed without
     /// SipHash (`numhash`): every item of every checkpoint is looked up here when it enters.
-    place: crate::numhash::NumberMap<(Lsn, u32)>,
+    place: crate::util::numhash::NumberMap<(Lsn, u32)>,
 }
 
 /// The items of one checkpoint still in the AIL at its LSN.
@@ -201,7 +205,7 @@ impl Ail {
 /// left); a batch left empty goes, one left mostly empty is compacted.
 fn vacate(
     batches: &mut BTreeMap<Lsn, Batch>,
-    place: &mut crate::numhash::NumberMap<(Lsn, u32)>,
+    place: &mut crate::util::numhash::NumberMap<(Lsn, u32)>,
     lsn: Lsn,
     slot: u32,
 ) {
@@ -547,7 +551,7 @@ mod tests {
     /// and only then do the entries leave the AIL.
     #[test]
     fn queued_write_back_writes_every_block_before_entries_leave() {
-        use crate::test_queue::Queued;
+        use crate::util::test_queue::Queued;
         let sim = Arc::new(SimDevice::new(4096 * BS as u64, 3));
         let dev = Queued::new(Arc::clone(&sim), false);
         let ail = Mutex::new(Ail::default());

@@ -73,7 +73,7 @@ impl BufCache {
     pub fn copy_and<R, E: From<cilfs_device::DeviceError>>(
         &self,
         blkno: u64,
-        waits: &crate::lockstat::LockWaits,
+        waits: &crate::util::lockstat::LockWaits,
         verify: impl FnOnce(&Buf, &super::BufData) -> Result<(), E>,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<(BufState, R), E> {
@@ -141,7 +141,7 @@ impl NodeCopy {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::lockstat::LockWaits;
+    use crate::util::lockstat::LockWaits;
     use cilfs_device::{Device, SimDevice, WriteFlags};
 
     static W: LockWaits = LockWaits::new("buffer");

@@ -7,10 +7,10 @@ mod ranges;
 pub use copies::BufState;
 pub use ranges::RangeSet;
 
+use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::item_format::{buf_item_len, encode_buf_item_into};
-use crate::log::recover::write_lsn_stamp;
+use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
-use crate::trans::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
 use parking_lot::{Mutex, MutexGuard, RawRwLock, RwLock};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -49,7 +49,7 @@ impl BufData {
     /// stamp in the buffer may be newer than anything the written bytes carry (write back
     /// stamps it in place), and they never overwrite it.
     pub fn keeping_stamp(&mut self, stamp_at: Option<u16>, write: impl FnOnce(&mut BufData)) {
-        const N: usize = crate::log::recover::LSN_STAMP_BYTES;
+        const N: usize = crate::log::stamp::LSN_STAMP_BYTES;
         let saved = stamp_at.map(|o| {
             let o = usize::from(o);
             let end = (o + N).min(self.data.len());
@@ -84,7 +84,7 @@ pub struct Buf {
     /// In a cache line of its own: the buffer's reference count and pins, beside it, change
     /// with every lookup, insert and checkpoint, and a thread's copy of a node checks this on
     /// every step through it (`buf/copies.rs`).
-    version: crate::counter::Padded,
+    version: crate::util::counter::Padded,
 }
 
 /// `Buf::checked`: read from the device and not yet checked.
@@ -345,7 +345,7 @@ impl LogItem for Buf {
     }
 }
 
-type BlockMap = crate::numhash::NumberMap<Arc<Buf>>;
+type BlockMap = crate::util::numhash::NumberMap<Arc<Buf>>;
 
 /// Maps the buffers are spread over by block number: one map behind one lock was taken some
 /// fifty times by every create, from every thread.
@@ -502,7 +502,7 @@ impl BufCache {
             pins: AtomicU32::new(0),
             checked: AtomicU8::new(checked),
             failure: std::sync::OnceLock::new(),
-            version: crate::counter::Padded(AtomicU64::new(0)),
+            version: crate::util::counter::Padded(AtomicU64::new(0)),
         });
         bufs.insert(blkno, Arc::clone(&b));
         let count = self.count.fetch_add(1, Ordering::Relaxed) + 1;

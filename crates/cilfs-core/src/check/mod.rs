@@ -22,7 +22,7 @@ use crate::fs::tree::node::NODE_LSN_OFFSET;
 use crate::fs::tree::node::{Body, Key};
 use crate::fs::Fs;
 use crate::journal::Journal;
-use crate::log::recover::read_lsn_stamp;
+use crate::log::stamp::read_lsn_stamp;
 use facts::{FactTable, InodeSummary, Ref};
 use readahead::{FinishOnDrop, ReadAhead};
 use std::collections::BTreeSet;
@@ -713,7 +713,7 @@ pub fn check_image(
     use cilfs_device::OverlayDevice;
     use std::sync::Arc;
     // Before the mount below, which rewrites every copy (in memory): what the disk holds.
-    let copies = crate::geometry::Geometry::read(&*data, logdev.as_deref())
+    let copies = crate::format::geometry::Geometry::read(&*data, logdev.as_deref())
         .map(|g| g.copy_problems(&*data))
         .unwrap_or_default();
     let data: Arc<dyn cilfs_device::Device> = Arc::new(OverlayDevice::new(data));

@@ -7,7 +7,7 @@
 //! a node lie in 5-10 runs with gaps of a few blocks.
 
 use crate::journal::Journal;
-use crate::numhash::NumberMap;
+use crate::util::numhash::NumberMap;
 use cilfs_device::AlignedBuf;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;

@@ -8,7 +8,7 @@ use crate::fs::tests::{jcfg, layout, mount, new_dev, BS};
 use crate::fs::tree::node::{NODE_HEADER_BYTES, NODE_LSN_OFFSET};
 use crate::fs::types::Cred;
 use crate::fs::*;
-use crate::log::recover::write_lsn_stamp;
+use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::rng::SimRng;
 use cilfs_device::{AlignedBuf, Device, OverlayDevice, SimDevice, WriteFlags};

@@ -4,17 +4,18 @@
 //! into shards of it (`shards.rs`), merged when the context is pushed.
 
 pub mod image_pool;
+mod limits;
 mod shards;
 
+pub use limits::{commit_bytes, CilLimits};
 pub use shards::{Cil, ShardGuard, BYTES_SHARD, SHARDS};
 
 #[cfg(all(test, not(loom)))]
 use crate::buf::CounterChange;
 use crate::buf::{Buf, LateWrite};
+use crate::log::item::{ItemKey, LogItem};
 use crate::log::item_format::buf_item_len;
 use crate::log::record::OP_HEADER_BYTES;
-use crate::log::LogConfig;
-use crate::trans::item::{ItemKey, LogItem};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -195,29 +196,6 @@ fn merge_late(key: ItemKey, old: &mut LateWrite, w: &LateWrite) {
 /// The op-stream bytes a late-written block is counted at: its whole block as one range.
 pub fn late_bound(block_size: usize) -> u64 {
     (OP_HEADER_BYTES + buf_item_len(std::iter::once(block_size))) as u64
-}
-
-/// When the CIL is pushed in the background (`space_limit`, S) and when committers block
-/// (`hard_limit`, 2S): docs/journal.md section 3.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CilLimits {
-    pub space_limit: u64,
-    pub hard_limit: u64,
-}
-
-impl CilLimits {
-    /// S = min(log / 8, 16 x logbufs x logbsize), or `requested`; never more than a quarter of
-    /// the log, so a checkpoint of 2S (where committers block; commits in flight may add a
-    /// little more, as in XFS) stays near half of it. What keeps the log from overrunning is
-    /// the charges, not this bound.
-    pub fn new(log_bytes: u64, cfg: &LogConfig, requested: Option<u64>) -> Self {
-        let default = (log_bytes / 8).min(16 * u64::from(cfg.logbufs) * u64::from(cfg.logbsize));
-        let s = requested.unwrap_or(default).clamp(4096, log_bytes / 4);
-        Self {
-            space_limit: s,
-            hard_limit: 2 * s,
-        }
-    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -14,13 +14,13 @@
 //!   them.
 
 use super::{merge_late, CilCtx, CilEntry, CHECKPOINT_FIXED_STREAM};
-use crate::lockstat::LockWaits;
+use crate::util::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Shards: as many as the per-thread counters' (`counter::SHARDS`), whose thread numbering
 /// picks them.
-pub const SHARDS: usize = crate::counter::SHARDS;
+pub const SHARDS: usize = crate::util::counter::SHARDS;
 
 /// The shard that late bytes go to.
 pub const BYTES_SHARD: usize = 0;
@@ -219,8 +219,8 @@ fn merge_entry(key: u64, shard: usize, kept: &mut CilEntry, e: CilEntry) {
 mod tests {
     use super::*;
     use crate::buf::{CounterChange, LateWrite};
+    use crate::log::item::{ItemKey, LogItem, WriteBack};
     use crate::log::Lsn;
-    use crate::trans::item::{ItemKey, LogItem, WriteBack};
     use std::sync::atomic::AtomicU32;
     use std::sync::Arc;
 
@@ -234,7 +234,7 @@ mod tests {
         fn pins(&self) -> &AtomicU32 {
             &self.1
         }
-        fn prepare_write_back(&self, _: Lsn, _: &crate::trans::item::WriteBackCtx) -> WriteBack {
+        fn prepare_write_back(&self, _: Lsn, _: &crate::log::item::WriteBackCtx) -> WriteBack {
             WriteBack::Stale
         }
     }

@@ -166,11 +166,11 @@ pub(crate) fn seal_header(sector: &mut [u8]) {
 /// Reads the format version field and refuses versions this build does not know.
 pub(crate) fn check_version(d: &mut Decoder<'_>, what: &'static str) -> Result<(), FormatError> {
     let version = d.u32()?;
-    if version != super::superblock::FORMAT_VERSION {
+    if version != super::FORMAT_VERSION {
         return Err(FormatError::UnsupportedVersion {
             what,
             found: version,
-            supported: super::superblock::FORMAT_VERSION,
+            supported: super::FORMAT_VERSION,
         });
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! The header in sector 0 of an external log device; the log itself starts at its block 1.
 
 use super::codec::{check_header, check_version, seal_header};
-use super::superblock::{is_valid_block_size, FORMAT_VERSION};
+use super::superblock::is_valid_block_size;
+use super::FORMAT_VERSION;
 use super::{Decoder, Encoder, FormatError, HEADER_BYTES};
 
 pub const LOGDEV_MAGIC: [u8; 8] = *b"CILFSLOG";

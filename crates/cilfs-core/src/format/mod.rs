@@ -1,8 +1,11 @@
 //! On-disk structures: explicit little-endian fields, magic numbers, a version and a CRC32C each.
 //! Decoding arbitrary bytes returns an error, never panics. `docs/on-disk-format.md` is the spec.
+//! `geometry` reads them back from the devices: a filesystem's layout, from its primary
+//! superblock or a backup copy, cross-checked against the log device header.
 
 mod codec;
 mod error;
+pub mod geometry;
 pub mod logdev;
 pub mod superblock;
 
@@ -11,6 +14,9 @@ pub use error::FormatError;
 pub use logdev::LogDeviceHeader;
 pub use superblock::Superblock;
 
+/// The format version every header carries (superblock, log device header); decoding refuses
+/// any other.
+pub const FORMAT_VERSION: u32 = 1;
 /// Every header block is one 512-byte sector: the unit a device writes atomically.
 pub const HEADER_BYTES: usize = 512;
 /// Offset of the CRC32C in a header sector: the last four bytes.

@@ -2,10 +2,9 @@
 //! filesystem's last block). Layout in `docs/on-disk-format.md`.
 
 use super::codec::{check_header, check_version, seal_header};
-use super::{Decoder, Encoder, FormatError, HEADER_BYTES};
+use super::{Decoder, Encoder, FormatError, FORMAT_VERSION, HEADER_BYTES};
 
 pub const SUPERBLOCK_MAGIC: [u8; 8] = *b"CILFS\0SB";
-pub const FORMAT_VERSION: u32 = 1;
 pub const MIN_BLOCK_SIZE: u32 = 512;
 pub const MAX_BLOCK_SIZE: u32 = 65536;
 pub const SECTOR_SIZE: u32 = 512;

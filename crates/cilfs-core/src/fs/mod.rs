@@ -42,7 +42,7 @@ use rules::change::ChangeCounter;
 use space::alloc::{Busy, BusyGuard};
 use tree::keys::{key, KIND_INODE};
 
-use crate::lockstat::{LockWaitStats, LockWaits};
+use crate::util::lockstat::{LockWaitStats, LockWaits};
 use cache::inode_cache::{AllShards, InodeCache, InodeMap};
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
@@ -164,7 +164,7 @@ impl std::fmt::Debug for FsOptions {
 pub fn default_inode_cache_max() -> usize {
     // An entry with its share of the hash table, and room for the inode's heap parts.
     let per_entry = (std::mem::size_of::<(u64, InodeMem)>() + 64) as u64;
-    let n = crate::memory::total_bytes() / 64 / per_entry;
+    let n = crate::util::memory::total_bytes() / 64 / per_entry;
     usize::try_from(n)
         .unwrap_or(usize::MAX)
         .clamp(200_000, 4_000_000)
@@ -198,7 +198,7 @@ impl Default for FsOptions {
 /// The inodes in memory, each boxed: growing the table moves 16 bytes an entry instead of a
 /// whole inode, and it grows under the exclusive state lock (a doubling at a million inodes
 /// moved some 200 MB there, 8% of a two-thread create run).
-pub(crate) type InodeTable = crate::numhash::NumberMap<Box<InodeMem>>;
+pub(crate) type InodeTable = crate::util::numhash::NumberMap<Box<InodeMem>>;
 
 #[derive(Debug)]
 pub(crate) struct InodeMem {
@@ -273,7 +273,7 @@ pub struct Fs {
     pub(crate) busy_waits: LockWaits,
     /// Publishes under the shared state lock take their turn here, for their header merge
     /// and CIL insert only: both then happen in one order (`shared_tx.rs`).
-    pub(crate) publishing: crate::adaptive::AdaptiveMutex,
+    pub(crate) publishing: crate::util::adaptive::AdaptiveMutex,
     pub(crate) publish_waits: LockWaits,
     /// Bumped by every publish under the shared lock that moves a tree's root, before the
     /// header shows the new one: a reader under that lock that began from the old root
@@ -367,7 +367,7 @@ impl Fs {
             state_write_waits: LockWaits::new("fs state (exclusive)"),
             busy_waits: LockWaits::new("busy extents"),
             publish_waits: LockWaits::new("publish turn"),
-            publishing: crate::adaptive::AdaptiveMutex::new(),
+            publishing: crate::util::adaptive::AdaptiveMutex::new(),
             roots_moved: std::sync::atomic::AtomicU64::new(0),
             hdr_waits: LockWaits::new("header"),
             read_only: std::sync::atomic::AtomicBool::new(opts.read_only),

@@ -1,6 +1,6 @@
 //! Filesystem counters (what `cilfs stat` and `cilfs bench fs` report).
 
-use crate::counter::Counter;
+use crate::util::counter::Counter;
 
 #[derive(Debug, Default)]
 pub struct FsCounters {

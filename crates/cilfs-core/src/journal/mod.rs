@@ -2,34 +2,36 @@
 //! of metadata blocks. `open` recovers; `commit` never waits for IO; `force` makes a checkpoint
 //! stable; `unmount` leaves a log that needs no replay.
 
-mod ail_worker;
+mod open;
 mod push;
 mod space;
 mod stats;
 
+pub use open::{scan, RecoveryReport};
 pub use stats::JournalStats;
 
-use crate::ail::{Ail, WritebackIo};
-use crate::buf::{Buf, BufCache, BufData, BufState};
+use crate::ail::{Ail, AilWorker, WritebackIo};
+use crate::buf::{Buf, BufCache, BufData, BufState, LateWrite};
 use crate::cil::{Cil, CilLimits};
 use crate::format::{FormatError, Superblock};
 // Every copy, backups first: a mount from a backup rewrites the damaged primary with its
 // first superblock write.
-use crate::geometry::{write_superblock, Geometry, GeometryError, LogLocation};
-use crate::lockstat::LockWaits;
-use crate::log::recover::{
-    replay, scan_log, LogEnd, LogRegion, LogScan, RecoveryError, ReplayStats, ReplayTarget,
-};
-use crate::log::writer::{ConfigError, LogPlacement};
+use crate::format::geometry::{write_superblock, Geometry, GeometryError};
+use crate::log::item::BlockCheck;
+use crate::log::recover::RecoveryError;
+use crate::log::writer::ConfigError;
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
-use crate::trans::item::BlockCheck;
-use crate::trans::{Reservation, Transaction};
+use crate::trans::{Reservation, TransJournal};
+use crate::util::lockstat::LockWaits;
 use cilfs_device::{Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
+
+/// A transaction in this journal (`Journal::begin`).
+pub type Transaction<'j> = crate::trans::Transaction<'j, Journal>;
 
 #[derive(Debug, Error)]
 pub enum JournalError {
@@ -76,17 +78,6 @@ pub enum JournalError {
     /// A freeze found transactions still open after waiting for them.
     #[error("transactions still open after {0:?}: not frozen")]
     FreezeTimedOut(std::time::Duration),
-}
-
-/// What `Journal::open_with` does with the log it finds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recovery {
-    /// Replays every committed checkpoint; refuses a damaged log.
-    Replay,
-    /// Replays nothing (`norecovery`).
-    Skip,
-    /// Replays the checkpoints before damage and discards the log past it (repair).
-    Salvage,
 }
 
 /// Who runs CIL pushes.
@@ -137,7 +128,7 @@ const AIL_QUEUE_DEPTH: usize = 16;
 /// Metadata that falls out of it is read back from the device, so a working set larger than it
 /// (a million-entry directory holds ~200 MB of tree blocks) pays a device read per lookup.
 pub fn default_cache_bytes() -> u64 {
-    (crate::memory::total_bytes() / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
+    (crate::util::memory::total_bytes() / 16).clamp(DEFAULT_CACHE_BYTES, 2 << 30)
 }
 
 /// Log space accounting (docs/journal.md section 4), under one lock.
@@ -199,7 +190,7 @@ pub struct Journal {
     /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.
     pub(crate) frozen: AtomicBool,
     pub(crate) worker: Mutex<Option<push::Worker>>,
-    pub(crate) ail_worker: Mutex<Option<ail_worker::AilWorker>>,
+    pub(crate) ail_worker: Mutex<Option<AilWorker>>,
     /// First and end block of the area metadata buffers may live in.
     pub(crate) meta_first: u64,
     pub(crate) meta_end: u64,
@@ -216,235 +207,7 @@ pub struct Journal {
 /// Failed blocks logged one by one; past this many, only the count grows.
 const BAD_BLOCKS_LOGGED: usize = 1024;
 
-/// What mounting found and did.
-#[derive(Debug, Clone, Default)]
-pub struct RecoveryReport {
-    pub was_clean: bool,
-    pub checkpoints_replayed: u64,
-    /// Checkpoints in the log left unreplayed (`open_norecovery`).
-    pub checkpoints_skipped: u64,
-    pub replay: ReplayStats,
-    pub head: Lsn,
-    pub tail: Lsn,
-    /// What recovery discarded past the end of the valid log, if anything (a torn write, or
-    /// in salvage mode the damage and the checkpoints past it).
-    pub torn: Option<String>,
-    /// Salvage mode discarded committed checkpoints past damage in the log.
-    pub damaged: bool,
-}
-
-pub(crate) fn log_region<'a>(
-    geo: &Geometry,
-    data: &'a dyn Device,
-    logdev: Option<&'a dyn Device>,
-) -> LogRegion<'a> {
-    LogRegion {
-        dev: match geo.log {
-            LogLocation::Internal => data,
-            LogLocation::External { .. } => logdev.unwrap_or(data),
-        },
-        offset: geo.log_offset,
-        space: LogSpace::new(geo.log_bytes),
-    }
-}
-
-/// Reads a filesystem's log without writing anything (logprint, check).
-pub fn scan(
-    data: &dyn Device,
-    logdev: Option<&dyn Device>,
-) -> Result<(Geometry, LogScan), JournalError> {
-    let geo = Geometry::read(data, logdev)?;
-    let region = log_region(&geo, data, logdev);
-    let s = scan_log(&region, geo.sb.block_size)?;
-    Ok((geo, s))
-}
-
 impl Journal {
-    /// Mounts: reads the geometry, recovers the log (replaying committed checkpoints and making
-    /// them stable), raises the mount generation (and the unclean epoch if the log was dirty) in
-    /// the superblock, and readies the log for writing at the recovered head.
-    pub fn open(
-        data: Arc<dyn Device>,
-        logdev: Option<Arc<dyn Device>>,
-        cfg: JournalConfig,
-    ) -> Result<Arc<Self>, JournalError> {
-        Self::open_with(data, logdev, cfg, Recovery::Replay)
-    }
-
-    /// Mounts a filesystem whose log may be damaged (repair, and check in memory): replays
-    /// the committed checkpoints before the damage and starts the log again there, discarding
-    /// what lies past it (as `xfs_repair -L` zeroes a log); the report says what was lost.
-    pub fn open_salvage(
-        data: Arc<dyn Device>,
-        logdev: Option<Arc<dyn Device>>,
-        cfg: JournalConfig,
-    ) -> Result<Arc<Self>, JournalError> {
-        Self::open_with(data, logdev, cfg, Recovery::Salvage)
-    }
-
-    /// Mounts without replaying the log (XFS's `norecovery`): the metadata is what was written
-    /// in place, possibly older than the log and inconsistent. Only for a read-only mount over
-    /// devices that keep every write in memory: a later checkpoint written after the old head
-    /// would make the skipped checkpoints unrecoverable.
-    pub fn open_norecovery(
-        data: Arc<dyn Device>,
-        logdev: Option<Arc<dyn Device>>,
-        cfg: JournalConfig,
-    ) -> Result<Arc<Self>, JournalError> {
-        Self::open_with(data, logdev, cfg, Recovery::Skip)
-    }
-
-    fn open_with(
-        data: Arc<dyn Device>,
-        logdev: Option<Arc<dyn Device>>,
-        cfg: JournalConfig,
-        mode: Recovery,
-    ) -> Result<Arc<Self>, JournalError> {
-        let recover = mode != Recovery::Skip;
-        let geo = Geometry::read(&*data, logdev.as_deref())?;
-        let mut cfg = cfg;
-        if cfg.log == LogConfig::default() {
-            // Defaults just work: on a small log they shrink to fit. Explicit settings must fit.
-            cfg.log = cfg.log.fitted_to(geo.log_bytes);
-        }
-        cfg.log.validate(geo.log_bytes)?;
-        let bs = geo.sb.block_size;
-        let region = log_region(&geo, &*data, logdev.as_deref());
-        let s = scan_log(&region, bs)?;
-        let damaged = matches!(s.end, LogEnd::Damaged { .. });
-        if damaged && mode == Recovery::Replay {
-            return Err(JournalError::DamagedLog(
-                s.end.describe().unwrap_or_default(),
-            ));
-        }
-        let (meta_first, meta_end) = geo.metadata_area();
-        let target = ReplayTarget {
-            dev: &*data,
-            block_size: bs,
-            first_block: meta_first,
-            end_block: meta_end,
-            uuid: geo.sb.uuid,
-        };
-        let replayed = if recover {
-            replay(&s.checkpoints, &target)?
-        } else {
-            ReplayStats::default()
-        };
-        let mut sb = geo.sb.clone();
-        for d in replayed.damaged.iter().take(BAD_BLOCKS_LOGGED) {
-            tracing::warn!("recovery: {d}; run cilfs check");
-        }
-        if !replayed.damaged.is_empty() {
-            sb.needs_check = true;
-        }
-        if !sb.clean {
-            sb.unclean_epoch += 1;
-        }
-        sb.clean = false;
-        sb.log_generation = sb.log_generation.max(s.generation) + 1;
-        // PREFLUSH: the replayed blocks are stable before the superblock says we moved on.
-        write_superblock(&*data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
-        let counters = Arc::new(LogCounters::default());
-        let space_math = LogSpace::new(geo.log_bytes);
-        let place = LogPlacement {
-            log_dev: match geo.log {
-                LogLocation::Internal => Arc::clone(&data),
-                LogLocation::External { .. } => logdev.clone().unwrap_or_else(|| Arc::clone(&data)),
-            },
-            data_dev: Arc::clone(&data),
-            external: matches!(geo.log, LogLocation::External { .. }),
-            offset: geo.log_offset,
-            space: space_math,
-        };
-        let writer = LogWriter::new(
-            place,
-            cfg.log,
-            s.head,
-            sb.log_generation,
-            Arc::clone(&counters),
-        );
-        // Concurrent iclog IO in service; inline pushes stay synchronous and deterministic.
-        let writer = match cfg.push_mode {
-            PushMode::Background => writer.with_async_io(),
-            PushMode::Inline => writer,
-        };
-        let recovered = RecoveryReport {
-            was_clean: geo.sb.clean,
-            checkpoints_replayed: if recover {
-                s.checkpoints.len() as u64
-            } else {
-                0
-            },
-            checkpoints_skipped: if recover {
-                0
-            } else {
-                s.checkpoints.len() as u64
-            },
-            replay: replayed,
-            head: s.head,
-            tail: s.tail,
-            torn: s.end.describe(),
-            damaged,
-        };
-        let limits = CilLimits::new(geo.log_bytes, &cfg.log, cfg.cil_limit);
-        // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
-        let ail_io = match cfg.push_mode {
-            PushMode::Inline => WritebackIo::Sync,
-            PushMode::Background => WritebackIo::for_device(&*data, AIL_QUEUE_DEPTH),
-        };
-        let j = Arc::new(Self {
-            cache: BufCache::new(
-                Arc::clone(&data),
-                bs,
-                cfg.cache_bytes_max.unwrap_or_else(default_cache_bytes),
-            ),
-            data,
-            logdev,
-            limits,
-            space_math,
-            cil: Cil::new(1),
-            cil_switched: Condvar::new(),
-            cil_room: Mutex::new(()),
-            cil_next_shard: std::sync::atomic::AtomicUsize::new(0),
-            buf_waits: LockWaits::new("buffer"),
-            cil_waits: LockWaits::new("cil"),
-            space_waits: LockWaits::new("log space"),
-            writer: Mutex::new(writer),
-            space: Mutex::new(SpaceState {
-                cil_charged: 0,
-                head: s.head,
-                // Everything before the head was replayed and flushed.
-                safe_tail: s.head,
-            }),
-            checkpoint_done: Condvar::new(),
-            force_target: AtomicU64::new(0),
-            completed: AtomicU64::new(0),
-            grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
-            ail: Mutex::new(Ail::default()),
-            ail_writeback: Mutex::new(ail_io),
-            counters,
-            extra: Default::default(),
-            shut_down: AtomicBool::new(false),
-            frozen: AtomicBool::new(false),
-            worker: Mutex::new(None),
-            ail_worker: Mutex::new(None),
-            sb: Mutex::new(sb),
-            geo,
-            cfg,
-            meta_first,
-            meta_end,
-            recovered,
-            ahead_paused: AtomicBool::new(false),
-            block_checks: parking_lot::RwLock::new(Vec::new()),
-            bad_blocks: Mutex::new(std::collections::BTreeSet::new()),
-        });
-        if cfg.push_mode == PushMode::Background {
-            *j.worker.lock() = Some(push::Worker::start(&j));
-            *j.ail_worker.lock() = Some(ail_worker::AilWorker::start(&j));
-        }
-        Ok(j)
-    }
-
     /// The log space accounting, locked; its waits counted (`space_waits`).
     pub(crate) fn space(&self) -> parking_lot::MutexGuard<'_, SpaceState> {
         self.space_waits
@@ -590,7 +353,7 @@ impl Journal {
     pub fn verify_read(&self, buf: &Buf, g: &BufData, stamp_at: u16) -> Result<(), JournalError> {
         let blkno = buf.blkno();
         buf.verify_once(g, |data| {
-            let lsn = crate::log::recover::check_lsn_stamp(data, stamp_at, &self.geo.sb.uuid)?;
+            let lsn = crate::log::stamp::check_lsn_stamp(data, stamp_at, &self.geo.sb.uuid)?;
             let head = self.space().head;
             if lsn > head {
                 return Err(format!("stamp LSN {lsn} is past the log head {head}"));
@@ -889,6 +652,65 @@ impl Journal {
 impl Drop for Journal {
     fn drop(&mut self) {
         self.stop_worker();
+    }
+}
+
+/// What a transaction asks of the journal: the journal's own operations.
+impl TransJournal for Journal {
+    type Error = JournalError;
+
+    fn buf(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        Journal::buf(self, blkno)
+    }
+
+    fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
+        Journal::buf_fresh(self, blkno)
+    }
+
+    fn verify_read(&self, buf: &Buf, g: &BufData, stamp_at: u16) -> Result<(), JournalError> {
+        Journal::verify_read(self, buf, g, stamp_at)
+    }
+
+    fn block_size(&self) -> u32 {
+        Journal::block_size(self)
+    }
+
+    fn buf_waits(&self) -> &LockWaits {
+        &self.buf_waits
+    }
+
+    fn reserve(&self, unit: u64) -> Result<(), JournalError> {
+        Journal::reserve(self, unit)
+    }
+
+    fn try_reserve(&self, unit: u64) -> Result<bool, JournalError> {
+        Journal::try_reserve(self, unit)
+    }
+
+    fn release_reservation(&self, unit: u64) {
+        Journal::release_reservation(self, unit)
+    }
+
+    fn shut_down(&self, why: JournalError) -> JournalError {
+        match Journal::shut_down::<()>(self, why) {
+            Err(e) => e,
+            Ok(()) => JournalError::Shutdown,
+        }
+    }
+
+    fn conflict(blkno: u64) -> JournalError {
+        JournalError::Conflict { blkno }
+    }
+
+    fn commit_images(
+        &self,
+        unit: u64,
+        bufs: &[(&Arc<Buf>, &BufData)],
+        late: Option<(&Arc<Buf>, &LateWrite)>,
+        throttled: bool,
+        images: Option<&mut [Vec<u8>]>,
+    ) -> Result<u64, JournalError> {
+        Journal::commit_images(self, unit, bufs, late, throttled, images)
     }
 }
 

@@ -2,11 +2,11 @@
 
 use super::{CilSharding, Journal, JournalError, PushMode, SpaceState};
 use crate::buf::{Buf, BufData, LateWrite};
-use crate::cil::{late_bound, BYTES_SHARD};
+use crate::cil::{commit_bytes, late_bound, BYTES_SHARD};
+use crate::log::item::LogItem;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
 use crate::log::{LogWriter, Lsn};
-use crate::trans::item::LogItem;
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -29,10 +29,7 @@ impl Journal {
     fn wait_for_room(&self, adding: u64) {
         let mut blocked_since = None;
         let mut room = self.cil_room.lock();
-        while !self.cil.is_empty()
-            && self.cil.stream_bytes() + adding > self.limits.hard_limit
-            && self.check_alive().is_ok()
-        {
+        while self.limits.commit_waits(&self.cil, adding) && self.check_alive().is_ok() {
             blocked_since.get_or_insert_with(std::time::Instant::now);
             self.extra
                 .cil_blocked_commits
@@ -51,8 +48,7 @@ impl Journal {
     /// After a throttled commit (`commit_images`) let go of its locks: in inline mode, the
     /// push it owes once the context passed S.
     pub(crate) fn push_if_due(&self) -> Result<(), JournalError> {
-        if self.cfg.push_mode != PushMode::Inline
-            || self.cil.stream_bytes() < self.limits.space_limit
+        if self.cfg.push_mode != PushMode::Inline || !self.limits.push_due(self.cil.stream_bytes())
         {
             return Ok(());
         }
@@ -92,12 +88,11 @@ impl Journal {
             // Committers block at 2S (before adding, so the context passes it only by what
             // commits in flight add) until the push has switched contexts; a transaction
             // larger than 2S goes into an empty one.
-            let adding: u64 = bufs
-                .iter()
-                .map(|(_, g)| (OP_HEADER_BYTES + Buf::formatted_len(g)) as u64)
-                .sum::<u64>()
-                + late.map_or(0, |_| late_bound(self.block_size() as usize));
-            self.wait_for_room(adding);
+            self.wait_for_room(commit_bytes(
+                bufs,
+                late.is_some(),
+                self.block_size() as usize,
+            ));
         }
         // A shard of the CIL, held for a moment (the images move in, the charge moves over):
         // its thread's, so that threads seldom meet there; shard 0 for late bytes, whose
@@ -106,7 +101,7 @@ impl Journal {
             BYTES_SHARD
         } else {
             match self.cfg.cil_sharding {
-                CilSharding::ByThread => crate::counter::shard(),
+                CilSharding::ByThread => crate::util::counter::shard(),
                 CilSharding::Rotate => {
                     (self.cil_next_shard.fetch_add(1, Ordering::Relaxed) / 2) % 3
                 }
@@ -160,10 +155,10 @@ impl Journal {
         if bytes > max.load(Ordering::Relaxed) {
             max.fetch_max(bytes, Ordering::Relaxed);
         }
-        if bytes > self.limits.hard_limit {
+        if self.limits.past_hard(bytes) {
             cil.set_over_hard_limit();
         }
-        if bytes < self.limits.space_limit {
+        if !self.limits.push_due(bytes) {
             return Ok(seq);
         }
         match self.cfg.push_mode {
@@ -286,8 +281,7 @@ impl Journal {
             if let Some(f) = in_flight.take() {
                 let want = seq.max(self.force_target.load(Ordering::Relaxed));
                 let next_ready = !self.cil.is_empty()
-                    && (self.cil.seq() <= want
-                        || self.cil.stream_bytes() >= self.limits.space_limit);
+                    && (self.cil.seq() <= want || self.limits.push_due(self.cil.stream_bytes()));
                 // A commit that already completed is completed now: its items reach the AIL
                 // and its forcers go before the next body is written.
                 if !next_ready || !writer.commit_pending() || self.check_alive().is_err() {

@@ -5,9 +5,9 @@
 
 use super::{Journal, JournalError, SpaceState};
 use crate::ail::{self, AilPush};
+use crate::log::item::WriteBackCtx;
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
-use crate::trans::item::WriteBackCtx;
 use std::sync::atomic::Ordering;
 
 /// Sectors a tail moved by relief must gain before an empty checkpoint is written to carry it

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub(crate) struct ExtraCounters {
     /// Bumped by every commit: spread over cache lines, as is the maximum below by being
-    /// written only when it rises (`crate::counter`).
-    pub commits: crate::counter::Counter,
-    pub cil_bytes_max: crate::counter::Padded,
+    /// written only when it rises (`crate::util::counter`).
+    pub commits: crate::util::counter::Counter,
+    pub cil_bytes_max: crate::util::counter::Padded,
     pub cil_blocked_commits: AtomicU64,
     pub ail_writeback_bytes: AtomicU64,
     pub items_logged: AtomicU64,

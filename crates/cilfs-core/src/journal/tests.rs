@@ -335,7 +335,7 @@ fn background_crashes_through_late_write_queues() {
     }
 }
 
-/// `pairs_per_thread` pairs of blocks per thread; with `queued`, through [`crate::test_queue::Queued`].
+/// `pairs_per_thread` pairs of blocks per thread; with `queued`, through [`crate::util::test_queue::Queued`].
 fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
     use std::sync::atomic::{AtomicU32, AtomicUsize};
     const THREADS: u64 = 2;
@@ -344,7 +344,12 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
     cfg.push_mode = PushMode::Background;
     cfg.log.logbufs = 4;
     cfg.cil_limit = Some(16 * 1024);
-    let q = queued.then(|| Arc::new(crate::test_queue::Queued::new(Arc::clone(&dev), false)));
+    let q = queued.then(|| {
+        Arc::new(crate::util::test_queue::Queued::new(
+            Arc::clone(&dev),
+            false,
+        ))
+    });
     let data: Arc<dyn Device> = match &q {
         Some(q) => q.clone() as Arc<dyn Device>,
         None => dev.clone(),
@@ -454,8 +459,8 @@ fn background_crash_round(seed: u64, queued: bool, pairs_per_thread: u64) {
     }
 }
 
-/// Opens the holds of a [`crate::test_queue::Queued`] when dropped.
-struct HoldsOpenOnDrop<'a>(Option<&'a crate::test_queue::Queued>);
+/// Opens the holds of a [`crate::util::test_queue::Queued`] when dropped.
+struct HoldsOpenOnDrop<'a>(Option<&'a crate::util::test_queue::Queued>);
 
 impl Drop for HoldsOpenOnDrop<'_> {
     fn drop(&mut self) {
@@ -477,7 +482,7 @@ impl Drop for HoldsOpenOnDrop<'_> {
 /// AIL's ahead passes paused, not written back.
 fn overlap_step_by_step(
     j: &Arc<Journal>,
-    q: &crate::test_queue::Queued,
+    q: &crate::util::test_queue::Queued,
     dev: &SimDevice,
     seed: u64,
 ) -> Vec<(u64, u8)> {
@@ -1383,7 +1388,7 @@ fn relogs_of_one_block_from_several_threads_merge_to_its_newest_image() {
         buf.format_into(&g, &mut out);
         out
     };
-    let pins = || crate::trans::item::LogItem::pins(&*buf).load(Ordering::Relaxed);
+    let pins = || crate::log::item::LogItem::pins(&*buf).load(Ordering::Relaxed);
     assert!(pins() >= 2, "one shard held every image");
     let ctx = j.cil.switch(BS as usize);
     assert_eq!(ctx.items[&B].image, newest);

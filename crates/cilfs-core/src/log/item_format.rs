@@ -7,9 +7,9 @@ pub const ITEM_BUF: u16 = 1;
 /// The block was freed in this checkpoint: earlier logged images of it must not be replayed.
 pub const BUF_CANCEL: u16 = 1;
 /// The block carries, at `lsn_offset`, the LSN it was last written back at, the fs UUID and its
-/// CRC (see `recover::write_lsn_stamp`).
+/// CRC (see `stamp::write_lsn_stamp`).
 pub const BUF_LSN_STAMP: u16 = 2;
-/// The header carries the CRC32C of the block as this item leaves it (`recover::content_crc`),
+/// The header carries the CRC32C of the block as this item leaves it (`stamp::content_crc`),
 /// leaving out its LSN stamp and a stretch whose bytes mean nothing (a node's free middle,
 /// never logged), and that stretch. Replay compares the block it rebuilt with it: a block
 /// damaged on disk outside the logged ranges would otherwise be resealed with a valid stamp.
@@ -87,7 +87,7 @@ pub fn encode_buf_item_into(
     out.extend_from_slice(&lsn_offset.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&(ranges.len() as u16).to_le_bytes());
     out.extend_from_slice(&blkno.to_le_bytes());
-    let crc = super::recover::content_crc(data, lsn_offset, unlogged);
+    let crc = super::stamp::content_crc(data, lsn_offset, unlogged);
     let (skip_start, skip_end) = unlogged.unwrap_or((0, 0));
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&skip_start.to_le_bytes());
@@ -130,8 +130,7 @@ pub fn decode_item(payload: &[u8], block_size: u32) -> Result<BufImage, FormatEr
         (None, None)
     };
     let lsn_offset = (flags & BUF_LSN_STAMP != 0).then_some(lsn_off);
-    if lsn_offset
-        .is_some_and(|o| u32::from(o) + super::recover::LSN_STAMP_BYTES as u32 > block_size)
+    if lsn_offset.is_some_and(|o| u32::from(o) + super::stamp::LSN_STAMP_BYTES as u32 > block_size)
     {
         return Err(d.invalid(
             "lsn offset",
@@ -184,7 +183,7 @@ mod tests {
         assert_eq!(img.ranges[1], (100, data[100..150].to_vec()));
         assert_eq!(
             img.content_crc,
-            Some(crate::log::recover::content_crc(&data, Some(8), None))
+            Some(crate::log::stamp::content_crc(&data, Some(8), None))
         );
         assert!(decode_item(&enc, 128).is_err());
     }

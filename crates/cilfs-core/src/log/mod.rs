@@ -1,10 +1,12 @@
-//! The on-disk log: positions, record and op format, the record writer with its flush policies,
-//! and recovery.
+//! The on-disk log: positions, record and op format, what the log asks of a logged object
+//! (`item::LogItem`), the record writer with its flush policies, block stamps, and recovery.
 
+pub mod item;
 pub mod item_format;
 pub mod lsn;
 pub mod record;
 pub mod recover;
+pub mod stamp;
 pub mod writer;
 
 pub use lsn::{LogSpace, Lsn};
@@ -12,9 +14,3 @@ pub use writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
 
 #[cfg(test)]
 mod tests;
-
-#[cfg(test)]
-mod recover_corruption_tests;
-
-#[cfg(test)]
-mod replay_damage_tests;

@@ -6,7 +6,7 @@ use super::item_format::encode_buf_item;
 use super::recover::{scan_log, LogEnd, LogRegion};
 use super::writer::{FlushPolicy, LogConfig, LogPlacement, LogWriter};
 use super::{LogSpace, Lsn};
-use crate::test_queue::Queued;
+use crate::util::test_queue::Queued;
 use cilfs_device::{Device, SimDevice, WriteFlags};
 use proptest::prelude::*;
 use std::sync::atomic::Ordering;

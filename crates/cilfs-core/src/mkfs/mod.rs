@@ -60,7 +60,7 @@ pub fn write_filesystem(
         buf[..512].copy_from_slice(&header.encode());
         dev.write(0, &buf, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
     }
-    crate::geometry::write_superblock(
+    crate::format::geometry::write_superblock(
         data,
         &layout.superblock(),
         WriteFlags::PREFLUSH | WriteFlags::FUA,
@@ -120,7 +120,7 @@ impl Layout {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::geometry::{Geometry, LogLocation};
+    use crate::format::geometry::{Geometry, LogLocation};
     use cilfs_device::{CrashOptions, SimDevice};
 
     #[test]

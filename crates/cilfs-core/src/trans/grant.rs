@@ -5,7 +5,7 @@
 //! that does not fit queues behind every earlier one; the one at the head of the queue calls the
 //! journal back to make space (write the AIL back, push the CIL, flush), the others sleep.
 
-use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard};
+use crate::util::sync::{lock, wait, Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 
 #[derive(Debug, Default)]
@@ -49,7 +49,7 @@ pub struct GrantHead {
     changed: Condvar,
     /// Contention on `state`'s lock (the lock table's `grant head`): every transaction takes
     /// it to reserve and again to commit.
-    pub waits: crate::lockstat::LockWaits,
+    pub waits: crate::util::lockstat::LockWaits,
 }
 
 impl GrantHead {
@@ -66,7 +66,7 @@ impl GrantHead {
                 ..Default::default()
             }),
             changed: Condvar::new(),
-            waits: crate::lockstat::LockWaits::new("grant head"),
+            waits: crate::util::lockstat::LockWaits::new("grant head"),
         }
     }
 

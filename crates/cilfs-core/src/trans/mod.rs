@@ -1,13 +1,49 @@
 //! Transactions: reserve log space up front, lock and modify buffers, commit into the CIL
-//! without waiting for IO.
+//! without waiting for IO. A transaction reaches the journal it runs in through
+//! `TransJournal`, so that it sits below the journal; `crate::journal::Transaction` is one in
+//! the journal.
 
 pub mod grant;
-pub mod item;
 
 use crate::buf::{Buf, BufData, BufGuard, BufReadGuard, LateWrite, RangeSet};
-use crate::journal::{Journal, JournalError};
 use crate::log::record::OP_HEADER_BYTES;
+use crate::util::lockstat::LockWaits;
 use std::sync::Arc;
+
+/// What a transaction asks of the journal it runs in (`crate::journal::Journal`, which begins
+/// every transaction): its buffers and their read checks, log space, shutdown, and the commit
+/// of the published buffers into the CIL. A trait so that transactions sit below the journal.
+pub trait TransJournal {
+    /// The journal's error.
+    type Error;
+    /// The buffer of metadata block `blkno`, read from the device if it is not cached.
+    fn buf(&self, blkno: u64) -> Result<Arc<Buf>, Self::Error>;
+    /// The buffer of `blkno` for a block about to be written whole: never read.
+    fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, Self::Error>;
+    /// The read check of a block stamped at `stamp_at`, once after a device read.
+    fn verify_read(&self, buf: &Buf, g: &BufData, stamp_at: u16) -> Result<(), Self::Error>;
+    fn block_size(&self) -> u32;
+    /// Where waits for buffer locks are counted.
+    fn buf_waits(&self) -> &LockWaits;
+    /// Reserves `unit` bytes of log space, waiting for them.
+    fn reserve(&self, unit: u64) -> Result<(), Self::Error>;
+    /// Reserves `unit` bytes of log space if they are there now.
+    fn try_reserve(&self, unit: u64) -> Result<bool, Self::Error>;
+    fn release_reservation(&self, unit: u64);
+    /// Shuts the journal down for `why`; returns the error to report.
+    fn shut_down(&self, why: Self::Error) -> Self::Error;
+    /// The error of a commit that found block `blkno` changed since it copied it.
+    fn conflict(blkno: u64) -> Self::Error;
+    /// Formats locked, published buffers into the CIL (`Journal::commit_images`).
+    fn commit_images(
+        &self,
+        unit: u64,
+        bufs: &[(&Arc<Buf>, &BufData)],
+        late: Option<(&Arc<Buf>, &LateWrite)>,
+        throttled: bool,
+        images: Option<&mut [Vec<u8>]>,
+    ) -> Result<u64, Self::Error>;
+}
 
 /// Log space a transaction reserves: enough for every buffer it may log, in full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +111,8 @@ impl std::fmt::Debug for Held {
 /// inserted into the CIL before they are unlocked. Dropping one uncommitted leaves the buffers
 /// as they were.
 #[derive(Debug)]
-pub struct Transaction<'j> {
-    pub(crate) journal: &'j Journal,
+pub struct Transaction<'j, J: TransJournal> {
+    pub(crate) journal: &'j J,
     pub(crate) unit: u64,
     held: Vec<Held>,
     /// A block written late (`LateWrite`), never held.
@@ -84,8 +120,8 @@ pub struct Transaction<'j> {
     finished: bool,
 }
 
-impl<'j> Transaction<'j> {
-    pub(crate) fn new(journal: &'j Journal, unit: u64) -> Self {
+impl<'j, J: TransJournal> Transaction<'j, J> {
+    pub(crate) fn new(journal: &'j J, unit: u64) -> Self {
         Self {
             journal,
             unit,
@@ -96,7 +132,7 @@ impl<'j> Transaction<'j> {
     }
 
     /// Block `blkno` as this transaction sees it (copied on first touch).
-    pub fn buf(&mut self, blkno: u64) -> Result<BufRef, JournalError> {
+    pub fn buf(&mut self, blkno: u64) -> Result<BufRef, J::Error> {
         self.buf_read(blkno, |_| ()).map(|(b, ())| b)
     }
 
@@ -107,7 +143,7 @@ impl<'j> Transaction<'j> {
         &mut self,
         blkno: u64,
         f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<(BufRef, R), JournalError> {
+    ) -> Result<(BufRef, R), J::Error> {
         if let Some(b) = self.held_ref(blkno) {
             let r = self.read(b, f);
             return Ok((b, r));
@@ -124,7 +160,7 @@ impl<'j> Transaction<'j> {
         blkno: u64,
         stamp_at: u16,
         f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<(BufRef, R), JournalError> {
+    ) -> Result<(BufRef, R), J::Error> {
         let journal = self.journal;
         if let Some(b) = self.held_ref(blkno) {
             let h = &self.held[b.0];
@@ -142,7 +178,7 @@ impl<'j> Transaction<'j> {
     /// `buf` for a block this transaction allocated and will write whole: what the device
     /// holds there is not read (XFS's `xfs_trans_get_buf`), a buffer not in memory starts
     /// zeroed.
-    pub fn buf_fresh(&mut self, blkno: u64) -> Result<BufRef, JournalError> {
+    pub fn buf_fresh(&mut self, blkno: u64) -> Result<BufRef, J::Error> {
         if let Some(b) = self.held_ref(blkno) {
             return Ok(b);
         }
@@ -157,7 +193,7 @@ impl<'j> Transaction<'j> {
         buf: Arc<Buf>,
         stamp_at: Option<u16>,
         f: impl FnOnce(&[u8]) -> R,
-    ) -> Result<(BufRef, R), JournalError> {
+    ) -> Result<(BufRef, R), J::Error> {
         let (held, r) = {
             let (version, lsn_offset, cancelled, unlogged, r) = {
                 let g = read_counted(self.journal, &buf);
@@ -253,7 +289,7 @@ impl<'j> Transaction<'j> {
     /// Writes `w` into block `blkno` when the checkpoint that holds this commit is pushed,
     /// instead of at commit (`LateWrite`); a later call replaces it. The block must never be
     /// held by a transaction: the header is written only this way.
-    pub fn write_late(&mut self, blkno: u64, w: LateWrite) -> Result<(), JournalError> {
+    pub fn write_late(&mut self, blkno: u64, w: LateWrite) -> Result<(), J::Error> {
         assert!(!self.holds(blkno), "block {blkno} is held and written late");
         let buf = self.journal.buf(blkno)?;
         self.late = Some((buf, w));
@@ -264,7 +300,7 @@ impl<'j> Transaction<'j> {
     pub fn set_lsn_offset(&mut self, b: BufRef, offset: u16) {
         let h = &mut self.held[b.0];
         assert!(
-            usize::from(offset) + crate::log::recover::LSN_STAMP_BYTES
+            usize::from(offset) + crate::log::stamp::LSN_STAMP_BYTES
                 <= self.journal.block_size() as usize
         );
         h.lsn_offset = Some(offset);
@@ -333,7 +369,7 @@ impl<'j> Transaction<'j> {
 
     /// Reserves `r` for a transaction begun without log space (`Journal::begin_unreserved`):
     /// now if it is there (false if not), or waiting for it when `wait`.
-    pub fn reserve(&mut self, r: Reservation, wait: bool) -> Result<bool, JournalError> {
+    pub fn reserve(&mut self, r: Reservation, wait: bool) -> Result<bool, J::Error> {
         assert_eq!(self.unit, 0, "a transaction reserves log space once");
         if wait {
             self.journal.reserve(r.unit_bytes)?;
@@ -352,19 +388,16 @@ impl<'j> Transaction<'j> {
     /// Gives up after an error part way through a change that cannot be undone: the journal
     /// shuts down, so nothing of the half-done change (or anything after it) reaches the disk,
     /// and recovery will find the state of the last checkpoint.
-    pub fn abort_and_shut_down(mut self, why: JournalError) -> JournalError {
+    pub fn abort_and_shut_down(mut self, why: J::Error) -> J::Error {
         self.finished = true;
         self.held.clear();
         self.journal.release_reservation(self.unit);
-        match self.journal.shut_down::<()>(why) {
-            Err(e) => e,
-            Ok(()) => JournalError::Shutdown,
-        }
+        self.journal.shut_down(why)
     }
 
     /// Publishes the changed blocks and commits them into the CIL; returns the checkpoint
     /// sequence that will hold them. Does not wait for IO; `Journal::force(seq)` does.
-    pub fn commit(mut self) -> Result<u64, JournalError> {
+    pub fn commit(mut self) -> Result<u64, J::Error> {
         let mut locks = match self.lock_changed() {
             Ok(l) => l,
             // Another commit between this one's copy and its publish would be lost.
@@ -372,7 +405,7 @@ impl<'j> Transaction<'j> {
                 self.finished = true;
                 self.held.clear();
                 self.journal.release_reservation(self.unit);
-                return Err(JournalError::Conflict { blkno });
+                return Err(J::conflict(blkno));
             }
         };
         self.publish_locked(&mut locks);
@@ -408,7 +441,7 @@ impl<'j> Transaction<'j> {
             let h = &self.held[i];
             let g = if wait {
                 self.journal
-                    .buf_waits
+                    .buf_waits()
                     .acquire_short(|| h.buf.try_lock(), || h.buf.lock())
             } else {
                 match h.buf.try_lock() {
@@ -479,7 +512,7 @@ impl<'j> Transaction<'j> {
         mut locks: PublishLocks,
         throttled: bool,
         images: Option<Vec<Vec<u8>>>,
-    ) -> Result<(u64, PublishLocks), JournalError> {
+    ) -> Result<(u64, PublishLocks), J::Error> {
         assert!(self.finished, "inserted before it was published");
         let logged: Vec<(&Arc<Buf>, &BufData)> = locks
             .guards
@@ -540,9 +573,9 @@ impl PublishLocks {
 }
 
 /// `buf` held to read, its waits counted in the lock table (`buffer`).
-fn read_counted<'b>(journal: &Journal, buf: &'b Buf) -> BufReadGuard<'b> {
+fn read_counted<'b, J: TransJournal>(journal: &J, buf: &'b Buf) -> BufReadGuard<'b> {
     journal
-        .buf_waits
+        .buf_waits()
         .acquire_short(|| buf.try_read(), || buf.read())
 }
 
@@ -576,7 +609,7 @@ fn publish(h: &Held, g: &mut BufData) {
     h.buf.bump_version(g);
 }
 
-impl Drop for Transaction<'_> {
+impl<J: TransJournal> Drop for Transaction<'_, J> {
     fn drop(&mut self) {
         if !self.finished {
             // Nothing of it was published: the buffers are as they were.

@@ -607,6 +607,15 @@ impl Dispatcher {
     }
 }
 
+/// Answers one request; a bug met while answering must not leave the caller waiting forever
+/// nor take the thread with it: the request gets EIO.
+pub(super) fn answer_caught(d: &Dispatcher, req: &Request<'_>) -> Answer {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.answer(req))).unwrap_or_else(|_| {
+        tracing::error!("answering {:?} panicked: EIO", req.op.opcode());
+        Answer::Reply(Reply::error(req.header.unique, Errno::EIO))
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -4,7 +4,7 @@
 //! rest (FORGET, INTERRUPT).
 
 use super::dev::{FuseDev, Received};
-use super::dispatch::{Answer, Dispatcher};
+use super::dispatch::{answer_caught, Answer, Dispatcher};
 use super::mount::{mount, MountError, MountOptions};
 use super::uring::{self, Unavailable, UringMode};
 use cilfs_core::fs::{AttrsChanged, Fs};
@@ -448,15 +448,6 @@ fn payload_size() -> usize {
     (MAX_WRITE as usize)
         .max(usize::from((MAX_WRITE / 4096) as u16) * page)
         .max(8192)
-}
-
-/// Answers one request; a bug met while answering must not leave the caller waiting forever
-/// nor take the thread with it: the request gets EIO.
-pub(super) fn answer_caught(d: &Dispatcher, req: &Request<'_>) -> Answer {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| d.answer(req))).unwrap_or_else(|_| {
-        tracing::error!("answering {:?} panicked: EIO", req.op.opcode());
-        Answer::Reply(Reply::error(req.header.unique, Errno::EIO))
-    })
 }
 
 fn worker(dev: &FuseDev, d: &Dispatcher, session: &Negotiated) -> Result<(), SessionError> {

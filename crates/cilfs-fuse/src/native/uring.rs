@@ -524,7 +524,7 @@ impl Worker<'_> {
         let unique = InHeader::decode(header).map_or(0, |h| h.unique);
         let answer = match ring::assemble(header, buf) {
             Ok(r) => match Request::parse_with(&buf[r.msg.clone()], session) {
-                Ok(req) => super::session::answer_caught(d, &req),
+                Ok(req) => super::dispatch::answer_caught(d, &req),
                 Err(e) => {
                     tracing::warn!(
                         "undecodable FUSE request over io_uring ({} bytes): {e}",

@@ -161,7 +161,7 @@ pub fn run(a: DirArgs) -> Result<(), Failure> {
         "elapsed_with_measurements_s": create_total_s,
         "check_clean_after_unlinking_all": report.is_clean(),
         "check_problems": report.problems,
-        "rss_max_bytes": super::bench::rss_max_bytes(),
+        "rss_max_bytes": super::bench_measure::rss_max_bytes(),
     });
     println!("{out}");
     if !report.is_clean() {

@@ -49,7 +49,7 @@ pub struct FsArgs {
     #[arg(long)]
     shared_dir: bool,
     /// Run time, unless --ops is reached first [default: 5, or none with --ops]
-    #[arg(long, value_parser = super::bench::positive_seconds)]
+    #[arg(long, value_parser = super::bench_measure::positive_seconds)]
     seconds: Option<f64>,
     /// Stop after this many operations (all threads together): a fixed amount of work, as
     /// callgrind needs (a run under valgrind is far slower than the 5 s default allows)
@@ -179,7 +179,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         if a.querier { " with a querier" } else { "" },
         seconds.map_or("its operations".to_string(), |s| format!("{s} s"))
     );
-    let cpu_before = super::bench::thread_cpu_ns();
+    let cpu_before = super::bench_measure::thread_cpu_ns();
     let worker_ns = AtomicU64::new(0);
     // Workers that ended (an unlink worker ends when its files are gone): the run ends with
     // the last of them, not at the deadline, or its rate would count time nobody worked.
@@ -192,7 +192,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
             // Named, so that their CPU time is told from the journal's threads'.
             let worker = std::thread::Builder::new().name(format!("bench-worker-{t}"));
             let spawned = worker.spawn_scoped(s, move || {
-                let cpu_at_start = super::bench::own_cpu_ns();
+                let cpu_at_start = super::bench_measure::own_cpu_ns();
                 let mut i = 0u64;
                 let block = vec![t as u8; 4096];
                 while !stop.load(Ordering::Relaxed) {
@@ -222,7 +222,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
                     }
                 }
                 // Counted here: a worker is gone by the time the others are looked at.
-                let ran = super::bench::own_cpu_ns().saturating_sub(cpu_at_start);
+                let ran = super::bench_measure::own_cpu_ns().saturating_sub(cpu_at_start);
                 worker_ns.fetch_add(ran, Ordering::Relaxed);
                 ended.fetch_add(1, Ordering::Release);
             });
@@ -256,7 +256,8 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
             "bench fs: the {prepared} files of each thread were gone after {elapsed:.2} s (more with --ops)"
         );
     }
-    let mut cpu = super::bench::cpu_s_by_role(&cpu_before, &super::bench::thread_cpu_ns());
+    let mut cpu =
+        super::bench_measure::cpu_s_by_role(&cpu_before, &super::bench_measure::thread_cpu_ns());
     cpu.insert(
         "bench-worker".into(),
         worker_ns.load(Ordering::Relaxed) as f64 / 1e9,
@@ -323,7 +324,7 @@ pub fn run(a: FsArgs) -> Result<(), Failure> {
         "fua_writes": d(dev.fua_writes, base_dev.fua_writes),
         "preflush_writes": d(dev.preflush_writes, base_dev.preflush_writes),
         "cil_bytes_max": js.cil_bytes_max,
-        "rss_max_bytes": super::bench::rss_max_bytes(),
+        "rss_max_bytes": super::bench_measure::rss_max_bytes(),
         // Where the CPU went: the workload's threads against the journal's (push, iclog
         // writers, AIL), which take the same cores once every core runs a worker.
         "cpu_s_by_thread": cpu,

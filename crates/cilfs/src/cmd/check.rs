@@ -135,6 +135,6 @@ fn clear_needs_check(image: &Path) -> Result<(), anyhow::Error> {
         Ok::<_, anyhow::Error>(Superblock::decode(&sector[..512])?)
     })?;
     sb.needs_check = false;
-    cilfs_core::geometry::write_superblock(&dev, &sb, WriteFlags::FUA)?;
+    cilfs_core::format::geometry::write_superblock(&dev, &sb, WriteFlags::FUA)?;
     Ok(())
 }

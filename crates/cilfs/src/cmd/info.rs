@@ -3,10 +3,10 @@
 
 use crate::Failure;
 use anyhow::anyhow;
+use cilfs_core::format::geometry::{uuid_string, Geometry};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::fs::items::header::Header;
 use cilfs_core::fs::types::RESERVE_BLOCKS;
-use cilfs_core::geometry::{uuid_string, Geometry};
 use cilfs_device::{Device, FileDevice, FileDeviceOptions};
 use std::path::{Path, PathBuf};
 
@@ -126,7 +126,7 @@ pub fn print_geometry(image: &Path, logdev: Option<&Path>, g: &Geometry) {
     println!("uuid           {}", uuid_string(&sb.uuid));
     println!(
         "format         version {}",
-        cilfs_core::format::superblock::FORMAT_VERSION
+        cilfs_core::format::FORMAT_VERSION
     );
     println!(
         "block size     {} bytes, sector size 512 bytes",

@@ -1,6 +1,7 @@
 pub mod bench;
 pub mod bench_dir;
 pub mod bench_fs;
+pub mod bench_measure;
 pub mod check;
 pub mod crashtest;
 pub mod daemon;
@@ -11,6 +12,7 @@ pub mod logprint;
 pub mod mkfs;
 pub mod mount;
 pub mod mount_opts;
+pub mod mountinfo;
 pub mod remount;
 pub mod repair;
 pub mod repair_sb;

@@ -96,7 +96,7 @@ pub fn run(a: Args) -> Result<(), Failure> {
 /// hides it, and one `cilfs unmount` would take both down.
 fn refuse_mount_point(dir: &Path) -> Result<(), Failure> {
     use std::os::unix::fs::MetadataExt;
-    let what = match super::unmount::mounts_on(dir).last() {
+    let what = match super::mountinfo::mounts_on(dir).last() {
         Some(m) => format!(" ({} from {})", m.fstype, m.source),
         None => {
             // Without mountinfo: a mount point's device differs from its parent's.
@@ -124,7 +124,7 @@ fn clean_dead_mount(dir: &Path) -> Result<(), Failure> {
          mount again",
         d = dir.display()
     );
-    let Some(image) = super::unmount::mounted_image(dir) else {
+    let Some(image) = super::mountinfo::mounted_image(dir) else {
         return Err(Failure::usage(anyhow!(how)));
     };
     let image = cilfs_device::loopdev::backing_file(&image).unwrap_or(image);

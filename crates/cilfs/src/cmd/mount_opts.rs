@@ -246,8 +246,8 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.loop_dev = Some(k == "loop");
             }
-            "transport" => super::transport::check_transport(need()?)?,
-            "uring" => o.uring = super::transport::parse_uring(need()?)?,
+            "transport" => check_transport(need()?)?,
+            "uring" => o.uring = parse_uring(need()?)?,
             _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, transport, uring)")),
         }
     }
@@ -294,6 +294,34 @@ impl MountOpts {
             acl: self.acl,
             ..FsOptions::default()
         }
+    }
+}
+
+/// What `transport=fuser` is refused with: the fuser crate's transport is not built any more.
+pub const FUSER_REFUSED: &str = "transport=fuser: the fuser transport has been removed; cilfs \
+     serves FUSE itself (transport=native, the default: leave the option out), and \
+     uring=on|off|auto picks io_uring queues or /dev/fuse reads";
+
+/// `transport=`: `native` names the one transport (accepted so that fstab lines naming it
+/// still mount); `fuser` and anything else is refused.
+pub fn check_transport(v: &str) -> Result<(), String> {
+    match v {
+        "native" => Ok(()),
+        "fuser" => Err(FUSER_REFUSED.into()),
+        x => Err(format!(
+            "transport={x}: the one transport is native (uring=on|off|auto picks io_uring \
+             queues or /dev/fuse reads)"
+        )),
+    }
+}
+
+/// `uring=`: whether requests come through io_uring queues.
+pub fn parse_uring(v: &str) -> Result<cilfs_fuse::native::UringMode, String> {
+    match v {
+        "auto" => Ok(cilfs_fuse::native::UringMode::Auto),
+        "on" => Ok(cilfs_fuse::native::UringMode::On),
+        "off" => Ok(cilfs_fuse::native::UringMode::Off),
+        x => Err(format!("uring={x}: use auto, on or off")),
     }
 }
 
@@ -475,5 +503,41 @@ mod tests {
         assert!(parse(&["noacl,acl".into()]).expect("valid").acl);
         assert!(parse(&["acl=1".into()]).is_err());
         assert!(!parse(&["noacl".into()]).expect("valid").fs_options().acl);
+    }
+
+    #[test]
+    fn transport_names() {
+        assert_eq!(check_transport("native"), Ok(()));
+        assert!(check_transport("uring").is_err());
+        assert_eq!(parse_uring("on"), Ok(cilfs_fuse::native::UringMode::On));
+        assert_eq!(parse_uring("off"), Ok(cilfs_fuse::native::UringMode::Off));
+        assert_eq!(parse_uring("auto"), Ok(cilfs_fuse::native::UringMode::Auto));
+        assert!(parse_uring("yes").is_err());
+        let o = parse(&["transport=native,uring=on".into()]).unwrap();
+        assert_eq!(o.uring, cilfs_fuse::native::UringMode::On);
+        assert_eq!(
+            MountOpts::default().uring,
+            cilfs_fuse::native::UringMode::Auto
+        );
+        let o = parse(&["uring=off".into()]).unwrap();
+        assert_eq!(o.uring, cilfs_fuse::native::UringMode::Off);
+    }
+
+    /// `transport=fuser` is refused before anything is mounted, naming what replaced it,
+    /// alone or with any other option.
+    #[test]
+    fn transport_fuser_is_refused_naming_the_replacement() {
+        assert_eq!(check_transport("fuser"), Err(FUSER_REFUSED.to_string()));
+        for opts in [
+            "transport=fuser",
+            "ro,transport=fuser",
+            "transport=fuser,uring=off",
+        ] {
+            let e = parse(&[opts.into()]).unwrap_err();
+            assert_eq!(e, FUSER_REFUSED, "{opts}");
+        }
+        assert!(FUSER_REFUSED.contains("transport=native"));
+        assert!(FUSER_REFUSED.contains("uring=on|off|auto"));
+        assert!(!FUSER_REFUSED.contains('\n'));
     }
 }

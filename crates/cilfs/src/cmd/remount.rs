@@ -3,7 +3,7 @@
 //! read-write is also made in the daemon (`cilfs_fuse::native::request_remount`), which on
 //! `ro` writes everything back, leaves the log clean and writes nothing more until `rw`.
 
-use super::unmount::mounts_on;
+use super::mountinfo::mounts_on;
 use anyhow::{anyhow, bail, Result};
 use rustix::mount::MountFlags;
 use std::path::Path;
@@ -103,7 +103,7 @@ pub fn remount(dir: &Path, options: &[String]) -> Result<()> {
             dir.display()
         );
     }
-    if super::unmount::mounted_image(dir).is_none() {
+    if super::mountinfo::mounted_image(dir).is_none() {
         bail!("{}: no cilfs filesystem is mounted there", dir.display());
     }
     let now = current_flags(dir)?;

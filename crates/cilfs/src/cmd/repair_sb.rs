@@ -4,7 +4,7 @@
 
 use crate::Failure;
 use anyhow::anyhow;
-use cilfs_core::geometry::Geometry;
+use cilfs_core::format::geometry::Geometry;
 use cilfs_device::{FileDevice, FileDeviceOptions};
 use std::path::Path;
 

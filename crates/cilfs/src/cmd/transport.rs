@@ -12,34 +12,6 @@ use cilfs_fuse::native;
 use std::path::Path;
 use std::sync::Arc;
 
-/// What `transport=fuser` is refused with: the fuser crate's transport is not built any more.
-pub const FUSER_REFUSED: &str = "transport=fuser: the fuser transport has been removed; cilfs \
-     serves FUSE itself (transport=native, the default: leave the option out), and \
-     uring=on|off|auto picks io_uring queues or /dev/fuse reads";
-
-/// `transport=`: `native` names the one transport (accepted so that fstab lines naming it
-/// still mount); `fuser` and anything else is refused.
-pub fn check_transport(v: &str) -> Result<(), String> {
-    match v {
-        "native" => Ok(()),
-        "fuser" => Err(FUSER_REFUSED.into()),
-        x => Err(format!(
-            "transport={x}: the one transport is native (uring=on|off|auto picks io_uring \
-             queues or /dev/fuse reads)"
-        )),
-    }
-}
-
-/// `uring=`: whether requests come through io_uring queues.
-pub fn parse_uring(v: &str) -> Result<native::UringMode, String> {
-    match v {
-        "auto" => Ok(native::UringMode::Auto),
-        "on" => Ok(native::UringMode::On),
-        "off" => Ok(native::UringMode::Off),
-        x => Err(format!("uring={x}: use auto, on or off")),
-    }
-}
-
 /// A mount made and not yet served.
 #[derive(Debug)]
 pub struct Session(native::Session);
@@ -137,41 +109,6 @@ fn mount_error(dir: &Path, e: &native::MountError) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transport_names() {
-        use super::super::mount_opts::{parse, MountOpts};
-        assert_eq!(check_transport("native"), Ok(()));
-        assert!(check_transport("uring").is_err());
-        assert_eq!(parse_uring("on"), Ok(native::UringMode::On));
-        assert_eq!(parse_uring("off"), Ok(native::UringMode::Off));
-        assert_eq!(parse_uring("auto"), Ok(native::UringMode::Auto));
-        assert!(parse_uring("yes").is_err());
-        let o = parse(&["transport=native,uring=on".into()]).unwrap();
-        assert_eq!(o.uring, native::UringMode::On);
-        assert_eq!(MountOpts::default().uring, native::UringMode::Auto);
-        let o = parse(&["uring=off".into()]).unwrap();
-        assert_eq!(o.uring, native::UringMode::Off);
-    }
-
-    /// `transport=fuser` is refused before anything is mounted, naming what replaced it,
-    /// alone or with any other option.
-    #[test]
-    fn transport_fuser_is_refused_naming_the_replacement() {
-        use super::super::mount_opts::parse;
-        assert_eq!(check_transport("fuser"), Err(FUSER_REFUSED.to_string()));
-        for opts in [
-            "transport=fuser",
-            "ro,transport=fuser",
-            "transport=fuser,uring=off",
-        ] {
-            let e = parse(&[opts.into()]).unwrap_err();
-            assert_eq!(e, FUSER_REFUSED, "{opts}");
-        }
-        assert!(FUSER_REFUSED.contains("transport=native"));
-        assert!(FUSER_REFUSED.contains("uring=on|off|auto"));
-        assert!(!FUSER_REFUSED.contains('\n'));
-    }
 
     #[test]
     fn native_mount_flags_follow_the_options() {

@@ -13,7 +13,7 @@ use crate::fs::space::alloc::freelist_band;
 use crate::fs::space::ino_alloc::INO_LIMIT;
 use crate::fs::tree::keys::{kind_of, KIND_INODE, ORPHAN_OWNER};
 use crate::fs::tree::node::{Key, Node, NODE_LSN_OFFSET};
-use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use std::collections::BTreeSet;
 

@@ -158,7 +158,7 @@ pub fn repair_image(
 
     // The superblock's copies first, so that everything after reads the primary.
     report.changes.extend(
-        crate::geometry::repair_copies(&*data, logdev.as_deref(), opts.dry_run)
+        crate::format::geometry::repair_copies(&*data, logdev.as_deref(), opts.dry_run)
             .map_err(JournalError::from)?,
     );
     let sb_changes = report.changes.len();
@@ -318,7 +318,7 @@ fn clear_needs_check(
     }
     sb.needs_check = false;
     if !dry_run {
-        crate::geometry::write_superblock(data, &sb, WriteFlags::FUA)?;
+        crate::format::geometry::write_superblock(data, &sb, WriteFlags::FUA)?;
     }
     report.changes.push(format!(
         "superblock: needs-check mark {}",
@@ -346,7 +346,7 @@ fn restamp_past_head(
 ) -> Result<(), RepairError> {
     use crate::fs::items::header::HEADER_LSN_OFFSET;
     use crate::fs::tree::node::NODE_LSN_OFFSET;
-    use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+    use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
     const BATCH: u64 = 256;
     let mut restamped = 0u64;
     let mut at = first;

@@ -15,7 +15,7 @@ use crate::fs::tree::keys::{
     KIND_SYMLINK, KIND_XATTR, OFFSET_BITS, ORPHAN_OWNER,
 };
 use crate::fs::tree::node::{Key, NODE_LSN_OFFSET};
-use crate::log::recover::read_lsn_stamp;
+use crate::log::stamp::read_lsn_stamp;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The fs tree's items as repair edits them, and what it did.

@@ -6,7 +6,7 @@ use super::{Img, Progress, RepairError};
 use crate::fs::items::header::TREE_FS;
 use crate::fs::tree::btree::Root;
 use crate::fs::tree::node::{check_leaf_layout, Body, Key, Node, NODE_LSN_OFFSET, NODE_MAGIC};
-use crate::log::recover::read_lsn_stamp;
+use crate::log::stamp::read_lsn_stamp;
 use crate::log::Lsn;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

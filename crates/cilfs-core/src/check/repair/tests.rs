@@ -14,7 +14,7 @@ use crate::fs::tree::node::{Body, Node, Value, NODE_LSN_OFFSET};
 use crate::fs::types::Cred;
 use crate::fs::types::XattrFlags;
 use crate::fs::{FileType, Fs, FsError, FsOptions, Inode, ROOT_INO};
-use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use cilfs_device::SimDevice;
 
 /// Enough files that the fs tree of 2 KiB blocks is three levels deep.
@@ -572,7 +572,7 @@ fn repair_clears_the_needs_check_mark() {
     let sb = |d: &SimDevice| crate::Geometry::read(d, None).unwrap().sb;
     let mut marked = sb(&dev);
     marked.needs_check = true;
-    crate::geometry::write_superblock(&*dev, &marked, WriteFlags::FUA).unwrap();
+    crate::format::geometry::write_superblock(&*dev, &marked, WriteFlags::FUA).unwrap();
     let dry = repair_image(
         dev.clone() as Arc<dyn Device>,
         None,

@@ -11,7 +11,7 @@
 //! Under the exclusive state lock, code reaches every shard at no cost (`InodeCache::all`).
 
 use crate::fs::{InodeMem, InodeTable};
-use crate::lockstat::LockWaits;
+use crate::util::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -13,8 +13,8 @@
 //!
 //! The table keeps an entry only while some thread holds or waits for it.
 
-use crate::lockstat::LockWaits;
-use crate::sync::{lock, wait, Condvar, Mutex};
+use crate::util::lockstat::LockWaits;
+use crate::util::sync::{lock, wait, Condvar, Mutex};
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -36,7 +36,7 @@ const SHARDS: usize = if cfg!(loom) { 2 } else { 64 };
 #[derive(Debug, Default)]
 #[repr(align(128))]
 struct Shard {
-    table: Mutex<crate::numhash::NumberMap<Entry>>,
+    table: Mutex<crate::util::numhash::NumberMap<Entry>>,
     released: Condvar,
 }
 

@@ -13,7 +13,7 @@
 //! lock (`PageCache::lock`). The shard lock is a leaf: nothing else is taken under it, and
 //! no IO happens under it.
 
-use crate::lockstat::LockWaits;
+use crate::util::lockstat::LockWaits;
 use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! the upper 63 bits. A query sets QUERIED; a change bumps the value only if someone queried
 //! since the last bump (or the caller forces it because the inode is being logged anyway).
 
-use crate::sync::AtomicU64;
+use crate::util::sync::AtomicU64;
 use std::sync::atomic::Ordering;
 
 const QUERIED: u64 = 1;

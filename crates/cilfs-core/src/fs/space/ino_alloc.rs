@@ -55,7 +55,7 @@ struct Runs {
     /// The lane the next new directory takes.
     rotor: usize,
     /// Per directory: the next number of its run, the run's end, its length and its lane.
-    open: crate::numhash::NumberMap<Run>,
+    open: crate::util::numhash::NumberMap<Run>,
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -152,7 +152,7 @@ fn checker_rejects_misplaced_inode_items_and_damaged_xattr_values() {
     damage(&|t| {
         let r = t.tx.buf(blocks[0]).unwrap();
         let mut b = t.tx.data(r).to_vec();
-        crate::log::recover::write_lsn_stamp(
+        crate::log::stamp::write_lsn_stamp(
             &mut b,
             node::NODE_LSN_OFFSET,
             crate::log::Lsn::from_raw(1 << 32),

@@ -9,7 +9,7 @@ use crate::fs::tree::node::{INTERIOR_ENTRY_BYTES, NODE_HEADER_BYTES, NODE_LSN_OF
 use crate::fs::txn::Trees;
 use crate::fs::types::Cred;
 use crate::fs::*;
-use crate::log::recover::write_lsn_stamp;
+use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
 use cilfs_device::rng::SimRng;
 use cilfs_device::{AlignedBuf, Device, SimDevice, WriteFlags};

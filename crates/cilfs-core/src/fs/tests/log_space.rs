@@ -4,7 +4,7 @@
 use super::*;
 
 /// Every byte of log space the journal will grant, held by transactions the caller keeps.
-fn hold_all_log_space(j: &Journal) -> Vec<crate::trans::Transaction<'_>> {
+fn hold_all_log_space(j: &Journal) -> Vec<crate::journal::Transaction<'_>> {
     use crate::trans::Reservation;
     let mut held = Vec::new();
     for unit in [j.max_reservation_bytes(), 64 * 1024, 4096, 512, 1] {
@@ -26,7 +26,7 @@ fn wait_for_a_log_space_wait(
     fs: &Fs,
     j: &Journal,
     started: std::time::Instant,
-    held: &mut Vec<crate::trans::Transaction<'_>>,
+    held: &mut Vec<crate::journal::Transaction<'_>>,
     finished: impl Fn() -> bool,
     what: &str,
 ) {

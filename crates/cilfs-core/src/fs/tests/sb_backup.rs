@@ -5,12 +5,12 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::check::check_image;
+use crate::format::geometry::{Geometry, GeometryError};
 use crate::format::superblock::front_backup_block;
 use crate::format::Superblock;
 use crate::fs::tests::{jcfg, layout};
 use crate::fs::types::Cred;
 use crate::fs::*;
-use crate::geometry::{Geometry, GeometryError};
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{AlignedBuf, CrashOptions, Device, SimDevice, WriteFlags};
 

@@ -13,7 +13,7 @@ use crate::fs::txn::Trees;
 use crate::fs::types::{Cred, SetAttr};
 use crate::fs::*;
 use crate::journal::JournalError;
-use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use cilfs_device::{AlignedBuf, Device, SimDevice, WriteFlags};
 

@@ -714,7 +714,7 @@ pub fn check_leaf_layout(block: &[u8], blkno: u64, tree: u8) -> FsResult<()> {
 }
 
 /// The structure check of a tree node block, for the journal's read and write verifiers
-/// (`crate::trans::item::BlockCheck`): what holds of every node whatever its parent
+/// (`crate::log::item::BlockCheck`): what holds of every node whatever its parent
 /// expects. Magic, a tree the filesystem has, its own block number, a possible level, the
 /// entries within the block, keys in ascending order, and a leaf's values inside the block and
 /// packed as `encode_into` packs them (what edits in place rely on). The tree and level

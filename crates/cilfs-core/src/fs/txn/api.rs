@@ -11,8 +11,8 @@ use crate::fs::tree::node::{Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET}
 use crate::fs::txn::diff::write_diff;
 use crate::fs::txn::late::{counters_late, write_header_late};
 use crate::fs::txn::view::{ReadView, Trees};
-use crate::journal::{Journal, JournalError};
-use crate::trans::{PublishLocks, Reservation, Transaction};
+use crate::journal::{Journal, JournalError, Transaction};
+use crate::trans::{PublishLocks, Reservation};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -2,7 +2,7 @@
 //! transaction sees it (the bytes that differ, and the used bytes of its old unused stretch).
 
 use crate::fs::tree::node::unused_stretch;
-use crate::trans::Transaction;
+use crate::journal::Transaction;
 
 /// Logs a new image of a node's block: for a block whose old contents do not count (a node
 /// this transaction allocated), the `used` ranges, every byte that means something; else the

@@ -4,7 +4,7 @@
 use crate::buf::{CounterChange, LateWrite};
 use crate::fs::error::FsResult;
 use crate::fs::items::header::{Header, HEADER_ENCODED_BYTES, HEADER_LSN_OFFSET};
-use crate::trans::Transaction;
+use crate::journal::Transaction;
 
 /// Hands `h`, encoded, to `tx` as the late write of the header block `hdr_blk`
 /// (`LateWrite`): the whole block when `whole` (mkfs, `force_header_write`), else the bytes an

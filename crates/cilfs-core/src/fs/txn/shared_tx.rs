@@ -44,7 +44,7 @@ pub(crate) struct Scratch {
     pub inodes: InodeTable,
     /// For each copy of an inode that existed: the inode and change value it was copied from,
     /// and whether it was copied from memory (else read from the tree).
-    before: crate::numhash::NumberMap<(Inode, u64, bool)>,
+    before: crate::util::numhash::NumberMap<(Inode, u64, bool)>,
     /// Inodes the operation deletes outright: gone from memory at publish, and refused if
     /// anyone opened them meanwhile.
     pub freed: Vec<u64>,

@@ -4,9 +4,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::item_format::{decode_item, encode_buf_item};
-use super::recover::{read_lsn_stamp, replay, write_lsn_stamp, Checkpoint, ReplayTarget};
-use super::Lsn;
+use super::{replay, Checkpoint, ReplayTarget};
+use crate::log::item_format::{decode_item, encode_buf_item};
+use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
+use crate::log::Lsn;
 use cilfs_device::{Device, SimDevice, WriteFlags};
 
 const BS: usize = 4096;
@@ -160,7 +161,7 @@ fn the_unlogged_stretch_is_not_checked() {
         new[100..200].fill(0x22);
         new[2000..3000].fill(0); // free middle, zero in memory
         let mut raw = Vec::new();
-        super::item_format::encode_buf_item_into(
+        crate::log::item_format::encode_buf_item_into(
             &mut raw,
             BLK,
             false,

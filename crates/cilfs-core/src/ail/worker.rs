@@ -1,7 +1,8 @@
 //! The AIL pusher thread (XFS's xfsaild): writes items back in place ahead of need so that the
-//! push worker never waits for metadata writeback, and reservations rarely have to.
+//! push worker never waits for metadata writeback, and reservations rarely have to. The passes
+//! themselves are the journal's (`Journal::ail_push_ahead`, `Journal::relieve_waiters`), which
+//! hands them in at start: this thread only decides when they run.
 
-use super::Journal;
 use parking_lot::{Condvar, Mutex};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -21,9 +22,16 @@ pub(crate) struct AilWorker {
 }
 
 impl AilWorker {
-    pub(crate) fn start(j: &Arc<Journal>) -> Self {
+    /// Starts the thread for `owner` (the journal), held weakly: each pass upgrades it and
+    /// runs `pass(owner, urgent)`, `urgent` when a reservation waits for log space (relief
+    /// first) and else an ordinary pass ahead of need. The thread ends when `pass` returns
+    /// false, when the owner is gone, or at `stop`.
+    pub(crate) fn start<T: Send + Sync + 'static>(
+        owner: &Arc<T>,
+        pass: impl Fn(&T, bool) -> bool + Send + 'static,
+    ) -> Self {
         let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
-        let weak: Weak<Journal> = Arc::downgrade(j);
+        let weak: Weak<T> = Arc::downgrade(owner);
         let s = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("cilfs-ail".into())
@@ -42,13 +50,8 @@ impl AilWorker {
                     }
                     std::mem::take(&mut st.urgent)
                 };
-                let Some(j) = weak.upgrade() else { return };
-                let r = if urgent {
-                    j.relieve_waiters()
-                } else {
-                    j.ail_push_ahead()
-                };
-                if r.is_err() {
+                let Some(owner) = weak.upgrade() else { return };
+                if !pass(&owner, urgent) {
                     return;
                 }
             })

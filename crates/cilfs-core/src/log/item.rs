@@ -1,6 +1,6 @@
 //! What the journal needs from a logged object.
 
-use crate::log::Lsn;
+use super::Lsn;
 use cilfs_device::AlignedBuf;
 use std::sync::atomic::AtomicU32;
 

@@ -9,22 +9,15 @@
 //! turn's row at 38-41% of thread time whatever its hold. A holder preempted inside it shows
 //! as an old hold, and its waiters sleep rather than spin against it.
 
-use crate::lockstat::LockWaits;
+use crate::util::lockstat::LockWaits;
+use crate::util::spin::{now_ns, poll_then_block};
 use parking_lot::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
-use std::time::Instant;
 
 /// A hold younger than this is taken to be running: its waiters spin.
 const HOLD_YOUNG_NS: u64 = 4_000;
 /// Most a waiter spins before it sleeps, however young the holds it sees.
 const SPIN_MAX_NS: u64 = 20_000;
-
-/// Nanoseconds on a monotonic clock shared by every lock.
-fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
 
 #[derive(Debug, Default)]
 pub struct AdaptiveMutex {
@@ -54,43 +47,6 @@ impl AdaptiveMutex {
             |now, start| keeps_spinning(now, self.since.load(Ordering::Relaxed), start),
             || self.inner.lock(),
         )
-    }
-}
-
-/// Most a waiter for a lock held only for moments spins before it blocks (`spin_then_block`).
-const SHORT_SPIN_MAX_NS: u64 = 5_000;
-
-/// Takes a lock through `try_lock` polled for a few microseconds, then through `lock`: for
-/// locks held only for moments (`LockWaits::acquire_short`), such as the buffers', whose holds
-/// are mostly a microsecond or two (the AIL copying a block to write it back, a commit
-/// publishing its leaves). Blocking at once, a waiter among eight threads on two vCPUs gave its
-/// CPU away and came back only when the scheduler got round to it, milliseconds later.
-pub fn spin_then_block<G>(try_lock: impl Fn() -> Option<G>, lock: impl FnOnce() -> G) -> G {
-    poll_then_block(
-        try_lock,
-        |now, start| now.saturating_sub(start) <= SHORT_SPIN_MAX_NS,
-        lock,
-    )
-}
-
-/// Polls `try_lock` between short spins while `keeps_polling(now, start)` holds (`now_ns`
-/// times; `start`: when the wait began), then takes the lock through `lock`.
-fn poll_then_block<G>(
-    try_lock: impl Fn() -> Option<G>,
-    keeps_polling: impl Fn(u64, u64) -> bool,
-    lock: impl FnOnce() -> G,
-) -> G {
-    let start = now_ns();
-    loop {
-        for _ in 0..32 {
-            std::hint::spin_loop();
-        }
-        if let Some(g) = try_lock() {
-            return g;
-        }
-        if !keeps_polling(now_ns(), start) {
-            return lock();
-        }
     }
 }
 
@@ -130,39 +86,6 @@ mod tests {
         }
         assert_eq!(n.load(Ordering::Relaxed), 80_000);
         assert_eq!(waits.snapshot().acquired, 80_000);
-    }
-
-    /// A waiter for a short lock, behind a hold longer than its spin, blocks in `lock` (the
-    /// holder here lets go only once the waiter is there) rather than spinning on; a free lock
-    /// it takes by its first poll.
-    #[test]
-    fn a_short_lock_waiter_polls_then_blocks() {
-        use parking_lot::Mutex;
-        let m = Arc::new(Mutex::new(0u32));
-        let blocked = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let held = m.lock();
-        let waiter = {
-            let (m, blocked) = (Arc::clone(&m), Arc::clone(&blocked));
-            std::thread::spawn(move || {
-                let mut g = spin_then_block(
-                    || m.try_lock(),
-                    || {
-                        blocked.store(true, Ordering::SeqCst);
-                        m.lock()
-                    },
-                );
-                *g += 1;
-            })
-        };
-        while !blocked.load(Ordering::SeqCst) {
-            std::thread::yield_now();
-        }
-        drop(held);
-        waiter.join().unwrap();
-        assert_eq!(*m.lock(), 1);
-        // Free: taken by the first poll, never blocking.
-        let g = spin_then_block(|| m.try_lock(), || panic!("blocked on a free lock"));
-        assert_eq!(*g, 1);
     }
 
     /// A waiter spins behind a young hold, and sleeps behind an old one or once it has spun

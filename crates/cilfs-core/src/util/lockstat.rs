@@ -8,7 +8,7 @@
 //! counter passed its line between the cores on every acquisition, and a create takes some
 //! fifty buffer locks (5-7% of a two-thread create run went to that counter alone).
 
-use crate::counter::{shard, Padded, SHARDS};
+use crate::util::counter::{shard, Padded, SHARDS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -64,14 +64,14 @@ impl LockWaits {
 
     /// `acquire` for a lock held only for moments (a buffer, an inode cache or page cache
     /// shard, the header): a waiter polls it for a few microseconds before it blocks
-    /// (`adaptive::spin_then_block`).
+    /// (`spin::spin_then_block`).
     pub fn acquire_short<G>(
         &self,
         try_lock: impl Fn() -> Option<G>,
         lock: impl FnOnce() -> G,
     ) -> G {
         self.acquire(&try_lock, || {
-            crate::adaptive::spin_then_block(&try_lock, lock)
+            crate::util::spin::spin_then_block(&try_lock, lock)
         })
     }
 

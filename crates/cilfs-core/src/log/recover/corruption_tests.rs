@@ -6,9 +6,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use super::item_format::{decode_item, encode_buf_item, BufImage};
-use super::recover::{scan_log, LogEnd, LogRegion, RecoveryError};
-use super::{LogSpace, Lsn};
+use super::{scan_log, LogEnd, LogRegion, RecoveryError};
+use crate::log::item_format::{decode_item, encode_buf_item, BufImage};
+use crate::log::{LogSpace, Lsn};
 use cilfs_device::{Device, SimDevice, WriteFlags};
 use proptest::prelude::*;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ struct Written {
 /// record as its tail, so recovery must return all of them.
 fn build(sizes: &[Vec<u16>]) -> Written {
     let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
-    let mut w = super::tests::writer(&dev, Lsn::new(1, 0), 1);
+    let mut w = crate::log::tests::writer(&dev, Lsn::new(1, 0), 1);
     let mut checkpoints = Vec::new();
     for (seq, ck) in sizes.iter().enumerate() {
         let raw: Vec<Vec<u8>> = ck
@@ -247,7 +247,7 @@ fn maximal_cycle_stamp_is_an_error_not_an_overflow() {
 /// leave the torn block. The stamp's CRC covers the whole block. (Found by `crashtest fs`.)
 #[test]
 fn torn_block_with_a_newer_stamp_is_not_newer() {
-    use crate::log::recover::{read_lsn_stamp, write_lsn_stamp};
+    use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
     use crate::log::Lsn;
     let uuid = [7u8; 16];
     let mut old = vec![1u8; 2048];
