@@ -336,7 +336,7 @@ fn check_locked(
                 (ORPHAN_OWNER, kind) => {
                     c.problem(format!("unknown item kind {kind} under owner 0"))
                 }
-                (_, _) if ino >= crate::fs::space::ino_alloc::INO_LIMIT => c.problem(format!(
+                (_, _) if ino >= crate::fs::items::inode::INO_LIMIT => c.problem(format!(
                     "item {k:?} of inode {ino}, past the last inode number"
                 )),
                 // Lookups ask for offset 0: an inode item anywhere else is unreachable.
@@ -596,11 +596,11 @@ fn check_locked(
             hdr.inode_count
         ));
     }
-    if hdr.next_ino > crate::fs::space::ino_alloc::INO_LIMIT {
+    if hdr.next_ino > crate::fs::items::inode::INO_LIMIT {
         c.problem(format!(
             "next inode number {} is past the limit {}",
             hdr.next_ino,
-            crate::fs::space::ino_alloc::INO_LIMIT
+            crate::fs::items::inode::INO_LIMIT
         ));
     }
     if hdr.next_ino <= max_ino {

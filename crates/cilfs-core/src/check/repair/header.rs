@@ -5,25 +5,17 @@
 use super::build::{build, complement, merged, nodes_for_empty_values, take_front, Shape};
 use super::salvage::Model;
 use super::scan::Walked;
-use super::{Img, Progress, RepairError};
+use super::{Area, Img, Progress, RepairError};
 use crate::fs::items::header::{
     freelist_capacity, Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
+use crate::fs::items::inode::INO_LIMIT;
 use crate::fs::space::alloc::freelist_band;
-use crate::fs::space::ino_alloc::INO_LIMIT;
 use crate::fs::tree::keys::{kind_of, KIND_INODE, ORPHAN_OWNER};
 use crate::fs::tree::node::{Key, Node, NODE_LSN_OFFSET};
 use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use std::collections::BTreeSet;
-
-/// Where the header and the data area are, from the superblock (as mkfs lays them out).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Area {
-    pub hdr_blk: u64,
-    pub start: u64,
-    pub end: u64,
-}
 
 /// The header, if it reads, verifies and agrees with the superblock on the data area.
 pub(super) fn read(

@@ -32,6 +32,14 @@ use cilfs_device::{AlignedBuf, Device, DeviceError, OverlayDevice, WriteFlags};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+/// Where the header and the data area are, from the superblock (as mkfs lays them out).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Area {
+    pub hdr_blk: u64,
+    pub start: u64,
+    pub end: u64,
+}
+
 /// What repair is doing, for a progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepairProgress {
@@ -188,7 +196,7 @@ pub fn repair_image(
         clear_needs_check(&*data, logdev.as_deref(), opts.dry_run, &mut report)?;
         return Ok(report);
     }
-    let area = header::Area {
+    let area = Area {
         hdr_blk,
         start: hdr_blk + 1,
         end: data_end,

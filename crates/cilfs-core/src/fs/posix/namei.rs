@@ -263,7 +263,7 @@ impl Fs {
                 format!(
                     "the header's next inode number {} leaves none below the limit {}",
                     t.hdr.next_ino,
-                    crate::fs::space::ino_alloc::INO_LIMIT
+                    crate::fs::items::inode::INO_LIMIT
                 ),
             )
         })?;
