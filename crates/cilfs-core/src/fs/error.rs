@@ -45,9 +45,9 @@ pub enum FsError {
     #[error("crosses into another project's directory")]
     CrossProject,
     /// Internal: the operation gave up before its first commit and is run again outside the
-    /// filesystem lock (`fs/retry.rs`); never returned by a public operation.
+    /// filesystem lock (`fs/txn/retry.rs`); never returned by a public operation.
     #[error("operation to be run again ({0:?})")]
-    Retry(super::txn::retry::Retry),
+    Retry(Retry),
     #[error("metadata block {blkno} is corrupt: {what}")]
     Corrupt { blkno: u64, what: String },
     #[error("not a cilfs filesystem: {0}")]
@@ -56,6 +56,23 @@ pub enum FsError {
     Journal(JournalError),
     #[error("device: {0}")]
     Device(#[from] DeviceError),
+}
+
+/// What an operation gave up for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Its transaction's log space was not free: wait for it, then run again.
+    LogSpace(u64),
+    /// Space is short but busy extents would free some: force the log, then run again.
+    ForceLog,
+    /// This metadata block is not in the buffer cache: read it, then run again.
+    Read(u64),
+    /// A reader under the shared lock found the tree's shape changed under it by a commit
+    /// beside it (`ReadView`): it runs again.
+    Reshaped,
+    /// An open found its inode marked by a commit that frees it and is about to publish
+    /// (`InodeMem::freeing`): it lets that commit run, then runs again.
+    Freeing,
 }
 
 impl FsError {

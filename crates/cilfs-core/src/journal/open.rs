@@ -11,6 +11,7 @@ use crate::ail::{Ail, AilWorker, WritebackIo};
 use crate::buf::BufCache;
 use crate::cil::{Cil, CilLimits};
 use crate::format::geometry::{write_superblock, Geometry, LogLocation};
+use crate::format::superblock::Superblock;
 use crate::log::recover::{
     replay, scan_log, LogEnd, LogRegion, LogScan, ReplayStats, ReplayTarget,
 };
@@ -135,57 +136,11 @@ impl Journal {
                 s.end.describe().unwrap_or_default(),
             ));
         }
+        let (sb, replayed) = Self::replay_and_mark(&geo, &*data, &s, recover)?;
         let (meta_first, meta_end) = geo.metadata_area();
-        let target = ReplayTarget {
-            dev: &*data,
-            block_size: bs,
-            first_block: meta_first,
-            end_block: meta_end,
-            uuid: geo.sb.uuid,
-        };
-        let replayed = if recover {
-            replay(&s.checkpoints, &target)?
-        } else {
-            ReplayStats::default()
-        };
-        let mut sb = geo.sb.clone();
-        for d in replayed.damaged.iter().take(BAD_BLOCKS_LOGGED) {
-            tracing::warn!("recovery: {d}; run cilfs check");
-        }
-        if !replayed.damaged.is_empty() {
-            sb.needs_check = true;
-        }
-        if !sb.clean {
-            sb.unclean_epoch += 1;
-        }
-        sb.clean = false;
-        sb.log_generation = sb.log_generation.max(s.generation) + 1;
-        // PREFLUSH: the replayed blocks are stable before the superblock says we moved on.
-        write_superblock(&*data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
         let counters = Arc::new(LogCounters::default());
         let space_math = LogSpace::new(geo.log_bytes);
-        let place = LogPlacement {
-            log_dev: match geo.log {
-                LogLocation::Internal => Arc::clone(&data),
-                LogLocation::External { .. } => logdev.clone().unwrap_or_else(|| Arc::clone(&data)),
-            },
-            data_dev: Arc::clone(&data),
-            external: matches!(geo.log, LogLocation::External { .. }),
-            offset: geo.log_offset,
-            space: space_math,
-        };
-        let writer = LogWriter::new(
-            place,
-            cfg.log,
-            s.head,
-            sb.log_generation,
-            Arc::clone(&counters),
-        );
-        // Concurrent iclog IO in service; inline pushes stay synchronous and deterministic.
-        let writer = match cfg.push_mode {
-            PushMode::Background => writer.with_async_io(),
-            PushMode::Inline => writer,
-        };
+        let writer = Self::log_writer(&geo, &data, logdev.as_ref(), &cfg, &s, &sb, &counters);
         let recovered = RecoveryReport {
             was_clean: geo.sb.clean,
             checkpoints_replayed: if recover {
@@ -268,5 +223,79 @@ impl Journal {
             }));
         }
         Ok(j)
+    }
+
+    /// Replays the log's checkpoints (unless `recover` is off) and writes the superblock that
+    /// says so: a mount generation past the log's, not clean, needing a check if a block was
+    /// damaged. Returns that superblock and what replay did.
+    fn replay_and_mark(
+        geo: &Geometry,
+        data: &dyn Device,
+        s: &LogScan,
+        recover: bool,
+    ) -> Result<(Superblock, ReplayStats), JournalError> {
+        let (meta_first, meta_end) = geo.metadata_area();
+        let target = ReplayTarget {
+            dev: data,
+            block_size: geo.sb.block_size,
+            first_block: meta_first,
+            end_block: meta_end,
+            uuid: geo.sb.uuid,
+        };
+        let replayed = if recover {
+            replay(&s.checkpoints, &target)?
+        } else {
+            ReplayStats::default()
+        };
+        let mut sb = geo.sb.clone();
+        for d in replayed.damaged.iter().take(BAD_BLOCKS_LOGGED) {
+            tracing::warn!("recovery: {d}; run cilfs check");
+        }
+        if !replayed.damaged.is_empty() {
+            sb.needs_check = true;
+        }
+        if !sb.clean {
+            sb.unclean_epoch += 1;
+        }
+        sb.clean = false;
+        sb.log_generation = sb.log_generation.max(s.generation) + 1;
+        // PREFLUSH: the replayed blocks are stable before the superblock says we moved on.
+        write_superblock(data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
+        Ok((sb, replayed))
+    }
+
+    /// The log writer, at the recovered head with the mount's generation; its iclog IO
+    /// concurrent in background mode.
+    fn log_writer(
+        geo: &Geometry,
+        data: &Arc<dyn Device>,
+        logdev: Option<&Arc<dyn Device>>,
+        cfg: &JournalConfig,
+        s: &LogScan,
+        sb: &Superblock,
+        counters: &Arc<LogCounters>,
+    ) -> LogWriter {
+        let place = LogPlacement {
+            log_dev: match geo.log {
+                LogLocation::Internal => Arc::clone(data),
+                LogLocation::External { .. } => logdev.cloned().unwrap_or_else(|| Arc::clone(data)),
+            },
+            data_dev: Arc::clone(data),
+            external: matches!(geo.log, LogLocation::External { .. }),
+            offset: geo.log_offset,
+            space: LogSpace::new(geo.log_bytes),
+        };
+        let writer = LogWriter::new(
+            place,
+            cfg.log,
+            s.head,
+            sb.log_generation,
+            Arc::clone(counters),
+        );
+        // Concurrent iclog IO in service; inline pushes stay synchronous and deterministic.
+        match cfg.push_mode {
+            PushMode::Background => writer.with_async_io(),
+            PushMode::Inline => writer,
+        }
     }
 }

@@ -9,8 +9,9 @@ use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
 use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
 use cilfs_fuse_proto::flags::{fattr, write as write_flags};
 use cilfs_fuse_proto::{
-    dirent_type, AttrOut, Dirents, DirentsPlus, EntryOut, Errno, InHeader, Kstatfs, Op, OpenOut,
-    Reply, Request, ROOT_ID,
+    dirent_type, AttrOut, CreateIn, Dirents, DirentsPlus, EntryOut, Errno, FallocateIn, GetxattrIn,
+    InHeader, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn, SetxattrIn,
+    WriteIn, ROOT_ID,
 };
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -293,30 +294,7 @@ impl Dispatcher {
                 Ok(a) => Answer::Reply(Reply::attr(u, &attr_out(&a))),
                 Err(e) => fs_error(u, e),
             },
-            Op::Setattr(s) => {
-                let has = |bit: u32| s.valid & bit != 0;
-                let time = |set: u32, now: u32, sec: u64, nsec: u32| {
-                    has(set).then(|| {
-                        if has(now) {
-                            SetTime::Now
-                        } else {
-                            SetTime::At(time_in(sec, nsec))
-                        }
-                    })
-                };
-                let sa = SetAttr {
-                    mode: has(fattr::MODE).then_some(s.mode),
-                    uid: has(fattr::UID).then_some(s.uid),
-                    gid: has(fattr::GID).then_some(s.gid),
-                    size: has(fattr::SIZE).then_some(s.size),
-                    atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
-                    mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
-                };
-                match fs.setattr(cred(h), ino, sa) {
-                    Ok(a) => Answer::Reply(Reply::attr(u, &attr_out(&a))),
-                    Err(e) => fs_error(u, e),
-                }
-            }
+            Op::Setattr(s) => self.setattr(u, h, ino, s),
             Op::Readlink => match fs.readlink(ino) {
                 Ok(t) => Answer::Data { unique: u, data: t },
                 Err(e) => fs_error(u, e),
@@ -347,46 +325,10 @@ impl Dispatcher {
                 self.rename(u, ino, name, arg.newdir, newname, arg.flags)
             }
             Op::Link { arg, newname } => entry(u, fs.link(arg.oldnodeid, ino, newname.as_bytes())),
-            Op::Open(_) => match fs.open_inode(ino) {
-                Ok(_) => {
-                    let fh = self.file_handle(cred(h));
-                    Answer::Reply(Reply::open(u, &self.opened(fh)))
-                }
-                Err(e) => fs_error(u, e),
-            },
-            Op::Read(r) => {
-                // The open file's flags: O_NOATIME (the kernel let only the owner or root set it).
-                let touch_atime = r.flags as i32 & libc::O_NOATIME == 0;
-                match fs.read_opts(ino, r.offset, r.size, touch_atime) {
-                    Ok(data) => Answer::Data { unique: u, data },
-                    Err(e) => fs_error(u, e),
-                }
-            }
-            Op::Write { arg, data } => {
-                let who = self.writer(h, arg.fh, arg.write_flags);
-                match fs.write(who, ino, arg.offset, data) {
-                    // At most max_write bytes came, so the count fits.
-                    Ok(n) => Answer::Reply(Reply::write(u, n as u32)),
-                    Err(e) => fs_error(u, e),
-                }
-            }
-            Op::Statfs => {
-                let s = fs.statfs();
-                Answer::Reply(Reply::statfs(
-                    u,
-                    &Kstatfs {
-                        blocks: s.blocks,
-                        bfree: s.bfree,
-                        bavail: s.bavail,
-                        files: s.files,
-                        ffree: s.ffree,
-                        bsize: s.bsize,
-                        namelen: s.namelen,
-                        frsize: s.bsize,
-                        ..Kstatfs::default()
-                    },
-                ))
-            }
+            Op::Open(_) => self.open(u, h, ino),
+            Op::Read(r) => self.read(u, ino, r),
+            Op::Write { arg, data } => self.write(u, h, ino, arg, data),
+            Op::Statfs => self.statfs(u),
             Op::Release(r) => {
                 self.openers.release(r.fh);
                 empty(u, fs.release_inode(ino))
@@ -401,150 +343,27 @@ impl Dispatcher {
             // returns (writeback_cache), and the open count that keeps an unlinked file alive
             // drops at release, which still comes.
             Op::Flush(_) => fail(u, Errno::ENOSYS),
-            Op::Setxattr { arg, name, value } => {
-                let flags = arg.flags as i32;
-                let f = XattrFlags {
-                    create: flags & libc::XATTR_CREATE != 0,
-                    replace: flags & libc::XATTR_REPLACE != 0,
-                };
-                empty(
-                    u,
-                    fs.set_xattr_as(cred(h), ino, name.as_bytes(), Some(value), f),
-                )
-            }
-            Op::Getxattr { arg, name } => {
-                let r = if ino == ROOT_ID && name.as_bytes() == STATS_XATTR {
-                    Ok(stats_text(fs))
-                } else {
-                    fs.getxattr(ino, name.as_bytes())
-                };
-                match r {
-                    Ok(v) => sized(u, arg.size, v),
-                    Err(e) => fs_error(u, e),
-                }
-            }
-            Op::Listxattr(arg) => match fs.listxattr(ino) {
-                Ok(names) => {
-                    let mut buf = Vec::new();
-                    for n in names {
-                        buf.extend_from_slice(&n);
-                        buf.push(0);
-                    }
-                    sized(u, arg.size, buf)
-                }
-                Err(e) => fs_error(u, e),
-            },
+            Op::Setxattr { arg, name, value } => self.setxattr(u, h, ino, arg, name, value),
+            Op::Getxattr { arg, name } => self.getxattr(u, ino, arg, name),
+            Op::Listxattr(arg) => self.listxattr(u, ino, arg),
             Op::Removexattr { name } => empty(
                 u,
                 fs.set_xattr_as(cred(h), ino, name.as_bytes(), None, XattrFlags::default()),
             ),
-            Op::Opendir(_) => match fs.open_inode(ino) {
-                Ok(a) if a.kind == FileType::Directory => {
-                    Answer::Reply(Reply::open(u, &self.opened(0)))
-                }
-                Ok(_) => {
-                    let _ = fs.release_inode(ino);
-                    fail(u, Errno::ENOTDIR)
-                }
-                Err(e) => fs_error(u, e),
-            },
-            Op::Readdir(r) => match fs.readdir(ino, r.offset, 128) {
-                Ok(entries) => {
-                    let mut out = Dirents::new(r.size);
-                    for (e, next) in entries {
-                        let typ = dirent_type(kind_bits(e.kind));
-                        match out.push(e.ino, next, typ, &e.name) {
-                            Ok(true) => {}
-                            Ok(false) => break,
-                            // A name the kernel would refuse the whole listing for (the core
-                            // stores none): left out, the listing goes on.
-                            Err(_) => continue,
-                        }
-                    }
-                    match Reply::dirents(u, &out) {
-                        Ok(r) => Answer::Reply(r),
-                        Err(_) => fail(u, Errno::EIO),
-                    }
-                }
-                Err(e) => fs_error(u, e),
-            },
-            Op::Readdirplus(r) => match fs.readdir(ino, r.offset, 64) {
-                Ok(entries) => {
-                    let mut out = DirentsPlus::new(r.size);
-                    for (i, (e, next)) in entries.into_iter().enumerate() {
-                        let a = match fs.getattr(e.ino) {
-                            Ok(a) => a,
-                            // Unlinked since the listing was read: its name is gone too.
-                            Err(FsError::NotFound) => continue,
-                            // A corrupt or unreadable inode fails the listing (EUCLEAN, EIO)
-                            // rather than dropping a name silently; entries already added go
-                            // out first and the next call starts at the failing one.
-                            Err(e) if i == 0 => return fs_error(u, e),
-                            Err(_) => break,
-                        };
-                        let typ = dirent_type(kind_bits(e.kind));
-                        match out.push(&entry_out(&a), e.ino, next, typ, &e.name) {
-                            Ok(true) => {}
-                            Ok(false) => break,
-                            Err(_) => continue,
-                        }
-                    }
-                    match Reply::dirents_plus(u, &out) {
-                        Ok(r) => Answer::Reply(r),
-                        Err(_) => fail(u, Errno::EIO),
-                    }
-                }
-                Err(e) => fs_error(u, e),
-            },
+            Op::Opendir(_) => self.opendir(u, ino),
+            Op::Readdir(r) => self.readdir(u, ino, r),
+            Op::Readdirplus(r) => self.readdirplus(u, ino, r),
             // Permission bits are checked by the kernel (default_permissions); this answers
             // existence.
             Op::Access(_) => empty(u, fs.getattr(ino).map(|_| ())),
-            Op::Create { arg, name } => {
-                let r = fs
-                    .mknod(creator(h, arg.umask), ino, name.as_bytes(), arg.mode, 0)
-                    .and_then(|a| fs.open_inode(a.ino));
-                match r {
-                    Ok(a) => {
-                        let fh = self.file_handle(cred(h));
-                        Answer::Reply(Reply::create(u, &entry_out(&a), &self.opened(fh)))
-                    }
-                    Err(e) => fs_error(u, e),
-                }
-            }
-            Op::Fallocate(f) => {
-                let mode = f.mode as i32;
-                let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
-                if mode & !known != 0 {
-                    return fail(u, Errno::EOPNOTSUPP);
-                }
-                let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-                let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-                empty(
-                    u,
-                    fs.fallocate(cred(h), ino, f.offset, f.length, keep, punch),
-                )
-            }
+            Op::Create { arg, name } => self.create(u, h, ino, arg, name),
+            Op::Fallocate(f) => self.fallocate(u, h, ino, f),
             // With writeback_cache the kernel may hold written data cilfs has not seen, so
             // cilfs's holes may not be holes: ENOSYS has the kernel answer SEEK_DATA and
             // SEEK_HOLE itself from then on (the whole file as data), as for a FUSE server
             // without LSEEK.
             Op::Lseek(_) if self.writeback_cache => fail(u, Errno::ENOSYS),
-            Op::Lseek(l) => {
-                let data = match l.whence as i32 {
-                    libc::SEEK_DATA => true,
-                    libc::SEEK_HOLE => false,
-                    _ => return fail(u, Errno::EINVAL),
-                };
-                // A negative offset lies outside the file, as past its end: ENXIO, as Linux
-                // filesystems answer (iomap_seek_data/hole).
-                if (l.offset as i64) < 0 {
-                    return fail(u, Errno::ENXIO);
-                }
-                match fs.seek(ino, l.offset, data) {
-                    Ok(o) => Answer::Reply(Reply::lseek(u, o)),
-                    Err(e) => fs_error(u, e),
-                }
-            }
+            Op::Lseek(l) => self.lseek(u, ino, l),
             // syncfs(2) and sync(2), where the kernel passes them on: every dirty page written
             // back and the journal forced, so that what was synced survives a crash.
             Op::Syncfs(_) => empty(u, fs.sync()),
@@ -579,6 +398,269 @@ impl Dispatcher {
             | Op::Statx(_)
             | Op::Unsupported { .. }
             | Op::Unknown { .. } => fail(u, Errno::ENOSYS),
+        }
+    }
+
+    /// OPEN: a new file handle, remembering the opener.
+    fn open(&self, u: u64, h: &InHeader, ino: u64) -> Answer {
+        let fs = &*self.fs;
+        match fs.open_inode(ino) {
+            Ok(_) => {
+                let fh = self.file_handle(cred(h));
+                Answer::Reply(Reply::open(u, &self.opened(fh)))
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// READ, touching the access time unless the file was opened O_NOATIME.
+    fn read(&self, u: u64, ino: u64, r: &ReadIn) -> Answer {
+        let fs = &*self.fs;
+        // The open file's flags: O_NOATIME (the kernel let only the owner or root set it).
+        let touch_atime = r.flags as i32 & libc::O_NOATIME == 0;
+        match fs.read_opts(ino, r.offset, r.size, touch_atime) {
+            Ok(data) => Answer::Data { unique: u, data },
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// WRITE, as the caller the open file handle names.
+    fn write(&self, u: u64, h: &InHeader, ino: u64, arg: &WriteIn, data: &[u8]) -> Answer {
+        let fs = &*self.fs;
+        let who = self.writer(h, arg.fh, arg.write_flags);
+        match fs.write(who, ino, arg.offset, data) {
+            // At most max_write bytes came, so the count fits.
+            Ok(n) => Answer::Reply(Reply::write(u, n as u32)),
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// LISTXATTR: the names, each ended by a NUL.
+    fn listxattr(&self, u: u64, ino: u64, arg: &GetxattrIn) -> Answer {
+        let fs = &*self.fs;
+        match fs.listxattr(ino) {
+            Ok(names) => {
+                let mut buf = Vec::new();
+                for n in names {
+                    buf.extend_from_slice(&n);
+                    buf.push(0);
+                }
+                sized(u, arg.size, buf)
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// OPENDIR: only a directory opens as one.
+    fn opendir(&self, u: u64, ino: u64) -> Answer {
+        let fs = &*self.fs;
+        match fs.open_inode(ino) {
+            Ok(a) if a.kind == FileType::Directory => {
+                Answer::Reply(Reply::open(u, &self.opened(0)))
+            }
+            Ok(_) => {
+                let _ = fs.release_inode(ino);
+                fail(u, Errno::ENOTDIR)
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// SETATTR: the fields the request marks valid, the times given or now.
+    fn setattr(&self, u: u64, h: &InHeader, ino: u64, s: &SetattrIn) -> Answer {
+        let fs = &*self.fs;
+        let has = |bit: u32| s.valid & bit != 0;
+        let time = |set: u32, now: u32, sec: u64, nsec: u32| {
+            has(set).then(|| {
+                if has(now) {
+                    SetTime::Now
+                } else {
+                    SetTime::At(time_in(sec, nsec))
+                }
+            })
+        };
+        let sa = SetAttr {
+            mode: has(fattr::MODE).then_some(s.mode),
+            uid: has(fattr::UID).then_some(s.uid),
+            gid: has(fattr::GID).then_some(s.gid),
+            size: has(fattr::SIZE).then_some(s.size),
+            atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
+            mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
+        };
+        match fs.setattr(cred(h), ino, sa) {
+            Ok(a) => Answer::Reply(Reply::attr(u, &attr_out(&a))),
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// STATFS.
+    fn statfs(&self, u: u64) -> Answer {
+        let fs = &*self.fs;
+        let s = fs.statfs();
+        Answer::Reply(Reply::statfs(
+            u,
+            &Kstatfs {
+                blocks: s.blocks,
+                bfree: s.bfree,
+                bavail: s.bavail,
+                files: s.files,
+                ffree: s.ffree,
+                bsize: s.bsize,
+                namelen: s.namelen,
+                frsize: s.bsize,
+                ..Kstatfs::default()
+            },
+        ))
+    }
+
+    /// SETXATTR, its flags translated.
+    fn setxattr(
+        &self,
+        u: u64,
+        h: &InHeader,
+        ino: u64,
+        arg: &SetxattrIn,
+        name: &std::ffi::OsStr,
+        value: &[u8],
+    ) -> Answer {
+        let fs = &*self.fs;
+        let flags = arg.flags as i32;
+        let f = XattrFlags {
+            create: flags & libc::XATTR_CREATE != 0,
+            replace: flags & libc::XATTR_REPLACE != 0,
+        };
+        empty(
+            u,
+            fs.set_xattr_as(cred(h), ino, name.as_bytes(), Some(value), f),
+        )
+    }
+
+    /// GETXATTR; the root's statistics xattr is the daemon's own.
+    fn getxattr(&self, u: u64, ino: u64, arg: &GetxattrIn, name: &std::ffi::OsStr) -> Answer {
+        let fs = &*self.fs;
+        let r = if ino == ROOT_ID && name.as_bytes() == STATS_XATTR {
+            Ok(stats_text(fs))
+        } else {
+            fs.getxattr(ino, name.as_bytes())
+        };
+        match r {
+            Ok(v) => sized(u, arg.size, v),
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// READDIR: as many entries as fit the kernel's buffer.
+    fn readdir(&self, u: u64, ino: u64, r: &ReadIn) -> Answer {
+        let fs = &*self.fs;
+        match fs.readdir(ino, r.offset, 128) {
+            Ok(entries) => {
+                let mut out = Dirents::new(r.size);
+                for (e, next) in entries {
+                    let typ = dirent_type(kind_bits(e.kind));
+                    match out.push(e.ino, next, typ, &e.name) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        // A name the kernel would refuse the whole listing for (the core
+                        // stores none): left out, the listing goes on.
+                        Err(_) => continue,
+                    }
+                }
+                match Reply::dirents(u, &out) {
+                    Ok(r) => Answer::Reply(r),
+                    Err(_) => fail(u, Errno::EIO),
+                }
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// READDIRPLUS: entries with their attributes, as many as fit the kernel's buffer.
+    fn readdirplus(&self, u: u64, ino: u64, r: &ReadIn) -> Answer {
+        let fs = &*self.fs;
+        match fs.readdir(ino, r.offset, 64) {
+            Ok(entries) => {
+                let mut out = DirentsPlus::new(r.size);
+                for (i, (e, next)) in entries.into_iter().enumerate() {
+                    let a = match fs.getattr(e.ino) {
+                        Ok(a) => a,
+                        // Unlinked since the listing was read: its name is gone too.
+                        Err(FsError::NotFound) => continue,
+                        // A corrupt or unreadable inode fails the listing (EUCLEAN, EIO)
+                        // rather than dropping a name silently; entries already added go
+                        // out first and the next call starts at the failing one.
+                        Err(e) if i == 0 => return fs_error(u, e),
+                        Err(_) => break,
+                    };
+                    let typ = dirent_type(kind_bits(e.kind));
+                    match out.push(&entry_out(&a), e.ino, next, typ, &e.name) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(_) => continue,
+                    }
+                }
+                match Reply::dirents_plus(u, &out) {
+                    Ok(r) => Answer::Reply(r),
+                    Err(_) => fail(u, Errno::EIO),
+                }
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// CREATE: a new regular file, opened.
+    fn create(
+        &self,
+        u: u64,
+        h: &InHeader,
+        ino: u64,
+        arg: &CreateIn,
+        name: &std::ffi::OsStr,
+    ) -> Answer {
+        let fs = &*self.fs;
+        let r = fs
+            .mknod(creator(h, arg.umask), ino, name.as_bytes(), arg.mode, 0)
+            .and_then(|a| fs.open_inode(a.ino));
+        match r {
+            Ok(a) => {
+                let fh = self.file_handle(cred(h));
+                Answer::Reply(Reply::create(u, &entry_out(&a), &self.opened(fh)))
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
+    /// FALLOCATE: preallocation (keeping the size or not) and hole punching only.
+    fn fallocate(&self, u: u64, h: &InHeader, ino: u64, f: &FallocateIn) -> Answer {
+        let fs = &*self.fs;
+        let mode = f.mode as i32;
+        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+        if mode & !known != 0 {
+            return fail(u, Errno::EOPNOTSUPP);
+        }
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+        empty(
+            u,
+            fs.fallocate(cred(h), ino, f.offset, f.length, keep, punch),
+        )
+    }
+
+    /// LSEEK: SEEK_DATA and SEEK_HOLE.
+    fn lseek(&self, u: u64, ino: u64, l: &LseekIn) -> Answer {
+        let fs = &*self.fs;
+        let data = match l.whence as i32 {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return fail(u, Errno::EINVAL),
+        };
+        // A negative offset lies outside the file, as past its end: ENXIO, as Linux
+        // filesystems answer (iomap_seek_data/hole).
+        if (l.offset as i64) < 0 {
+            return fail(u, Errno::ENXIO);
+        }
+        match fs.seek(ino, l.offset, data) {
+            Ok(o) => Answer::Reply(Reply::lseek(u, o)),
+            Err(e) => fs_error(u, e),
         }
     }
 

@@ -185,7 +185,7 @@ fn lost_found(m: &mut Model<'_>, r: &mut Reach) -> Option<u64> {
         }
     }
     let max = m.inos().last().copied().unwrap_or(ROOT_INO);
-    let ino = if m.old_next_ino > max && m.old_next_ino < crate::fs::space::ino_alloc::INO_LIMIT {
+    let ino = if m.old_next_ino > max && m.old_next_ino < crate::fs::items::inode::INO_LIMIT {
         m.old_next_ino
     } else {
         max + 1

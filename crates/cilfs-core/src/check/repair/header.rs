@@ -5,25 +5,17 @@
 use super::build::{build, complement, merged, nodes_for_empty_values, take_front, Shape};
 use super::salvage::Model;
 use super::scan::Walked;
-use super::{Img, Progress, RepairError};
+use super::{Area, Img, Progress, RepairError};
 use crate::fs::items::header::{
     freelist_capacity, Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
+use crate::fs::items::inode::INO_LIMIT;
 use crate::fs::space::alloc::freelist_band;
-use crate::fs::space::ino_alloc::INO_LIMIT;
 use crate::fs::tree::keys::{kind_of, KIND_INODE, ORPHAN_OWNER};
 use crate::fs::tree::node::{Key, Node, NODE_LSN_OFFSET};
 use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use std::collections::BTreeSet;
-
-/// Where the header and the data area are, from the superblock (as mkfs lays them out).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Area {
-    pub hdr_blk: u64,
-    pub start: u64,
-    pub end: u64,
-}
 
 /// The header, if it reads, verifies and agrees with the superblock on the data area.
 pub(super) fn read(
@@ -94,72 +86,32 @@ pub(super) fn plan(
 ) -> Result<Plan, RepairError> {
     let bs = img.bs;
     let items: Vec<(Key, Vec<u8>)> = m.items.iter().map(|(k, v)| (*k, v.clone())).collect();
-    let inode_count = items
-        .iter()
-        .filter(|(k, _)| k.a != ORPHAN_OWNER && kind_of(*k) == KIND_INODE)
-        .count() as u64;
-    let max_ino = items
-        .iter()
-        .filter(|(k, _)| k.a != ORPHAN_OWNER && kind_of(*k) == KIND_INODE)
-        .map(|(k, _)| k.a)
-        .max()
-        .unwrap_or(0);
-    let next_ino = match old.map(|h| h.next_ino) {
-        Some(n) if n > max_ino && n <= INO_LIMIT => n,
-        _ => max_ino + 1,
-    };
-    let hdr_claim = (area.hdr_blk, 1);
-    let old_nodes =
-        |w: &Walked| -> Vec<(u64, u64)> { w.referenced.iter().map(|b| (*b, 1)).collect() };
+    let (inode_count, next_ino) = inode_numbers(&items, old);
 
     // The free space with the old trees and free list kept, and whether the free-space trees
     // and free list say just that.
     let mut rebuild_free = rebuild_fs;
     if let (Some(h), Some((bno, size)), false) = (old, free_walks, rebuild_fs) {
-        let mut owners = vec![hdr_claim];
-        owners.extend(old_nodes(fs_walk));
-        owners.extend(old_nodes(bno));
-        owners.extend(old_nodes(size));
-        owners.extend(h.freelist.iter().map(|b| (*b, 1)));
-        owners.extend(&m.data_claims);
-        let total: u64 = owners.iter().map(|o| o.1).sum();
-        let overlap = merged(owners.clone()).iter().map(|o| o.1).sum::<u64>() != total;
-        let outside = owners
-            .iter()
-            .any(|&(s, l)| s < area.hdr_blk || s.saturating_add(l) > area.end);
-        let free: BTreeSet<(u64, u64)> = complement(owners, area.start, area.end)
-            .into_iter()
-            .collect();
-        let (by_block, ok_b) = free_items(bno, false);
-        let (by_size, ok_s) = free_items(size, true);
-        let why = if overlap || outside {
-            Some("the free list holds blocks owned by something else")
-        } else if !bno.lost.is_empty() || !size.lost.is_empty() {
-            Some("a free-space tree is unreadable")
-        } else if bno.unsound() || size.unsound() || !ok_b || !ok_s {
-            Some("a free-space tree is malformed")
-        } else if by_block != free || by_size != free {
-            Some("the free-space trees do not hold the free space")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            changes.push(format!("free space: {why}: both trees rebuilt"));
-            rebuild_free = true;
-        } else {
-            let free_blocks = free.iter().map(|f| f.1).sum();
-            let hdr = Header {
-                next_ino,
-                inode_count,
-                free_blocks,
-                ..h.clone()
-            };
-            return Ok(Plan {
-                rebuild_fs: false,
-                rebuild_free: false,
-                nodes: Vec::new(),
-                header: header_change(old, hdr, changes),
-            });
+        match kept_free_space(area, h, fs_walk, (bno, size), m) {
+            Err(why) => {
+                changes.push(format!("free space: {why}: both trees rebuilt"));
+                rebuild_free = true;
+            }
+            Ok(free) => {
+                let free_blocks = free.iter().map(|f| f.1).sum();
+                let hdr = Header {
+                    next_ino,
+                    inode_count,
+                    free_blocks,
+                    ..h.clone()
+                };
+                return Ok(Plan {
+                    rebuild_fs: false,
+                    rebuild_free: false,
+                    nodes: Vec::new(),
+                    header: header_change(old, hdr, changes),
+                });
+            }
         }
     }
     if rebuild_fs {
@@ -169,59 +121,17 @@ pub(super) fn plan(
         rebuild_free = true;
     }
     debug_assert!(rebuild_free);
-
-    // Blocks new nodes and the free list may take.
-    let mut unavailable = vec![hdr_claim];
-    unavailable.extend(old_nodes(fs_walk));
-    unavailable.extend(fs_walk.found_leaves.iter().map(|b| (*b, 1)));
-    if let Some((bno, size)) = free_walks {
-        unavailable.extend(old_nodes(bno));
-        unavailable.extend(old_nodes(size));
-    }
-    unavailable.extend(&m.data_claims);
-    let candidates = complement(unavailable, area.start, area.end);
-    let fs_shape = Shape::new(items.iter().map(|(_, v)| v.len()), bs);
-    let n_fs = if rebuild_fs { fs_shape.nodes() } else { 0 };
-    let cap = freelist_capacity(bs);
-    let fl_target = cap / 2;
-    // The free-space trees' size depends on the free extents, which depend on where their
-    // nodes go: grow until they fit, and give any node to spare to the free list.
-    let final_free = |taken: &[u64]| -> Vec<(u64, u64)> {
-        let mut owners = vec![hdr_claim];
-        owners.extend(taken.iter().map(|b| (*b, 1)));
-        if !rebuild_fs {
-            owners.extend(old_nodes(fs_walk));
-        }
-        owners.extend(&m.data_claims);
-        complement(owners, area.start, area.end)
+    let n_fs = if rebuild_fs {
+        Shape::new(items.iter().map(|(_, v)| v.len()), bs).nodes()
+    } else {
+        0
     };
-    let no_space = RepairError::NoSpace {
-        start: area.start,
-        end: area.end,
-    };
-    let mut per_tree = 1;
-    let (taken, free) = loop {
-        let t = n_fs + 2 * per_tree + fl_target;
-        let taken = take_front(&candidates, t).ok_or(RepairError::NoSpace {
-            start: area.start,
-            end: area.end,
-        })?;
-        let free = final_free(&taken);
-        let need = nodes_for_empty_values(free.len(), bs);
-        if need <= per_tree {
-            break (taken, free);
-        }
-        per_tree = need;
-        if per_tree > (area.end - area.start) as usize {
-            return Err(no_space);
-        }
-    };
-    let need = nodes_for_empty_values(free.len(), bs);
+    let Layout { taken, free, need } = lay_out(bs, area, fs_walk, free_walks, m, rebuild_fs, n_fs)?;
     let fs_blocks = &taken[..n_fs];
     let bno_blocks = &taken[n_fs..n_fs + need];
     let size_blocks = &taken[n_fs + need..n_fs + 2 * need];
     let mut freelist: Vec<u64> = taken[n_fs + 2 * need..].to_vec();
-    let high = freelist_band(cap).1;
+    let high = freelist_band(freelist_capacity(bs)).1;
     if freelist.len() > high {
         // Cannot happen with a few spare nodes; keep the header encodable all the same.
         freelist.truncate(high);
@@ -233,7 +143,10 @@ pub(super) fn plan(
         nodes.extend(n);
         root
     } else {
-        old.map(|h| h.fs_root).ok_or(no_space)?
+        old.map(|h| h.fs_root).ok_or(RepairError::NoSpace {
+            start: area.start,
+            end: area.end,
+        })?
     };
     let by_block: Vec<(Key, Vec<u8>)> = free
         .iter()
@@ -272,6 +185,144 @@ pub(super) fn plan(
         nodes,
         header,
     })
+}
+
+/// Inodes the items hold, and the next inode number: the old header's if it is past every
+/// inode and within the limit.
+fn inode_numbers(items: &[(Key, Vec<u8>)], old: Option<&Header>) -> (u64, u64) {
+    let inode_count = items
+        .iter()
+        .filter(|(k, _)| k.a != ORPHAN_OWNER && kind_of(*k) == KIND_INODE)
+        .count() as u64;
+    let max_ino = items
+        .iter()
+        .filter(|(k, _)| k.a != ORPHAN_OWNER && kind_of(*k) == KIND_INODE)
+        .map(|(k, _)| k.a)
+        .max()
+        .unwrap_or(0);
+    let next_ino = match old.map(|h| h.next_ino) {
+        Some(n) if n > max_ino && n <= INO_LIMIT => n,
+        _ => max_ino + 1,
+    };
+    (inode_count, next_ino)
+}
+
+/// The blocks of a walked tree's nodes, as claims.
+fn old_nodes(w: &Walked) -> Vec<(u64, u64)> {
+    w.referenced.iter().map(|b| (*b, 1)).collect()
+}
+
+/// The free space with the old trees and free list kept, if the free-space trees and free
+/// list say just that; else why not.
+fn kept_free_space(
+    area: &Area,
+    h: &Header,
+    fs_walk: &Walked,
+    (bno, size): (&Walked, &Walked),
+    m: &Model<'_>,
+) -> Result<BTreeSet<(u64, u64)>, &'static str> {
+    let mut owners = vec![(area.hdr_blk, 1)];
+    owners.extend(old_nodes(fs_walk));
+    owners.extend(old_nodes(bno));
+    owners.extend(old_nodes(size));
+    owners.extend(h.freelist.iter().map(|b| (*b, 1)));
+    owners.extend(&m.data_claims);
+    let total: u64 = owners.iter().map(|o| o.1).sum();
+    let overlap = merged(owners.clone()).iter().map(|o| o.1).sum::<u64>() != total;
+    let outside = owners
+        .iter()
+        .any(|&(s, l)| s < area.hdr_blk || s.saturating_add(l) > area.end);
+    let free: BTreeSet<(u64, u64)> = complement(owners, area.start, area.end)
+        .into_iter()
+        .collect();
+    let (by_block, ok_b) = free_items(bno, false);
+    let (by_size, ok_s) = free_items(size, true);
+    let why = if overlap || outside {
+        Some("the free list holds blocks owned by something else")
+    } else if !bno.lost.is_empty() || !size.lost.is_empty() {
+        Some("a free-space tree is unreadable")
+    } else if bno.unsound() || size.unsound() || !ok_b || !ok_s {
+        Some("a free-space tree is malformed")
+    } else if by_block != free || by_size != free {
+        Some("the free-space trees do not hold the free space")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(why),
+        None => Ok(free),
+    }
+}
+
+/// Where the rebuilt trees and the free list go: blocks free in the repaired image and unused
+/// by the old one's trees, `n_fs` for the fs tree first. The free-space trees' size depends on
+/// the free extents, which depend on where their nodes go: grown until they fit.
+fn lay_out(
+    bs: usize,
+    area: &Area,
+    fs_walk: &Walked,
+    free_walks: Option<&(Walked, Walked)>,
+    m: &Model<'_>,
+    rebuild_fs: bool,
+    n_fs: usize,
+) -> Result<Layout, RepairError> {
+    // Blocks new nodes and the free list may take.
+    let hdr_claim = (area.hdr_blk, 1);
+    let mut unavailable = vec![hdr_claim];
+    unavailable.extend(old_nodes(fs_walk));
+    unavailable.extend(fs_walk.found_leaves.iter().map(|b| (*b, 1)));
+    if let Some((bno, size)) = free_walks {
+        unavailable.extend(old_nodes(bno));
+        unavailable.extend(old_nodes(size));
+    }
+    unavailable.extend(&m.data_claims);
+    let candidates = complement(unavailable, area.start, area.end);
+    let cap = freelist_capacity(bs);
+    let fl_target = cap / 2;
+    // The free-space trees' size depends on the free extents, which depend on where their
+    // nodes go: grow until they fit, and give any node to spare to the free list.
+    let final_free = |taken: &[u64]| -> Vec<(u64, u64)> {
+        let mut owners = vec![hdr_claim];
+        owners.extend(taken.iter().map(|b| (*b, 1)));
+        if !rebuild_fs {
+            owners.extend(old_nodes(fs_walk));
+        }
+        owners.extend(&m.data_claims);
+        complement(owners, area.start, area.end)
+    };
+    let no_space = RepairError::NoSpace {
+        start: area.start,
+        end: area.end,
+    };
+    let mut per_tree = 1;
+    let (taken, free) = loop {
+        let t = n_fs + 2 * per_tree + fl_target;
+        let taken = take_front(&candidates, t).ok_or(RepairError::NoSpace {
+            start: area.start,
+            end: area.end,
+        })?;
+        let free = final_free(&taken);
+        let need = nodes_for_empty_values(free.len(), bs);
+        if need <= per_tree {
+            break (taken, free);
+        }
+        per_tree = need;
+        if per_tree > (area.end - area.start) as usize {
+            return Err(no_space);
+        }
+    };
+    let need = nodes_for_empty_values(free.len(), bs);
+    Ok(Layout { taken, free, need })
+}
+
+/// Where `lay_out` puts the new trees and the free list.
+struct Layout {
+    /// The blocks taken: the fs tree's nodes, each free-space tree's, the free list.
+    taken: Vec<u64>,
+    /// The free extents left.
+    free: Vec<(u64, u64)>,
+    /// Nodes of each free-space tree.
+    need: usize,
 }
 
 /// The header to write, if it differs from the old one, each counter's change said.

@@ -24,13 +24,21 @@ mod scan;
 mod tests;
 
 use crate::check::{check_image, CheckError};
-use crate::fs::items::header::{TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
+use crate::fs::items::header::{Header, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
 use crate::fs::tree::node::Key;
 use crate::journal::{Journal, JournalConfig, JournalError};
 use crate::log::Lsn;
 use cilfs_device::{AlignedBuf, Device, DeviceError, OverlayDevice, WriteFlags};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+/// Where the header and the data area are, from the superblock (as mkfs lays them out).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Area {
+    pub hdr_blk: u64,
+    pub start: u64,
+    pub end: u64,
+}
 
 /// What repair is doing, for a progress bar.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,7 +196,7 @@ pub fn repair_image(
         clear_needs_check(&*data, logdev.as_deref(), opts.dry_run, &mut report)?;
         return Ok(report);
     }
-    let area = header::Area {
+    let area = Area {
         hdr_blk,
         start: hdr_blk + 1,
         end: data_end,
@@ -201,45 +209,11 @@ pub fn repair_image(
     }
 
     // The old image: header and trees as far as they read.
-    let old_hdr = header::read(&img, &area, &mut report.changes)?;
-    let mut fs_walk = match &old_hdr {
-        Some(h) => scan::walk(&img, &area, h.fs_root, TREE_FS, &mut progress)?,
-        None => scan::Walked::all_lost(),
-    };
-    let free_walks = match &old_hdr {
-        Some(h) => Some((
-            scan::walk(&img, &area, h.bno_root, TREE_FREE_BY_BLOCK, &mut progress)?,
-            scan::walk(&img, &area, h.size_root, TREE_FREE_BY_SIZE, &mut progress)?,
-        )),
-        None => None,
-    };
-    for (lo, hi) in &fs_walk.lost {
-        report.changes.push(format!(
-            "fs tree: keys {lo:?}..{} unreadable ({})",
-            hi.map_or("the end".to_string(), |h| format!("{h:?}")),
-            fs_walk.lost_why.get(lo).map_or("", String::as_str)
-        ));
-    }
-    if !fs_walk.lost.is_empty() {
-        // The free extents, if both free-space trees read whole and agree: the scan skips them.
-        let free = free_walks.as_ref().and_then(|(b, s)| {
-            let by_block: Vec<(u64, u64)> = b.items.keys().map(|k| (k.a, k.b)).collect();
-            let by_size: BTreeSet<(u64, u64)> = s.items.keys().map(|k| (k.b, k.a)).collect();
-            (b.lost.is_empty()
-                && s.lost.is_empty()
-                && by_block.len() == by_size.len()
-                && by_block.iter().all(|e| by_size.contains(e)))
-            .then_some(by_block)
-        });
-        let st = scan::scan_leaves(&img, &area, &mut fs_walk, free, &mut progress)?;
-        report.blocks_scanned = st.blocks;
-        report.leaves_found = st.leaves;
-        report.items_salvaged = st.items;
-        report.changes.push(format!(
-            "scan: {} blocks read, {} fs-tree leaves found, {} items taken from them",
-            st.blocks, st.leaves, st.items
-        ));
-    }
+    let OldImage {
+        old_hdr,
+        fs_walk,
+        free_walks,
+    } = read_old(&img, &area, &mut report, &mut progress)?;
     let walked: BTreeMap<Key, Vec<u8>> = fs_walk
         .items
         .iter()
@@ -300,6 +274,68 @@ pub fn repair_image(
         clear_needs_check(&*data, logdev.as_deref(), opts.dry_run, &mut report)?;
     }
     Ok(report)
+}
+
+/// The old image: its header, and its trees as far as they read; the keys the fs tree lost
+/// looked for in a scan of the data area.
+fn read_old(
+    img: &Img,
+    area: &Area,
+    report: &mut RepairReport,
+    progress: &mut Progress,
+) -> Result<OldImage, RepairError> {
+    let old_hdr = header::read(img, area, &mut report.changes)?;
+    let mut fs_walk = match &old_hdr {
+        Some(h) => scan::walk(img, area, h.fs_root, TREE_FS, progress)?,
+        None => scan::Walked::all_lost(),
+    };
+    let free_walks = match &old_hdr {
+        Some(h) => Some((
+            scan::walk(img, area, h.bno_root, TREE_FREE_BY_BLOCK, progress)?,
+            scan::walk(img, area, h.size_root, TREE_FREE_BY_SIZE, progress)?,
+        )),
+        None => None,
+    };
+    for (lo, hi) in &fs_walk.lost {
+        report.changes.push(format!(
+            "fs tree: keys {lo:?}..{} unreadable ({})",
+            hi.map_or("the end".to_string(), |h| format!("{h:?}")),
+            fs_walk.lost_why.get(lo).map_or("", String::as_str)
+        ));
+    }
+    if !fs_walk.lost.is_empty() {
+        // The free extents, if both free-space trees read whole and agree: the scan skips them.
+        let free = free_walks.as_ref().and_then(|(b, s)| {
+            let by_block: Vec<(u64, u64)> = b.items.keys().map(|k| (k.a, k.b)).collect();
+            let by_size: BTreeSet<(u64, u64)> = s.items.keys().map(|k| (k.b, k.a)).collect();
+            (b.lost.is_empty()
+                && s.lost.is_empty()
+                && by_block.len() == by_size.len()
+                && by_block.iter().all(|e| by_size.contains(e)))
+            .then_some(by_block)
+        });
+        let st = scan::scan_leaves(img, area, &mut fs_walk, free, progress)?;
+        report.blocks_scanned = st.blocks;
+        report.leaves_found = st.leaves;
+        report.items_salvaged = st.items;
+        report.changes.push(format!(
+            "scan: {} blocks read, {} fs-tree leaves found, {} items taken from them",
+            st.blocks, st.leaves, st.items
+        ));
+    }
+    Ok(OldImage {
+        old_hdr,
+        fs_walk,
+        free_walks,
+    })
+}
+
+/// What `read_old` read of the old image.
+struct OldImage {
+    old_hdr: Option<Header>,
+    fs_walk: scan::Walked,
+    /// The free-space trees by block and by size, when the header read.
+    free_walks: Option<(scan::Walked, scan::Walked)>,
 }
 
 /// A consistent image owes no check: the superblock's needs-check mark (a mount met a corrupt

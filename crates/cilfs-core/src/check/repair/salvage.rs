@@ -2,7 +2,7 @@
 //! exist are removed, and every block an extent or an xattr value claims is owned once, the
 //! first owner winning (the header and the old trees' nodes first, then items in key order).
 
-use super::header::Area;
+use super::Area;
 use super::{Img, RepairError};
 use crate::fs::items::dir::{decode_slotted, encode_bucket, DirEntry};
 use crate::fs::items::extent::Extent;
@@ -113,8 +113,8 @@ impl<'a> Model<'a> {
                 }
                 (ORPHAN_OWNER, KIND_ORPHAN) => None,
                 (ORPHAN_OWNER, kind) => Some(format!("item of unknown kind {kind} under owner 0")),
-                // No inode is numbered there (`ino_alloc::INO_LIMIT`): a damaged key.
-                (_, _) if ino >= crate::fs::space::ino_alloc::INO_LIMIT => {
+                // No inode is numbered there (`items::inode::INO_LIMIT`): a damaged key.
+                (_, _) if ino >= crate::fs::items::inode::INO_LIMIT => {
                     Some(format!("item of inode {ino}, past the last inode number"))
                 }
                 (_, KIND_INODE) if off != 0 => Some(format!("inode item at offset {off:#x}")),

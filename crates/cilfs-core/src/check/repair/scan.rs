@@ -1,7 +1,7 @@
 //! Reading the old trees: a walk from a root that notes every subtree it cannot read as a lost
 //! key range, and a scan of the whole data area for fs-tree leaves that fill those ranges.
 
-use super::header::Area;
+use super::Area;
 use super::{Img, Progress, RepairError};
 use crate::fs::items::header::TREE_FS;
 use crate::fs::tree::btree::Root;

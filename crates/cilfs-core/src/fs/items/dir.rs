@@ -12,7 +12,7 @@
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::FileType;
 
-use crate::fs::tree::node::arr8;
+use crate::fs::items::arr8;
 
 pub const NAME_MAX: usize = 255;
 

@@ -2,8 +2,7 @@
 //! run lies on disk (docs/on-disk-format.md "The fs tree").
 
 use crate::fs::error::{FsError, FsResult};
-use crate::fs::tree::keys::OFFSET_MAX;
-use crate::fs::tree::node::arr8;
+use crate::fs::items::arr8;
 
 /// A run of blocks: file block `file`, `len` blocks at disk block `disk`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +11,11 @@ pub struct Extent {
     pub disk: u64,
     pub len: u64,
 }
+
+/// Bits of a key's offset (`tree::keys`): a file block is one, so file blocks stay below
+/// `OFFSET_MAX`.
+pub const OFFSET_BITS: u32 = 56;
+pub const OFFSET_MAX: u64 = (1 << OFFSET_BITS) - 1;
 
 pub const EXTENT_VALUE_BYTES: usize = 16;
 /// The longest extent one item describes.

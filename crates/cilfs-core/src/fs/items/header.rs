@@ -4,9 +4,8 @@
 
 use crate::buf::CounterChange;
 use crate::fs::error::{FsError, FsResult};
-use crate::fs::space::ino_alloc::INO_LIMIT;
-use crate::fs::tree::btree::Root;
-use crate::fs::tree::node::{arr4, arr8, MAX_LEVELS};
+use crate::fs::items::inode::INO_LIMIT;
+use crate::fs::items::{arr4, arr8};
 
 pub const HEADER_MAGIC: u32 = 0x4346_5348; // "CFSH"
 pub const HEADER_VERSION: u32 = 1;
@@ -15,6 +14,16 @@ const FREELIST_OFFSET: usize = 136;
 /// The smallest block size the filesystem layer accepts: a tree value is at most a quarter of a
 /// leaf, and a directory entry with a 255-byte name must fit one.
 pub const MIN_FS_BLOCK_SIZE: u32 = 2048;
+
+/// The tallest tree accepted: far beyond what a 2^64-block device needs at fanout >= 40.
+pub const MAX_LEVELS: u8 = 12;
+
+/// Where a tree's root is, and its level (0: the root is a leaf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Root {
+    pub blkno: u64,
+    pub level: u8,
+}
 
 /// Tree identifiers, stored in every node.
 pub const TREE_FS: u8 = 1;

@@ -1,7 +1,7 @@
 //! Inodes: the item format (docs/on-disk-format.md "Inode item") and the POSIX attributes.
 
 use crate::fs::error::{FsError, FsResult};
-use crate::fs::tree::node::{arr4, arr8};
+use crate::fs::items::{arr4, arr8};
 
 pub const S_IFMT: u32 = 0o170_000;
 pub const S_IFSOCK: u32 = 0o140_000;
@@ -17,6 +17,10 @@ pub const S_ISVTX: u32 = 0o1000;
 
 pub const ROOT_INO: u64 = 1;
 pub const INODE_ITEM_BYTES: usize = 112;
+/// No inode number reaches this: a header whose next number is past it is corrupt (no
+/// filesystem hands out 2^62 numbers), and no number handed out ever wraps round onto a live
+/// inode such as the root.
+pub const INO_LIMIT: u64 = 1 << 62;
 
 /// Seconds and nanoseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Hash)]

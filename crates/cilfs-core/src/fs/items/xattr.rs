@@ -3,7 +3,7 @@
 //! its own, which the entry names.
 
 use crate::fs::error::{FsError, FsResult};
-use crate::fs::tree::node::{arr4, arr8};
+use crate::fs::items::{arr4, arr8};
 
 pub const CHANGE_XATTR: &[u8] = b"user.cilfs.change";
 pub const XATTR_NAME_MAX: usize = 255;

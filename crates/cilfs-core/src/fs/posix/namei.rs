@@ -222,27 +222,7 @@ impl Fs {
         if dir_lookup(t, TREE_FS, parent, name)?.is_some() {
             return Err(FsError::Exists);
         }
-        // A parent's default ACL becomes the new node's access ACL (and a directory's default),
-        // masked by the mode asked for; without one the umask applies. Symlinks have neither.
-        let inherited = match self.opts.acl && target.is_none() {
-            true => match self.xattr_lookup_in(t, parent, acl::DEFAULT)? {
-                Some(v) => acl::Acl::parse(&v).map_err(|_| {
-                    FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
-                })?,
-                None => None,
-            },
-            false => None,
-        };
-        let (mode, acls) = match inherited {
-            Some(default) => {
-                let mut access = default.clone();
-                let mode = access.create_mask(mode);
-                let access = (!access.is_minimal()).then(|| access.encode());
-                (mode, [access, is_dir.then(|| default.encode())])
-            }
-            None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
-            None => (mode, [None, None]),
-        };
+        let (mode, acls) = self.inherited_mode(t, cred, parent, mode, is_dir, target)?;
         let acl_blocks: u64 = acls
             .iter()
             .flatten()
@@ -252,35 +232,7 @@ impl Fs {
         let now = self.now();
         let bs = self.bs;
         let inodes = &mut sc.inodes;
-        let (ino, run_end) = if is_dir {
-            self.inos.alloc_dir()
-        } else {
-            self.inos.alloc(parent)
-        }
-        .ok_or_else(|| {
-            FsError::corrupt(
-                self.hdr_blk,
-                format!(
-                    "the header's next inode number {} leaves none below the limit {}",
-                    t.hdr.next_ino,
-                    crate::fs::space::ino_alloc::INO_LIMIT
-                ),
-            )
-        })?;
-        // A header whose mark fell behind the numbers in use must not make a create write over
-        // a live inode.
-        if t.get(TREE_FS, key(ino, KIND_INODE, 0))?.is_some() {
-            return Err(FsError::corrupt(
-                self.hdr_blk,
-                format!(
-                    "inode number {ino}, handed out from the header's next inode number {}, is \
-                     in use",
-                    t.hdr.next_ino
-                ),
-            ));
-        }
-        t.hdr.next_ino = t.hdr.next_ino.max(run_end);
-        t.hdr.inode_count += 1;
+        let ino = self.new_ino(t, is_dir, parent)?;
         for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
             if let Some(v) = v {
                 xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
@@ -352,6 +304,74 @@ impl Fs {
         self.touch_ctime(pm, now);
         log_inode(t, pm, &self.stats)?;
         Ok((attr, vec![ino, parent]))
+    }
+
+    /// The mode of a new node and its ACLs (access, default): a parent's default ACL becomes
+    /// the new node's access ACL (and a directory's default), masked by the mode asked for;
+    /// without one the umask applies. Symlinks have neither.
+    fn inherited_mode(
+        &self,
+        t: &mut FsTx<'_>,
+        cred: Cred,
+        parent: u64,
+        mode: u32,
+        is_dir: bool,
+        target: Option<&[u8]>,
+    ) -> FsResult<(u32, [Option<Vec<u8>>; 2])> {
+        let inherited = match self.opts.acl && target.is_none() {
+            true => match self.xattr_lookup_in(t, parent, acl::DEFAULT)? {
+                Some(v) => acl::Acl::parse(&v).map_err(|_| {
+                    FsError::corrupt(0, format!("directory {parent}: malformed default ACL"))
+                })?,
+                None => None,
+            },
+            false => None,
+        };
+        Ok(match inherited {
+            Some(default) => {
+                let mut access = default.clone();
+                let mode = access.create_mask(mode);
+                let access = (!access.is_minimal()).then(|| access.encode());
+                (mode, [access, is_dir.then(|| default.encode())])
+            }
+            None if target.is_none() => (mode & !(cred.umask & 0o777), [None, None]),
+            None => (mode, [None, None]),
+        })
+    }
+
+    /// A number for a new inode in `parent` (a directory's starts a run of its own), counted
+    /// in `t`'s header; never one in use.
+    fn new_ino(&self, t: &mut FsTx<'_>, is_dir: bool, parent: u64) -> FsResult<u64> {
+        let (ino, run_end) = if is_dir {
+            self.inos.alloc_dir()
+        } else {
+            self.inos.alloc(parent)
+        }
+        .ok_or_else(|| {
+            FsError::corrupt(
+                self.hdr_blk,
+                format!(
+                    "the header's next inode number {} leaves none below the limit {}",
+                    t.hdr.next_ino,
+                    crate::fs::items::inode::INO_LIMIT
+                ),
+            )
+        })?;
+        // A header whose mark fell behind the numbers in use must not make a create write over
+        // a live inode.
+        if t.get(TREE_FS, key(ino, KIND_INODE, 0))?.is_some() {
+            return Err(FsError::corrupt(
+                self.hdr_blk,
+                format!(
+                    "inode number {ino}, handed out from the header's next inode number {}, is \
+                     in use",
+                    t.hdr.next_ino
+                ),
+            ));
+        }
+        t.hdr.next_ino = t.hdr.next_ino.max(run_end);
+        t.hdr.inode_count += 1;
+        Ok(ino)
     }
 
     pub fn readlink(&self, ino: u64) -> FsResult<Vec<u8>> {

@@ -13,7 +13,7 @@ use crate::fs::cache::iolock::IoMode;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::extent::{max_file_size, Extent};
 use crate::fs::items::inode::Inode;
-use crate::fs::rules::setid::drop_caps;
+use crate::fs::posix::xattr::drop_caps;
 use crate::fs::space::map::extents_in;
 use crate::fs::stats::bump;
 use crate::fs::tree::keys::OFFSET_MAX;

@@ -8,6 +8,7 @@ use crate::fs::items::xattr::{
     decode, encode, remote_in_area, Entry, Value, CHANGE_XATTR, XATTR_NAME_MAX, XATTR_VALUE_MAX,
 };
 use crate::fs::rules::acl;
+use crate::fs::rules::setid::CAPS_XATTR;
 use crate::fs::tree::keys::{key, kind_of, name_hash, KIND_XATTR};
 use crate::fs::tree::node::max_value_bytes;
 use crate::fs::txn::TreeRead;
@@ -178,6 +179,18 @@ pub(crate) fn put(
     }
     t.insert(TREE_FS, k, &encode(&entries))?;
     Ok(())
+}
+
+/// Drops `ino`'s file capabilities in `t`, if it has any: a change of a file's data (write,
+/// truncate, fallocate) or of its owner drops them whoever makes it, root included, as Linux
+/// does. Cilfs negotiates FUSE_HANDLE_KILLPRIV_V2, which leaves this to the filesystem. Returns
+/// whether there were any; nothing is logged when there were none.
+pub(crate) fn drop_caps(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
+    match put(t, ino, CAPS_XATTR, None, XattrFlags::default()) {
+        Ok(()) => Ok(true),
+        Err(FsError::NoAttr) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

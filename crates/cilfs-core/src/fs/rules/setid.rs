@@ -2,12 +2,9 @@
 //! member of a file's group (Linux's `setattr_should_drop_suidgid` and `chown_common`); and the
 //! file capabilities a change of a file's data or owner drops (Linux's `cap_inode_killpriv`).
 
-use crate::fs::error::{FsError, FsResult};
+use crate::fs::error::FsResult;
 use crate::fs::items::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
-use crate::fs::posix::xattr;
-use crate::fs::txn::FsTx;
 use crate::fs::types::Cred;
-use crate::fs::types::XattrFlags;
 use crate::fs::{Fs, FsState};
 
 /// The xattr holding a file's capabilities (`setcap`): privileges granted to a program, which
@@ -79,18 +76,6 @@ impl Fs {
     /// Whether `ino` has file capabilities (the filesystem lock held, outside a transaction).
     pub(crate) fn has_caps(&self, st: &FsState, ino: u64) -> FsResult<bool> {
         Ok(self.xattr_lookup(st, ino, CAPS_XATTR)?.is_some())
-    }
-}
-
-/// Drops `ino`'s file capabilities in `t`, if it has any: a change of a file's data (write,
-/// truncate, fallocate) or of its owner drops them whoever makes it, root included, as Linux
-/// does. Cilfs negotiates FUSE_HANDLE_KILLPRIV_V2, which leaves this to the filesystem. Returns
-/// whether there were any; nothing is logged when there were none.
-pub(crate) fn drop_caps(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
-    match xattr::put(t, ino, CAPS_XATTR, None, XattrFlags::default()) {
-        Ok(()) => Ok(true),
-        Err(FsError::NoAttr) => Ok(false),
-        Err(e) => Err(e),
     }
 }
 

@@ -21,6 +21,7 @@
 //! it was used up). Numbers pass 2^32, which 32-bit programs built without large file support
 //! cannot stat, after some four thousand mounts that each made sixteen directories or more.
 
+use crate::fs::items::inode::INO_LIMIT;
 use parking_lot::Mutex;
 
 /// Numbers in a directory's first run, and the most in one: tens of leaves of inode items at
@@ -35,11 +36,6 @@ pub(crate) const LANE_WIDTH: u64 = 1 << 16;
 const OPEN_RUNS_MAX: usize = 4096;
 
 const _: () = assert!(RUN_MAX <= LANE_WIDTH);
-
-/// No inode number reaches this: a header whose next number is past it is corrupt (no
-/// filesystem hands out 2^62 numbers), and no number handed out ever wraps round onto a live
-/// inode such as the root.
-pub const INO_LIMIT: u64 = 1 << 62;
 
 #[derive(Debug)]
 pub(crate) struct InoAlloc {

@@ -174,8 +174,11 @@ fn drop_privileges(mode: &mut u32) {
     }
 }
 
+fn pick(v: &[u64], i: usize) -> u64 {
+    v[i % v.len()]
+}
+
 fn apply(fs: &Fs, m: &mut Model, op: &Op) {
-    let pick = |v: &[u64], i: usize| v[i % v.len()];
     match op.clone() {
         Op::Create { dir, name: n } => {
             let d = pick(&m.dirs, dir);
@@ -223,24 +226,7 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             c[off as usize..end].copy_from_slice(&data);
             drop_privileges(m.modes.get_mut(&f).unwrap());
         }
-        Op::Truncate { file, size } => {
-            let files = m.files();
-            if files.is_empty() {
-                return;
-            }
-            let f = pick(&files, file);
-            fs.setattr(
-                U,
-                f,
-                SetAttr {
-                    size: Some(u64::from(size)),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            m.data.get_mut(&f).unwrap().resize(size as usize, 0);
-            drop_privileges(m.modes.get_mut(&f).unwrap());
-        }
+        op @ Op::Truncate { .. } => apply_truncate(fs, m, op),
         Op::Unlink { dir, name: n } => {
             let d = pick(&m.dirs, dir);
             let r = fs.unlink(d, &name(n));
@@ -270,179 +256,11 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
                 }
             }
         }
-        Op::Rename {
-            from,
-            name: n,
-            to,
-            newname,
-            exchange,
-        } => {
-            let (p1, p2) = (pick(&m.dirs, from), pick(&m.dirs, to));
-            let (k1, k2) = ((p1, name(n)), (p2, name(newname)));
-            let flags = RenameFlags {
-                noreplace: false,
-                exchange,
-            };
-            let r = fs.rename(p1, &name(n), p2, &name(newname), flags);
-            let (Some(a), b) = (m.entries.get(&k1).copied(), m.entries.get(&k2).copied()) else {
-                assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
-                return;
-            };
-            if exchange {
-                let Some(b) = b else {
-                    assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
-                    return;
-                };
-                if a == b {
-                    r.unwrap();
-                    return;
-                }
-                if (m.is_dir(a) && m.below(a, p2)) || (m.is_dir(b) && m.below(b, p1)) {
-                    assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
-                    return;
-                }
-                r.unwrap();
-                m.entries.insert(k1, b);
-                m.entries.insert(k2, a);
-                if m.is_dir(a) {
-                    m.parent.insert(a, p2);
-                }
-                if m.is_dir(b) {
-                    m.parent.insert(b, p1);
-                }
-                return;
-            }
-            if b == Some(a) {
-                r.unwrap();
-                return;
-            }
-            if let Some(b) = b {
-                match (m.is_dir(a), m.is_dir(b)) {
-                    (true, false) => return assert!(matches!(r, Err(FsError::NotDir)), "{r:?}"),
-                    (false, true) => return assert!(matches!(r, Err(FsError::IsDir)), "{r:?}"),
-                    (true, true) if !m.children(b).is_empty() => {
-                        return assert!(matches!(r, Err(FsError::NotEmpty)), "{r:?}")
-                    }
-                    _ => {}
-                }
-            }
-            if m.is_dir(a) && m.below(a, p2) {
-                assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
-                return;
-            }
-            r.unwrap();
-            m.entries.remove(&k1);
-            m.entries.insert(k2, a);
-            if m.is_dir(a) {
-                m.parent.insert(a, p2);
-            }
-            if let Some(b) = b {
-                m.drop_if_unlinked(b);
-            }
-        }
-        Op::Link { file, dir, name: n } => {
-            let files = m.files();
-            if files.is_empty() {
-                return;
-            }
-            let f = pick(&files, file);
-            let d = pick(&m.dirs, dir);
-            let r = fs.link(f, d, &name(n));
-            if m.entries.contains_key(&(d, name(n))) {
-                assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
-            } else {
-                r.unwrap();
-                m.entries.insert((d, name(n)), f);
-            }
-        }
-        Op::Chmod { file, mode } => {
-            let files = m.files();
-            if files.is_empty() {
-                return;
-            }
-            let f = pick(&files, file);
-            fs.setattr(
-                U,
-                f,
-                SetAttr {
-                    mode: Some(u32::from(mode)),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            m.modes.insert(f, u32::from(mode));
-        }
-        Op::SetXattr {
-            file,
-            name: n,
-            len,
-            seed,
-            flags,
-        } => {
-            let files = m.files();
-            if files.is_empty() {
-                return;
-            }
-            let f = pick(&files, file);
-            let key = format!("user.x{n}").into_bytes();
-            let val = random_bytes(seed, usize::from(len));
-            let flags = XattrFlags {
-                create: flags == 1,
-                replace: flags == 2,
-            };
-            let r = fs.setxattr(f, &key, &val, flags);
-            let exists = m.xattrs.get(&f).is_some_and(|x| x.contains_key(&key));
-            if flags.create && exists {
-                assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
-            } else if flags.replace && !exists {
-                assert!(matches!(r, Err(FsError::NoAttr)), "{r:?}");
-            } else {
-                r.unwrap();
-                m.xattrs.entry(f).or_default().insert(key, val);
-            }
-        }
-        Op::Churn { count } => {
-            let d = match m.entries.get(&(ROOT_INO, CHURN.to_vec())) {
-                Some(&d) => d,
-                None => {
-                    let d = fs.mkdir(U, ROOT_INO, CHURN, 0o755).unwrap().ino;
-                    m.entries.insert((ROOT_INO, CHURN.to_vec()), d);
-                    m.dirs.push(d);
-                    m.modes.insert(d, 0o755);
-                    m.parent.insert(d, ROOT_INO);
-                    d
-                }
-            };
-            let long = |i: u16| format!("{i:0>180}").into_bytes();
-            let made: Vec<u16> = (0..u16::MAX)
-                .take_while(|&i| m.entries.contains_key(&(d, long(i))))
-                .collect();
-            if made.is_empty() {
-                // Grow: the tree splits.
-                for i in 0..count {
-                    let a = fs
-                        .mknod(U, d, &long(i), items::inode::S_IFREG | 0o644, 0)
-                        .unwrap();
-                    m.entries.insert((d, long(i)), a.ino);
-                    m.modes.insert(a.ino, 0o644);
-                    let data = if i % 4 == 0 {
-                        let v = random_bytes(u64::from(i), 3000);
-                        fs.write(U, a.ino, 0, &v).unwrap();
-                        v
-                    } else {
-                        Vec::new()
-                    };
-                    m.data.insert(a.ino, data);
-                }
-            } else {
-                // Shrink: its nodes are freed.
-                for i in made {
-                    fs.unlink(d, &long(i)).unwrap();
-                    let ino = m.entries.remove(&(d, long(i))).unwrap();
-                    m.drop_if_unlinked(ino);
-                }
-            }
-        }
+        op @ Op::Rename { .. } => apply_rename(fs, m, op),
+        op @ Op::Link { .. } => apply_link(fs, m, op),
+        op @ Op::Chmod { .. } => apply_chmod(fs, m, op),
+        op @ Op::SetXattr { .. } => apply_set_xattr(fs, m, op),
+        op @ Op::Churn { .. } => apply_churn(fs, m, op),
         Op::RemoveXattr { file, name: n } => {
             let files = m.files();
             if files.is_empty() {
@@ -458,6 +276,223 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             }
         }
         Op::Remount => unreachable!("handled by the caller"),
+    }
+}
+
+fn apply_truncate(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Truncate { file, size } = op else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    fs.setattr(
+        U,
+        f,
+        SetAttr {
+            size: Some(u64::from(size)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    m.data.get_mut(&f).unwrap().resize(size as usize, 0);
+    drop_privileges(m.modes.get_mut(&f).unwrap());
+}
+
+fn apply_rename(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Rename {
+        from,
+        name: n,
+        to,
+        newname,
+        exchange,
+    } = op
+    else {
+        unreachable!()
+    };
+    let (p1, p2) = (pick(&m.dirs, from), pick(&m.dirs, to));
+    let (k1, k2) = ((p1, name(n)), (p2, name(newname)));
+    let flags = RenameFlags {
+        noreplace: false,
+        exchange,
+    };
+    let r = fs.rename(p1, &name(n), p2, &name(newname), flags);
+    let (Some(a), b) = (m.entries.get(&k1).copied(), m.entries.get(&k2).copied()) else {
+        assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
+        return;
+    };
+    if exchange {
+        let Some(b) = b else {
+            assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
+            return;
+        };
+        if a == b {
+            r.unwrap();
+            return;
+        }
+        if (m.is_dir(a) && m.below(a, p2)) || (m.is_dir(b) && m.below(b, p1)) {
+            assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
+            return;
+        }
+        r.unwrap();
+        m.entries.insert(k1, b);
+        m.entries.insert(k2, a);
+        if m.is_dir(a) {
+            m.parent.insert(a, p2);
+        }
+        if m.is_dir(b) {
+            m.parent.insert(b, p1);
+        }
+        return;
+    }
+    if b == Some(a) {
+        r.unwrap();
+        return;
+    }
+    if let Some(b) = b {
+        match (m.is_dir(a), m.is_dir(b)) {
+            (true, false) => return assert!(matches!(r, Err(FsError::NotDir)), "{r:?}"),
+            (false, true) => return assert!(matches!(r, Err(FsError::IsDir)), "{r:?}"),
+            (true, true) if !m.children(b).is_empty() => {
+                return assert!(matches!(r, Err(FsError::NotEmpty)), "{r:?}")
+            }
+            _ => {}
+        }
+    }
+    if m.is_dir(a) && m.below(a, p2) {
+        assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
+        return;
+    }
+    r.unwrap();
+    m.entries.remove(&k1);
+    m.entries.insert(k2, a);
+    if m.is_dir(a) {
+        m.parent.insert(a, p2);
+    }
+    if let Some(b) = b {
+        m.drop_if_unlinked(b);
+    }
+}
+
+fn apply_link(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Link { file, dir, name: n } = op else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    let d = pick(&m.dirs, dir);
+    let r = fs.link(f, d, &name(n));
+    if m.entries.contains_key(&(d, name(n))) {
+        assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+    } else {
+        r.unwrap();
+        m.entries.insert((d, name(n)), f);
+    }
+}
+
+fn apply_chmod(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Chmod { file, mode } = op else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    fs.setattr(
+        U,
+        f,
+        SetAttr {
+            mode: Some(u32::from(mode)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    m.modes.insert(f, u32::from(mode));
+}
+
+fn apply_set_xattr(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::SetXattr {
+        file,
+        name: n,
+        len,
+        seed,
+        flags,
+    } = op
+    else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    let key = format!("user.x{n}").into_bytes();
+    let val = random_bytes(seed, usize::from(len));
+    let flags = XattrFlags {
+        create: flags == 1,
+        replace: flags == 2,
+    };
+    let r = fs.setxattr(f, &key, &val, flags);
+    let exists = m.xattrs.get(&f).is_some_and(|x| x.contains_key(&key));
+    if flags.create && exists {
+        assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+    } else if flags.replace && !exists {
+        assert!(matches!(r, Err(FsError::NoAttr)), "{r:?}");
+    } else {
+        r.unwrap();
+        m.xattrs.entry(f).or_default().insert(key, val);
+    }
+}
+
+fn apply_churn(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Churn { count } = op else {
+        unreachable!()
+    };
+    let d = match m.entries.get(&(ROOT_INO, CHURN.to_vec())) {
+        Some(&d) => d,
+        None => {
+            let d = fs.mkdir(U, ROOT_INO, CHURN, 0o755).unwrap().ino;
+            m.entries.insert((ROOT_INO, CHURN.to_vec()), d);
+            m.dirs.push(d);
+            m.modes.insert(d, 0o755);
+            m.parent.insert(d, ROOT_INO);
+            d
+        }
+    };
+    let long = |i: u16| format!("{i:0>180}").into_bytes();
+    let made: Vec<u16> = (0..u16::MAX)
+        .take_while(|&i| m.entries.contains_key(&(d, long(i))))
+        .collect();
+    if made.is_empty() {
+        // Grow: the tree splits.
+        for i in 0..count {
+            let a = fs
+                .mknod(U, d, &long(i), items::inode::S_IFREG | 0o644, 0)
+                .unwrap();
+            m.entries.insert((d, long(i)), a.ino);
+            m.modes.insert(a.ino, 0o644);
+            let data = if i % 4 == 0 {
+                let v = random_bytes(u64::from(i), 3000);
+                fs.write(U, a.ino, 0, &v).unwrap();
+                v
+            } else {
+                Vec::new()
+            };
+            m.data.insert(a.ino, data);
+        }
+    } else {
+        // Shrink: its nodes are freed.
+        for i in made {
+            fs.unlink(d, &long(i)).unwrap();
+            let ino = m.entries.remove(&(d, long(i))).unwrap();
+            m.drop_if_unlinked(ino);
+        }
     }
 }
 

@@ -5,15 +5,10 @@
 //! Deletion frees empty nodes but does not merge underfull ones: simple, and the trees here
 //! shrink by emptying ranges (a directory, a file's extents), which frees whole leaves.
 
-use super::node::{Body, Key, KeyRange, Node, RawStep, Seek, Value, MAX_LEVELS};
+use super::node::{Body, Key, KeyRange, Node, RawStep, Seek, Value};
 use crate::fs::error::{FsError, FsResult};
-
-/// Where a tree's root is, and its level (0: the root is a leaf).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Root {
-    pub blkno: u64,
-    pub level: u8,
-}
+pub use crate::fs::items::header::Root;
+use crate::fs::items::header::MAX_LEVELS;
 
 /// Block access for trees: a transaction (logging writes) or a read-only view.
 pub trait NodeStore {

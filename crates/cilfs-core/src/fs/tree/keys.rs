@@ -11,8 +11,7 @@ pub const KIND_XATTR: u64 = 4;
 pub const KIND_SYMLINK: u64 = 5;
 pub const KIND_ORPHAN: u64 = 6;
 
-pub const OFFSET_BITS: u32 = 56;
-pub const OFFSET_MAX: u64 = (1 << OFFSET_BITS) - 1;
+pub use crate::fs::items::extent::{OFFSET_BITS, OFFSET_MAX};
 /// Owner of the orphan items.
 pub const ORPHAN_OWNER: u64 = 0;
 

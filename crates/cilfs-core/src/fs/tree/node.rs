@@ -6,6 +6,8 @@
 //! a key and a child block. The first key of an interior node is only a lower bound for its child.
 
 use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::header::MAX_LEVELS;
+use crate::fs::items::{arr4, arr8};
 use std::rc::Rc;
 
 pub const NODE_MAGIC: u32 = 0x4342_5431; // "CBT1"
@@ -14,8 +16,6 @@ pub const NODE_HEADER_BYTES: usize = 48;
 pub const NODE_LSN_OFFSET: u16 = 16;
 pub const LEAF_ENTRY_BYTES: usize = 20;
 pub const INTERIOR_ENTRY_BYTES: usize = 24;
-/// The tallest tree accepted: far beyond what a 2^64-block device needs at fanout >= 40.
-pub const MAX_LEVELS: u8 = 12;
 
 /// A tree key: two words compared in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -828,18 +828,6 @@ fn get_key(b: &[u8]) -> Key {
         a: u64::from_le_bytes(arr8(&b[0..8])),
         b: u64::from_le_bytes(arr8(&b[8..16])),
     }
-}
-
-pub(crate) fn arr8(b: &[u8]) -> [u8; 8] {
-    let mut a = [0; 8];
-    a.copy_from_slice(&b[..8]);
-    a
-}
-
-pub(crate) fn arr4(b: &[u8]) -> [u8; 4] {
-    let mut a = [0; 4];
-    a.copy_from_slice(&b[..4]);
-    a
 }
 
 #[cfg(test)]

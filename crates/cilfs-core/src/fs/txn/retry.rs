@@ -12,27 +12,11 @@
 //! the reclaim after an unlink) still waits where it is, as before, since the part already
 //! committed could not be run again.
 
+pub use crate::fs::error::Retry;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::Fs;
 use crate::trans::Reservation;
 use std::cell::Cell;
-
-/// What an operation gave up for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    /// Its transaction's log space was not free: wait for it, then run again.
-    LogSpace(u64),
-    /// Space is short but busy extents would free some: force the log, then run again.
-    ForceLog,
-    /// This metadata block is not in the buffer cache: read it, then run again.
-    Read(u64),
-    /// A reader under the shared lock found the tree's shape changed under it by a commit
-    /// beside it (`ReadView`): it runs again.
-    Reshaped,
-    /// An open found its inode marked by a commit that frees it and is about to publish
-    /// (`InodeMem::freeing`): it lets that commit run, then runs again.
-    Freeing,
-}
 
 /// Read retries one run of an operation may make; past them blocks are read where they are
 /// needed (a buffer cache too small for one operation's blocks would otherwise never finish).
