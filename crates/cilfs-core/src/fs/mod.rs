@@ -474,7 +474,7 @@ impl Fs {
 
     /// Starts a transaction on the state held under the write lock.
     pub(crate) fn begin<'a>(&'a self, st: &FsState) -> FsResult<FsTx<'a>> {
-        FsTx::begin(&self.journal, &self.hdr(st), self.hdr_blk, &self.busy)
+        FsTx::begin_copying(&self.journal, || self.hdr(st), self.hdr_blk, &self.busy)
     }
 
     /// Commits and adopts the transaction's header.
