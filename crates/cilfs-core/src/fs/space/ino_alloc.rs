@@ -21,7 +21,7 @@
 //! it was used up). Numbers pass 2^32, which 32-bit programs built without large file support
 //! cannot stat, after some four thousand mounts that each made sixteen directories or more.
 
-use parking_lot::Mutex;
+use crate::util::sync::{rank, RankedMutex};
 
 /// Numbers in a directory's first run, and the most in one: tens of leaves of inode items at
 /// 4 KiB blocks.
@@ -43,7 +43,7 @@ pub const INO_LIMIT: u64 = 1 << 62;
 
 #[derive(Debug)]
 pub(crate) struct InoAlloc {
-    inner: Mutex<Runs>,
+    inner: RankedMutex<Runs, { rank::INOS }>,
 }
 
 #[derive(Debug)]
@@ -75,7 +75,7 @@ impl InoAlloc {
             (start, start.saturating_add(LANE_WIDTH))
         });
         InoAlloc {
-            inner: Mutex::new(Runs {
+            inner: RankedMutex::new(Runs {
                 lanes,
                 fresh: next_ino.saturating_add(LANES as u64 * LANE_WIDTH),
                 rotor: 0,

@@ -13,7 +13,7 @@ use crate::fs::txn::late::{counters_late, write_header_late};
 use crate::fs::txn::view::{ReadView, Trees};
 use crate::journal::{Journal, JournalError, Transaction};
 use crate::trans::{PublishLocks, Reservation};
-use parking_lot::Mutex;
+use crate::util::sync::{rank, RankedMutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Blocks one filesystem transaction may log. Each operation is built to stay under it: work
@@ -254,7 +254,7 @@ impl<'a> FsTx<'a> {
         mut self,
         mut locks: PublishLocks,
         images: Option<Vec<Vec<u8>>>,
-        hdr: &Mutex<Header>,
+        hdr: &RankedMutex<Header, { rank::HDR }>,
         roots_moved: &AtomicU64,
     ) -> FsResult<Option<(u64, PublishLocks)>> {
         assert!(!self.force_header);
