@@ -122,6 +122,7 @@ pub mod rank {
     pub const DEVICE_FLUSH: u8 = 21;
 
     /// The names of the ranks, for the assertion's message.
+    #[cfg_attr(not(all(debug_assertions, not(loom))), allow(dead_code))]
     pub(crate) const NAMES: [&str; 22] = [
         "-",
         "inode IO lock",
