@@ -7,8 +7,8 @@ pub(crate) use worker::AilWorker;
 
 use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::Lsn;
+use crate::util::sync::{rank, RankedMutex};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
-use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -281,8 +281,8 @@ impl WritebackIo {
 /// blocks merge into one IO. An entry leaves the AIL (and the tail may move) only after its
 /// write completed.
 pub fn push(
-    ail: &Mutex<Ail>,
-    io: &Mutex<WritebackIo>,
+    ail: &RankedMutex<Ail, { rank::AIL }>,
+    io: &RankedMutex<WritebackIo, { rank::AIL_WRITEBACK }>,
     target: Lsn,
     dev: &dyn Device,
     ctx: &WriteBackCtx,
@@ -495,7 +495,7 @@ mod tests {
     #[test]
     fn push_writes_below_the_target_in_block_order_and_merges_neighbours() {
         let dev = SimDevice::new(64 * BS as u64, 1);
-        let ail = Mutex::new(Ail::default());
+        let ail = RankedMutex::new(Ail::default());
         // Blocks 10..20 logged in reverse order, so LSN order is the opposite of block order.
         for (i, b) in (10..20u64).rev().enumerate() {
             ail.lock().insert(block(b, b as u8, 0), lsn(8 * i as u32));
@@ -505,7 +505,7 @@ mod tests {
         let before = dev.stats().writes;
         let r = push(
             &ail,
-            &Mutex::new(WritebackIo::Sync),
+            &RankedMutex::new(WritebackIo::Sync),
             lsn(40),
             &dev,
             &WriteBackCtx::default(),
@@ -554,14 +554,14 @@ mod tests {
         use crate::util::test_queue::Queued;
         let sim = Arc::new(SimDevice::new(4096 * BS as u64, 3));
         let dev = Queued::new(Arc::clone(&sim), false);
-        let ail = Mutex::new(Ail::default());
+        let ail = RankedMutex::new(Ail::default());
         // Every other block (no merging), then a run of 20 adjacent ones (one IO).
         let blocks: Vec<u64> = (0..600u64).map(|i| 2 * i).chain(2000..2020).collect();
         for (i, &b) in blocks.iter().enumerate() {
             ail.lock()
                 .insert(block(b, (b % 251) as u8 + 1, 0), lsn(i as u32));
         }
-        let io = Mutex::new(WritebackIo::for_device(&dev, 4));
+        let io = RankedMutex::new(WritebackIo::for_device(&dev, 4));
         assert!(matches!(*io.lock(), WritebackIo::Queue { .. }));
         let writes_before = sim.stats().writes;
         let r = push(
@@ -760,7 +760,7 @@ mod tests {
     #[test]
     fn parallel_write_back_writes_every_block() {
         let dev = SimDevice::new(4096 * BS as u64, 2);
-        let ail = Mutex::new(Ail::default());
+        let ail = RankedMutex::new(Ail::default());
         // Every other block, so that no two merge: many runs for the threads to share.
         for i in 0..1500u64 {
             ail.lock()
@@ -768,7 +768,7 @@ mod tests {
         }
         let r = push(
             &ail,
-            &Mutex::new(WritebackIo::Threads(4)),
+            &RankedMutex::new(WritebackIo::Threads(4)),
             Lsn::from_raw(u64::MAX),
             &dev,
             &WriteBackCtx::default(),

@@ -86,7 +86,7 @@ impl BufCache {
                 .map(|n| n.data)
                 .filter(|d| d.len() == self.block_size as usize);
             let (version, data) = {
-                let g = waits.acquire_short(|| buf.try_read(), || buf.read());
+                let g = buf.read_counted(waits);
                 verify(&buf, &g)?;
                 let data = match reuse {
                     Some(mut d) => {

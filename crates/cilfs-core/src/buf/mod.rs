@@ -11,18 +11,22 @@ use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
 use crate::log::item_format::{buf_item_len, encode_buf_item_into};
 use crate::log::stamp::write_lsn_stamp;
 use crate::log::Lsn;
+use crate::util::lockstat::LockWaits;
+use crate::util::sync::{rank, Ranked, RankedMutex, RankedMutexGuard};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
-use parking_lot::{Mutex, MutexGuard, RawRwLock, RwLock};
+use parking_lot::{RawRwLock, RwLock};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A buffer held to change it: no one else reads or writes it meanwhile.
-pub type BufGuard = parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>;
+pub type BufGuard =
+    Ranked<parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>, { rank::BUF }>;
 /// A buffer held to read it: readers share it (every descent reads the root and the upper
 /// nodes), a writer waits for them. Borrowed from the buffer rather than counted on its
 /// lock's `Arc`: reads are held for moments, and the count's increment and decrement moved
 /// the root's and the upper nodes' lines between the cores on every step of every descent.
-pub type BufReadGuard<'a> = parking_lot::lock_api::RwLockReadGuard<'a, RawRwLock, BufData>;
+pub type BufReadGuard<'a> =
+    Ranked<parking_lot::lock_api::RwLockReadGuard<'a, RawRwLock, BufData>, { rank::BUF }>;
 
 /// The contents and log state of one block.
 #[derive(Debug)]
@@ -138,15 +142,36 @@ impl Buf {
     }
 
     pub fn lock(&self) -> BufGuard {
-        self.state.write_arc()
+        Ranked::acquire(|| self.state.write_arc())
+    }
+
+    /// `lock` by the push's late write, under the log writer: a rank of its own
+    /// (`rank::LATE_BUF`), since only the push waits for a block written late.
+    fn lock_late(
+        &self,
+    ) -> Ranked<parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>, { rank::LATE_BUF }>
+    {
+        Ranked::acquire(|| self.state.write_arc())
     }
 
     pub fn try_lock(&self) -> Option<BufGuard> {
-        self.state.try_write_arc()
+        self.state.try_write_arc().map(Ranked::tried)
+    }
+
+    /// `lock`, its waits counted in `waits` (polled a moment before blocking).
+    pub fn lock_counted(&self, waits: &LockWaits) -> BufGuard {
+        Ranked::acquire(|| {
+            waits.acquire_short(|| self.state.try_write_arc(), || self.state.write_arc())
+        })
     }
 
     pub fn read(&self) -> BufReadGuard<'_> {
-        self.state.read()
+        Ranked::acquire(|| self.state.read())
+    }
+
+    /// `read`, its waits counted in `waits` (polled a moment before blocking).
+    pub fn read_counted(&self, waits: &LockWaits) -> BufReadGuard<'_> {
+        Ranked::acquire(|| waits.acquire_short(|| self.state.try_read(), || self.state.read()))
     }
 
     /// Whether a writer holds the lock or waits for its readers to leave (when `try_read`
@@ -158,7 +183,7 @@ impl Buf {
     }
 
     pub fn try_read(&self) -> Option<BufReadGuard<'_>> {
-        self.state.try_read()
+        self.state.try_read().map(Ranked::tried)
     }
 
     /// The block's version as last published (see `version`).
@@ -259,7 +284,7 @@ impl Buf {
     /// Applies `w` to the block and formats into `out` what a checkpoint logs for it now (the
     /// push, for the context it is writing; no commit changes a block written late).
     pub fn apply_late(&self, w: &LateWrite, out: &mut Vec<u8>) {
-        let mut g = self.lock();
+        let mut g = self.lock_late();
         let (a, b) = (w.offset, w.offset + w.bytes.len());
         assert!(
             b <= g.data.len(),
@@ -388,7 +413,7 @@ pub struct BufCache {
     dev: Arc<dyn Device>,
     block_size: u32,
     max_buffers: usize,
-    bufs: [Mutex<BlockMap>; MAP_SHARDS],
+    bufs: [RankedMutex<BlockMap, { rank::BUF_MAP }>; MAP_SHARDS],
     /// Buffers in all the maps (changed under the map's lock).
     count: AtomicUsize,
     /// Bumped by every eviction pass: a read that raced with one may be older than what was
@@ -407,7 +432,7 @@ impl BufCache {
             dev,
             block_size,
             max_buffers: (max_bytes / u64::from(block_size)).max(16) as usize,
-            bufs: std::array::from_fn(|_| Mutex::new(BlockMap::default())),
+            bufs: std::array::from_fn(|_| RankedMutex::new(BlockMap::default())),
             count: AtomicUsize::new(0),
             evictions: std::sync::atomic::AtomicU64::new(0),
             evicted: std::sync::atomic::AtomicU64::new(0),
@@ -416,7 +441,7 @@ impl BufCache {
     }
 
     /// The map that holds `blkno`.
-    fn map(&self, blkno: u64) -> &Mutex<BlockMap> {
+    fn map(&self, blkno: u64) -> &RankedMutex<BlockMap, { rank::BUF_MAP }> {
         let i = (spread(blkno) >> 60) as usize % MAP_SHARDS;
         &self.bufs[i]
     }
@@ -482,7 +507,7 @@ impl BufCache {
     /// read from the device.
     fn insert(
         &self,
-        mut bufs: MutexGuard<'_, BlockMap>,
+        mut bufs: RankedMutexGuard<'_, BlockMap, { rank::BUF_MAP }>,
         blkno: u64,
         data: AlignedBuf,
         checked: u8,

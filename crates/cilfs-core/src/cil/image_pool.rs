@@ -12,7 +12,7 @@
 //! that stashes refill from, a batch at a time (one lock per batch, not per image). Vectors
 //! come back cleared; what a stash or the spare list cannot hold is freed.
 
-use parking_lot::Mutex;
+use crate::util::sync::{rank, RankedMutex};
 use std::cell::RefCell;
 
 /// Vectors a thread's stash keeps.
@@ -27,7 +27,7 @@ const KEEP_MAX_CAPACITY: usize = 72 << 10;
 /// A spare list and the stashes that refill from it: `POOL`, shared by every journal of the
 /// process (a vector is a vector); tests make their own.
 pub struct Pool {
-    spare: Mutex<Spare>,
+    spare: RankedMutex<Spare, { rank::IMAGE_POOL }>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -61,7 +61,7 @@ impl Default for Pool {
 impl Pool {
     pub const fn new() -> Self {
         Pool {
-            spare: Mutex::new(Spare {
+            spare: RankedMutex::new(Spare {
                 vecs: Vec::new(),
                 bytes: 0,
             }),

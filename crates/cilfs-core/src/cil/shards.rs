@@ -15,7 +15,7 @@
 
 use super::{merge_late, CilCtx, CilEntry, CHECKPOINT_FIXED_STREAM};
 use crate::util::lockstat::LockWaits;
-use parking_lot::{Mutex, MutexGuard};
+use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Shards: as many as the per-thread counters' (`counter::SHARDS`), whose thread numbering
@@ -28,7 +28,7 @@ pub const BYTES_SHARD: usize = 0;
 /// One shard on cache lines of its own.
 #[derive(Debug)]
 #[repr(align(128))]
-struct Shard(Mutex<CilCtx>);
+struct Shard(RankedMutex<CilCtx, { rank::CIL }>);
 
 #[derive(Debug)]
 pub struct Cil {
@@ -48,7 +48,7 @@ impl Cil {
     pub fn new(seq: u64) -> Self {
         Self {
             shards: (0..SHARDS)
-                .map(|_| Shard(Mutex::new(CilCtx::new(seq))))
+                .map(|_| Shard(RankedMutex::new(CilCtx::new(seq))))
                 .collect(),
             seq: AtomicU64::new(seq),
             items_bytes: AtomicU64::new(0),
@@ -80,7 +80,7 @@ impl Cil {
     /// the open one's for as long as it is held.
     pub fn lock(&self, i: usize, waits: &LockWaits) -> ShardGuard<'_> {
         let m = &self.shards[i % SHARDS].0;
-        let ctx = waits.acquire_short(|| m.try_lock(), || m.lock());
+        let ctx = m.lock_short(waits);
         debug_assert_eq!(ctx.seq, self.seq());
         let before = ctx.stream_bytes;
         ShardGuard {
@@ -95,7 +95,7 @@ impl Cil {
     /// sequence moves. Returns the closed context, its shards merged (blocks of `block_size`
     /// bytes).
     pub fn switch(&self, block_size: usize) -> CilCtx {
-        let mut guards: Vec<MutexGuard<'_, CilCtx>> =
+        let mut guards: Vec<RankedMutexGuard<'_, CilCtx, { rank::CIL }>> =
             self.shards.iter().map(|s| s.0.lock()).collect();
         let seq = self.seq();
         let next = seq + 1;
@@ -116,7 +116,7 @@ impl Cil {
 /// matches them).
 #[derive(Debug)]
 pub struct ShardGuard<'a> {
-    ctx: MutexGuard<'a, CilCtx>,
+    ctx: RankedMutexGuard<'a, CilCtx, { rank::CIL }>,
     before: u64,
     items_bytes: &'a AtomicU64,
     over_hard_limit: &'a AtomicBool,

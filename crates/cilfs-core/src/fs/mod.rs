@@ -43,8 +43,10 @@ use space::alloc::{Busy, BusyGuard};
 use tree::keys::{key, KIND_INODE};
 
 use crate::util::lockstat::{LockWaitStats, LockWaits};
+use crate::util::sync::{
+    rank, RankedMutex, RankedMutexGuard, RankedReadGuard, RankedRwLock, RankedWriteGuard,
+};
 use cache::inode_cache::{AllShards, InodeCache, InodeMap};
-use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::Arc;
 use txn::{FsTx, ReadView, TreeRead};
 
@@ -250,7 +252,7 @@ impl InodeMem {
 /// anything else.
 #[derive(Debug)]
 pub(crate) struct FsState {
-    pub hdr: Mutex<Header>,
+    pub hdr: RankedMutex<Header, { rank::HDR }>,
     pub inodes: InodeCache,
     pub cache: cache::pagecache::PageCache,
 }
@@ -259,7 +261,7 @@ pub(crate) struct FsState {
 pub struct Fs {
     pub(crate) journal: Arc<Journal>,
     pub(crate) hdr_blk: u64,
-    pub(crate) state: RwLock<FsState>,
+    pub(crate) state: RankedRwLock<FsState, { rank::STATE }>,
     pub(crate) busy: Busy,
     /// Inode numbers for new inodes (runs per directory).
     pub(crate) inos: space::ino_alloc::InoAlloc,
@@ -349,8 +351,8 @@ impl Fs {
         let fs = Arc::new(Fs {
             journal,
             hdr_blk: first,
-            state: RwLock::new(FsState {
-                hdr: Mutex::new(hdr),
+            state: RankedRwLock::new(FsState {
+                hdr: RankedMutex::new(hdr),
                 inodes: InodeCache::new(opts.inode_cache_max),
                 cache: cache::pagecache::PageCache::new(opts.page_cache_bytes, bs),
             }),
@@ -392,27 +394,23 @@ impl Fs {
     }
 
     /// The filesystem state, shared; counted in the lock table.
-    pub(crate) fn read_state(&self) -> RwLockReadGuard<'_, FsState> {
-        self.state_read_waits
-            .acquire(|| self.state.try_read(), || self.state.read())
+    pub(crate) fn read_state(&self) -> RankedReadGuard<'_, FsState, { rank::STATE }> {
+        self.state.read_counted(&self.state_read_waits)
     }
 
     /// The filesystem state, exclusive; counted in the lock table.
-    pub(crate) fn write_state(&self) -> RwLockWriteGuard<'_, FsState> {
-        self.state_write_waits
-            .acquire(|| self.state.try_write(), || self.state.write())
+    pub(crate) fn write_state(&self) -> RankedWriteGuard<'_, FsState, { rank::STATE }> {
+        self.state.write_counted(&self.state_write_waits)
     }
 
     /// The busy extents; counted in the lock table.
     pub(crate) fn lock_busy(&self) -> BusyGuard<'_> {
-        self.busy_waits
-            .acquire_short(|| self.busy.try_lock(), || self.busy.lock())
+        self.busy.lock_counted(&self.busy_waits)
     }
 
     /// The header, locked for a moment (the state lock held shared); counted in the lock table.
-    pub(crate) fn hdr<'s>(&self, st: &'s FsState) -> MutexGuard<'s, Header> {
-        self.hdr_waits
-            .acquire_short(|| st.hdr.try_lock(), || st.hdr.lock())
+    pub(crate) fn hdr<'s>(&self, st: &'s FsState) -> RankedMutexGuard<'s, Header, { rank::HDR }> {
+        st.hdr.lock_short(&self.hdr_waits)
     }
 
     /// Every lock of the lock table with its contention so far (what `cilfs bench fs` reports).
@@ -474,7 +472,7 @@ impl Fs {
 
     /// Starts a transaction on the state held under the write lock.
     pub(crate) fn begin<'a>(&'a self, st: &FsState) -> FsResult<FsTx<'a>> {
-        FsTx::begin(&self.journal, &self.hdr(st), self.hdr_blk, &self.busy)
+        FsTx::begin_copying(&self.journal, || self.hdr(st), self.hdr_blk, &self.busy)
     }
 
     /// Commits and adopts the transaction's header.

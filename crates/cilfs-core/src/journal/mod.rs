@@ -24,6 +24,7 @@ use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
 use crate::trans::{Reservation, TransJournal};
 use crate::util::lockstat::LockWaits;
+use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
 use cilfs_device::{Device, DeviceError, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -147,7 +148,7 @@ pub struct Journal {
     pub(crate) data: Arc<dyn Device>,
     pub(crate) logdev: Option<Arc<dyn Device>>,
     pub(crate) geo: Geometry,
-    pub(crate) sb: Mutex<Superblock>,
+    pub(crate) sb: RankedMutex<Superblock, { rank::SB }>,
     pub(crate) cfg: JournalConfig,
     pub(crate) limits: CilLimits,
     pub(crate) space_math: LogSpace,
@@ -156,7 +157,7 @@ pub struct Journal {
     /// With `cil_room`: the push switched contexts (or the journal shut down), for committers
     /// blocked at the hard limit.
     pub(crate) cil_switched: Condvar,
-    pub(crate) cil_room: Mutex<()>,
+    pub(crate) cil_room: RankedMutex<(), { rank::CIL_ROOM }>,
     /// `CilSharding::Rotate`: the shard the next commit takes.
     pub(crate) cil_next_shard: std::sync::atomic::AtomicUsize,
     /// Contention on the metadata buffer locks and on the CIL lock (the lock table).
@@ -165,8 +166,8 @@ pub struct Journal {
     /// Contention on `space`'s lock, which every commit takes to turn its reservation into
     /// its context's charge.
     pub(crate) space_waits: LockWaits,
-    pub(crate) writer: Mutex<LogWriter>,
-    pub(crate) space: Mutex<SpaceState>,
+    pub(crate) writer: RankedMutex<LogWriter, { rank::WRITER }>,
+    pub(crate) space: RankedMutex<SpaceState, { rank::SPACE }>,
     /// The highest checkpoint sequence that is stable (or was empty). Stored under `space`'s
     /// lock (`set_completed_seq`), so that a waiter on `checkpoint_done` misses no change;
     /// read without it: every transaction asks for it (to prune busy extents), and the
@@ -180,10 +181,10 @@ pub struct Journal {
     pub(crate) force_target: AtomicU64,
     /// Reservations, FIFO; its `in_use` mirrors `space` (see `publish_space`).
     pub(crate) grant: GrantHead,
-    pub(crate) ail: Mutex<Ail>,
+    pub(crate) ail: RankedMutex<Ail, { rank::AIL }>,
     /// How AIL write back IO goes out; held across that IO (the AIL lock is not), so it
     /// serialises pushers.
-    pub(crate) ail_writeback: Mutex<WritebackIo>,
+    pub(crate) ail_writeback: RankedMutex<WritebackIo, { rank::AIL_WRITEBACK }>,
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
@@ -209,9 +210,8 @@ const BAD_BLOCKS_LOGGED: usize = 1024;
 
 impl Journal {
     /// The log space accounting, locked; its waits counted (`space_waits`).
-    pub(crate) fn space(&self) -> parking_lot::MutexGuard<'_, SpaceState> {
-        self.space_waits
-            .acquire_short(|| self.space.try_lock(), || self.space.lock())
+    pub(crate) fn space(&self) -> RankedMutexGuard<'_, SpaceState, { rank::SPACE }> {
+        self.space.lock_short(&self.space_waits)
     }
 
     pub fn geometry(&self) -> &Geometry {

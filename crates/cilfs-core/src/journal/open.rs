@@ -19,6 +19,7 @@ use crate::log::writer::LogPlacement;
 use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
 use crate::util::lockstat::LockWaits;
+use crate::util::sync::RankedMutex;
 use cilfs_device::{Device, WriteFlags};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -177,13 +178,13 @@ impl Journal {
             space_math,
             cil: Cil::new(1),
             cil_switched: Condvar::new(),
-            cil_room: Mutex::new(()),
+            cil_room: RankedMutex::new(()),
             cil_next_shard: std::sync::atomic::AtomicUsize::new(0),
             buf_waits: LockWaits::new("buffer"),
             cil_waits: LockWaits::new("cil"),
             space_waits: LockWaits::new("log space"),
-            writer: Mutex::new(writer),
-            space: Mutex::new(SpaceState {
+            writer: RankedMutex::new(writer),
+            space: RankedMutex::new(SpaceState {
                 cil_charged: 0,
                 head: s.head,
                 // Everything before the head was replayed and flushed.
@@ -193,15 +194,15 @@ impl Journal {
             force_target: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             grant: GrantHead::new(space_math.bytes() - 2 * u64::from(cfg.log.logbsize)),
-            ail: Mutex::new(Ail::default()),
-            ail_writeback: Mutex::new(ail_io),
+            ail: RankedMutex::new(Ail::default()),
+            ail_writeback: RankedMutex::new(ail_io),
             counters,
             extra: Default::default(),
             shut_down: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
             worker: Mutex::new(None),
             ail_worker: Mutex::new(None),
-            sb: Mutex::new(sb),
+            sb: RankedMutex::new(sb),
             geo,
             cfg,
             meta_first,

@@ -7,6 +7,7 @@ use crate::log::item::LogItem;
 use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
 use crate::log::{LogWriter, Lsn};
+use crate::util::sync::{rank, RankedMutexGuard};
 use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -36,7 +37,7 @@ impl Journal {
                 .fetch_add(1, Ordering::Relaxed);
             self.request_push(self.cil.seq());
             // The push notifies under `cil_room` once it switched: no wakeup is missed.
-            self.cil_switched.wait(&mut room);
+            room.wait(&self.cil_switched);
         }
         if let Some(t) = blocked_since {
             self.extra
@@ -240,7 +241,7 @@ impl Journal {
 
     /// Lets go of the writer and wakes forcers that found it taken: they try again, or find
     /// their checkpoint done. Every holder of the writer releases it through here.
-    pub(crate) fn release_writer(&self, writer: parking_lot::MutexGuard<'_, LogWriter>) {
+    pub(crate) fn release_writer(&self, writer: RankedMutexGuard<'_, LogWriter, { rank::WRITER }>) {
         drop(writer);
         let _sp = self.space();
         self.checkpoint_done.notify_all();
@@ -252,7 +253,7 @@ impl Journal {
     fn writer_unless_done(
         &self,
         seq: u64,
-    ) -> Result<Option<parking_lot::MutexGuard<'_, LogWriter>>, JournalError> {
+    ) -> Result<Option<RankedMutexGuard<'_, LogWriter, { rank::WRITER }>>, JournalError> {
         let mut sp = self.space();
         loop {
             if self.completed_seq() >= seq {
@@ -265,8 +266,7 @@ impl Journal {
             self.check_alive()?;
             // Woken by every completion and every release of the writer (`release_writer`);
             // the timeout is only a net.
-            self.checkpoint_done
-                .wait_for(&mut sp, std::time::Duration::from_millis(10));
+            sp.wait_for(&self.checkpoint_done, std::time::Duration::from_millis(10));
         }
     }
 

@@ -869,6 +869,23 @@ fn force_of_a_completed_checkpoint_does_not_wait_for_the_writer() {
     assert_eq!(done, Ok(true), "the force waited for the writer");
 }
 
+/// The lock order is checked by the code: waiting for the log writer (rank 10) while holding
+/// the log space lock (rank 17) is the reversal `writer_unless_done` avoids by only trying the
+/// writer there, and a debug build stops it before it waits.
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(
+    expected = "lock order: log writer (rank 10) waited for while holding log space (rank 17)"
+)]
+fn waiting_for_the_writer_under_the_log_space_lock_breaks_the_order() {
+    let dev = fresh(44);
+    let j = open(&dev, FlushPolicy::Reduced);
+    let _space = j.space();
+    // A try never waits: allowed, and what the forcer does.
+    drop(j.writer.try_lock());
+    let _writer = j.writer.lock();
+}
+
 /// Forces ten blocks, opens transactions that hold all but `unit - 1` bytes of the log, and
 /// starts a reservation of `unit`, which cannot fit until they go. Returns how much `count` rose
 /// in the 300 ms it waited (long enough for a spinning waiter to go round thousands of times),

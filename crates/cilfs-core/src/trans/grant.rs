@@ -5,7 +5,7 @@
 //! that does not fit queues behind every earlier one; the one at the head of the queue calls the
 //! journal back to make space (write the AIL back, push the CIL, flush), the others sleep.
 
-use crate::util::sync::{lock, wait, Condvar, Mutex, MutexGuard};
+use crate::util::sync::{lock, rank, wait, Condvar, Mutex, MutexGuard, Ranked};
 use std::collections::VecDeque;
 
 #[derive(Debug, Default)]
@@ -54,9 +54,11 @@ pub struct GrantHead {
 
 impl GrantHead {
     /// `state` locked, its waits counted.
-    fn locked(&self) -> MutexGuard<'_, GrantState> {
-        self.waits
-            .acquire(|| self.state.try_lock().ok(), || lock(&self.state))
+    fn locked(&self) -> Ranked<MutexGuard<'_, GrantState>, { rank::GRANT }> {
+        Ranked::acquire(|| {
+            self.waits
+                .acquire(|| self.state.try_lock().ok(), || lock(&self.state))
+        })
     }
 
     pub fn new(capacity: u64) -> Self {
@@ -133,7 +135,7 @@ impl GrantHead {
                     }
                 }
             }
-            g = wait(&self.changed, g);
+            g = g.map_guard(|g| wait(&self.changed, g));
         }
     }
 

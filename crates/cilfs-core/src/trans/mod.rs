@@ -440,9 +440,7 @@ impl<'j, J: TransJournal> Transaction<'j, J> {
         for i in order {
             let h = &self.held[i];
             let g = if wait {
-                self.journal
-                    .buf_waits()
-                    .acquire_short(|| h.buf.try_lock(), || h.buf.lock())
+                h.buf.lock_counted(self.journal.buf_waits())
             } else {
                 match h.buf.try_lock() {
                     Some(g) => g,
@@ -574,9 +572,7 @@ impl PublishLocks {
 
 /// `buf` held to read, its waits counted in the lock table (`buffer`).
 fn read_counted<'b, J: TransJournal>(journal: &J, buf: &'b Buf) -> BufReadGuard<'b> {
-    journal
-        .buf_waits()
-        .acquire_short(|| buf.try_read(), || buf.read())
+    buf.read_counted(journal.buf_waits())
 }
 
 /// Copies one transaction's changes of a block into the buffer.

@@ -12,7 +12,10 @@
 
 use crate::fs::{InodeMem, InodeTable};
 use crate::util::lockstat::LockWaits;
-use parking_lot::{Mutex, MutexGuard};
+use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
+
+/// One shard of the cache, locked.
+pub(crate) type ShardGuard<'a> = RankedMutexGuard<'a, InodeTable, { rank::INODES }>;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Shards of the page cache and of the inode IO locks (`shard_of`).
@@ -80,7 +83,7 @@ pub(crate) fn shard_max(max: usize) -> usize {
 
 #[derive(Debug)]
 pub(crate) struct InodeCache {
-    shards: Vec<Mutex<InodeTable>>,
+    shards: Vec<RankedMutex<InodeTable, { rank::INODES }>>,
     /// log2 of the number of shards.
     bits: u32,
     /// Contention on the shards' locks, all counted as one row of the lock table.
@@ -97,7 +100,9 @@ impl InodeCache {
     pub fn new(max: usize) -> Self {
         let n = shard_count_for(max);
         Self {
-            shards: (0..n).map(|_| Mutex::new(InodeTable::default())).collect(),
+            shards: (0..n)
+                .map(|_| RankedMutex::new(InodeTable::default()))
+                .collect(),
             bits: n.trailing_zeros(),
             waits: LockWaits::new("inode cache"),
             removals: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -124,7 +129,7 @@ impl InodeCache {
     pub fn all(&mut self) -> AllShards<'_> {
         AllShards {
             bits: self.bits,
-            shards: self.shards.iter_mut().map(Mutex::get_mut).collect(),
+            shards: self.shards.iter_mut().map(RankedMutex::get_mut).collect(),
         }
     }
 
@@ -139,9 +144,8 @@ impl InodeCache {
     }
 
     /// The shard of `ino`, locked for a moment.
-    pub fn lock(&self, ino: u64) -> MutexGuard<'_, InodeTable> {
-        let m = &self.shards[self.shard(ino)];
-        self.waits.acquire_short(|| m.try_lock(), || m.lock())
+    pub fn lock(&self, ino: u64) -> ShardGuard<'_> {
+        self.shards[self.shard(ino)].lock_short(&self.waits)
     }
 
     /// Tests: whether `ino`'s shard is held now (by anyone, this thread included).
@@ -159,11 +163,8 @@ impl InodeCache {
         let mut idx: Vec<usize> = inos.into_iter().map(|i| self.shard(i)).collect();
         idx.sort_unstable();
         idx.dedup();
-        let lock = |i: usize| {
-            let m = &self.shards[i];
-            self.waits.acquire_short(|| m.try_lock(), || m.lock())
-        };
-        let mut held: Vec<Option<MutexGuard<'_, InodeTable>>> = idx.iter().map(|_| None).collect();
+        let lock = |i: usize| self.shards[i].lock_short(&self.waits);
+        let mut held: Vec<Option<ShardGuard<'_>>> = idx.iter().map(|_| None).collect();
         loop {
             let mut busy = None;
             for (k, &i) in idx.iter().enumerate() {
@@ -175,7 +176,7 @@ impl InodeCache {
                     held[k] = Some(lock(i));
                     continue;
                 }
-                match self.waits.try_acquire(|| self.shards[i].try_lock()) {
+                match self.shards[i].try_lock_counted(&self.waits) {
                     Some(g) => held[k] = Some(g),
                     None => {
                         busy = Some(k);
@@ -197,7 +198,7 @@ impl InodeCache {
     /// `f` on each shard in turn, each locked only for its call.
     pub fn for_each_shard(&self, mut f: impl FnMut(&mut InodeTable)) {
         for m in &self.shards {
-            f(&mut self.waits.acquire_short(|| m.try_lock(), || m.lock()));
+            f(&mut m.lock_short(&self.waits));
         }
     }
 
@@ -238,7 +239,7 @@ impl InodeMap for AllShards<'_> {
 pub(crate) struct ShardGuards<'a> {
     bits: u32,
     /// (shard, its lock), in shard order.
-    guards: Vec<(usize, MutexGuard<'a, InodeTable>)>,
+    guards: Vec<(usize, ShardGuard<'a>)>,
 }
 
 impl ShardGuards<'_> {

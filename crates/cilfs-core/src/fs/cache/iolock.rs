@@ -14,7 +14,7 @@
 //! The table keeps an entry only while some thread holds or waits for it.
 
 use crate::util::lockstat::LockWaits;
-use crate::util::sync::{lock, wait, Condvar, Mutex};
+use crate::util::sync::{check_order, lock, rank, wait, Condvar, Held, Mutex};
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -60,6 +60,8 @@ pub(crate) struct IoGuard<'a> {
     locks: &'a IoLocks,
     ino: u64,
     mode: IoMode,
+    /// The rank held (the order is checked before any wait: `lock`, `lock_unless`).
+    _held: Held<{ rank::IO }>,
 }
 
 fn grantable(e: &Entry, mode: IoMode) -> bool {
@@ -91,6 +93,7 @@ impl IoLocks {
     /// Takes `ino`'s IO lock, waiting for the holders of a conflicting mode. The caller holds
     /// no other IO lock it waited for, and no filesystem state lock.
     pub(crate) fn lock(&self, ino: u64, mode: IoMode) -> IoGuard<'_> {
+        check_order(rank::IO);
         self.waits
             .acquire(|| self.try_lock(ino, mode), || self.wait_for(ino, mode))
     }
@@ -113,6 +116,7 @@ impl IoLocks {
             locks: self,
             ino,
             mode,
+            _held: Held::tried(),
         }
     }
 
@@ -123,6 +127,7 @@ impl IoLocks {
         mode: IoMode,
         give_up: impl FnOnce() -> bool,
     ) -> Option<IoGuard<'_>> {
+        check_order(rank::IO);
         self.waits.acquire(
             || self.try_lock(ino, mode).map(Some),
             || (!give_up()).then(|| self.wait_for(ino, mode)),
@@ -141,6 +146,7 @@ impl IoLocks {
             locks: self,
             ino,
             mode,
+            _held: Held::tried(),
         })
     }
 

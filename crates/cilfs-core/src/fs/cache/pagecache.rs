@@ -14,7 +14,7 @@
 //! no IO happens under it.
 
 use crate::util::lockstat::LockWaits;
-use parking_lot::{Mutex, MutexGuard};
+use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -34,7 +34,7 @@ struct Shard {
 
 #[derive(Debug)]
 pub struct PageCache {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[RankedMutex<Shard, { rank::PAGES }>]>,
     /// Dirty pages in all shards (changed under the shard's lock).
     dirty: AtomicUsize,
     /// Pages in all shards (changed under the shard's lock).
@@ -51,7 +51,7 @@ pub struct PageCache {
 pub struct InodePages<'a> {
     cache: &'a PageCache,
     /// Held until the hold ends (taken in `drop`, which lets it go before it trims others).
-    shard: Option<MutexGuard<'a, Shard>>,
+    shard: Option<RankedMutexGuard<'a, Shard, { rank::PAGES }>>,
     ino: u64,
     /// Pages this hold added: the cache may be over its limit once the lock is let go.
     added: bool,
@@ -156,7 +156,9 @@ impl PageCache {
     pub fn new(max_bytes: u64, block_size: u32) -> Self {
         let max_pages = (max_bytes / u64::from(block_size)).max(64) as usize;
         PageCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| RankedMutex::new(Shard::default()))
+                .collect(),
             dirty: AtomicUsize::new(0),
             pages: AtomicUsize::new(0),
             max_pages,
@@ -165,9 +167,8 @@ impl PageCache {
         }
     }
 
-    fn shard(&self, ino: u64) -> MutexGuard<'_, Shard> {
-        let m = &self.shards[shard_of(ino)];
-        self.waits.acquire_short(|| m.try_lock(), || m.lock())
+    fn shard(&self, ino: u64) -> RankedMutexGuard<'_, Shard, { rank::PAGES }> {
+        self.shards[shard_of(ino)].lock_short(&self.waits)
     }
 
     /// `ino`'s pages, its shard locked until the result is dropped.
@@ -226,7 +227,7 @@ impl PageCache {
     pub fn dirty_inodes(&self) -> Vec<u64> {
         let mut out: Vec<u64> = Vec::new();
         for s in self.shards.iter() {
-            let shard = self.waits.acquire_short(|| s.try_lock(), || s.lock());
+            let shard = s.lock_short(&self.waits);
             for (&(i, _), p) in &shard.pages {
                 if p.dirty && out.last() != Some(&i) {
                     out.push(i);

@@ -8,7 +8,8 @@ use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::header::{freelist_capacity, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE};
 use crate::fs::tree::node::Key;
 use crate::fs::txn::{FsTx, Trees};
-use parking_lot::{Mutex, MutexGuard};
+use crate::util::lockstat::LockWaits;
+use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,7 +36,7 @@ pub struct BusyExtents {
 /// (`BusyGuard`), so a reader sees them as the last holder left them.
 #[derive(Debug, Default)]
 pub struct Busy {
-    extents: Mutex<BusyExtents>,
+    extents: RankedMutex<BusyExtents, { rank::BUSY }>,
     /// The oldest checkpoint sequence any busy extent waits for, plus one (0: none).
     oldest_seq_plus_one: AtomicU64,
     /// Busy and reserved blocks together.
@@ -45,7 +46,7 @@ pub struct Busy {
 /// A hold of `Busy`'s lock; publishes its lock-free figures when dropped.
 #[derive(Debug)]
 pub struct BusyGuard<'a> {
-    g: MutexGuard<'a, BusyExtents>,
+    g: RankedMutexGuard<'a, BusyExtents, { rank::BUSY }>,
     busy: &'a Busy,
 }
 
@@ -53,6 +54,14 @@ impl Busy {
     pub fn lock(&self) -> BusyGuard<'_> {
         BusyGuard {
             g: self.extents.lock(),
+            busy: self,
+        }
+    }
+
+    /// `lock`, its waits counted in `waits` (polled a moment before blocking).
+    pub fn lock_counted(&self, waits: &LockWaits) -> BusyGuard<'_> {
+        BusyGuard {
+            g: self.extents.lock_short(waits),
             busy: self,
         }
     }

@@ -22,7 +22,7 @@
 //! cannot stat, after some four thousand mounts that each made sixteen directories or more.
 
 use crate::fs::items::inode::INO_LIMIT;
-use parking_lot::Mutex;
+use crate::util::sync::{rank, RankedMutex};
 
 /// Numbers in a directory's first run, and the most in one: tens of leaves of inode items at
 /// 4 KiB blocks.
@@ -39,7 +39,7 @@ const _: () = assert!(RUN_MAX <= LANE_WIDTH);
 
 #[derive(Debug)]
 pub(crate) struct InoAlloc {
-    inner: Mutex<Runs>,
+    inner: RankedMutex<Runs, { rank::INOS }>,
 }
 
 #[derive(Debug)]
@@ -71,7 +71,7 @@ impl InoAlloc {
             (start, start.saturating_add(LANE_WIDTH))
         });
         InoAlloc {
-            inner: Mutex::new(Runs {
+            inner: RankedMutex::new(Runs {
                 lanes,
                 fresh: next_ino.saturating_add(LANES as u64 * LANE_WIDTH),
                 rotor: 0,

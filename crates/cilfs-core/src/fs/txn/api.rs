@@ -13,7 +13,7 @@ use crate::fs::txn::late::{counters_late, write_header_late};
 use crate::fs::txn::view::{ReadView, Trees};
 use crate::journal::{Journal, JournalError, Transaction};
 use crate::trans::{PublishLocks, Reservation};
-use parking_lot::Mutex;
+use crate::util::sync::{rank, RankedMutex};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Blocks one filesystem transaction may log. Each operation is built to stay under it: work
@@ -81,6 +81,19 @@ impl<'a> FsTx<'a> {
         hdr_blk: u64,
         busy: &'a Busy,
     ) -> FsResult<Self> {
+        Self::begin_copying(journal, || hdr, hdr_blk, busy)
+    }
+
+    /// `begin`, the header copied from `hdr` once the transaction has its log space and the
+    /// busy extents are pruned: a caller that locks the header in `hdr` holds it (rank 9 of
+    /// docs/concurrency.md) only for the copy, not through the log-space wait or the busy
+    /// extents' lock (rank 6).
+    pub(crate) fn begin_copying<H: std::ops::Deref<Target = Header>>(
+        journal: &'a Journal,
+        hdr: impl FnOnce() -> H,
+        hdr_blk: u64,
+        busy: &'a Busy,
+    ) -> FsResult<Self> {
         let t = Self::begin_with(journal, hdr, hdr_blk, busy, false)?;
         crate::fs::txn::retry::changing();
         Ok(t)
@@ -94,12 +107,12 @@ impl<'a> FsTx<'a> {
         hdr_blk: u64,
         busy: &'a Busy,
     ) -> FsResult<Self> {
-        Self::begin_with(journal, hdr, hdr_blk, busy, true)
+        Self::begin_with(journal, || hdr, hdr_blk, busy, true)
     }
 
-    fn begin_with(
+    fn begin_with<H: std::ops::Deref<Target = Header>>(
         journal: &'a Journal,
-        hdr: &Header,
+        hdr: impl FnOnce() -> H,
         hdr_blk: u64,
         busy: &'a Busy,
         optimistic: bool,
@@ -132,6 +145,7 @@ impl<'a> FsTx<'a> {
         };
         let completed_seq = journal.completed_seq();
         busy.prune(completed_seq);
+        let hdr = hdr();
         Ok(FsTx {
             tx,
             hdr: hdr.clone(),
@@ -240,7 +254,7 @@ impl<'a> FsTx<'a> {
         mut self,
         mut locks: PublishLocks,
         images: Option<Vec<Vec<u8>>>,
-        hdr: &Mutex<Header>,
+        hdr: &RankedMutex<Header, { rank::HDR }>,
         roots_moved: &AtomicU64,
     ) -> FsResult<Option<(u64, PublishLocks)>> {
         assert!(!self.force_header);

@@ -33,6 +33,7 @@ use crate::fs::items::inode::Inode;
 use crate::fs::txn::FsTx;
 use crate::fs::types::Reserve;
 use crate::fs::{Fs, FsState, InodeMem, InodeTable};
+use crate::util::sync::{rank, Ranked};
 
 /// Runs in a row that found their view changed before one runs under the exclusive lock.
 const CONFLICTS_MAX: u32 = 8;
@@ -630,9 +631,9 @@ impl Fs {
     /// Waits for the publish turn: a commit that changes interior nodes or the header's
     /// structure (roots, free list, data range), whose merge of the header must see the last
     /// such commit's.
-    fn take_turn(&self) -> parking_lot::MutexGuard<'_, ()> {
+    fn take_turn(&self) -> Ranked<parking_lot::MutexGuard<'_, ()>, { rank::TURN }> {
         before_turn_hook(false);
-        self.publishing.lock(&self.publish_waits)
+        Ranked::acquire(|| self.publishing.lock(&self.publish_waits))
     }
 }
 
