@@ -4,7 +4,7 @@
 
 use super::salvage::{kind_range, Model};
 use super::RepairError;
-use crate::fs::items::dir::{free_slot, DirEntry};
+use crate::fs::items::dir::DirEntry;
 use crate::fs::items::extent::Extent;
 use crate::fs::items::inode::{FileType, Inode, Timespec, ROOT_INO};
 use crate::fs::tree::keys::{
@@ -105,24 +105,6 @@ fn remove_entry(m: &mut Model<'_>, dir: u64, hash: u64, slot: u8) {
     }
 }
 
-/// Adds an entry; false if its bucket is full.
-fn add_entry(m: &mut Model<'_>, dir: u64, e: DirEntry) -> bool {
-    let hash = name_hash(&e.name);
-    let mut es = m
-        .buckets(dir)
-        .into_iter()
-        .find(|(h, _)| *h == hash)
-        .map(|(_, es)| es)
-        .unwrap_or_default();
-    let Some(slot) = free_slot(&es) else {
-        return false;
-    };
-    es.push((slot, e));
-    es.sort_by_key(|(s, _)| *s);
-    m.put_bucket(dir, hash, &es);
-    true
-}
-
 fn has_name(m: &Model<'_>, dir: u64, name: &[u8]) -> Option<DirEntry> {
     m.buckets(dir)
         .into_iter()
@@ -197,7 +179,7 @@ fn lost_found(m: &mut Model<'_>, r: &mut Reach) -> Option<u64> {
         kind: FileType::Directory,
         name: name.clone(),
     };
-    if !add_entry(m, ROOT_INO, e) {
+    if !m.add_entry(ROOT_INO, e) {
         return None;
     }
     m.put_inode(&dir);
@@ -228,7 +210,7 @@ fn to_lost_found(m: &mut Model<'_>, r: &mut Reach, ino: u64, kind: FileType) -> 
         kind,
         name: name.clone(),
     };
-    if !add_entry(m, lf, e) {
+    if !m.add_entry(lf, e) {
         return false;
     }
     m.moved_to_lost_found += 1;

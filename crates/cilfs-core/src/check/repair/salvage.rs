@@ -145,7 +145,7 @@ impl<'a> Model<'a> {
                         // not a damaged name, is what a CRC-valid mismatch most often is).
                         for (_, e) in wrong {
                             let name = String::from_utf8_lossy(&e.name).into_owned();
-                            if self.refile_entry(ino, e) {
+                            if self.add_entry(ino, e) {
                                 self.change(format!(
                                     "directory {ino}: entry {name:?} under the wrong hash \
                                      filed under its own"
@@ -245,15 +245,14 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// Adds `e` to directory `dir` under its name's hash: false if the name is there already
-    /// or the bucket has no free slot.
-    fn refile_entry(&mut self, dir: u64, e: DirEntry) -> bool {
+    /// Adds `e` to directory `dir` under its name's hash: false if the name is there already,
+    /// the bucket has no free slot, or it does not decode (salvage drops it).
+    pub fn add_entry(&mut self, dir: u64, e: DirEntry) -> bool {
         let hash = name_hash(&e.name);
         let k = key(dir, KIND_DIRENT, hash);
         let mut es = match self.items.get(&k).map(|v| decode_slotted(v, dir)) {
             None => Vec::new(),
             Some(Ok(es)) => es,
-            // Salvage drops it (or did): nothing to join.
             Some(Err(_)) => return false,
         };
         if es.iter().any(|(_, x)| x.name == e.name) {
@@ -302,14 +301,10 @@ impl<'a> Model<'a> {
                     "directory",
                 )
             } else if symlink {
-                let mut i = Inode::empty_dir(ino, 0, 0, 0, 0, now);
-                i.mode = crate::fs::items::inode::S_IFLNK | 0o777;
-                i.nlink = 1;
+                let i = Inode::empty(ino, crate::fs::items::inode::S_IFLNK | 0o777, 0, 0, now);
                 (i, "symbolic link")
             } else if let Some(end) = extent_end {
-                let mut i = Inode::empty_dir(ino, 0, 0, 0, 0, now);
-                i.mode = crate::fs::items::inode::S_IFREG | 0o600;
-                i.nlink = 1;
+                let mut i = Inode::empty(ino, crate::fs::items::inode::S_IFREG | 0o600, 0, 0, now);
                 i.size = end.saturating_mul(bs);
                 i.disk_size = i.size;
                 (i, "file")

@@ -177,11 +177,20 @@ impl Inode {
     /// repair makes: the root when it is lost, lost+found).
     pub fn empty_dir(ino: u64, perm: u32, uid: u32, gid: u32, parent: u64, now: Timespec) -> Inode {
         Inode {
+            parent,
+            ..Inode::empty(ino, S_IFDIR | (perm & 0o7777), uid, gid, now)
+        }
+    }
+
+    /// An inode of `mode` (type and permission bits) with nothing in it, made at `now`: one
+    /// link, two for a directory (whose `parent` the caller sets).
+    pub fn empty(ino: u64, mode: u32, uid: u32, gid: u32, now: Timespec) -> Inode {
+        Inode {
             ino,
-            mode: S_IFDIR | (perm & 0o7777),
+            mode,
             uid,
             gid,
-            nlink: 2,
+            nlink: if mode & S_IFMT == S_IFDIR { 2 } else { 1 },
             size: 0,
             disk_size: 0,
             dirty_from: NOT_DIRTY,
@@ -193,7 +202,7 @@ impl Inode {
             rdev: 0,
             change: 0,
             flags: 0,
-            parent,
+            parent: 0,
             project: 0,
         }
     }
