@@ -4,6 +4,7 @@
 //! the journal.
 
 pub mod grant;
+pub mod publish;
 
 use crate::buf::{Buf, BufData, BufGuard, BufReadGuard, LateWrite, RangeSet};
 use crate::log::record::OP_HEADER_BYTES;
@@ -432,45 +433,34 @@ impl<'j, J: TransJournal> Transaction<'j, J> {
     }
 
     fn lock_changed_if(&self, wait: bool) -> Result<Option<PublishLocks>, u64> {
-        let mut order: Vec<usize> = (0..self.held.len())
-            .filter(|&i| self.held[i].publishes())
+        let waits = self.journal.buf_waits();
+        let wanted = (self.held.iter().enumerate())
+            .filter(|(_, h)| h.publishes())
+            .map(|(index, h)| publish::Wanted {
+                index,
+                block: Locking { buf: &h.buf, waits },
+                version: h.version,
+            })
             .collect();
-        order.sort_unstable_by_key(|&i| self.held[i].buf.blkno());
-        let mut guards: Vec<(usize, u64, BufGuard)> = Vec::with_capacity(order.len());
-        for i in order {
-            let h = &self.held[i];
-            let g = if wait {
-                h.buf.lock_counted(self.journal.buf_waits())
-            } else {
-                match h.buf.try_lock() {
-                    Some(g) => g,
-                    None => return Ok(None),
-                }
-            };
-            if g.version != h.version {
-                return Err(h.buf.blkno());
-            }
-            guards.push((i, h.buf.blkno(), g));
-        }
-        Ok(Some(PublishLocks {
-            guards,
-            spent: Vec::new(),
-            replaced: Vec::new(),
-        }))
+        Ok(
+            publish::lock_in_block_order(wanted, wait)?.map(|guards| PublishLocks {
+                guards,
+                spent: Vec::new(),
+                replaced: Vec::new(),
+            }),
+        )
     }
 
     /// Whether a block this transaction only read is locked by another commit now (which
-    /// is publishing it): checked without waiting, since a commit holding its own locks must
-    /// never wait for another's (Silo's read-set check; `lock_changed`'s locks held).
+    /// is publishing it): checked without waiting (`publish::read_set_locked`), its own
+    /// locks (`lock_changed`'s) held.
     pub fn read_set_locked(&self) -> bool {
-        // Two commits each lock what they write and then look at the locks of what they only
-        // read (a store, then a load of another place): without a full fence a weakly
-        // ordered CPU may let both miss the other's lock (x86's locked instructions fence
-        // already).
-        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-        self.held
-            .iter()
-            .any(|h| !h.publishes() && h.buf.locked_exclusive())
+        let waits = self.journal.buf_waits();
+        publish::read_set_locked(
+            (self.held.iter())
+                .filter(|h| !h.publishes())
+                .map(|h| Locking { buf: &h.buf, waits }),
+        )
     }
 
     /// The second step: copies the changes into the locked buffers, which take new versions.
@@ -612,5 +602,35 @@ impl<J: TransJournal> Drop for Transaction<'_, J> {
             self.held.clear();
             self.journal.release_reservation(self.unit);
         }
+    }
+}
+
+/// A buffer as a commit locks it (`publish::PublishBlock`), its waits counted.
+struct Locking<'a> {
+    buf: &'a Buf,
+    waits: &'a LockWaits,
+}
+
+impl publish::PublishBlock for Locking<'_> {
+    type Guard = BufGuard;
+
+    fn blkno(&self) -> u64 {
+        self.buf.blkno()
+    }
+
+    fn lock(&self) -> BufGuard {
+        self.buf.lock_counted(self.waits)
+    }
+
+    fn try_lock(&self) -> Option<BufGuard> {
+        self.buf.try_lock()
+    }
+
+    fn version(g: &BufGuard) -> u64 {
+        g.version
+    }
+
+    fn locked_exclusive(&self) -> bool {
+        self.buf.locked_exclusive()
     }
 }

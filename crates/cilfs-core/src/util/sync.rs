@@ -15,6 +15,14 @@ pub(crate) use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::thread::JoinHandle;
 
+/// A full fence (loom's under `--cfg loom`, so that the model sees it).
+pub(crate) fn fence_seq_cst() {
+    #[cfg(loom)]
+    loom::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    #[cfg(not(loom))]
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Starts a named thread (names are dropped under loom).
 pub(crate) fn spawn<F>(name: String, f: F) -> Option<JoinHandle<()>>
 where

@@ -1,20 +1,20 @@
-//! A loom model of how optimistic commits publish side by side under the shared state lock
-//! (`shared_tx.rs::publish_shared`, `Transaction::lock_changed`, `read_set_locked`,
-//! `publish_locked`, `Fs::publishing`). The real code runs on parking_lot's locks, which loom
-//! cannot see into; this model has the same steps on loom's:
-//! - a transaction reads blocks with no lock but the block's own, for a moment, noting each
-//!   version, and computes what it writes from what it read;
-//! - it publishes under the state lock shared: locks the blocks it writes in block order
-//!   (refused if one changed), then checks every block it only read without waiting: not
-//!   locked by another publisher and at the version it saw; publishes (new versions);
-//!   inserts into the CIL and adds to the header counter under the CIL's lock (a commit of
-//!   leaves takes no turn: its counters are changes, summed in any order); lets go;
-//! - after conflicts in a row it runs under the state lock exclusive;
-//! - a structural commit (one changing interior nodes) takes the turn first and under it only
-//!   tries its blocks' locks; if one is held it lets the turn go, locks its blocks as the
-//!   others do, and then takes the turn. No thread holding the turn ever waits for a block,
-//!   so no cycle with a commit holding blocks and waiting for the turn can form: loom would
-//!   report the deadlock.
+//! A loom model of how optimistic commits publish side by side under the shared state lock.
+//! The order of the steps is the production code's, run here on loom's locks:
+//! - `fs::txn::publish::retry`: optimistic runs, then, after conflicts in a row, one under the
+//!   state lock exclusive (`Fs::with_shared_tx`);
+//! - `fs::txn::publish::publish`: the turn first and only tries under it for a structural
+//!   commit, falling back to the locks first and the turn after; the read-set check with the
+//!   locks held; a commit of leaves publishing before it inserts, without the turn
+//!   (`shared_tx.rs::publish_shared`);
+//! - `trans::publish::lock_in_block_order` and `read_set_locked`: the blocks written locked
+//!   in block order at the versions seen, the blocks only read looked at, never waited for,
+//!   after a full fence (`Transaction::lock_changed`, `read_set_locked`).
+//!
+//! What the model stands in for: a block (its lock, value and published version, in place
+//! of `Buf`, whose parking_lot lock loom cannot see into), the header's count and the CIL
+//! (`FsTx::insert_shared`: the header's lock, then the CIL's, two holds), and a transaction's
+//! build (each block read under its lock for a moment, its version noted, and what it
+//! writes computed from what it read).
 //!
 //! What must hold (what recovery needs): every prefix of the CIL, the state a checkpoint
 //! boundary could leave after a crash, is the state some serial run of the transactions in it
@@ -26,10 +26,14 @@
 //! read-set lock check lets two commits each miss the other's write (write skew): its test
 //! expects loom to find that.
 
+use crate::fs::txn::publish::{publish, retry, Publish};
+use crate::trans::publish::{lock_in_block_order, read_set_locked, PublishBlock, Wanted};
 use loom::sync::atomic::{AtomicU64, Ordering};
-use loom::sync::{Arc, Condvar, Mutex, RwLock};
+use loom::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::convert::Infallible;
 
-/// Conflicts in a row before a transaction runs under the exclusive state lock.
+/// Conflicts in a row before a transaction runs under the exclusive state lock: fewer than
+/// the filesystem's (`shared_tx.rs`), which loom's search would not get through.
 const CONFLICTS_MAX: u32 = 2;
 
 struct Block {
@@ -204,124 +208,182 @@ impl Txn {
     }
 }
 
+/// A model block as the production lock rules see it (`trans::publish::PublishBlock`).
+struct ModelLock<'s> {
+    block: &'s Block,
+    blkno: u64,
+    /// The model of a wrong order: a try that waits (`Txn::waits_under_turn`).
+    try_waits: bool,
+    /// False: the model of a commit that does not look at its read set's locks.
+    read_locks_seen: bool,
+}
+
+impl<'s> PublishBlock for ModelLock<'s> {
+    type Guard = Held<'s>;
+
+    fn blkno(&self) -> u64 {
+        self.blkno
+    }
+
+    fn lock(&self) -> Held<'s> {
+        self.block.lock(true)
+    }
+
+    fn try_lock(&self) -> Option<Held<'s>> {
+        match self.try_waits {
+            true => Some(self.block.lock(true)),
+            false => self.block.try_lock(true),
+        }
+    }
+
+    fn version(g: &Held<'s>) -> u64 {
+        g.block.version.load(Ordering::Acquire)
+    }
+
+    fn locked_exclusive(&self) -> bool {
+        self.read_locks_seen && *self.block.lock.lock().unwrap() == WRITER
+    }
+}
+
+/// One optimistic commit of a model transaction, published by the production sequence
+/// (`fs::txn::publish::publish`).
+struct ModelPublish<'s> {
+    store: &'s Store,
+    t: &'s Txn,
+    /// (block, value, version) of every block it touched, as its build saw them.
+    noted: Vec<(usize, u64, u64)>,
+    check_read_locks: bool,
+}
+
+impl<'s> ModelPublish<'s> {
+    fn lock_of(&self, b: usize) -> ModelLock<'s> {
+        ModelLock {
+            block: &self.store.blocks[b],
+            blkno: b as u64,
+            try_waits: self.t.waits_under_turn,
+            read_locks_seen: self.check_read_locks,
+        }
+    }
+
+    fn version_of(&self, b: usize) -> u64 {
+        self.noted.iter().find(|n| n.0 == b).map_or(u64::MAX, |n| n.2)
+    }
+
+    fn seen(&self) -> Vec<(usize, u64)> {
+        (self.noted.iter())
+            .filter(|(b, _, _)| self.t.reads.contains(b))
+            .map(|&(b, v, _)| (b, v))
+            .collect()
+    }
+
+    fn write(&self, locks: &[(usize, u64, Held<'s>)]) {
+        let v = self.t.value(&self.seen());
+        for (_, _, g) in locks {
+            g.set(v);
+            g.block.version.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl<'s> Publish for ModelPublish<'s> {
+    type Turn = Quiet<MutexGuard<'s, ()>>;
+    type Locks = Vec<(usize, u64, Held<'s>)>;
+    type Checked = ();
+    type Done = ();
+    type Error = Infallible;
+
+    fn leaves_only(&self) -> bool {
+        !self.t.structural
+    }
+
+    fn take_turn(&self) -> Self::Turn {
+        Quiet::new(self.store.turn.lock().unwrap())
+    }
+
+    fn lock_changed(&mut self, wait: bool) -> Result<Option<Self::Locks>, ()> {
+        let wanted = (self.t.writes.iter())
+            .map(|&b| Wanted {
+                index: b,
+                block: self.lock_of(b),
+                version: self.version_of(b),
+            })
+            .collect();
+        lock_in_block_order(wanted, wait).map_err(|_| ())
+    }
+
+    fn check(&mut self, _: &Self::Locks) -> Result<Option<()>, Infallible> {
+        let read_only: Vec<usize> = (self.t.reads.iter())
+            .filter(|b| !self.t.writes.contains(b))
+            .copied()
+            .collect();
+        if read_set_locked(read_only.iter().map(|&b| self.lock_of(b))) {
+            return Ok(None);
+        }
+        let moved = (read_only.iter())
+            .any(|&b| self.store.blocks[b].version.load(Ordering::Acquire) != self.version_of(b));
+        Ok((!moved).then_some(()))
+    }
+
+    fn publish_leaves(&mut self, locks: &mut Self::Locks) {
+        self.write(locks);
+    }
+
+    fn insert(
+        self,
+        locks: Self::Locks,
+        turn: Option<Self::Turn>,
+        (): (),
+    ) -> Result<Option<()>, Infallible> {
+        if self.t.structural {
+            self.write(&locks);
+        }
+        self.store.seen.lock().unwrap().push((self.t.id, self.seen()));
+        insert(self.store, self.t, self.t.structural);
+        drop(turn);
+        drop(locks);
+        Ok(Some(()))
+    }
+}
+
+/// Runs `t` to its commit as `Fs::with_shared_tx` does, through the production retry and
+/// publish sequence.
 fn run(store: &Store, t: &Txn, check_read_locks: bool) {
-    let mut conflicts = 0;
-    loop {
-        if conflicts >= CONFLICTS_MAX {
-            let _st = Quiet::new(store.state.write().unwrap());
-            let seen: Vec<(usize, u64)> = t
-                .reads
-                .iter()
-                .map(|&b| (b, store.blocks[b].lock(false).get()))
-                .collect();
-            let v = t.value(&seen);
-            for &b in &t.writes {
-                store.blocks[b].lock(true).set(v);
-                store.blocks[b].version.fetch_add(1, Ordering::Release);
-            }
-            commit_turn(store, t, seen);
-            return;
+    let attempt = |exclusive: bool| -> Result<Option<()>, Infallible> {
+        if exclusive {
+            run_exclusive(store, t);
+            return Ok(Some(()));
         }
         // Build: each block read under its lock for a moment, its version noted.
-        let noted: Vec<(usize, u64, u64)> = t
-            .touched()
-            .into_iter()
+        let noted = (t.touched().into_iter())
             .map(|b| {
                 let g = store.blocks[b].lock(false);
                 (b, g.get(), store.blocks[b].version.load(Ordering::Acquire))
             })
             .collect();
-        let seen: Vec<(usize, u64)> = noted
-            .iter()
-            .filter(|(b, _, _)| t.reads.contains(b))
-            .map(|&(b, v, _)| (b, v))
-            .collect();
-        let value = t.value(&seen);
-        let version_of = |b: usize| noted.iter().find(|n| n.0 == b).map(|n| n.2);
         // Publish, under the state lock shared.
         let _st = Quiet::new(store.state.read().unwrap());
-        let mut order = t.writes.clone();
-        order.sort_unstable();
-        let mut guards = Vec::new();
-        let mut ok = true;
-        // A structural commit: the turn first, then its blocks only tried.
-        let mut turn = None;
-        if t.structural {
-            let held = Quiet::new(store.turn.lock().unwrap());
-            let mut all = true;
-            for &b in &order {
-                let got = match t.waits_under_turn {
-                    true => Some(store.blocks[b].lock(true)),
-                    false => store.blocks[b].try_lock(true),
-                };
-                match got {
-                    Some(g) => {
-                        if Some(store.blocks[b].version.load(Ordering::Acquire)) != version_of(b) {
-                            ok = false;
-                        }
-                        guards.push((b, g));
-                    }
-                    None => {
-                        all = false;
-                        break;
-                    }
-                }
-                if !ok {
-                    break;
-                }
-            }
-            if all && ok {
-                turn = Some(held);
-            } else {
-                // A block held (or changed): let everything go; a changed one is a conflict,
-                // a held one sends it the way leaf commits go.
-                guards.clear();
-                drop(held);
-            }
-        }
-        if ok && turn.is_none() {
-            for &b in &order {
-                let g = store.blocks[b].lock(true);
-                if Some(store.blocks[b].version.load(Ordering::Acquire)) != version_of(b) {
-                    ok = false;
-                    break;
-                }
-                guards.push((b, g));
-            }
-        }
-        if ok {
-            for &b in &t.reads {
-                if t.writes.contains(&b) {
-                    continue;
-                }
-                let free = !check_read_locks || store.blocks[b].try_lock(false).is_some();
-                if !free || Some(store.blocks[b].version.load(Ordering::Acquire)) != version_of(b) {
-                    ok = false;
-                    break;
-                }
-            }
-        }
-        if !ok {
-            drop(guards);
-            drop(turn);
-            conflicts += 1;
-            continue;
-        }
-        for (b, g) in &guards {
-            g.set(value);
-            store.blocks[*b].version.fetch_add(1, Ordering::Release);
-        }
-        store.seen.lock().unwrap().push((t.id, seen));
-        let turn = match turn {
-            Some(held) => Some(held),
-            None if t.structural => Some(Quiet::new(store.turn.lock().unwrap())),
-            None => None,
-        };
-        insert(store, t, t.structural);
-        drop(turn);
-        drop(guards);
-        return;
+        publish(ModelPublish {
+            store,
+            t,
+            noted,
+            check_read_locks,
+        })
+    };
+    let Ok(()) = retry(CONFLICTS_MAX, attempt, || {});
+}
+
+/// The exclusive path: every block read and written under the state lock held exclusive.
+fn run_exclusive(store: &Store, t: &Txn) {
+    let _st = Quiet::new(store.state.write().unwrap());
+    let seen: Vec<(usize, u64)> = (t.reads.iter())
+        .map(|&b| (b, store.blocks[b].lock(false).get()))
+        .collect();
+    let v = t.value(&seen);
+    for &b in &t.writes {
+        store.blocks[b].lock(true).set(v);
+        store.blocks[b].version.fetch_add(1, Ordering::Release);
     }
+    commit_turn(store, t, seen);
 }
 
 /// The exclusive path's commit: it writes the header's bytes, as `FsTx::commit` does.

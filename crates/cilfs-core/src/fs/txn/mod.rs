@@ -10,6 +10,8 @@
 //! - `view.rs`: the `Trees` and `TreeRead` traits, and `ReadView`, tree access without a
 //!   transaction;
 //! - `shared_tx.rs`: transactions built and published under the shared state lock;
+//! - `publish.rs`: the order of that publish's steps, and the retry after conflicts, written
+//!   once for `shared_tx.rs` and the loom model;
 //! - `retry.rs`: running an operation again when it must wait outside the state lock.
 
 pub mod api;
@@ -17,6 +19,7 @@ pub mod api;
 mod debug;
 mod diff;
 mod late;
+pub(crate) mod publish;
 pub(crate) mod retry;
 pub(crate) mod shared_tx;
 pub mod view;

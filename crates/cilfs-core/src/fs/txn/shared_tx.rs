@@ -30,8 +30,10 @@ use crate::fs::cache::inode_cache::InodeMap;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::header::Header;
 use crate::fs::items::inode::Inode;
+use crate::fs::txn::publish::{self, Publish};
 use crate::fs::txn::FsTx;
 use crate::fs::types::Reserve;
+use crate::trans::PublishLocks;
 use crate::fs::{Fs, FsState, InodeMem, InodeTable};
 use crate::util::sync::{rank, Ranked};
 
@@ -388,52 +390,46 @@ impl Fs {
         mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<R> {
         self.check_writable()?;
-        let mut conflicts = 0;
-        loop {
-            if conflicts >= CONFLICTS_MAX {
-                if let Some(done) = self.with_exclusive_scratch(&mut body)? {
-                    return Ok(done);
-                }
-                crate::fs::stats::bump(&self.stats.conflicts);
-                continue;
-            }
-            let built = {
-                let mut sc = Scratch::default();
-                let hdr = {
-                    let st = self.read_state();
-                    if !preload.is_empty() {
-                        let inodes = st.inodes.lock_many(preload.iter().copied());
-                        for &ino in preload {
-                            sc.preload(&inodes, ino);
-                        }
-                    }
-                    let hdr = self.hdr(&st).clone();
-                    hdr
-                };
-                let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
-                #[cfg(test)]
-                run_once(&AFTER_COPY);
-                match body(&StateRef::Unlocked(self), &mut t, &mut sc) {
-                    Ok(r) => Ok((r, t, sc)),
-                    // Giving up to wait or read outside the lock: `retrying` runs it again.
-                    Err(e @ FsError::Retry(_)) => return Err(e),
-                    // The error may come from a view of two states (a block or a root that
-                    // changed while it read): only one met in one state counts.
-                    Err(e) => {
-                        if t.saw_one_state(&self.hdr(&self.read_state())) {
-                            return Err(e);
-                        }
-                        Err(())
-                    }
-                }
-            };
-            if let Ok(((r, touched), t, sc)) = built {
-                if self.publish_shared(t, sc, &touched)? {
-                    return Ok(r);
+        let conflicted = || crate::fs::stats::bump(&self.stats.conflicts);
+        publish::retry(
+            CONFLICTS_MAX,
+            |exclusive| match exclusive {
+                true => self.with_exclusive_scratch(&mut body),
+                false => self.with_optimistic_scratch(preload, &mut body),
+            },
+            conflicted,
+        )
+    }
+
+    /// One optimistic run of `body` (`with_shared_tx`) and its publish. None: a conflict.
+    fn with_optimistic_scratch<R>(
+        &self,
+        preload: &[u64],
+        body: &mut impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<Option<R>> {
+        let mut sc = Scratch::default();
+        let hdr = {
+            let st = self.read_state();
+            if !preload.is_empty() {
+                let inodes = st.inodes.lock_many(preload.iter().copied());
+                for &ino in preload {
+                    sc.preload(&inodes, ino);
                 }
             }
-            conflicts += 1;
-            crate::fs::stats::bump(&self.stats.conflicts);
+            let hdr = self.hdr(&st).clone();
+            hdr
+        };
+        let mut t = FsTx::begin_optimistic(&self.journal, &hdr, self.hdr_blk, &self.busy)?;
+        #[cfg(test)]
+        run_once(&AFTER_COPY);
+        match body(&StateRef::Unlocked(self), &mut t, &mut sc) {
+            Ok((r, touched)) => Ok(self.publish_shared(t, sc, &touched)?.then_some(r)),
+            // Giving up to wait or read outside the lock: `retrying` runs it again.
+            Err(e @ FsError::Retry(_)) => Err(e),
+            // The error may come from a view of two states (a block or a root that changed
+            // while it read): only one met in one state counts.
+            Err(e) if t.saw_one_state(&self.hdr(&self.read_state())) => Err(e),
+            Err(_) => Ok(None),
         }
     }
 
@@ -523,77 +519,15 @@ impl Fs {
         }
         #[cfg(debug_assertions)]
         let changed = t.tx.changed_blocks();
-        let leaves_only = t.leaves_only();
-        // A commit that changes interior nodes (a split, the free trees) takes its turn
-        // first, and then only tries its buffer locks: every descent passes those nodes, and
-        // held while their commit waited for its turn they stopped every reader behind them
-        // (a third of 8 creating threads' time). Under the turn it never waits for a buffer
-        // (commits holding buffers wait for the turn); if one is held, it lets the turn go
-        // and locks as leaf commits do.
-        let mut turn = None;
-        if !leaves_only {
-            let g = self.take_turn();
-            match t.tx.try_lock_changed() {
-                Ok(Some(locks)) => turn = Some((g, locks)),
-                Ok(None) => {}
-                Err(_) => return Ok(false),
-            }
-        }
-        // The blocks it changes, locked in block order, at the versions it saw.
-        let (turn, mut locks) = match turn {
-            Some((g, locks)) => (Some(g), locks),
-            None => match t.tx.lock_changed() {
-                Ok(locks) => (None, locks),
-                Err(_) => return Ok(false),
-            },
-        };
-        // Every block it only read: not being published by another commit now, and as it
-        // saw it (or, for an interior node or a looked-up key, leading to the same place).
-        // Reads through its own locks; none waits.
-        let roots = self.hdr(&st).roots();
-        if t.read_set_locked() || !t.still_current(roots, t.roots_moved(roots), Some(&locks)) {
-            return Ok(false);
-        }
-        if !self.blocks_still_free(&t) {
-            return Ok(false);
-        }
-        // Its inodes as it copied them. A copy it does not change may change after this
-        // (another commit ordered after it, which does not read what this one writes); one
-        // it changes cannot, since its inode item is in a block locked here.
-        let mut marks = {
-            let mut held = st.inodes.lock_many(sc.inos());
-            if !sc.still_valid(&held, &st.cache, self) {
-                return Ok(false);
-            }
-            FreeingMarks {
-                cache: &st.inodes,
-                placed: sc.mark_freeing(&mut held),
-                freed: sc.freed.clone(),
-            }
-        };
-        #[cfg(test)]
-        run_once(&AFTER_CHECK);
         let dir_changed = sc.changes_a_dir(touched);
-        // A commit of leaves alone cannot fail to merge its counters: it copies into its
-        // buffers, and formats what they log, side by side with others, and takes no turn:
-        // its counters go to the log as changes, which commits may add in any order
-        // (`LateWrite::counters`), and its blocks are its own until it lets go of them.
-        let images = leaves_only.then(|| {
-            t.tx.publish_locked(&mut locks);
-            t.tx.preformat(&locks)
-        });
-        let inserted = {
-            let _turn = match turn {
-                Some(g) => Some(g),
-                None if !leaves_only => Some(self.take_turn()),
-                None => {
-                    before_turn_hook(true);
-                    None
-                }
-            };
-            t.insert_shared(locks, images, &st.hdr, &self.roots_moved)?
+        let steps = SharedPublish {
+            fs: self,
+            st: &st,
+            t,
+            sc: &sc,
+            images: None,
         };
-        let Some((seq, locks)) = inserted else {
+        let Some((seq, locks, mut marks)) = publish::publish(steps)? else {
             return Ok(false);
         };
         #[cfg(debug_assertions)]
@@ -634,6 +568,95 @@ impl Fs {
     fn take_turn(&self) -> Ranked<parking_lot::MutexGuard<'_, ()>, { rank::TURN }> {
         before_turn_hook(false);
         Ranked::acquire(|| self.publishing.lock(&self.publish_waits))
+    }
+}
+
+/// An optimistic commit's publish under the shared state lock (`st`), in the steps of
+/// `publish::publish`.
+struct SharedPublish<'a, 's, 'j> {
+    fs: &'a Fs,
+    st: &'a FsState,
+    t: FsTx<'j>,
+    sc: &'s Scratch,
+    /// What a commit of leaves' buffers log, formatted before its insert.
+    images: Option<Vec<Vec<u8>>>,
+}
+
+impl<'a> Publish for SharedPublish<'a, '_, '_> {
+    type Turn = Ranked<parking_lot::MutexGuard<'a, ()>, { rank::TURN }>;
+    type Locks = PublishLocks;
+    type Checked = FreeingMarks<'a>;
+    type Done = (u64, PublishLocks, FreeingMarks<'a>);
+    type Error = FsError;
+
+    fn leaves_only(&self) -> bool {
+        self.t.leaves_only()
+    }
+
+    fn take_turn(&self) -> Self::Turn {
+        self.fs.take_turn()
+    }
+
+    fn lock_changed(&mut self, wait: bool) -> Result<Option<PublishLocks>, ()> {
+        match wait {
+            true => self.t.tx.lock_changed().map(Some),
+            false => self.t.tx.try_lock_changed(),
+        }
+        .map_err(|_| ())
+    }
+
+    /// Every block it only read: not being published by another commit now, and as it saw it
+    /// (or, for an interior node or a looked-up key, leading to the same place). Reads
+    /// through its own locks; none waits. Then its inodes as it copied them: a copy it does
+    /// not change may change after this (another commit ordered after it, which does not read
+    /// what this one writes); one it changes cannot, since its inode item is in a block
+    /// locked here.
+    fn check(&mut self, locks: &PublishLocks) -> FsResult<Option<FreeingMarks<'a>>> {
+        let (fs, st, t, sc) = (self.fs, self.st, &self.t, self.sc);
+        let roots = fs.hdr(st).roots();
+        if t.read_set_locked() || !t.still_current(roots, t.roots_moved(roots), Some(locks)) {
+            return Ok(None);
+        }
+        if !fs.blocks_still_free(t) {
+            return Ok(None);
+        }
+        let mut held = st.inodes.lock_many(sc.inos());
+        if !sc.still_valid(&held, &st.cache, fs) {
+            return Ok(None);
+        }
+        let marks = FreeingMarks {
+            cache: &st.inodes,
+            placed: sc.mark_freeing(&mut held),
+            freed: sc.freed.clone(),
+        };
+        drop(held);
+        #[cfg(test)]
+        run_once(&AFTER_CHECK);
+        Ok(Some(marks))
+    }
+
+    /// A commit of leaves alone cannot fail to merge its counters: it copies into its
+    /// buffers, and formats what they log, side by side with others, and takes no turn: its
+    /// counters go to the log as changes, which commits may add in any order
+    /// (`LateWrite::counters`), and its blocks are its own until it lets go of them.
+    fn publish_leaves(&mut self, locks: &mut PublishLocks) {
+        self.t.tx.publish_locked(locks);
+        self.images = Some(self.t.tx.preformat(locks));
+    }
+
+    fn insert(
+        self,
+        locks: PublishLocks,
+        turn: Option<Self::Turn>,
+        marks: FreeingMarks<'a>,
+    ) -> FsResult<Option<Self::Done>> {
+        if turn.is_none() {
+            before_turn_hook(true);
+        }
+        let inserted =
+            (self.t).insert_shared(locks, self.images, &self.st.hdr, &self.fs.roots_moved)?;
+        drop(turn);
+        Ok(inserted.map(|(seq, locks)| (seq, locks, marks)))
     }
 }
 
