@@ -6,9 +6,9 @@ use super::items::header::{
     freelist_capacity, Header, MIN_FS_BLOCK_SIZE, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
 use super::items::inode::{Inode, Timespec, ROOT_INO};
-use super::space::alloc::Busy;
 use super::tree::btree::Root;
 use super::tree::keys::{key, KIND_INODE};
+use super::txn::busy::Busy;
 use super::txn::FsTx;
 use crate::journal::Journal;
 

@@ -39,8 +39,8 @@ pub use stats::FsStats;
 use crate::journal::Journal;
 use items::header::{Header, TREE_FS};
 use rules::change::ChangeCounter;
-use space::alloc::{Busy, BusyGuard};
 use tree::keys::{key, KIND_INODE};
+use txn::busy::{Busy, BusyGuard};
 
 use crate::util::lockstat::{LockWaitStats, LockWaits};
 use crate::util::sync::{

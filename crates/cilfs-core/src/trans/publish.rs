@@ -45,7 +45,9 @@ pub fn lock_in_block_order<B: PublishBlock>(
 ) -> Result<Option<Vec<(usize, u64, B::Guard)>>, u64> {
     wanted.sort_unstable_by_key(|w| w.block.blkno());
     debug_assert!(
-        wanted.windows(2).all(|w| w[0].block.blkno() < w[1].block.blkno()),
+        wanted
+            .windows(2)
+            .all(|w| w[0].block.blkno() < w[1].block.blkno()),
         "a block wanted twice"
     );
     let mut guards = Vec::with_capacity(wanted.len());

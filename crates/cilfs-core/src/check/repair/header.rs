@@ -10,9 +10,9 @@ use crate::fs::items::header::{
     freelist_capacity, Header, HEADER_LSN_OFFSET, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS,
 };
 use crate::fs::items::inode::INO_LIMIT;
-use crate::fs::space::alloc::freelist_band;
 use crate::fs::tree::keys::{kind_of, KIND_INODE, ORPHAN_OWNER};
 use crate::fs::tree::node::{Key, Node, NODE_LSN_OFFSET};
+use crate::fs::txn::freelist_band;
 use crate::log::stamp::{read_lsn_stamp, write_lsn_stamp};
 use crate::log::Lsn;
 use std::collections::BTreeSet;

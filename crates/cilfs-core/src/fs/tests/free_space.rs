@@ -356,10 +356,8 @@ fn fs_tree_splits_take_blocks_from_the_free_list() {
         (h.freelist.len(), h.free_blocks)
     };
     let (list, free) = hdr();
-    let low = crate::fs::space::alloc::freelist_band(crate::fs::items::header::freelist_capacity(
-        BS as usize,
-    ))
-    .0;
+    let low =
+        crate::fs::txn::freelist_band(crate::fs::items::header::freelist_capacity(BS as usize)).0;
     assert!(
         list > low + 4,
         "a list of {list} leaves no room to take from"

@@ -266,7 +266,10 @@ impl<'s> ModelPublish<'s> {
     }
 
     fn version_of(&self, b: usize) -> u64 {
-        self.noted.iter().find(|n| n.0 == b).map_or(u64::MAX, |n| n.2)
+        self.noted
+            .iter()
+            .find(|n| n.0 == b)
+            .map_or(u64::MAX, |n| n.2)
     }
 
     fn seen(&self) -> Vec<(usize, u64)> {
@@ -337,7 +340,11 @@ impl<'s> Publish for ModelPublish<'s> {
         if self.t.structural {
             self.write(&locks);
         }
-        self.store.seen.lock().unwrap().push((self.t.id, self.seen()));
+        self.store
+            .seen
+            .lock()
+            .unwrap()
+            .push((self.t.id, self.seen()));
         insert(self.store, self.t, self.t.structural);
         drop(turn);
         drop(locks);

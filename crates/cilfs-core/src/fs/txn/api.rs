@@ -5,9 +5,9 @@
 use crate::buf::BufState;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::header::{Header, Roots, TREE_FREE_BY_BLOCK, TREE_FREE_BY_SIZE, TREE_FS};
-use crate::fs::space::alloc::Busy;
 use crate::fs::tree::btree::{self, NodeStore, Root};
 use crate::fs::tree::node::{Key, KeyRange, Node, RawStep, Seek, NODE_LSN_OFFSET};
+use crate::fs::txn::busy::Busy;
 use crate::fs::txn::diff::write_diff;
 use crate::fs::txn::late::{counters_late, write_header_late};
 use crate::fs::txn::view::{ReadView, Trees};
@@ -234,7 +234,7 @@ impl<'a> FsTx<'a> {
             && m.data_end == b.data_end
             && m.free_blocks == b.free_blocks
             && {
-                let (low, high) = crate::fs::space::alloc::freelist_band(cap);
+                let (low, high) = freelist_band(cap);
                 (low + 1..=high).contains(&m.freelist.len())
             }
     }
@@ -721,9 +721,7 @@ impl NodeStore for FsTx<'_> {
     /// which every other split's allocation then waited to read (half of what 8 creating
     /// threads waited for buffers).
     fn alloc_node(&mut self, tree: u8) -> FsResult<u64> {
-        let (low, _) = crate::fs::space::alloc::freelist_band(
-            crate::fs::items::header::freelist_capacity(self.bs),
-        );
+        let (low, _) = freelist_band(crate::fs::items::header::freelist_capacity(self.bs));
         let spare = self.hdr.freelist.len() > low;
         let blkno = if tree == TREE_FS && !spare {
             match self.alloc_extent(1, 1)? {
@@ -764,4 +762,13 @@ thread_local! {
     /// and before its CIL insert.
     pub(crate) static AFTER_HEADER_MERGE: crate::fs::txn::shared_tx::CommitHook =
         const { std::cell::RefCell::new(None) };
+}
+
+/// The free list's band, for a list of `cap` blocks: `fix_freelist` tops it up to half when it
+/// holds `low` or fewer, and drains it to half above `high`. The `low` blocks are kept for the
+/// free-space trees' own changes within one transaction; tree nodes of the fs tree come from
+/// the list only above them (`FsTx::alloc_node`), and a list they took down to `low` is topped
+/// up at commit.
+pub(crate) fn freelist_band(cap: usize) -> (usize, usize) {
+    (cap / 4, cap / 4 * 3)
 }

@@ -4,6 +4,7 @@
 //!
 //! - `api.rs`: `FsTx`, begin and commit, its tree access and the checks an optimistic one
 //!   runs at commit;
+//! - `busy.rs`: busy extents, freed by commits whose checkpoint is not yet stable;
 //! - `diff.rs`: what a node's new image logs (the diff against the block as it was);
 //! - `late.rs`: the header's late write at commit;
 //! - `debug.rs`: debug builds' checks that every changed leaf is where a descent leads;
@@ -15,6 +16,7 @@
 //! - `retry.rs`: running an operation again when it must wait outside the state lock.
 
 pub mod api;
+pub(crate) mod busy;
 #[cfg(debug_assertions)]
 mod debug;
 mod diff;
@@ -24,6 +26,7 @@ pub(crate) mod retry;
 pub(crate) mod shared_tx;
 pub mod view;
 
+pub(crate) use api::freelist_band;
 pub use api::{FsTx, TX_MAX_BUFFERS};
 #[cfg(debug_assertions)]
 pub(crate) use debug::assert_published_keys_routed;

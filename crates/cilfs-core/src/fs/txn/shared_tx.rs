@@ -33,8 +33,8 @@ use crate::fs::items::inode::Inode;
 use crate::fs::txn::publish::{self, Publish};
 use crate::fs::txn::FsTx;
 use crate::fs::types::Reserve;
-use crate::trans::PublishLocks;
 use crate::fs::{Fs, FsState, InodeMem, InodeTable};
+use crate::trans::PublishLocks;
 use crate::util::sync::{rank, Ranked};
 
 /// Runs in a row that found their view changed before one runs under the exclusive lock.
