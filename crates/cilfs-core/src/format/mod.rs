@@ -24,5 +24,5 @@ pub const HEADER_CRC_OFFSET: usize = HEADER_BYTES - 4;
 
 /// CRC32C of `sector[..508]` with the CRC field itself excluded.
 pub fn header_crc(sector: &[u8]) -> u32 {
-    crc32c::crc32c(&sector[..HEADER_CRC_OFFSET])
+    crate::util::crc::crc32c(&sector[..HEADER_CRC_OFFSET])
 }

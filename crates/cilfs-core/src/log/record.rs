@@ -105,9 +105,11 @@ impl RecordHeader {
 /// CRC32C of a record as laid out in memory (`record` = header sector + payload sectors), with
 /// the CRC field taken as zero.
 pub fn record_crc(record: &[u8]) -> u32 {
-    let c = crc32c::crc32c(&record[..CRC_OFFSET]);
-    let c = crc32c::crc32c_append(c, &[0; 4]);
-    crc32c::crc32c_append(c, &record[CRC_OFFSET + 4..])
+    let mut c = crate::util::crc::Crc32c::new();
+    c.update(&record[..CRC_OFFSET]);
+    c.update(&[0; 4]);
+    c.update(&record[CRC_OFFSET + 4..]);
+    c.value()
 }
 
 /// Stamps each sector's cycle (`cycles[i]` for sector i) and then the CRC. The cycles differ only

@@ -11,9 +11,11 @@ pub const LSN_STAMP_BYTES: usize = 28;
 
 /// CRC32C of `block` with the 4 bytes at `crc_at` taken as zero.
 fn block_crc(block: &[u8], crc_at: usize) -> u32 {
-    let c = crc32c::crc32c(&block[..crc_at]);
-    let c = crc32c::crc32c_append(c, &[0u8; 4]);
-    crc32c::crc32c_append(c, &block[crc_at + 4..])
+    let mut c = crate::util::crc::Crc32c::new();
+    c.update(&block[..crc_at]);
+    c.update(&[0u8; 4]);
+    c.update(&block[crc_at + 4..]);
+    c.value()
 }
 
 /// CRC32C of the bytes of `block` outside its LSN stamp (at `lsn_offset`, if any) and outside
@@ -29,18 +31,18 @@ pub fn content_crc(block: &[u8], lsn_offset: Option<u16>, unlogged: Option<(u32,
         skips[1] = ((a as usize).min(len), (z as usize).min(len));
     }
     skips.sort_unstable();
-    let mut crc = 0;
+    let mut crc = crate::util::crc::Crc32c::new();
     let mut at = 0;
     for (a, z) in skips {
         if a > at {
-            crc = crc32c::crc32c_append(crc, &block[at..a]);
+            crc.update(&block[at..a]);
         }
         at = at.max(z);
     }
     if at < len {
-        crc = crc32c::crc32c_append(crc, &block[at..]);
+        crc.update(&block[at..]);
     }
-    crc
+    crc.value()
 }
 
 /// Reads the LSN stamped into a block at `offset`, if the stamp carries this filesystem's UUID

@@ -1,9 +1,10 @@
-//! Support code the other layers share and that knows nothing of the filesystem: event
+//! Support code the other layers share and that knows nothing of the filesystem: CRC32C, event
 //! counters, number-keyed hash maps, the machine's memory, the lock facade (std or loom), lock
 //! statistics, polling a lock before blocking and the adaptive mutex, and (tests only) a write queue that completes late.
 
 pub mod adaptive;
 pub mod counter;
+pub mod crc;
 pub mod lockstat;
 pub mod memory;
 pub mod numhash;
