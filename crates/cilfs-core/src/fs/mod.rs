@@ -659,19 +659,20 @@ pub(crate) fn read_inode(t: &mut dyn TreeRead, ino: u64) -> FsResult<Inode> {
     }
 }
 
-/// Logs an inode (its item, so its leaf), storing the change counter's current value.
+/// Logs an inode (its item, so its leaf), storing the change counter's current value; whether
+/// an item of that inode was there before.
 pub(crate) fn log_inode(
     t: &mut FsTx<'_>,
     m: &mut InodeMem,
     stats: &stats::FsCounters,
-) -> FsResult<()> {
+) -> FsResult<bool> {
     m.inode.change = m.change.peek();
     m.inode.disk_size = m.inode.ordered_size();
-    t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
+    let was = t.insert(TREE_FS, key(m.inode.ino, KIND_INODE, 0), &m.inode.encode())?;
     // A size held back by dirty pages is logged again once they are written back.
     m.unlogged = m.inode.disk_size != m.inode.size;
     stats.inode_logs.add(1);
-    Ok(())
+    Ok(was.is_some())
 }
 
 #[cfg(test)]

@@ -233,11 +233,6 @@ impl Fs {
         let bs = self.bs;
         let inodes = &mut sc.inodes;
         let ino = self.new_ino(t, is_dir, parent)?;
-        for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
-            if let Some(v) = v {
-                xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
-            }
-        }
         let mut mode = mode;
         let gid = if p.mode & S_ISGID != 0 {
             if is_dir {
@@ -277,7 +272,24 @@ impl Fs {
             stale_prealloc: false,
             freeing: false,
         };
-        log_inode(t, &mut m, &self.stats)?;
+        // A header whose mark fell behind the numbers in use must not make a create write over
+        // a live inode: the insert finds the key taken, and the transaction, dropped, writes
+        // nothing.
+        if log_inode(t, &mut m, &self.stats)? {
+            return Err(FsError::corrupt(
+                self.hdr_blk,
+                format!(
+                    "inode number {ino}, handed out from the header's next inode number {}, is \
+                     in use",
+                    t.hdr.next_ino
+                ),
+            ));
+        }
+        for (name, v) in [acl::ACCESS, acl::DEFAULT].into_iter().zip(&acls) {
+            if let Some(v) = v {
+                xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
+            }
+        }
         if let Some(target) = target {
             for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
                 t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
@@ -357,18 +369,6 @@ impl Fs {
                 ),
             )
         })?;
-        // A header whose mark fell behind the numbers in use must not make a create write over
-        // a live inode.
-        if t.get(TREE_FS, key(ino, KIND_INODE, 0))?.is_some() {
-            return Err(FsError::corrupt(
-                self.hdr_blk,
-                format!(
-                    "inode number {ino}, handed out from the header's next inode number {}, is \
-                     in use",
-                    t.hdr.next_ino
-                ),
-            ));
-        }
         t.hdr.next_ino = t.hdr.next_ino.max(run_end);
         t.hdr.inode_count += 1;
         Ok(ino)
@@ -580,7 +580,7 @@ impl Fs {
             pm.inode.nlink = pm.inode.nlink.saturating_sub(1);
         }
         self.touch_ctime(pm, now);
-        log_inode(t, pm, &self.stats)
+        log_inode(t, pm, &self.stats).map(|_| ())
     }
 
     /// One name of `ino` went away: lower its link count; at zero it becomes an orphan, freed
