@@ -553,6 +553,7 @@ fn workload(
                 let flags = RenameFlags {
                     noreplace: rng.chance(1, 6),
                     exchange: rng.chance(1, 6),
+                    whiteout: rng.chance(1, 6),
                 };
                 let r = fs.rename(d1, &n1, d2, &n2, flags);
                 ok_or_expected(r).map_err(|e| format!("op {op}: rename: {e}"))?;

@@ -315,8 +315,8 @@ fn apply_rename(fs: &Fs, m: &mut Model, op: Op) {
     let (p1, p2) = (pick(&m.dirs, from), pick(&m.dirs, to));
     let (k1, k2) = ((p1, name(n)), (p2, name(newname)));
     let flags = RenameFlags {
-        noreplace: false,
         exchange,
+        ..RenameFlags::default()
     };
     let r = fs.rename(p1, &name(n), p2, &name(newname), flags);
     let (Some(a), b) = (m.entries.get(&k1).copied(), m.entries.get(&k2).copied()) else {
