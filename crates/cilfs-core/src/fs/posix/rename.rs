@@ -2,10 +2,10 @@
 //! moves a name, replaces or swaps the target, leaves a whiteout if asked, and fixes parents
 //! and link counts.
 
+use crate::fs::cache::inode_cache::InodeMap;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::dir::{self, check_name, DirEntry};
 use crate::fs::items::header::TREE_FS;
-use crate::fs::cache::inode_cache::InodeMap;
 use crate::fs::items::inode::{FileType, Inode, Timespec, S_IFCHR};
 use crate::fs::posix::namei::{dir_add, dir_is_empty, dir_lookup, dir_remove};
 use crate::fs::txn::FsTx;

@@ -20,7 +20,9 @@ impl Fs {
     pub fn tmpfile(&self, cred: Cred, parent: u64, mode: u32) -> FsResult<Attr> {
         self.op();
         if mode & S_IFMT != S_IFREG {
-            return Err(FsError::Invalid("O_TMPFILE of another type than a regular file"));
+            return Err(FsError::Invalid(
+                "O_TMPFILE of another type than a regular file",
+            ));
         }
         self.check_writable()?;
         // No name changes in `parent`: its names lock is not needed, and the optimistic
