@@ -8,12 +8,12 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::{mounts_on, run, s, Mounted};
+use common::{as_user, mounts_on, run, s, Mounted};
 
 /// What a path of the merged tree is: its type and mode, and a file's contents.
 type Tree = BTreeMap<String, (u32, Vec<u8>)>;
@@ -123,7 +123,8 @@ fn overlayfs_over_a_cilfs_upper_keeps_its_tree_across_remounts_and_a_crash() {
         println!("skipped: overlay is not in /proc/filesystems");
         return;
     }
-    let m = Mounted::new("256M", &[]);
+    // allow_other: another user lists xattrs below.
+    let m = Mounted::new("256M", &["allow_other"]);
     let base = m._tmp.path();
     let (lower, ov) = (base.join("lower"), base.join("ov"));
     for d in [&lower, &ov, &lower.join("d/sub"), &lower.join("rd")] {
@@ -163,6 +164,32 @@ fn overlayfs_over_a_cilfs_upper_keeps_its_tree_across_remounts_and_a_crash() {
     );
     assert_eq!(xattr(&upper.join("d"), "trusted.overlay.opaque"), b"y");
     assert_eq!(xattr(&upper.join("rd2"), "trusted.overlay.redirect"), b"rd");
+    // trusted.* names are listed to root only.
+    for d in [base, &m.dir, &upper] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let flags = rustix::fs::XattrFlags::empty();
+    rustix::fs::setxattr(upper.join("d"), "user.seen", b"1", flags).unwrap();
+    let listed = |who: u32| {
+        let out = as_user(
+            who,
+            who,
+            &[
+                "getfattr",
+                "-m",
+                "-",
+                "--absolute-names",
+                s(&upper.join("d")),
+            ],
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(listed(0).contains("trusted.overlay.opaque"));
+    let nobody = listed(65534);
+    assert!(
+        nobody.contains("user.seen") && !nobody.contains("trusted."),
+        "{nobody}"
+    );
     assert_eq!(
         fs::read(lower.join("a")).unwrap(),
         b"lower a\n",
@@ -184,7 +211,7 @@ fn overlayfs_over_a_cilfs_upper_keeps_its_tree_across_remounts_and_a_crash() {
     run(&["sync", "-f", s(&ov)]);
     m.kill_daemon();
     drop(o);
-    m.mount(&[]);
+    m.mount(&["allow_other"]);
     let o = Overlay::mount(&lower, &upper, &work, &ov);
     assert_eq!(tree(&ov), before, "after a crash and recovery");
     drop(o);

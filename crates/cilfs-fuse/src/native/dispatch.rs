@@ -347,7 +347,7 @@ impl Dispatcher {
             Op::Flush(_) => fail(u, Errno::ENOSYS),
             Op::Setxattr { arg, name, value } => self.setxattr(u, h, ino, arg, name, value),
             Op::Getxattr { arg, name } => self.getxattr(u, ino, arg, name),
-            Op::Listxattr(arg) => self.listxattr(u, ino, arg),
+            Op::Listxattr(arg) => self.listxattr(u, h, ino, arg),
             Op::Removexattr { name } => empty(
                 u,
                 fs.set_xattr_as(cred(h), ino, name.as_bytes(), None, XattrFlags::default()),
@@ -438,13 +438,16 @@ impl Dispatcher {
         }
     }
 
-    /// LISTXATTR: the names, each ended by a NUL.
-    fn listxattr(&self, u: u64, ino: u64, arg: &GetxattrIn) -> Answer {
+    /// LISTXATTR: the names, each ended by a NUL. `trusted.*` names only to root, as ext4 and
+    /// XFS list them only to CAP_SYS_ADMIN (the kernel lets only it read them; it passes FUSE
+    /// the list as given).
+    fn listxattr(&self, u: u64, h: &InHeader, ino: u64, arg: &GetxattrIn) -> Answer {
         let fs = &*self.fs;
         match fs.listxattr(ino) {
             Ok(names) => {
                 let mut buf = Vec::new();
-                for n in names {
+                let shown = |n: &Vec<u8>| h.uid == 0 || !n.starts_with(b"trusted.");
+                for n in names.into_iter().filter(shown) {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
