@@ -118,74 +118,93 @@ impl Fs {
                     return Err(FsError::TooManyLinks);
                 }
             }
-            // The new name may split a directory leaf, a replaced inode adds an orphan entry,
-            // a whiteout its inode.
-            let need = if flags.whiteout { 6 } else { 4 };
-            self.space_check(st.hdr.get_mut(), need, Reserve::Quarter)?;
-            let now = self.now();
             let replaced = dst.as_ref().map(|d| d.ino);
-            let pdir = self.load(&mut st, parent)?.inode.clone();
-            self.with_tx(&mut st, |t, inodes| {
-                dir_remove(t, parent, name)?;
-                let whiteout = match flags.whiteout {
-                    true => Some(self.add_whiteout(t, inodes, cred, &pdir, name, now)?),
-                    false => None,
-                };
-                if dst.is_some() {
-                    dir_remove(t, newparent, newname)?;
-                }
-                dir_add(
-                    t,
-                    newparent,
-                    &DirEntry {
-                        ino: src.ino,
-                        kind: src.kind,
-                        name: newname.to_vec(),
-                    },
-                )?;
-                let mut touched = vec![parent, newparent, src.ino];
-                touched.extend(whiteout);
-                if let Some(d) = &dst {
-                    self.drop_link(t, inodes, d.ino, now)?;
-                    touched.push(d.ino);
-                }
-                self.entry_removed(t, inodes, parent, src_dir, now)?;
-                if whiteout.is_some() {
-                    // The source's name stays, held by the whiteout.
-                    let pm = Fs::inode_mut(t, inodes, parent)?;
-                    pm.inode.size += 1;
-                    log_inode(t, pm, &self.stats)?;
-                }
-                {
-                    let np = Fs::inode_mut(t, inodes, newparent)?;
-                    np.inode.mtime = now;
-                    if dst.is_none() {
-                        np.inode.size += 1;
-                    }
-                    // A directory moved in adds a link (its ".."); one replaced takes its own away.
-                    if src_dir {
-                        np.inode.nlink += 1;
-                        if dst.is_some() {
-                            np.inode.nlink = np.inode.nlink.saturating_sub(1);
-                        }
-                    }
-                    self.touch_ctime(np, now);
-                    log_inode(t, np, &self.stats)?;
-                }
-                let sm = Fs::inode_mut(t, inodes, src.ino)?;
-                if src_dir {
-                    sm.inode.parent = newparent;
-                }
-                self.touch_ctime(sm, now);
-                log_inode(t, sm, &self.stats)?;
-                Ok(((), touched))
-            })?;
+            let names = [(parent, name), (newparent, newname)];
+            self.move_entry(&mut st, cred, names, &src, dst.as_ref(), flags.whiteout)?;
             Ok(replaced)
         })?;
         match replaced {
             Some(ino) => self.reclaim_unused(ino),
             None => Ok(()),
         }
+    }
+
+    /// The transaction of a rename that is no exchange: `src`, found in the first of `names`
+    /// (directory, name), moves to the second, replacing `dst` if any, and leaves a whiteout if
+    /// asked.
+    fn move_entry(
+        &self,
+        st: &mut FsState,
+        cred: Cred,
+        names: [(u64, &[u8]); 2],
+        src: &DirEntry,
+        dst: Option<&DirEntry>,
+        whiteout: bool,
+    ) -> FsResult<()> {
+        let [(parent, name), (newparent, newname)] = names;
+        let src_dir = src.kind == FileType::Directory;
+        // The new name may split a directory leaf, a replaced inode adds an orphan entry,
+        // a whiteout its inode.
+        let need = if whiteout { 6 } else { 4 };
+        self.space_check(st.hdr.get_mut(), need, Reserve::Quarter)?;
+        let now = self.now();
+        let pdir = self.load(st, parent)?.inode.clone();
+        self.with_tx(st, |t, inodes| {
+            dir_remove(t, parent, name)?;
+            let whiteout = match whiteout {
+                true => Some(self.add_whiteout(t, inodes, cred, &pdir, name, now)?),
+                false => None,
+            };
+            if dst.is_some() {
+                dir_remove(t, newparent, newname)?;
+            }
+            dir_add(
+                t,
+                newparent,
+                &DirEntry {
+                    ino: src.ino,
+                    kind: src.kind,
+                    name: newname.to_vec(),
+                },
+            )?;
+            let mut touched = vec![parent, newparent, src.ino];
+            touched.extend(whiteout);
+            if let Some(d) = dst {
+                self.drop_link(t, inodes, d.ino, now)?;
+                touched.push(d.ino);
+            }
+            self.entry_removed(t, inodes, parent, src_dir, now)?;
+            if whiteout.is_some() {
+                // The source's name stays, held by the whiteout.
+                let pm = Fs::inode_mut(t, inodes, parent)?;
+                pm.inode.size += 1;
+                log_inode(t, pm, &self.stats)?;
+            }
+            {
+                let np = Fs::inode_mut(t, inodes, newparent)?;
+                np.inode.mtime = now;
+                if dst.is_none() {
+                    np.inode.size += 1;
+                }
+                // A directory moved in adds a link (its ".."); one replaced takes its own away.
+                if src_dir {
+                    np.inode.nlink += 1;
+                    if dst.is_some() {
+                        np.inode.nlink = np.inode.nlink.saturating_sub(1);
+                    }
+                }
+                self.touch_ctime(np, now);
+                log_inode(t, np, &self.stats)?;
+            }
+            let sm = Fs::inode_mut(t, inodes, src.ino)?;
+            if src_dir {
+                sm.inode.parent = newparent;
+            }
+            self.touch_ctime(sm, now);
+            log_inode(t, sm, &self.stats)?;
+            Ok(((), touched))
+        })?;
+        Ok(())
     }
 
     /// Makes a whiteout named `name` in directory `dir` (the source's name a rename just
