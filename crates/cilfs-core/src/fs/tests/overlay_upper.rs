@@ -284,3 +284,49 @@ fn a_crash_shows_a_rename_with_its_whiteout_and_a_linked_tmpfile_whole_or_not_at
         "{renamed} {linked} of {n}"
     );
 }
+
+/// The last release of an O_TMPFILE begins its reclaim while a link of it, checked while it
+/// was still open, has yet to publish: the link wins, and the reclaim frees nothing of it.
+#[test]
+fn a_last_release_racing_a_checked_link_leaves_the_named_file_whole() {
+    use crate::fs::txn::shared_tx::AFTER_CHECK;
+    type Releaser = Option<std::thread::JoinHandle<FsResult<()>>>;
+    let clock = TestClock::new();
+    let dev = new_dev(305);
+    let fs = mount(&dev, opts(&clock));
+    let t = fs.tmpfile(U, ROOT_INO, S_IFREG | 0o644).unwrap().ino;
+    fs.write(U, t, 0, &[3u8; 20_000]).unwrap();
+    let releaser: Arc<Mutex<Releaser>> = Arc::default();
+    let reached = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (f, slot, seen) = (Arc::clone(&fs), Arc::clone(&releaser), Arc::clone(&reached));
+    AFTER_CHECK.with(|h| {
+        *h.borrow_mut() = Some(Box::new(move || {
+            let g = Arc::clone(&f);
+            *slot.lock() = Some(std::thread::spawn(move || g.release_inode(t)));
+            // Until the release holds the file's IO lock: past its look, bound for reclaim.
+            for _ in 0..50_000_000u64 {
+                if !f.io.idle(t) {
+                    seen.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }))
+    });
+    fs.link(t, ROOT_INO, b"named").unwrap();
+    let release = releaser.lock().take().unwrap();
+    release.join().unwrap().unwrap();
+    assert!(
+        reached.load(Ordering::SeqCst),
+        "the release never reached its reclaim"
+    );
+    assert_eq!(fs.getattr(t).unwrap().nlink, 1);
+    assert_eq!(fs.read(t, 0, 30_000).unwrap(), vec![3u8; 20_000]);
+    assert_eq!(fs.stats.snapshot().orphans_reclaimed, 0);
+    assert_clean(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    assert_eq!(fs.read(t, 0, 30_000).unwrap(), vec![3u8; 20_000]);
+    assert_clean(&fs);
+}
