@@ -19,6 +19,10 @@
 //!   ACLs, default ACLs inherited by creates, chmod rewriting the mask), and every permission
 //!   bit; the checker verifies that each access ACL and its inode's mode agree.
 //!
+//! Renames may leave whiteouts (RENAME_WHITEOUT, as overlayfs asks); O_TMPFILEs are written
+//! and held open, then named by a link, released (which frees them) or left orphans by the
+//! crash, which the next mount reclaims.
+//!
 //! Tenants are configured as they go: projects set on random inodes (so renames and links
 //! across projects meet EXDEV) and limits set and lifted on the root, which are xattrs there;
 //! each inode's project is part of the compared metadata. Limits run on a clock that never
@@ -385,6 +389,37 @@ fn name(n: u64) -> Vec<u8> {
     format!("f{n}").into_bytes()
 }
 
+/// An O_TMPFILE in directory `d`, written (recorded in `m` as any file's writes): unnamed
+/// and open, an orphan if the crash comes before its link or release. None if out of space.
+fn tmpfile(
+    fs: &Fs,
+    m: &mut Model,
+    rng: &mut SimRng,
+    d: u64,
+    op: usize,
+) -> Result<Option<u64>, String> {
+    let t = match fs.tmpfile(Cred::ROOT, d, 0o100_644) {
+        Ok(a) => a.ino,
+        Err(FsError::NoSpace) => return Ok(None),
+        Err(e) => return Err(format!("op {op}: tmpfile: {e}")),
+    };
+    if let Some(z) = m.zeros.get_mut(&t) {
+        z.truncate(0, op);
+    }
+    let len = 1 + rng.below(8 * 1024);
+    let byte = (SimRng::derive(t, op as u64).next_u64() as u8) | 1;
+    match fs.write(Cred::ROOT, t, 0, &vec![byte; len as usize]) {
+        Ok(_) => {
+            m.writes.entry(t).or_default().push((0, len, byte));
+            m.zeros.entry(t).or_default().write(0, len, op);
+            m.modified.entry(t).or_default().push(op);
+        }
+        Err(FsError::NoSpace) => {}
+        Err(e) => return Err(format!("op {op}: tmpfile write: {e}")),
+    }
+    Ok(Some(t))
+}
+
 /// A burst in `churn`: if it is empty, up to 120 files with long names (so the fs tree splits),
 /// some with data; otherwise all of them unlinked (so its nodes are freed). Two operations, so
 /// the roles are looked at in between.
@@ -442,6 +477,8 @@ fn workload(
     history.update(&roles(&fs)?, report);
     m.states.push(Arc::new(meta_of(&fs, Some(&mut m.values))?));
     let mut open_files: Vec<u64> = Vec::new();
+    // O_TMPFILEs held open and not yet named (also in `open_files`).
+    let mut tmpfiles: Vec<u64> = Vec::new();
     let cred = Cred::ROOT;
     for i in 0..OPS_PER_RUN {
         let op = i + 1; // operation numbers start at 1; state i+1 is after it
@@ -482,7 +519,7 @@ fn workload(
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(107) {
+        match rng.below(110) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -553,6 +590,7 @@ fn workload(
                 let flags = RenameFlags {
                     noreplace: rng.chance(1, 6),
                     exchange: rng.chance(1, 6),
+                    whiteout: rng.chance(1, 6),
                 };
                 let r = fs.rename(d1, &n1, d2, &n2, flags);
                 ok_or_expected(r).map_err(|e| format!("op {op}: rename: {e}"))?;
@@ -606,6 +644,9 @@ fn workload(
                 let f = open_files.swap_remove(rng.below(open_files.len() as u64) as usize);
                 fs.release_inode(f)
                     .map_err(|e| format!("op {op}: release: {e}"))?;
+                if !open_files.contains(&f) {
+                    tmpfiles.retain(|&t| t != f);
+                }
             }
             96..=98 => {
                 // Xattrs on any inode, small (in the tree) or large (in blocks of their own):
@@ -711,11 +752,34 @@ fn workload(
                 for f in open_files.drain(..) {
                     fs.release_inode(f).map_err(|e| e.to_string())?;
                 }
+                tmpfiles.clear();
                 fs.unmount().map_err(|e| format!("op {op}: unmount: {e}"))?;
                 tally(&fs, report);
                 drop(fs);
                 m.durable.push((set.op_count(), op - 1));
                 fs = open_fs(&dev, cfg, cil, &clock)?;
+            }
+            107 | 108 => {
+                let d = pick(&mut rng, &dirs);
+                if let Some(t) = tmpfile(&fs, &mut m, &mut rng, d, op)? {
+                    open_files.push(t);
+                    tmpfiles.push(t);
+                    touched.push(t);
+                }
+            }
+            109 if !tmpfiles.is_empty() => {
+                // A held O_TMPFILE named: linkat.
+                let t = tmpfiles[rng.below(tmpfiles.len() as u64) as usize];
+                let d = pick(&mut rng, &dirs);
+                match fs.link(t, d, &name(rng.below(NAMES))) {
+                    Ok(_) => {
+                        tmpfiles.retain(|&x| x != t);
+                        m.modified.entry(t).or_default().push(op);
+                        touched.extend([t, d]);
+                    }
+                    Err(FsError::Exists | FsError::CrossProject | FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: link a tmpfile: {e}")),
+                }
             }
             _ => {}
         }

@@ -49,6 +49,8 @@ pub struct SetAttr {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// RENAME_WHITEOUT: a whiteout (character device 0:0, mode 0) takes the source's name.
+    pub whiteout: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -320,9 +320,11 @@ impl Dispatcher {
             ),
             Op::Unlink { name } => empty(u, fs.unlink(ino, name.as_bytes())),
             Op::Rmdir { name } => empty(u, fs.rmdir(ino, name.as_bytes())),
-            Op::Rename { arg, name, newname } => self.rename(u, ino, name, arg.newdir, newname, 0),
+            Op::Rename { arg, name, newname } => {
+                self.rename(u, h, ino, name, arg.newdir, newname, 0)
+            }
             Op::Rename2 { arg, name, newname } => {
-                self.rename(u, ino, name, arg.newdir, newname, arg.flags)
+                self.rename(u, h, ino, name, arg.newdir, newname, arg.flags)
             }
             Op::Link { arg, newname } => entry(u, fs.link(arg.oldnodeid, ino, newname.as_bytes())),
             Op::Open(_) => self.open(u, h, ino),
@@ -345,7 +347,7 @@ impl Dispatcher {
             Op::Flush(_) => fail(u, Errno::ENOSYS),
             Op::Setxattr { arg, name, value } => self.setxattr(u, h, ino, arg, name, value),
             Op::Getxattr { arg, name } => self.getxattr(u, ino, arg, name),
-            Op::Listxattr(arg) => self.listxattr(u, ino, arg),
+            Op::Listxattr(arg) => self.listxattr(u, h, ino, arg),
             Op::Removexattr { name } => empty(
                 u,
                 fs.set_xattr_as(cred(h), ino, name.as_bytes(), None, XattrFlags::default()),
@@ -357,6 +359,8 @@ impl Dispatcher {
             // existence.
             Op::Access(_) => empty(u, fs.getattr(ino).map(|_| ())),
             Op::Create { arg, name } => self.create(u, h, ino, arg, name),
+            // The kernel sends "/" as the name: the file has none.
+            Op::Tmpfile { arg, .. } => self.tmpfile(u, h, ino, arg),
             Op::Fallocate(f) => self.fallocate(u, h, ino, f),
             // With writeback_cache the kernel may hold written data cilfs has not seen, so
             // cilfs's holes may not be holes: ENOSYS has the kernel answer SEEK_DATA and
@@ -394,7 +398,6 @@ impl Dispatcher {
             | Op::Poll(_)
             | Op::CopyFileRange(_)
             | Op::CopyFileRange64(_)
-            | Op::Tmpfile { .. }
             | Op::Statx(_)
             | Op::Unsupported { .. }
             | Op::Unknown { .. } => fail(u, Errno::ENOSYS),
@@ -435,13 +438,16 @@ impl Dispatcher {
         }
     }
 
-    /// LISTXATTR: the names, each ended by a NUL.
-    fn listxattr(&self, u: u64, ino: u64, arg: &GetxattrIn) -> Answer {
+    /// LISTXATTR: the names, each ended by a NUL. `trusted.*` names only to root, as ext4 and
+    /// XFS list them only to CAP_SYS_ADMIN (the kernel lets only it read them; it passes FUSE
+    /// the list as given).
+    fn listxattr(&self, u: u64, h: &InHeader, ino: u64, arg: &GetxattrIn) -> Answer {
         let fs = &*self.fs;
         match fs.listxattr(ino) {
             Ok(names) => {
                 let mut buf = Vec::new();
-                for n in names {
+                let shown = |n: &Vec<u8>| h.uid == 0 || !n.starts_with(b"trusted.");
+                for n in names.into_iter().filter(shown) {
                     buf.extend_from_slice(&n);
                     buf.push(0);
                 }
@@ -629,6 +635,18 @@ impl Dispatcher {
         }
     }
 
+    /// TMPFILE (O_TMPFILE): a new unnamed regular file, opened; its link count of 0 is what
+    /// lets the kernel's linkat name it later.
+    fn tmpfile(&self, u: u64, h: &InHeader, ino: u64, arg: &CreateIn) -> Answer {
+        match self.fs.tmpfile(creator(h, arg.umask), ino, arg.mode) {
+            Ok(a) => {
+                let fh = self.file_handle(cred(h));
+                Answer::Reply(Reply::create(u, &entry_out(&a), &self.opened(fh)))
+            }
+            Err(e) => fs_error(u, e),
+        }
+    }
+
     /// FALLOCATE: preallocation (keeping the size or not) and hole punching only.
     fn fallocate(&self, u: u64, h: &InHeader, ino: u64, f: &FallocateIn) -> Answer {
         let fs = &*self.fs;
@@ -664,27 +682,37 @@ impl Dispatcher {
         }
     }
 
+    /// RENAME and RENAME2; the caller owns a whiteout (the kernel sends its ids for
+    /// RENAME_WHITEOUT, and has checked it may make one: CAP_MKNOD).
+    #[allow(clippy::too_many_arguments)]
     fn rename(
         &self,
         u: u64,
+        h: &InHeader,
         parent: u64,
         name: &std::ffi::OsStr,
         newparent: u64,
         newname: &std::ffi::OsStr,
         flags: u32,
     ) -> Answer {
-        let (noreplace, exchange) = (libc::RENAME_NOREPLACE, libc::RENAME_EXCHANGE);
-        if flags & !(noreplace | exchange) != 0 {
+        let (noreplace, exchange, whiteout) = (
+            libc::RENAME_NOREPLACE,
+            libc::RENAME_EXCHANGE,
+            libc::RENAME_WHITEOUT,
+        );
+        if flags & !(noreplace | exchange | whiteout) != 0 {
             return fail(u, Errno::EINVAL);
         }
         let f = RenameFlags {
             noreplace: flags & noreplace != 0,
             exchange: flags & exchange != 0,
+            whiteout: flags & whiteout != 0,
         };
+        let (name, newname) = (name.as_bytes(), newname.as_bytes());
         empty(
             u,
             self.fs
-                .rename(parent, name.as_bytes(), newparent, newname.as_bytes(), f),
+                .rename_as(cred(h), parent, name, newparent, newname, f),
         )
     }
 }

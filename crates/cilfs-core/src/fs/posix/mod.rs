@@ -1,8 +1,8 @@
 //! The operations a request reaches, one file per family: names (namei), attributes (attr),
 //! rename, reading (read), writing (write), a file's space (space: truncate, fallocate, punched
-//! holes), xattrs, open and release (with the orphans they leave), and sync. Here: what they
-//! share (counting an operation, space checks before a transaction, ctime and its change
-//! bump).
+//! holes), xattrs, open and release (with the orphans they leave), unnamed files (tmpfile), and
+//! sync. Here: what they share (counting an operation, space checks before a transaction, ctime
+//! and its change bump).
 
 mod attr;
 pub(crate) mod namei;
@@ -11,6 +11,7 @@ mod read;
 mod rename;
 mod space;
 mod sync;
+mod tmpfile;
 pub(crate) mod write;
 pub(crate) mod xattr;
 

@@ -26,6 +26,14 @@ fn only_inode_item(t: &mut FsTx<'_>, ino: u64) -> FsResult<bool> {
         .is_none_or(|(k, _)| k.a != ino))
 }
 
+/// The blocks the ACLs a new inode inherits take outside the tree.
+pub(crate) fn acl_blocks(bs: u32, acls: &[Option<Vec<u8>>; 2]) -> u64 {
+    acls.iter()
+        .flatten()
+        .map(|v| xattr::value_blocks(bs as usize, acl::DEFAULT, v.len()).1)
+        .sum()
+}
+
 /// One directory's entries changing inside a transaction.
 pub(crate) fn dir_add(t: &mut FsTx<'_>, dir: u64, e: &DirEntry) -> FsResult<()> {
     let k = key(dir, KIND_DIRENT, crate::fs::tree::keys::name_hash(&e.name));
@@ -223,17 +231,59 @@ impl Fs {
             return Err(FsError::Exists);
         }
         let (mode, acls) = self.inherited_mode(t, cred, parent, mode, is_dir, target)?;
-        let acl_blocks: u64 = acls
-            .iter()
-            .flatten()
-            .map(|v| xattr::value_blocks(self.bs as usize, acl::DEFAULT, v.len()).1)
-            .sum();
+        let acl_blocks = acl_blocks(self.bs, &acls);
         sc.need_space(self, &t.hdr, 4 + acl_blocks, Reserve::Keep)?;
         let now = self.now();
         let bs = self.bs;
+        let size = target.map_or(0, |t| t.len() as u64);
+        let m = self.new_inode(t, cred, &p, mode, rdev, size, acls, now)?;
+        let ino = m.inode.ino;
         let inodes = &mut sc.inodes;
-        let ino = self.new_ino(t, is_dir, parent)?;
-        let mut mode = mode;
+        if let Some(target) = target {
+            for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
+                t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
+            }
+        }
+        let kind = m.inode.kind().unwrap_or(FileType::Regular);
+        dir_add(
+            t,
+            parent,
+            &DirEntry {
+                ino,
+                kind,
+                name: name.to_vec(),
+            },
+        )?;
+        let attr = m.inode.attr(bs);
+        inodes.insert(ino, Box::new(m));
+        let pm = Fs::inode_mut(t, inodes, parent)?;
+        pm.inode.mtime = now;
+        pm.inode.size += 1;
+        if is_dir {
+            pm.inode.nlink += 1;
+        }
+        self.touch_ctime(pm, now);
+        log_inode(t, pm, &self.stats)?;
+        Ok((attr, vec![ino, parent]))
+    }
+
+    /// A new inode in directory `p` (not yet named), logged: its number from `p`'s run, its
+    /// ACLs put, owned by `cred` with `p`'s group if `p` is set-group-ID (and then
+    /// set-group-ID itself if a directory), `p`'s project, linked once (a directory twice).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_inode(
+        &self,
+        t: &mut FsTx<'_>,
+        cred: Cred,
+        p: &Inode,
+        mut mode: u32,
+        rdev: u64,
+        size: u64,
+        acls: [Option<Vec<u8>>; 2],
+        now: Timespec,
+    ) -> FsResult<InodeMem> {
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        let ino = self.new_ino(t, is_dir, p.ino)?;
         let gid = if p.mode & S_ISGID != 0 {
             if is_dir {
                 mode |= S_ISGID;
@@ -248,7 +298,7 @@ impl Fs {
             uid: cred.uid,
             gid,
             nlink: if is_dir { 2 } else { 1 },
-            size: target.map_or(0, |t| t.len() as u64),
+            size,
             disk_size: 0,
             dirty_from: crate::fs::items::inode::NOT_DIRTY,
             blocks: 0,
@@ -259,7 +309,7 @@ impl Fs {
             rdev,
             change: 0,
             flags: 0,
-            parent: if is_dir { parent } else { 0 },
+            parent: if is_dir { p.ino } else { 0 },
             project: p.project,
         };
         let mut m = InodeMem {
@@ -290,38 +340,13 @@ impl Fs {
                 xattr::put(t, ino, name, Some(v), XattrFlags::default())?;
             }
         }
-        if let Some(target) = target {
-            for (i, chunk) in target.chunks(SYMLINK_CHUNK).enumerate() {
-                t.insert(TREE_FS, key(ino, KIND_SYMLINK, i as u64), chunk)?;
-            }
-        }
-        let kind = m.inode.kind().unwrap_or(FileType::Regular);
-        dir_add(
-            t,
-            parent,
-            &DirEntry {
-                ino,
-                kind,
-                name: name.to_vec(),
-            },
-        )?;
-        let attr = m.inode.attr(bs);
-        inodes.insert(ino, Box::new(m));
-        let pm = Fs::inode_mut(t, inodes, parent)?;
-        pm.inode.mtime = now;
-        pm.inode.size += 1;
-        if is_dir {
-            pm.inode.nlink += 1;
-        }
-        self.touch_ctime(pm, now);
-        log_inode(t, pm, &self.stats)?;
-        Ok((attr, vec![ino, parent]))
+        Ok(m)
     }
 
     /// The mode of a new node and its ACLs (access, default): a parent's default ACL becomes
     /// the new node's access ACL (and a directory's default), masked by the mode asked for;
     /// without one the umask applies. Symlinks have neither.
-    fn inherited_mode(
+    pub(crate) fn inherited_mode(
         &self,
         t: &mut FsTx<'_>,
         cred: Cred,
@@ -444,8 +469,14 @@ impl Fs {
         if target.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        if target.nlink == 0 {
-            return Err(FsError::NotFound);
+        // An orphan is named again only while open (a linkat of an O_TMPFILE, which the
+        // kernel allows only for one made without O_EXCL): its release would free it.
+        let orphan = target.nlink == 0;
+        if orphan {
+            if sc.load(st, t, ino)?.open == 0 {
+                return Err(FsError::NotFound);
+            }
+            sc.held.push(ino);
         }
         let p = sc.load(st, t, newparent)?.inode.clone();
         if !p.is_dir() {
@@ -474,6 +505,9 @@ impl Fs {
         pm.inode.size += 1;
         self.touch_ctime(pm, now);
         log_inode(t, pm, &self.stats)?;
+        if orphan {
+            t.remove(TREE_FS, key(ORPHAN_OWNER, KIND_ORPHAN, ino))?;
+        }
         let m = sc.load(st, t, ino)?;
         m.inode.nlink += 1;
         self.touch_ctime(m, now);

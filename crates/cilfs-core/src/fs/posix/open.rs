@@ -70,7 +70,22 @@ impl Fs {
     /// its start outside the lock when it finds no log space), then the inode and its orphan
     /// item.
     pub(crate) fn reclaim(&self, ino: u64) -> FsResult<()> {
-        self.write_state().cache.drop_range(ino, 0, u64::MAX);
+        {
+            let st = self.write_state();
+            // Named again since the caller looked: a link of an O_TMPFILE that passed its check
+            // while the file was still open has published. A publish holds the state lock
+            // from its check on, so none is half done now, and none can pass its check from
+            // here on (the file is no longer open).
+            let named = st
+                .inodes
+                .lock(ino)
+                .get(&ino)
+                .is_some_and(|m| m.inode.nlink > 0);
+            if named {
+                return Ok(());
+            }
+            st.cache.drop_range(ino, 0, u64::MAX);
+        }
         // Everything keyed under the inode except the inode item itself.
         while !self.retrying(|| self.reclaim_batch(ino))? {}
         self.retrying(|| {

@@ -1,17 +1,35 @@
-//! rename(2) with RENAME_NOREPLACE and RENAME_EXCHANGE: one transaction that moves a name,
-//! replaces or swaps the target, and fixes parents and link counts.
+//! rename(2) with RENAME_NOREPLACE, RENAME_EXCHANGE and RENAME_WHITEOUT: one transaction that
+//! moves a name, replaces or swaps the target, leaves a whiteout if asked, and fixes parents
+//! and link counts.
 
+use crate::fs::cache::inode_cache::InodeMap;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::dir::{self, check_name, DirEntry};
 use crate::fs::items::header::TREE_FS;
-use crate::fs::items::inode::FileType;
+use crate::fs::items::inode::{FileType, Inode, Timespec, S_IFCHR};
 use crate::fs::posix::namei::{dir_add, dir_is_empty, dir_lookup, dir_remove};
-use crate::fs::types::{RenameFlags, Reserve, LINK_MAX};
+use crate::fs::txn::FsTx;
+use crate::fs::types::{Cred, RenameFlags, Reserve, LINK_MAX};
 use crate::fs::{log_inode, Fs, FsState};
 
 impl Fs {
+    /// `rename_as` by root.
     pub fn rename(
         &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: RenameFlags,
+    ) -> FsResult<()> {
+        self.rename_as(Cred::ROOT, parent, name, newparent, newname, flags)
+    }
+
+    /// rename(2) for `cred`, who owns the whiteout RENAME_WHITEOUT leaves (as XFS makes it:
+    /// the caller's, with the directory's group if that is set-group-ID, and no ACL).
+    pub fn rename_as(
+        &self,
+        cred: Cred,
         parent: u64,
         name: &[u8],
         newparent: u64,
@@ -27,6 +45,9 @@ impl Fs {
             check_name(newname)?;
             if flags.noreplace && flags.exchange {
                 return Err(FsError::Invalid("RENAME_NOREPLACE with RENAME_EXCHANGE"));
+            }
+            if flags.whiteout && flags.exchange {
+                return Err(FsError::Invalid("RENAME_WHITEOUT with RENAME_EXCHANGE"));
             }
             self.check_writable()?;
             let mut st = self.write_state();
@@ -97,60 +118,120 @@ impl Fs {
                     return Err(FsError::TooManyLinks);
                 }
             }
-            // The new name may split a directory leaf, a replaced inode adds an orphan entry.
-            self.space_check(st.hdr.get_mut(), 4, Reserve::Quarter)?;
-            let now = self.now();
             let replaced = dst.as_ref().map(|d| d.ino);
-            self.with_tx(&mut st, |t, inodes| {
-                dir_remove(t, parent, name)?;
-                if dst.is_some() {
-                    dir_remove(t, newparent, newname)?;
-                }
-                dir_add(
-                    t,
-                    newparent,
-                    &DirEntry {
-                        ino: src.ino,
-                        kind: src.kind,
-                        name: newname.to_vec(),
-                    },
-                )?;
-                let mut touched = vec![parent, newparent, src.ino];
-                if let Some(d) = &dst {
-                    self.drop_link(t, inodes, d.ino, now)?;
-                    touched.push(d.ino);
-                }
-                self.entry_removed(t, inodes, parent, src_dir, now)?;
-                {
-                    let np = Fs::inode_mut(t, inodes, newparent)?;
-                    np.inode.mtime = now;
-                    if dst.is_none() {
-                        np.inode.size += 1;
-                    }
-                    // A directory moved in adds a link (its ".."); one replaced takes its own away.
-                    if src_dir {
-                        np.inode.nlink += 1;
-                        if dst.is_some() {
-                            np.inode.nlink = np.inode.nlink.saturating_sub(1);
-                        }
-                    }
-                    self.touch_ctime(np, now);
-                    log_inode(t, np, &self.stats)?;
-                }
-                let sm = Fs::inode_mut(t, inodes, src.ino)?;
-                if src_dir {
-                    sm.inode.parent = newparent;
-                }
-                self.touch_ctime(sm, now);
-                log_inode(t, sm, &self.stats)?;
-                Ok(((), touched))
-            })?;
+            let names = [(parent, name), (newparent, newname)];
+            self.move_entry(&mut st, cred, names, &src, dst.as_ref(), flags.whiteout)?;
             Ok(replaced)
         })?;
         match replaced {
             Some(ino) => self.reclaim_unused(ino),
             None => Ok(()),
         }
+    }
+
+    /// The transaction of a rename that is no exchange: `src`, found in the first of `names`
+    /// (directory, name), moves to the second, replacing `dst` if any, and leaves a whiteout if
+    /// asked.
+    fn move_entry(
+        &self,
+        st: &mut FsState,
+        cred: Cred,
+        names: [(u64, &[u8]); 2],
+        src: &DirEntry,
+        dst: Option<&DirEntry>,
+        whiteout: bool,
+    ) -> FsResult<()> {
+        let [(parent, name), (newparent, newname)] = names;
+        let src_dir = src.kind == FileType::Directory;
+        // The new name may split a directory leaf, a replaced inode adds an orphan entry,
+        // a whiteout its inode.
+        let need = if whiteout { 6 } else { 4 };
+        self.space_check(st.hdr.get_mut(), need, Reserve::Quarter)?;
+        let now = self.now();
+        let pdir = self.load(st, parent)?.inode.clone();
+        self.with_tx(st, |t, inodes| {
+            dir_remove(t, parent, name)?;
+            let whiteout = match whiteout {
+                true => Some(self.add_whiteout(t, inodes, cred, &pdir, name, now)?),
+                false => None,
+            };
+            if dst.is_some() {
+                dir_remove(t, newparent, newname)?;
+            }
+            dir_add(
+                t,
+                newparent,
+                &DirEntry {
+                    ino: src.ino,
+                    kind: src.kind,
+                    name: newname.to_vec(),
+                },
+            )?;
+            let mut touched = vec![parent, newparent, src.ino];
+            touched.extend(whiteout);
+            if let Some(d) = dst {
+                self.drop_link(t, inodes, d.ino, now)?;
+                touched.push(d.ino);
+            }
+            self.entry_removed(t, inodes, parent, src_dir, now)?;
+            if whiteout.is_some() {
+                // The source's name stays, held by the whiteout.
+                let pm = Fs::inode_mut(t, inodes, parent)?;
+                pm.inode.size += 1;
+                log_inode(t, pm, &self.stats)?;
+            }
+            {
+                let np = Fs::inode_mut(t, inodes, newparent)?;
+                np.inode.mtime = now;
+                if dst.is_none() {
+                    np.inode.size += 1;
+                }
+                // A directory moved in adds a link (its ".."); one replaced takes its own away.
+                if src_dir {
+                    np.inode.nlink += 1;
+                    if dst.is_some() {
+                        np.inode.nlink = np.inode.nlink.saturating_sub(1);
+                    }
+                }
+                self.touch_ctime(np, now);
+                log_inode(t, np, &self.stats)?;
+            }
+            let sm = Fs::inode_mut(t, inodes, src.ino)?;
+            if src_dir {
+                sm.inode.parent = newparent;
+            }
+            self.touch_ctime(sm, now);
+            log_inode(t, sm, &self.stats)?;
+            Ok(((), touched))
+        })?;
+        Ok(())
+    }
+
+    /// Makes a whiteout named `name` in directory `dir` (the source's name a rename just
+    /// took away) in transaction `t`: overlayfs's mark of a name deleted above a lower layer.
+    fn add_whiteout(
+        &self,
+        t: &mut FsTx<'_>,
+        inodes: &mut dyn InodeMap,
+        cred: Cred,
+        dir: &Inode,
+        name: &[u8],
+        now: Timespec,
+    ) -> FsResult<u64> {
+        let mut w = self.new_inode(t, cred, dir, S_IFCHR, 0, 0, [None, None], now)?;
+        log_inode(t, &mut w, &self.stats)?;
+        let ino = w.inode.ino;
+        dir_add(
+            t,
+            dir.ino,
+            &DirEntry {
+                ino,
+                kind: FileType::CharDevice,
+                name: name.to_vec(),
+            },
+        )?;
+        inodes.insert(ino, Box::new(w));
+        Ok(ino)
     }
 
     fn exchange(

@@ -30,6 +30,7 @@ mod logging;
 mod model;
 mod namespace;
 mod ordered_data;
+mod overlay_upper;
 #[cfg(loom)]
 mod publish_model;
 mod read_only;

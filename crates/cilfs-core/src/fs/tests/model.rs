@@ -45,6 +45,7 @@ enum Op {
         to: usize,
         newname: u8,
         exchange: bool,
+        whiteout: bool,
     },
     Link {
         file: usize,
@@ -72,6 +73,15 @@ enum Op {
         file: usize,
         name: u8,
     },
+    /// An O_TMPFILE in a directory, written, then named there by a link or left unnamed, and
+    /// released (which frees it if unnamed).
+    Tmpfile {
+        dir: usize,
+        name: u8,
+        len: u16,
+        byte: u8,
+        link: bool,
+    },
     Remount,
 }
 
@@ -84,12 +94,13 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0u32..40_000).prop_map(|(file, size)| Op::Truncate { file, size }),
         3 => (any::<usize>(), n.clone()).prop_map(|(dir, name)| Op::Unlink { dir, name }),
         1 => (any::<usize>(), n.clone()).prop_map(|(dir, name)| Op::Rmdir { dir, name }),
-        3 => (any::<usize>(), n.clone(), any::<usize>(), n.clone(), prop::bool::weighted(0.2)).prop_map(|(from, name, to, newname, exchange)| Op::Rename { from, name, to, newname, exchange }),
+        3 => (any::<usize>(), n.clone(), any::<usize>(), n.clone(), prop::bool::weighted(0.2), prop::bool::weighted(0.2)).prop_map(|(from, name, to, newname, exchange, whiteout)| Op::Rename { from, name, to, newname, exchange, whiteout }),
         1 => (any::<usize>(), any::<usize>(), n.clone()).prop_map(|(file, dir, name)| Op::Link { file, dir, name }),
         1 => (any::<usize>(), 0u16..0o7777).prop_map(|(file, mode)| Op::Chmod { file, mode }),
         2 => (any::<usize>(), 0u8..4, prop_oneof![0u16..400, 400u16..12000], any::<u64>(), 0u8..4).prop_map(|(file, name, len, seed, flags)| Op::SetXattr { file, name, len, seed, flags }),
         1 => (10u16..150).prop_map(|count| Op::Churn { count }),
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
+        1 => (any::<usize>(), n.clone(), 0u16..9000, 1u8..=255, any::<bool>()).prop_map(|(dir, name, len, byte, link)| Op::Tmpfile { dir, name, len, byte, link }),
         1 => Just(Op::Remount),
     ]
 }
@@ -102,6 +113,8 @@ struct Model {
     modes: HashMap<u64, u32>,
     xattrs: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
     parent: HashMap<u64, u64>,
+    /// Whiteouts renames left.
+    whiteouts: std::collections::BTreeSet<u64>,
 }
 
 impl Model {
@@ -141,6 +154,7 @@ impl Model {
             self.xattrs.remove(&ino);
             self.dirs.retain(|&d| d != ino);
             self.parent.remove(&ino);
+            self.whiteouts.remove(&ino);
         }
     }
 }
@@ -275,6 +289,7 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
                 assert!(matches!(r, Err(FsError::NoAttr)), "{r:?}");
             }
         }
+        op @ Op::Tmpfile { .. } => apply_tmpfile(fs, m, op),
         Op::Remount => unreachable!("handled by the caller"),
     }
 }
@@ -308,6 +323,7 @@ fn apply_rename(fs: &Fs, m: &mut Model, op: Op) {
         to,
         newname,
         exchange,
+        whiteout,
     } = op
     else {
         unreachable!()
@@ -315,10 +331,14 @@ fn apply_rename(fs: &Fs, m: &mut Model, op: Op) {
     let (p1, p2) = (pick(&m.dirs, from), pick(&m.dirs, to));
     let (k1, k2) = ((p1, name(n)), (p2, name(newname)));
     let flags = RenameFlags {
-        noreplace: false,
         exchange,
+        whiteout,
+        ..RenameFlags::default()
     };
     let r = fs.rename(p1, &name(n), p2, &name(newname), flags);
+    if exchange && whiteout {
+        return assert!(matches!(r, Err(FsError::Invalid(_))), "{r:?}");
+    }
     let (Some(a), b) = (m.entries.get(&k1).copied(), m.entries.get(&k2).copied()) else {
         assert!(matches!(r, Err(FsError::NotFound)), "{r:?}");
         return;
@@ -368,11 +388,50 @@ fn apply_rename(fs: &Fs, m: &mut Model, op: Op) {
     r.unwrap();
     m.entries.remove(&k1);
     m.entries.insert(k2, a);
+    if whiteout {
+        let w = fs.lookup(p1, &name(n)).unwrap().ino;
+        m.entries.insert(k1, w);
+        m.whiteouts.insert(w);
+    }
     if m.is_dir(a) {
         m.parent.insert(a, p2);
     }
     if let Some(b) = b {
         m.drop_if_unlinked(b);
+    }
+}
+
+fn apply_tmpfile(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Tmpfile {
+        dir,
+        name: n,
+        len,
+        byte,
+        link,
+    } = op
+    else {
+        unreachable!()
+    };
+    let d = pick(&m.dirs, dir);
+    let a = fs.tmpfile(U, d, items::inode::S_IFREG | 0o600).unwrap();
+    assert_eq!(a.nlink, 0);
+    let data = vec![byte; usize::from(len)];
+    fs.write(U, a.ino, 0, &data).unwrap();
+    let named = link && !m.entries.contains_key(&(d, name(n)));
+    if link {
+        let r = fs.link(a.ino, d, &name(n));
+        if named {
+            assert_eq!(r.unwrap().nlink, 1);
+            m.entries.insert((d, name(n)), a.ino);
+            m.data.insert(a.ino, data);
+            m.modes.insert(a.ino, 0o600);
+        } else {
+            assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+        }
+    }
+    fs.release_inode(a.ino).unwrap();
+    if !named {
+        assert!(matches!(fs.getattr(a.ino), Err(FsError::NotFound)));
     }
 }
 
@@ -512,6 +571,11 @@ fn compare(fs: &Fs, m: &Model) {
         if d != ROOT_INO {
             assert_eq!(fs.lookup(d, b"..").unwrap().ino, m.parent[&d]);
         }
+    }
+    for &w in &m.whiteouts {
+        let a = fs.getattr(w).unwrap();
+        assert_eq!((a.kind, a.rdev, a.perm), (FileType::CharDevice, 0, 0));
+        assert_eq!(a.nlink as usize, m.links(w));
     }
     for (&f, content) in &m.data {
         let a = fs.getattr(f).unwrap();

@@ -68,15 +68,15 @@ fn namespace_operations_and_errors() {
     assert_eq!(fs.lookup(ROOT_INO, b"g").unwrap().ino, f.ino);
     let nr = RenameFlags {
         noreplace: true,
-        exchange: false,
+        ..RenameFlags::default()
     };
     assert!(matches!(
         fs.rename(ROOT_INO, b"g", ROOT_INO, b"hard", nr),
         Err(FsError::Exists)
     ));
     let ex = RenameFlags {
-        noreplace: false,
         exchange: true,
+        ..RenameFlags::default()
     };
     fs.rename(ROOT_INO, b"sym", ROOT_INO, b"fifo", ex).unwrap();
     assert_eq!(fs.lookup(ROOT_INO, b"sym").unwrap().ino, fifo.ino);

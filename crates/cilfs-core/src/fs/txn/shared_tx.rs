@@ -51,6 +51,9 @@ pub(crate) struct Scratch {
     /// Inodes the operation deletes outright: gone from memory at publish, and refused if
     /// anyone opened them meanwhile.
     pub freed: Vec<u64>,
+    /// Inodes that must still be open when it publishes: an orphan it names again (a
+    /// linkat of an O_TMPFILE), which its last release would free otherwise.
+    pub held: Vec<u64>,
     /// The free space it needs (`Fs::space_check`), checked again at publish.
     space: Option<(u64, Reserve)>,
     /// File pages put at publish, under the same hold of the inodes' shards as the inodes
@@ -198,7 +201,11 @@ impl Scratch {
                 && !cache.has_pages(*i)
                 && fs.io.idle(*i)
         });
-        copies_hold && new_ones_free && freed_unused
+        let held_open = self
+            .held
+            .iter()
+            .all(|i| inodes.get(i).is_some_and(|m| m.open > 0));
+        copies_hold && new_ones_free && freed_unused && held_open
     }
 
     /// Marks the inodes it frees `freeing`, its check just passed under their shards (held
@@ -290,9 +297,13 @@ impl Scratch {
                     cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
                 }
                 // Not in memory, or dropped from it since the check: its copy is the newest.
+                // A copy's open count may be stale; a new inode's is its creator's (an
+                // O_TMPFILE is open from the commit that makes it).
                 None => {
                     m.last_seq = m.last_seq.max(seq);
-                    m.open = 0;
+                    if before.is_some() {
+                        m.open = 0;
+                    }
                     inodes.insert(ino, m);
                 }
             }
