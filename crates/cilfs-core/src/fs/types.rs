@@ -89,3 +89,11 @@ pub struct XattrFlags {
     /// Fail with NoAttr if it does not (XATTR_REPLACE).
     pub replace: bool,
 }
+
+/// What lsattr and `xfs_io lsproj` read (FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR): the flags users
+/// set (`items::inode::INODE_USER_FLAGS`) and the project ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileAttr {
+    pub flags: u32,
+    pub project: u32,
+}

@@ -10,8 +10,8 @@ use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
 use cilfs_fuse_proto::flags::{fattr, write as write_flags};
 use cilfs_fuse_proto::{
     dirent_type, AttrOut, CreateIn, Dirents, DirentsPlus, EntryOut, Errno, FallocateIn, GetxattrIn,
-    InHeader, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn, SetxattrIn,
-    WriteIn, ROOT_ID,
+    InHeader, IoctlOut, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn,
+    SetxattrIn, WriteIn, ROOT_ID,
 };
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -157,6 +157,25 @@ fn time_in(sec: u64, nsec: u32) -> Timespec {
 
 fn fs_error(unique: u64, e: FsError) -> Answer {
     Answer::Reply(Reply::error(unique, errno::replied(&e)))
+}
+
+/// An IOCTL answered in full: its result 0 and the bytes the caller reads back.
+fn ioctl_answer(unique: u64, r: Result<Vec<u8>, Errno>) -> Answer {
+    match r {
+        Ok(out) => {
+            let mut data = Vec::with_capacity(IoctlOut::SIZE + out.len());
+            IoctlOut {
+                result: 0,
+                flags: 0,
+                in_iovs: 0,
+                out_iovs: 0,
+            }
+            .encode(&mut data);
+            data.extend_from_slice(&out);
+            Answer::Data { unique, data }
+        }
+        Err(e) => fail(unique, e),
+    }
 }
 
 fn fail(unique: u64, e: Errno) -> Answer {
@@ -325,7 +344,7 @@ impl Dispatcher {
                 self.rename(u, ino, name, arg.newdir, newname, arg.flags)
             }
             Op::Link { arg, newname } => entry(u, fs.link(arg.oldnodeid, ino, newname.as_bytes())),
-            Op::Open(_) => self.open(u, h, ino),
+            Op::Open(o) => self.open(u, h, ino, o.flags),
             Op::Read(r) => self.read(u, ino, r),
             Op::Write { arg, data } => self.write(u, h, ino, arg, data),
             Op::Statfs => self.statfs(u),
@@ -381,6 +400,9 @@ impl Dispatcher {
                 Answer::Reply(Reply::empty(u))
             }
             Op::Ioctl { arg, data } if arg.cmd == super::REMOUNT_IOCTL => self.remount(u, h, data),
+            Op::Ioctl { arg, data } if super::ioctl::is_fileattr(arg.cmd) => {
+                ioctl_answer(u, super::ioctl::fileattr(fs, cred(h), ino, arg, data))
+            }
             // A second INIT after the handshake is the kernel's mistake.
             Op::Init(_) => fail(u, Errno::EIO),
             // Not served: the kernel then handles locks locally, falls back from STATX to
@@ -401,10 +423,13 @@ impl Dispatcher {
         }
     }
 
-    /// OPEN: a new file handle, remembering the opener.
-    fn open(&self, u: u64, h: &InHeader, ino: u64) -> Answer {
+    /// OPEN: a new file handle, remembering the opener. The open(2) flags decide what the
+    /// inode flags allow (the kernel does not know them).
+    fn open(&self, u: u64, h: &InHeader, ino: u64, flags: u32) -> Answer {
         let fs = &*self.fs;
-        match fs.open_inode(ino) {
+        let flags = flags as i32;
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        match fs.open_as(ino, write, flags & libc::O_APPEND != 0) {
             Ok(_) => {
                 let fh = self.file_handle(cred(h));
                 Answer::Reply(Reply::open(u, &self.opened(fh)))

@@ -24,6 +24,7 @@ mod damage;
 mod data;
 mod free_space;
 mod held_io;
+mod iflags;
 mod log_damage;
 mod log_space;
 mod logging;

@@ -72,6 +72,12 @@ enum Op {
         file: usize,
         name: u8,
     },
+    /// Inode flags that forbid nothing (nodump, noatime, sync) and a project, set by root.
+    SetFlags {
+        file: usize,
+        flags: u8,
+        project: u8,
+    },
     Remount,
 }
 
@@ -90,6 +96,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0u8..4, prop_oneof![0u16..400, 400u16..12000], any::<u64>(), 0u8..4).prop_map(|(file, name, len, seed, flags)| Op::SetXattr { file, name, len, seed, flags }),
         1 => (10u16..150).prop_map(|count| Op::Churn { count }),
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
+        1 => (any::<usize>(), 0u8..8, 0u8..3).prop_map(|(file, flags, project)| Op::SetFlags { file, flags, project }),
         1 => Just(Op::Remount),
     ]
 }
@@ -102,6 +109,7 @@ struct Model {
     modes: HashMap<u64, u32>,
     xattrs: HashMap<u64, BTreeMap<Vec<u8>, Vec<u8>>>,
     parent: HashMap<u64, u64>,
+    attrs: HashMap<u64, crate::fs::types::FileAttr>,
 }
 
 impl Model {
@@ -141,6 +149,7 @@ impl Model {
             self.xattrs.remove(&ino);
             self.dirs.retain(|&d| d != ino);
             self.parent.remove(&ino);
+            self.attrs.remove(&ino);
         }
     }
 }
@@ -275,6 +284,7 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
                 assert!(matches!(r, Err(FsError::NoAttr)), "{r:?}");
             }
         }
+        op @ Op::SetFlags { .. } => apply_set_flags(fs, m, op),
         Op::Remount => unreachable!("handled by the caller"),
     }
 }
@@ -450,6 +460,33 @@ fn apply_set_xattr(fs: &Fs, m: &mut Model, op: Op) {
     }
 }
 
+fn apply_set_flags(fs: &Fs, m: &mut Model, op: Op) {
+    use crate::fs::items::inode::{INODE_NOATIME, INODE_NODUMP, INODE_SYNC};
+    let Op::SetFlags {
+        file,
+        flags,
+        project,
+    } = op
+    else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    let bits = [INODE_NODUMP, INODE_NOATIME, INODE_SYNC];
+    let want = crate::fs::types::FileAttr {
+        flags: (0..3)
+            .filter(|i| flags & (1 << i) != 0)
+            .map(|i| bits[i])
+            .fold(0, |a, b| a | b),
+        project: u32::from(project),
+    };
+    fs.set_file_attr(Cred::ROOT, f, want).unwrap();
+    m.attrs.insert(f, want);
+}
+
 fn apply_churn(fs: &Fs, m: &mut Model, op: Op) {
     let Op::Churn { count } = op else {
         unreachable!()
@@ -529,6 +566,8 @@ fn compare(fs: &Fs, m: &Model) {
                 at.map(|i| content[i])
             );
         }
+        let attr = m.attrs.get(&f).copied().unwrap_or_default();
+        assert_eq!(fs.file_attr(f).unwrap(), attr, "flags and project of {f}");
         let mut names = fs.listxattr(f).unwrap();
         names.sort();
         let want = m.xattrs.get(&f).cloned().unwrap_or_default();
