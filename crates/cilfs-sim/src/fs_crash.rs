@@ -501,7 +501,7 @@ fn workload(
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(108) {
+        match rng.below(109) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -741,6 +741,21 @@ fn workload(
                     Err(FsError::NoSpace) => {}
                     Err(e) => return Err(format!("op {op}: set flags: {e}")),
                 }
+            }
+            108 => {
+                // The shutdown ioctl (data and log flushed first), and a mount that recovers.
+                for f in open_files.drain(..) {
+                    fs.release_inode(f).map_err(|e| e.to_string())?;
+                }
+                fs.shutdown(cilfs_core::fs::types::ShutdownMode::Default)
+                    .map_err(|e| format!("op {op}: shutdown: {e}"))?;
+                if fs.unmount().is_ok() {
+                    return Err(format!("op {op}: unmount after a shutdown succeeded"));
+                }
+                tally(&fs, report);
+                drop(fs);
+                m.durable.push((set.op_count(), op - 1));
+                fs = open_fs(&dev, cfg, cil, &clock)?;
             }
             95 => {
                 // Clean unmount and mount again.

@@ -97,3 +97,14 @@ pub struct FileAttr {
     pub flags: u32,
     pub project: u32,
 }
+
+/// What a shutdown (XFS_IOC_GOINGDOWN) makes stable first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Dirty data written back and the log forced (XFS_FSOP_GOING_FLAGS_DEFAULT).
+    Default,
+    /// The log forced, dirty data dropped (LOGFLUSH).
+    LogFlush,
+    /// Nothing: as a crash, from what is stable now (NOLOGFLUSH).
+    NoLogFlush,
+}

@@ -188,6 +188,8 @@ pub struct Journal {
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
+    /// The shutdown came from `shut_down_on_request`, not from an error.
+    pub(crate) shut_down_requested: AtomicBool,
     /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.
     pub(crate) frozen: AtomicBool,
     pub(crate) worker: Mutex<Option<push::Worker>>,
@@ -433,6 +435,27 @@ impl Journal {
         } else {
             Ok(())
         }
+    }
+
+    /// Shuts the journal down on request (the shutdown ioctl): as after an IO error, nothing
+    /// more is written, and the next mount recovers from the log.
+    pub fn shut_down_on_request(&self) {
+        tracing::warn!("shut down on request: nothing more is written");
+        // Down already after an error: that stays the cause.
+        if !self.is_shut_down() {
+            self.shut_down_requested.store(true, Ordering::Release);
+        }
+        let _ = self.shut_down::<()>(JournalError::Shutdown);
+    }
+
+    /// Whether the journal was shut down on request (and by no error before it).
+    pub fn is_shut_down_on_request(&self) -> bool {
+        self.shut_down_requested.load(Ordering::Acquire)
+    }
+
+    /// Whether the journal is shut down (after an IO error, or on request).
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
     }
 
     /// Marks the journal dead after an IO error: nothing more is written, so nothing written

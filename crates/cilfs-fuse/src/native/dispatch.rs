@@ -303,6 +303,15 @@ impl Dispatcher {
         let u = h.unique;
         let ino = h.nodeid;
         let fs = &*self.fs;
+        // Shut down (the shutdown ioctl, or an IO error): every request fails until the
+        // unmount, as on XFS; DESTROY still runs the daemon's unmount.
+        let answered = matches!(
+            req.op,
+            Op::Forget(_) | Op::BatchForget(_) | Op::NotifyReply { .. } | Op::Interrupt(_)
+        );
+        if fs.is_shut_down() && !answered && !matches!(req.op, Op::Destroy) {
+            return fail(u, Errno::EIO);
+        }
         match &req.op {
             Op::Forget(_) | Op::BatchForget(_) | Op::NotifyReply { .. } => Answer::Nothing,
             // Nothing here blocks on the caller, so an interrupted request simply finishes;
@@ -402,6 +411,9 @@ impl Dispatcher {
             Op::Ioctl { arg, data } if arg.cmd == super::REMOUNT_IOCTL => self.remount(u, h, data),
             Op::Ioctl { arg, data } if super::ioctl::is_fileattr(arg.cmd) => {
                 ioctl_answer(u, super::ioctl::fileattr(fs, cred(h), ino, arg, data))
+            }
+            Op::Ioctl { arg, data } if arg.cmd == super::ioctl::XFS_IOC_GOINGDOWN => {
+                ioctl_answer(u, super::ioctl::shutdown(fs, cred(h), data))
             }
             // A second INIT after the handshake is the kernel's mistake.
             Op::Init(_) => fail(u, Errno::EIO),
@@ -945,6 +957,70 @@ mod tests {
             Answer::Reply(r) if r == Reply::empty(7)
         ));
         assert!(destroyed.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// The inode-flag ioctls as the kernel's fileattr calls send them (four bytes of flags,
+    /// a 28-byte fsxattr), then the shutdown ioctl: refused to a user, and from root every
+    /// request after it is EIO.
+    #[test]
+    fn flag_ioctls_round_trip_and_the_shutdown_ioctl_fails_everything_after_it() {
+        use super::super::ioctl::*;
+        use cilfs_fuse_proto::{IoctlIn, Opcode};
+        let d = Dispatcher::new(sim::mount(sim::new_dev()), false);
+        let ioctl = |unique: u64, uid: u32, cmd: u32, data: &[u8], out_size: u32| {
+            let arg = IoctlIn {
+                cmd,
+                in_size: data.len() as u32,
+                out_size,
+                ..IoctlIn::default()
+            };
+            let h = InHeader {
+                uid,
+                ..header(Opcode::Ioctl, unique, ROOT_ID)
+            };
+            match d.answer(&request(h, Op::Ioctl { arg, data })) {
+                Answer::Data { data, .. } => Ok(data[IoctlOut::SIZE..].to_vec()),
+                Answer::Reply(r) => Err(i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap())),
+                Answer::Nothing => panic!("ioctl: no answer"),
+            }
+        };
+        // FS_NODUMP_FL | FS_NOATIME_FL, set by root on the root directory.
+        let flags = 0x40u32 | 0x80;
+        assert_eq!(
+            ioctl(1, 0, FS_IOC_SETFLAGS, &flags.to_ne_bytes(), 0),
+            Ok(vec![])
+        );
+        assert_eq!(
+            ioctl(2, 0, FS_IOC_GETFLAGS, &[], 4),
+            Ok(flags.to_ne_bytes().to_vec())
+        );
+        // FS_EXTENT_FL is not kept; immutable is root's to set.
+        assert_eq!(
+            ioctl(3, 0, FS_IOC_SETFLAGS, &0x80000u32.to_ne_bytes(), 0),
+            Err(-libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            ioctl(4, 1000, FS_IOC_SETFLAGS, &0x10u32.to_ne_bytes(), 0),
+            Err(-libc::EPERM)
+        );
+        let mut fsx = [0u8; 28];
+        fsx[12..16].copy_from_slice(&42u32.to_ne_bytes());
+        assert_eq!(ioctl(5, 0, FS_IOC_FSSETXATTR, &fsx, 0), Ok(vec![]));
+        let got = ioctl(6, 0, FS_IOC_FSGETXATTR, &[], 28).unwrap();
+        assert_eq!(&got[12..16], &42u32.to_ne_bytes());
+        assert_eq!(
+            &got[0..4],
+            &0u32.to_ne_bytes(),
+            "FSSETXATTR cleared the flags"
+        );
+        assert_eq!(ioctl(7, 1000, XFS_IOC_GOINGDOWN, &[], 4), Err(-libc::EPERM));
+        assert_eq!(ioctl(8, 0, XFS_IOC_GOINGDOWN, &[], 4), Ok(vec![]));
+        assert_eq!(ioctl(9, 0, FS_IOC_GETFLAGS, &[], 4), Err(-libc::EIO));
+        assert!(matches!(
+            d.answer(&request(header(Opcode::Getattr, 10, ROOT_ID),
+                Op::Getattr(Default::default()))),
+            Answer::Reply(r) if r == Reply::error(10, Errno::EIO)
+        ));
     }
 
     /// With writeback_cache the kernel may hold data cilfs has not seen: LSEEK is ENOSYS, so

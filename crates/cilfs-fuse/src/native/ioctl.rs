@@ -1,13 +1,14 @@
 //! The ioctls cilfs answers through FUSE_IOCTL, in Linux's encodings: the inode flags
 //! (FS_IOC_GETFLAGS/SETFLAGS, which chattr and lsattr use, and FS_IOC_FSGETXATTR/FSSETXATTR,
-//! which xfs_io uses; the kernel's `fuse_fileattr_get/set` turns both into these). Each
-//! returns the bytes the caller reads back; errors become errno values in `errno.rs`.
+//! which xfs_io uses; the kernel's `fuse_fileattr_get/set` turns both into these) and the
+//! shutdown (XFS_IOC_GOINGDOWN). Each returns the bytes the caller reads back; errors become
+//! errno values in `errno.rs`.
 
 use crate::errno::errno;
 use cilfs_core::fs::items::inode::{
     INODE_APPEND, INODE_IMMUTABLE, INODE_NOATIME, INODE_NODUMP, INODE_SYNC,
 };
-use cilfs_core::fs::types::{Cred, FileAttr};
+use cilfs_core::fs::types::{Cred, FileAttr, ShutdownMode};
 use cilfs_core::fs::Fs;
 use cilfs_fuse_proto::{Errno, IoctlIn};
 
@@ -20,6 +21,13 @@ pub const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
 /// `_IOR('X', 31, struct fsxattr)` and `_IOW('X', 32, struct fsxattr)`.
 pub const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
 pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+/// `_IOR('X', 125, __u32)`, ext4's EXT4_IOC_SHUTDOWN too.
+pub const XFS_IOC_GOINGDOWN: u32 = 0x8004_587d;
+/// Its argument: what to make stable first.
+const GOING_FLAGS_DEFAULT: u32 = 0;
+const GOING_FLAGS_LOGFLUSH: u32 = 1;
+const GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+
 /// `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 bytes of padding.
 const FSXATTR_BYTES: usize = 28;
 
@@ -121,6 +129,29 @@ pub fn fileattr(
     };
     out.resize(arg.out_size as usize, 0);
     Ok(out)
+}
+
+/// XFS_IOC_GOINGDOWN, by root only. The argument is an input the encoding calls output
+/// (`_IOR`), so a FUSE kernel, which passes a restricted ioctl's bytes by its encoding, sends
+/// none (`in_size` 0): then the log is flushed and not the data (`xfs_io shutdown -f`, the
+/// middle course). Given four bytes, their mode is taken.
+pub fn shutdown(fs: &Fs, cred: Cred, data: &[u8]) -> Result<Vec<u8>, Errno> {
+    if cred.uid != 0 {
+        return Err(Errno::EPERM);
+    }
+    let mode = match u32_at(data, 0) {
+        None => ShutdownMode::LogFlush,
+        Some(GOING_FLAGS_DEFAULT) => ShutdownMode::Default,
+        Some(GOING_FLAGS_LOGFLUSH) => ShutdownMode::LogFlush,
+        Some(GOING_FLAGS_NOLOGFLUSH) => ShutdownMode::NoLogFlush,
+        Some(_) => return Err(Errno::EINVAL),
+    };
+    // Said once in the log, whatever the flush did: the filesystem is down either way.
+    if let Err(e) = fs.shutdown(mode) {
+        tracing::error!("shutdown ({mode:?}): the flush before it failed: {e}");
+    }
+    tracing::warn!("shut down ({mode:?}): every request fails with EIO until the unmount");
+    Ok(Vec::new())
 }
 
 #[cfg(test)]

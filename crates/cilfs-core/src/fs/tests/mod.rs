@@ -36,6 +36,7 @@ mod publish_model;
 mod read_only;
 mod sb_backup;
 mod setid;
+mod shutdown;
 mod tenant;
 mod verify;
 mod xattrs;

@@ -1,6 +1,7 @@
 //! Model-based random test of the core: random operation sequences, each checked after every
 //! step against a simple in-memory model (contents, trees, links, modes, xattrs) and the
-//! consistency checker; a clean remount now and then.
+//! consistency checker; a clean remount now and then, and a shutdown followed by a recovering
+//! mount.
 #![allow(clippy::unwrap_used, clippy::map_entry)]
 
 use crate::check;
@@ -79,6 +80,8 @@ enum Op {
         project: u8,
     },
     Remount,
+    /// The shutdown ioctl (data and log flushed), then a mount that recovers from the log.
+    Shutdown,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -98,6 +101,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
         1 => (any::<usize>(), 0u8..8, 0u8..3).prop_map(|(file, flags, project)| Op::SetFlags { file, flags, project }),
         1 => Just(Op::Remount),
+        1 => Just(Op::Shutdown),
     ]
 }
 
@@ -285,7 +289,7 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             }
         }
         op @ Op::SetFlags { .. } => apply_set_flags(fs, m, op),
-        Op::Remount => unreachable!("handled by the caller"),
+        Op::Remount | Op::Shutdown => unreachable!("handled by the caller"),
     }
 }
 
@@ -605,6 +609,12 @@ fn run_model(seed: u64, ops: &[Op], mut after: impl FnMut(&Fs)) {
     for op in ops {
         if let Op::Remount = op {
             fs.unmount().unwrap();
+            drop(fs);
+            fs = mount(&dev, o());
+        } else if let Op::Shutdown = op {
+            fs.shutdown(crate::fs::types::ShutdownMode::Default)
+                .unwrap();
+            assert!(fs.unmount().is_err());
             drop(fs);
             fs = mount(&dev, o());
         } else {
