@@ -11,7 +11,7 @@ use cilfs_fuse_proto::flags::{fattr, write as write_flags};
 use cilfs_fuse_proto::{
     dirent_type, AttrOut, CreateIn, Dirents, DirentsPlus, EntryOut, Errno, FallocateIn, GetxattrIn,
     InHeader, IoctlOut, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn,
-    SetxattrIn, WriteIn, ROOT_ID,
+    SetxattrIn, Statx, StatxOut, SxTime, WriteIn, ROOT_ID,
 };
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -142,6 +142,47 @@ fn attr_out(a: &Attr) -> AttrOut {
         attr_valid_nsec: TTL.subsec_nanos(),
         dummy: 0,
         attr: wire_attr(a),
+    }
+}
+
+fn sx_time(t: Timespec) -> SxTime {
+    SxTime {
+        tv_sec: t.sec,
+        tv_nsec: t.nsec,
+        reserved: 0,
+    }
+}
+
+/// STATX's answer: the basic attributes and the birth time (the kernel asks for it when a
+/// caller wants btime, `stat -c %w`, and keeps it beside its attributes).
+fn statx_out(a: &Attr) -> StatxOut {
+    // The device number as mknod got it: the kernel's new_encode_dev.
+    let (major, minor) = (
+        (a.rdev as u32 & 0xfff00) >> 8,
+        (a.rdev as u32 & 0xff) | ((a.rdev as u32 >> 12) & 0xfff00),
+    );
+    StatxOut {
+        attr_valid: TTL.as_secs(),
+        attr_valid_nsec: TTL.subsec_nanos(),
+        stat: Statx {
+            mask: libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+            blksize: a.blksize,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            mode: (kind_bits(a.kind) | u32::from(a.perm)) as u16,
+            ino: a.ino,
+            size: a.size,
+            blocks: a.blocks_512,
+            atime: sx_time(a.atime),
+            btime: sx_time(a.crtime),
+            ctime: sx_time(a.ctime),
+            mtime: sx_time(a.mtime),
+            rdev_major: major,
+            rdev_minor: minor,
+            ..Statx::default()
+        },
+        ..StatxOut::default()
     }
 }
 
@@ -323,6 +364,10 @@ impl Dispatcher {
                 Err(e) => fs_error(u, e),
             },
             Op::Setattr(s) => self.setattr(u, h, ino, s),
+            Op::Statx(_) => match fs.getattr(ino) {
+                Ok(a) => Answer::Reply(Reply::statx(u, &statx_out(&a))),
+                Err(e) => fs_error(u, e),
+            },
             Op::Readlink => match fs.readlink(ino) {
                 Ok(t) => Answer::Data { unique: u, data: t },
                 Err(e) => fs_error(u, e),
@@ -417,9 +462,9 @@ impl Dispatcher {
             }
             // A second INIT after the handshake is the kernel's mistake.
             Op::Init(_) => fail(u, Errno::EIO),
-            // Not served: the kernel then handles locks locally, falls back from STATX to
-            // GETATTR and from COPY_FILE_RANGE to reads and writes, and an ioctl fails (Python's
-            // isatty() on every open() sends one).
+            // Not served: the kernel then handles locks locally, falls back from
+            // COPY_FILE_RANGE to reads and writes, and an ioctl fails (Python's isatty() on
+            // every open() sends one).
             Op::Getlk(_)
             | Op::Setlk(_)
             | Op::Setlkw(_)
@@ -429,7 +474,6 @@ impl Dispatcher {
             | Op::CopyFileRange(_)
             | Op::CopyFileRange64(_)
             | Op::Tmpfile { .. }
-            | Op::Statx(_)
             | Op::Unsupported { .. }
             | Op::Unknown { .. } => fail(u, Errno::ENOSYS),
         }
@@ -1021,6 +1065,36 @@ mod tests {
                 Op::Getattr(Default::default()))),
             Answer::Reply(r) if r == Reply::error(10, Errno::EIO)
         ));
+    }
+
+    /// STATX answers the basic attributes and the birth time: the inode's creation time,
+    /// which later changes leave alone.
+    #[test]
+    fn statx_answers_the_birth_time() {
+        use cilfs_fuse_proto::{Opcode, StatxIn};
+        let fs = sim::mount(sim::new_dev());
+        let d = Dispatcher::new(Arc::clone(&fs), false);
+        let a = fs
+            .mknod(Cred::ROOT, ROOT_ID, b"born", libc::S_IFREG | 0o644, 0)
+            .unwrap();
+        fs.write(Cred::ROOT, a.ino, 0, b"later").unwrap();
+        let op = Op::Statx(StatxIn::default());
+        let r = match d.answer(&request(header(Opcode::Statx, 1, a.ino), op)) {
+            Answer::Reply(r) => r,
+            other => panic!("statx: {other:?}"),
+        };
+        let out = StatxOut::decode(&r.as_bytes()[16..]).unwrap();
+        let sx = out.stat;
+        assert_eq!(sx.mask & libc::STATX_BTIME, libc::STATX_BTIME);
+        assert_eq!(sx.mask & libc::STATX_BASIC_STATS, libc::STATX_BASIC_STATS);
+        assert_eq!(
+            (sx.btime.tv_sec, sx.btime.tv_nsec),
+            (a.crtime.sec, a.crtime.nsec)
+        );
+        assert_eq!(
+            (sx.ino, sx.size, u32::from(sx.mode)),
+            (a.ino, 5, libc::S_IFREG | 0o644)
+        );
     }
 
     /// With writeback_cache the kernel may hold data cilfs has not seen: LSEEK is ENOSYS, so
