@@ -496,6 +496,22 @@ impl Journal {
         Ok(true)
     }
 
+    /// Sets the filesystem label: every copy of the superblock rewritten, backups first and
+    /// the primary last, each FUA, so a crash leaves the old label or the new one, and the
+    /// label is durable when this returns.
+    pub fn set_label(&self, label: &[u8]) -> Result<(), JournalError> {
+        self.check_alive()?;
+        if self.frozen.load(Ordering::Acquire) {
+            return Err(JournalError::ReadOnly);
+        }
+        let mut sb = self.sb.lock();
+        let mut new = sb.clone();
+        new.label = label.to_vec();
+        write_superblock(&*self.data, &new, WriteFlags::FUA)?;
+        *sb = new;
+        Ok(())
+    }
+
     /// Clean unmount: force the log, write every item back, write the unmount record, and mark the
     /// superblock clean. Afterwards mount replays nothing. Already clean (frozen, or unmounted
     /// before), it writes nothing.

@@ -457,6 +457,14 @@ impl Dispatcher {
             Op::Ioctl { arg, data } if super::ioctl::is_fileattr(arg.cmd) => {
                 ioctl_answer(u, super::ioctl::fileattr(fs, cred(h), ino, arg, data))
             }
+            Op::Ioctl { arg, data }
+                if matches!(
+                    arg.cmd,
+                    super::ioctl::FS_IOC_GETFSLABEL | super::ioctl::FS_IOC_SETFSLABEL
+                ) =>
+            {
+                ioctl_answer(u, super::ioctl::label(fs, cred(h), arg.cmd, data))
+            }
             Op::Ioctl { arg, data } if arg.cmd == super::ioctl::XFS_IOC_GOINGDOWN => {
                 ioctl_answer(u, super::ioctl::shutdown(fs, cred(h), data))
             }
@@ -1056,6 +1064,21 @@ mod tests {
             &got[0..4],
             &0u32.to_ne_bytes(),
             "FSSETXATTR cleared the flags"
+        );
+        let mut label = [0u8; 256];
+        label[..7].copy_from_slice(b"scratch");
+        assert_eq!(ioctl(11, 0, FS_IOC_SETFSLABEL, &label, 0), Ok(vec![]));
+        assert_eq!(
+            ioctl(12, 0, FS_IOC_GETFSLABEL, &[], 256),
+            Ok(label.to_vec())
+        );
+        assert_eq!(
+            ioctl(13, 1000, FS_IOC_SETFSLABEL, &label, 0),
+            Err(-libc::EPERM)
+        );
+        assert_eq!(
+            ioctl(14, 0, FS_IOC_SETFSLABEL, &[b'x'; 256], 0),
+            Err(-libc::EINVAL)
         );
         assert_eq!(ioctl(7, 1000, XFS_IOC_GOINGDOWN, &[], 4), Err(-libc::EPERM));
         assert_eq!(ioctl(8, 0, XFS_IOC_GOINGDOWN, &[], 4), Ok(vec![]));

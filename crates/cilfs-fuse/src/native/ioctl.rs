@@ -1,7 +1,7 @@
 //! The ioctls cilfs answers through FUSE_IOCTL, in Linux's encodings: the inode flags
 //! (FS_IOC_GETFLAGS/SETFLAGS, which chattr and lsattr use, and FS_IOC_FSGETXATTR/FSSETXATTR,
 //! which xfs_io uses; the kernel's `fuse_fileattr_get/set` turns both into these) and the
-//! shutdown (XFS_IOC_GOINGDOWN). Each returns the bytes the caller reads back; errors become
+//! shutdown (XFS_IOC_GOINGDOWN) and the filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL). Each returns the bytes the caller reads back; errors become
 //! errno values in `errno.rs`.
 
 use crate::errno::errno;
@@ -27,6 +27,11 @@ pub const XFS_IOC_GOINGDOWN: u32 = 0x8004_587d;
 const GOING_FLAGS_DEFAULT: u32 = 0;
 const GOING_FLAGS_LOGFLUSH: u32 = 1;
 const GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+
+/// `_IOR(0x94, 49, char[FSLABEL_MAX])` and `_IOW(0x94, 50, char[FSLABEL_MAX])`.
+pub const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
+pub const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
+const FSLABEL_MAX: usize = 256;
 
 /// `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 bytes of padding.
 const FSXATTR_BYTES: usize = 28;
@@ -151,6 +156,20 @@ pub fn shutdown(fs: &Fs, cred: Cred, data: &[u8]) -> Result<Vec<u8>, Errno> {
         tracing::error!("shutdown ({mode:?}): the flush before it failed: {e}");
     }
     tracing::warn!("shut down ({mode:?}): every request fails with EIO until the unmount");
+    Ok(Vec::new())
+}
+
+/// FS_IOC_GETFSLABEL (the label, NUL-padded to FSLABEL_MAX) and FS_IOC_SETFSLABEL (a
+/// NUL-terminated label, root only).
+pub fn label(fs: &Fs, cred: Cred, cmd: u32, data: &[u8]) -> Result<Vec<u8>, Errno> {
+    if cmd == FS_IOC_GETFSLABEL {
+        let mut out = fs.label();
+        out.resize(FSLABEL_MAX, 0);
+        return Ok(out);
+    }
+    // No NUL in FSLABEL_MAX bytes: EINVAL, as XFS and ext4 answer.
+    let end = data.iter().position(|&b| b == 0).ok_or(Errno::EINVAL)?;
+    fs.set_label(cred, &data[..end]).map_err(|e| errno(&e))?;
     Ok(Vec::new())
 }
 

@@ -137,6 +137,27 @@ impl Fs {
         }
     }
 
+    /// The filesystem label (FS_IOC_GETFSLABEL).
+    pub fn label(&self) -> Vec<u8> {
+        self.journal.superblock().label
+    }
+
+    /// Sets the label (FS_IOC_SETFSLABEL): root only, at most 255 bytes and no NUL; durable
+    /// when it returns (`Journal::set_label`).
+    pub fn set_label(&self, cred: Cred, label: &[u8]) -> FsResult<()> {
+        self.op();
+        if cred.uid != 0 {
+            return Err(FsError::NotPermitted);
+        }
+        if label.len() > crate::format::superblock::LABEL_MAX || label.contains(&0) {
+            return Err(FsError::Invalid(
+                "a label is at most 255 bytes, with no NUL",
+            ));
+        }
+        self.check_writable()?;
+        Ok(self.journal.set_label(label)?)
+    }
+
     /// The change attribute (marks it queried): what `user.cilfs.change` and `cilfs stat
     /// --change` report.
     pub fn change_attr(&self, ino: u64) -> FsResult<u64> {

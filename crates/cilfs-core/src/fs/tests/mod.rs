@@ -25,6 +25,7 @@ mod data;
 mod free_space;
 mod held_io;
 mod iflags;
+mod label;
 mod log_damage;
 mod log_space;
 mod logging;
