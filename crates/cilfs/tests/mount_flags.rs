@@ -114,7 +114,7 @@ fn chattr_lsattr_chproj_shutdown_and_birth_time() {
 /// The shutdown ioctl is root's (EPERM otherwise), and chattr +i too.
 #[test]
 fn shutdown_and_immutable_are_roots_only() {
-    let m = Mounted::new("64M", &[]);
+    let m = Mounted::new("64M", &["allow_other"]);
     // The user reaches the mount through the test's directory.
     let perm = std::os::unix::fs::PermissionsExt::from_mode(0o755);
     fs::set_permissions(m.dir.parent().unwrap(), perm).unwrap();
