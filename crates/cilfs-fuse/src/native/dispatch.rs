@@ -10,7 +10,7 @@ use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
 use cilfs_fuse_proto::flags::{fattr, write as write_flags};
 use cilfs_fuse_proto::{
     dirent_type, AttrOut, CreateIn, Dirents, DirentsPlus, EntryOut, Errno, FallocateIn, GetxattrIn,
-    InHeader, IoctlOut, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn,
+    InHeader, IoctlIn, IoctlOut, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn,
     SetxattrIn, Statx, StatxOut, SxTime, WriteIn, ROOT_ID,
 };
 use std::os::unix::ffi::OsStrExt;
@@ -200,6 +200,20 @@ fn fs_error(unique: u64, e: FsError) -> Answer {
     Answer::Reply(Reply::error(unique, errno::replied(&e)))
 }
 
+/// Whether a shut-down filesystem (the shutdown ioctl, or an IO error) answers `op` with EIO:
+/// every request until the unmount, as on XFS, but those the kernel waits for no answer to
+/// and DESTROY, which still runs the daemon's unmount.
+fn refused_when_shut_down(op: &Op<'_>) -> bool {
+    !matches!(
+        op,
+        Op::Forget(_)
+            | Op::BatchForget(_)
+            | Op::NotifyReply { .. }
+            | Op::Interrupt(_)
+            | Op::Destroy
+    )
+}
+
 /// An IOCTL answered in full: its result 0 and the bytes the caller reads back.
 fn ioctl_answer(unique: u64, r: Result<Vec<u8>, Errno>) -> Answer {
     match r {
@@ -344,13 +358,7 @@ impl Dispatcher {
         let u = h.unique;
         let ino = h.nodeid;
         let fs = &*self.fs;
-        // Shut down (the shutdown ioctl, or an IO error): every request fails until the
-        // unmount, as on XFS; DESTROY still runs the daemon's unmount.
-        let answered = matches!(
-            req.op,
-            Op::Forget(_) | Op::BatchForget(_) | Op::NotifyReply { .. } | Op::Interrupt(_)
-        );
-        if fs.is_shut_down() && !answered && !matches!(req.op, Op::Destroy) {
+        if fs.is_shut_down() && refused_when_shut_down(&req.op) {
             return fail(u, Errno::EIO);
         }
         match &req.op {
@@ -453,31 +461,15 @@ impl Dispatcher {
                 }
                 Answer::Reply(Reply::empty(u))
             }
-            Op::Ioctl { arg, data } if arg.cmd == super::REMOUNT_IOCTL => self.remount(u, h, data),
-            Op::Ioctl { arg, data } if super::ioctl::is_fileattr(arg.cmd) => {
-                ioctl_answer(u, super::ioctl::fileattr(fs, cred(h), ino, arg, data))
-            }
-            Op::Ioctl { arg, data }
-                if matches!(
-                    arg.cmd,
-                    super::ioctl::FS_IOC_GETFSLABEL | super::ioctl::FS_IOC_SETFSLABEL
-                ) =>
-            {
-                ioctl_answer(u, super::ioctl::label(fs, cred(h), arg.cmd, data))
-            }
-            Op::Ioctl { arg, data } if arg.cmd == super::ioctl::XFS_IOC_GOINGDOWN => {
-                ioctl_answer(u, super::ioctl::shutdown(fs, cred(h), data))
-            }
+            Op::Ioctl { arg, data } => self.ioctl(u, h, ino, arg, data),
             // A second INIT after the handshake is the kernel's mistake.
             Op::Init(_) => fail(u, Errno::EIO),
-            // Not served: the kernel then handles locks locally, falls back from
-            // COPY_FILE_RANGE to reads and writes, and an ioctl fails (Python's isatty() on
-            // every open() sends one).
+            // Not served: the kernel then handles locks locally and falls back from
+            // COPY_FILE_RANGE to reads and writes.
             Op::Getlk(_)
             | Op::Setlk(_)
             | Op::Setlkw(_)
             | Op::Bmap(_)
-            | Op::Ioctl { .. }
             | Op::Poll(_)
             | Op::CopyFileRange(_)
             | Op::CopyFileRange64(_)
@@ -485,6 +477,21 @@ impl Dispatcher {
             | Op::Unsupported { .. }
             | Op::Unknown { .. } => fail(u, Errno::ENOSYS),
         }
+    }
+
+    /// IOCTL: the remount ioctl, and the Linux ones `ioctl.rs` answers (inode flags,
+    /// shutdown, label); any other fails (Python's isatty() on every open() sends one).
+    fn ioctl(&self, u: u64, h: &InHeader, ino: u64, arg: &IoctlIn, data: &[u8]) -> Answer {
+        use super::ioctl as i;
+        let fs = &*self.fs;
+        let r = match arg.cmd {
+            super::REMOUNT_IOCTL => return self.remount(u, h, data),
+            cmd if i::is_fileattr(cmd) => i::fileattr(fs, cred(h), ino, arg, data),
+            i::FS_IOC_GETFSLABEL | i::FS_IOC_SETFSLABEL => i::label(fs, cred(h), arg.cmd, data),
+            i::XFS_IOC_GOINGDOWN => i::shutdown(fs, cred(h), data),
+            _ => return fail(u, Errno::ENOSYS),
+        };
+        ioctl_answer(u, r)
     }
 
     /// OPEN: a new file handle, remembering the opener. The open(2) flags decide what the
