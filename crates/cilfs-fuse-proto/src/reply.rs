@@ -35,6 +35,7 @@ impl Errno {
     pub const EPROTO: Errno = Errno(libc::EPROTO);
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     pub const EUCLEAN: Errno = Errno(libc::EUCLEAN);
+    pub const ENOTTY: Errno = Errno(libc::ENOTTY);
 
     pub fn new(errno: i32) -> Result<Errno, ProtoError> {
         if (1..=511).contains(&errno) {

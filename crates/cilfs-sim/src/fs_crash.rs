@@ -25,8 +25,9 @@
 //!
 //! Tenants are configured as they go: projects set on random inodes (so renames and links
 //! across projects meet EXDEV) and limits set and lifted on the root, which are xattrs there;
-//! each inode's project is part of the compared metadata. Limits run on a clock that never
-//! sleeps (waits are counted, not waited).
+//! each inode's project is part of the compared metadata, and so are the inode flags that
+//! forbid nothing (nodump, noatime, sync), set and cleared on random inodes. Limits run on a
+//! clock that never sleeps (waits are counted, not waited).
 //!
 //! Bursts of creates and unlinks with long names in a directory of their own (`churn`, left out
 //! of the compared namespace) grow and shrink the fs tree, so freed tree nodes are reused for
@@ -77,9 +78,9 @@ pub use crate::journal_crash::CrashReport;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meta {
     entries: BTreeMap<(u64, Vec<u8>), u64>,
-    /// Type, size (directories only), link count, permission bits (ACLs change them) and
-    /// project.
-    inodes: BTreeMap<u64, (FileType, u64, u32, u16, u32)>,
+    /// Type, size (directories only), link count, permission bits (ACLs change them),
+    /// project and inode flags.
+    inodes: BTreeMap<u64, (FileType, u64, u32, u16, u32, u32)>,
     xattrs: BTreeMap<(u64, Vec<u8>), u64>,
 }
 
@@ -284,9 +285,20 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
     let mut dirs = vec![ROOT_INO];
     let a = fs.getattr(ROOT_INO).map_err(|e| e.to_string())?;
     let project = |ino| fs.project(ino).map_err(|e| format!("project {ino}: {e}"));
+    let flags = |ino| match fs.file_attr(ino) {
+        Ok(fa) => Ok(fa.flags),
+        Err(e) => Err(format!("flags {ino}: {e}")),
+    };
     m.inodes.insert(
         ROOT_INO,
-        (a.kind, a.size, a.nlink, a.perm, project(ROOT_INO)?),
+        (
+            a.kind,
+            a.size,
+            a.nlink,
+            a.perm,
+            project(ROOT_INO)?,
+            flags(ROOT_INO)?,
+        ),
     );
     // Regular files' sizes are left out (see the module comment).
     let size_of = |a: &cilfs_core::fs::Attr| {
@@ -306,7 +318,14 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
                 let a = fs
                     .getattr(e.ino)
                     .map_err(|x| format!("entry {:?}: {x}", String::from_utf8_lossy(&e.name)))?;
-                v.insert((a.kind, size_of(&a), a.nlink, a.perm, project(e.ino)?));
+                v.insert((
+                    a.kind,
+                    size_of(&a),
+                    a.nlink,
+                    a.perm,
+                    project(e.ino)?,
+                    flags(e.ino)?,
+                ));
                 if a.kind == FileType::Directory {
                     dirs.push(e.ino);
                 }
@@ -519,7 +538,7 @@ fn workload(
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(110) {
+        match rng.below(112) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -747,6 +766,39 @@ fn workload(
                     Err(e) => return Err(format!("op {op}: tenant limits: {e}")),
                 }
             }
+            107 => {
+                // Inode flags that forbid nothing (nodump, noatime, sync), set or cleared.
+                use cilfs_core::fs::items::inode::{INODE_NOATIME, INODE_NODUMP, INODE_SYNC};
+                let all: Vec<u64> = cur.inodes.keys().copied().collect();
+                let f = pick(&mut rng, &all);
+                let bits = [INODE_NODUMP, INODE_NOATIME, INODE_SYNC];
+                let flags = bits.iter().filter(|_| rng.bool()).fold(0, |a, b| a | b);
+                let want = cilfs_core::fs::types::FileAttr {
+                    flags,
+                    project: fs.project(f).map_err(|e| format!("op {op}: {e}"))?,
+                };
+                match fs.set_file_attr(Cred::ROOT, f, want) {
+                    Ok(_) => touched.push(f),
+                    Err(FsError::NoSpace) => {}
+                    Err(e) => return Err(format!("op {op}: set flags: {e}")),
+                }
+            }
+            108 => {
+                // The shutdown ioctl (data and log flushed first), and a mount that recovers.
+                for f in open_files.drain(..) {
+                    fs.release_inode(f).map_err(|e| e.to_string())?;
+                }
+                tmpfiles.clear();
+                fs.shutdown(cilfs_core::fs::types::ShutdownMode::Default)
+                    .map_err(|e| format!("op {op}: shutdown: {e}"))?;
+                if fs.unmount().is_ok() {
+                    return Err(format!("op {op}: unmount after a shutdown succeeded"));
+                }
+                tally(&fs, report);
+                drop(fs);
+                m.durable.push((set.op_count(), op - 1));
+                fs = open_fs(&dev, cfg, cil, &clock)?;
+            }
             95 => {
                 // Clean unmount and mount again.
                 for f in open_files.drain(..) {
@@ -759,7 +811,7 @@ fn workload(
                 m.durable.push((set.op_count(), op - 1));
                 fs = open_fs(&dev, cfg, cil, &clock)?;
             }
-            107 | 108 => {
+            109 | 110 => {
                 let d = pick(&mut rng, &dirs);
                 if let Some(t) = tmpfile(&fs, &mut m, &mut rng, d, op)? {
                     open_files.push(t);
@@ -767,7 +819,7 @@ fn workload(
                     touched.push(t);
                 }
             }
-            109 if !tmpfiles.is_empty() => {
+            111 if !tmpfiles.is_empty() => {
                 // A held O_TMPFILE named: linkat.
                 let t = tmpfiles[rng.below(tmpfiles.len() as u64) as usize];
                 let d = pick(&mut rng, &dirs);
@@ -890,7 +942,7 @@ fn check_point(
         }
     }
     if cfg.data == DataMode::Ordered {
-        for (&ino, &(kind, _, _, _, _)) in &got.inodes {
+        for (&ino, &(kind, ..)) in &got.inodes {
             if kind != FileType::Regular {
                 continue;
             }

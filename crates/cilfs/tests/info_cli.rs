@@ -70,3 +70,26 @@ fn info_finds_the_header_with_an_external_log() {
     let free = number_after(&text, "free space");
     assert!((4_000..8_192).contains(&free), "{text}");
 }
+
+/// `mkfs -L` sets the label, and `info` shows it.
+#[test]
+fn mkfs_sets_the_label_and_info_shows_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let img = tmp.path().join("fs.img");
+    let out = cilfs(&["mkfs", "-q", "--size", "32M", "-L", "scratch disk", s(&img)]);
+    assert!(out.status.success(), "{out:?}");
+    let text = info(&["info", s(&img)]);
+    assert!(text.contains("label          scratch disk\n"), "{text}");
+    let long = "l".repeat(256);
+    let out = cilfs(&[
+        "mkfs",
+        "-q",
+        "--force",
+        "--size",
+        "32M",
+        "-L",
+        &long,
+        s(&img),
+    ]);
+    assert!(!out.status.success());
+}

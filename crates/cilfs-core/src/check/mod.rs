@@ -648,7 +648,7 @@ fn check_inode(
     names: &[Ref],
     orphan: bool,
 ) {
-    if i.flags & !crate::fs::items::inode::INODE_PREALLOC != 0 {
+    if i.flags & !crate::fs::items::inode::INODE_KNOWN_FLAGS != 0 {
         c.problem(format!("inode {ino} has unknown flags {:#x}", i.flags));
     }
     if i.is_dir() {

@@ -58,7 +58,15 @@ pub struct Superblock {
     /// metadata area start after the first and end before the last. Images made before
     /// backups existed have none.
     pub backups: bool,
+    /// The filesystem label (FS_IOC_SETFSLABEL, `mkfs -L`): up to `LABEL_MAX` bytes, no NUL.
+    /// In what was reserved (zero): older images have none.
+    pub label: Vec<u8>,
 }
+
+/// Longest label: FSLABEL_MAX (256) less its terminating NUL.
+pub const LABEL_MAX: usize = 255;
+/// The label's room in the superblock, NUL-padded.
+const LABEL_BYTES: usize = LABEL_MAX + 1;
 
 pub fn is_valid_block_size(bs: u32) -> bool {
     bs.is_power_of_two() && (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs)
@@ -124,6 +132,10 @@ impl Superblock {
             .u32(u32::from(self.needs_check))
             .u64(at);
         debug_assert_eq!(e.position(), 108);
+        let mut label = [0u8; LABEL_BYTES];
+        let n = self.label.len().min(LABEL_MAX);
+        label[..n].copy_from_slice(&self.label[..n]);
+        e.bytes(&label);
         seal_header(&mut s);
         debug_assert_eq!(Self::decode_copy(&s), Ok((self.clone(), at)));
         s
@@ -182,6 +194,13 @@ impl Superblock {
         let needs_check = d.u32()? != 0;
         // Reserved (zero) before backups: every older image reads as its primary.
         let at = d.u64()?;
+        // Reserved (zero) before labels: no label. Up to the first NUL.
+        let raw = d.array::<LABEL_BYTES>()?;
+        let label = raw[..LABEL_MAX]
+            .split(|&b| b == 0)
+            .next()
+            .unwrap_or_default()
+            .to_vec();
         let backups = flags & FLAG_BACKUPS != 0;
         let bs = u64::from(block_size);
         if data_blocks.checked_mul(bs).is_none() || log_blocks.checked_mul(bs).is_none() {
@@ -241,6 +260,7 @@ impl Superblock {
                 log_generation,
                 needs_check,
                 backups,
+                label,
             },
             at,
         ))
@@ -265,6 +285,7 @@ mod tests {
             log_generation: 5,
             needs_check: false,
             backups: false,
+            label: b"scratch".to_vec(),
         }
     }
 
@@ -301,6 +322,7 @@ mod tests {
                 start: front_backup_block(4096) + 1,
             },
             backups: true,
+            label: Vec::new(),
             ..sample()
         }
     }

@@ -467,7 +467,22 @@ impl Fs {
         if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
+        // After a shutdown nothing changes, not even in memory (EIO, as XFS).
+        if self.journal.is_shut_down() {
+            return Err(FsError::Journal(crate::journal::JournalError::Shutdown));
+        }
         Ok(())
+    }
+
+    /// Whether the filesystem is shut down (an IO error, or `Fs::shutdown`): every request
+    /// fails with EIO until the unmount, and the next mount recovers from the log.
+    pub fn is_shut_down(&self) -> bool {
+        self.journal.is_shut_down()
+    }
+
+    /// Whether it was shut down by `Fs::shutdown`, the shutdown ioctl.
+    pub fn is_shut_down_on_request(&self) -> bool {
+        self.journal.is_shut_down_on_request()
     }
 
     /// Starts a transaction on the state held under the write lock.

@@ -91,3 +91,22 @@ pub struct XattrFlags {
     /// Fail with NoAttr if it does not (XATTR_REPLACE).
     pub replace: bool,
 }
+
+/// What lsattr and `xfs_io lsproj` read (FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR): the flags users
+/// set (`items::inode::INODE_USER_FLAGS`) and the project ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileAttr {
+    pub flags: u32,
+    pub project: u32,
+}
+
+/// What a shutdown (XFS_IOC_GOINGDOWN) makes stable first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Dirty data written back and the log forced (XFS_FSOP_GOING_FLAGS_DEFAULT).
+    Default,
+    /// The log forced, dirty data dropped (LOGFLUSH).
+    LogFlush,
+    /// Nothing: as a crash, from what is stable now (NOLOGFLUSH).
+    NoLogFlush,
+}

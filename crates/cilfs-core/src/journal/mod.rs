@@ -188,6 +188,8 @@ pub struct Journal {
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: AtomicBool,
+    /// The shutdown came from `shut_down_on_request`, not from an error.
+    pub(crate) shut_down_requested: AtomicBool,
     /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.
     pub(crate) frozen: AtomicBool,
     pub(crate) worker: Mutex<Option<push::Worker>>,
@@ -435,6 +437,27 @@ impl Journal {
         }
     }
 
+    /// Shuts the journal down on request (the shutdown ioctl): as after an IO error, nothing
+    /// more is written, and the next mount recovers from the log.
+    pub fn shut_down_on_request(&self) {
+        tracing::warn!("shut down on request: nothing more is written");
+        // Down already after an error: that stays the cause.
+        if !self.is_shut_down() {
+            self.shut_down_requested.store(true, Ordering::Release);
+        }
+        let _ = self.shut_down::<()>(JournalError::Shutdown);
+    }
+
+    /// Whether the journal was shut down on request (and by no error before it).
+    pub fn is_shut_down_on_request(&self) -> bool {
+        self.shut_down_requested.load(Ordering::Acquire)
+    }
+
+    /// Whether the journal is shut down (after an IO error, or on request).
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
     /// Marks the journal dead after an IO error: nothing more is written, so nothing written
     /// after the error can contradict what recovery will find.
     pub(crate) fn shut_down<T>(&self, e: impl Into<JournalError>) -> Result<T, JournalError> {
@@ -471,6 +494,22 @@ impl Journal {
         sb.needs_check = true;
         write_superblock(&*self.data, &sb, WriteFlags::FUA)?;
         Ok(true)
+    }
+
+    /// Sets the filesystem label: every copy of the superblock rewritten, backups first and
+    /// the primary last, each FUA, so a crash leaves the old label or the new one, and the
+    /// label is durable when this returns.
+    pub fn set_label(&self, label: &[u8]) -> Result<(), JournalError> {
+        self.check_alive()?;
+        if self.frozen.load(Ordering::Acquire) {
+            return Err(JournalError::ReadOnly);
+        }
+        let mut sb = self.sb.lock();
+        let mut new = sb.clone();
+        new.label = label.to_vec();
+        write_superblock(&*self.data, &new, WriteFlags::FUA)?;
+        *sb = new;
+        Ok(())
     }
 
     /// Clean unmount: force the log, write every item back, write the unmount record, and mark the

@@ -199,6 +199,7 @@ impl Journal {
             counters,
             extra: Default::default(),
             shut_down: AtomicBool::new(false),
+            shut_down_requested: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
             worker: Mutex::new(None),
             ail_worker: Mutex::new(None),

@@ -112,6 +112,7 @@ impl Layout {
             log_generation: 0,
             needs_check: false,
             backups: self.backups,
+            label: Vec::new(),
         }
     }
 }

@@ -124,6 +124,8 @@ fn inspect(path: &Path) -> Result<Target, MkfsError> {
 #[derive(Debug, Clone)]
 pub struct MkfsPlan {
     pub layout: Layout,
+    /// The filesystem label (`mkfs -L`), empty for none.
+    pub label: Vec<u8>,
     image: Target,
     logdev: Option<Target>,
 }
@@ -188,6 +190,7 @@ pub fn plan(req: &MkfsRequest) -> Result<MkfsPlan, MkfsError> {
     };
     Ok(MkfsPlan {
         layout,
+        label: Vec::new(),
         image,
         logdev,
     })
@@ -240,6 +243,10 @@ impl MkfsPlan {
             .map_err(|e| MkfsError::Format(e.to_string()))?;
         crate::fs::mkfs::format(&j, owner.0, owner.1)
             .map_err(|e| MkfsError::Format(e.to_string()))?;
+        if !self.label.is_empty() {
+            j.set_label(&self.label)
+                .map_err(|e| MkfsError::Format(e.to_string()))?;
+        }
         j.unmount().map_err(|e| MkfsError::Format(e.to_string()))?;
         Ok(MkfsReport {
             data_stats: data.stats(),

@@ -10,8 +10,8 @@ use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
 use cilfs_fuse_proto::flags::{fattr, write as write_flags};
 use cilfs_fuse_proto::{
     dirent_type, AttrOut, CreateIn, Dirents, DirentsPlus, EntryOut, Errno, FallocateIn, GetxattrIn,
-    InHeader, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn, SetxattrIn,
-    WriteIn, ROOT_ID,
+    InHeader, IoctlIn, IoctlOut, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn,
+    SetxattrIn, Statx, StatxOut, SxTime, WriteIn, ROOT_ID,
 };
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
@@ -145,6 +145,47 @@ fn attr_out(a: &Attr) -> AttrOut {
     }
 }
 
+fn sx_time(t: Timespec) -> SxTime {
+    SxTime {
+        tv_sec: t.sec,
+        tv_nsec: t.nsec,
+        reserved: 0,
+    }
+}
+
+/// STATX's answer: the basic attributes and the birth time (the kernel asks for it when a
+/// caller wants btime, `stat -c %w`, and keeps it beside its attributes).
+fn statx_out(a: &Attr) -> StatxOut {
+    // The device number as mknod got it: the kernel's new_encode_dev.
+    let (major, minor) = (
+        (a.rdev as u32 & 0xfff00) >> 8,
+        (a.rdev as u32 & 0xff) | ((a.rdev as u32 >> 12) & 0xfff00),
+    );
+    StatxOut {
+        attr_valid: TTL.as_secs(),
+        attr_valid_nsec: TTL.subsec_nanos(),
+        stat: Statx {
+            mask: libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+            blksize: a.blksize,
+            nlink: a.nlink,
+            uid: a.uid,
+            gid: a.gid,
+            mode: (kind_bits(a.kind) | u32::from(a.perm)) as u16,
+            ino: a.ino,
+            size: a.size,
+            blocks: a.blocks_512,
+            atime: sx_time(a.atime),
+            btime: sx_time(a.crtime),
+            ctime: sx_time(a.ctime),
+            mtime: sx_time(a.mtime),
+            rdev_major: major,
+            rdev_minor: minor,
+            ..Statx::default()
+        },
+        ..StatxOut::default()
+    }
+}
+
 /// A time the kernel sent (seconds as a signed count in a u64, nanoseconds below 1e9 from any
 /// honest kernel; carried over if not, as SystemTime arithmetic would).
 fn time_in(sec: u64, nsec: u32) -> Timespec {
@@ -157,6 +198,39 @@ fn time_in(sec: u64, nsec: u32) -> Timespec {
 
 fn fs_error(unique: u64, e: FsError) -> Answer {
     Answer::Reply(Reply::error(unique, errno::replied(&e)))
+}
+
+/// Whether a shut-down filesystem (the shutdown ioctl, or an IO error) answers `op` with EIO:
+/// every request until the unmount, as on XFS, but those the kernel waits for no answer to
+/// and DESTROY, which still runs the daemon's unmount.
+fn refused_when_shut_down(op: &Op<'_>) -> bool {
+    !matches!(
+        op,
+        Op::Forget(_)
+            | Op::BatchForget(_)
+            | Op::NotifyReply { .. }
+            | Op::Interrupt(_)
+            | Op::Destroy
+    )
+}
+
+/// An IOCTL answered in full: its result 0 and the bytes the caller reads back.
+fn ioctl_answer(unique: u64, r: Result<Vec<u8>, Errno>) -> Answer {
+    match r {
+        Ok(out) => {
+            let mut data = Vec::with_capacity(IoctlOut::SIZE + out.len());
+            IoctlOut {
+                result: 0,
+                flags: 0,
+                in_iovs: 0,
+                out_iovs: 0,
+            }
+            .encode(&mut data);
+            data.extend_from_slice(&out);
+            Answer::Data { unique, data }
+        }
+        Err(e) => fail(unique, e),
+    }
 }
 
 fn fail(unique: u64, e: Errno) -> Answer {
@@ -284,6 +358,9 @@ impl Dispatcher {
         let u = h.unique;
         let ino = h.nodeid;
         let fs = &*self.fs;
+        if fs.is_shut_down() && refused_when_shut_down(&req.op) {
+            return fail(u, Errno::EIO);
+        }
         match &req.op {
             Op::Forget(_) | Op::BatchForget(_) | Op::NotifyReply { .. } => Answer::Nothing,
             // Nothing here blocks on the caller, so an interrupted request simply finishes;
@@ -295,6 +372,10 @@ impl Dispatcher {
                 Err(e) => fs_error(u, e),
             },
             Op::Setattr(s) => self.setattr(u, h, ino, s),
+            Op::Statx(_) => match fs.getattr(ino) {
+                Ok(a) => Answer::Reply(Reply::statx(u, &statx_out(&a))),
+                Err(e) => fs_error(u, e),
+            },
             Op::Readlink => match fs.readlink(ino) {
                 Ok(t) => Answer::Data { unique: u, data: t },
                 Err(e) => fs_error(u, e),
@@ -327,7 +408,7 @@ impl Dispatcher {
                 self.rename(u, h, ino, name, arg.newdir, newname, arg.flags)
             }
             Op::Link { arg, newname } => entry(u, fs.link(arg.oldnodeid, ino, newname.as_bytes())),
-            Op::Open(_) => self.open(u, h, ino),
+            Op::Open(o) => self.open(u, h, ino, o.flags),
             Op::Read(r) => self.read(u, ino, r),
             Op::Write { arg, data } => self.write(u, h, ino, arg, data),
             Op::Statfs => self.statfs(u),
@@ -384,30 +465,45 @@ impl Dispatcher {
                 }
                 Answer::Reply(Reply::empty(u))
             }
-            Op::Ioctl { arg, data } if arg.cmd == super::REMOUNT_IOCTL => self.remount(u, h, data),
+            Op::Ioctl { arg, data } => self.ioctl(u, h, ino, arg, data),
             // A second INIT after the handshake is the kernel's mistake.
             Op::Init(_) => fail(u, Errno::EIO),
-            // Not served: the kernel then handles locks locally, falls back from STATX to
-            // GETATTR and from COPY_FILE_RANGE to reads and writes, and an ioctl fails (Python's
-            // isatty() on every open() sends one).
+            // Not served: the kernel then handles locks locally and falls back from
+            // COPY_FILE_RANGE to reads and writes.
             Op::Getlk(_)
             | Op::Setlk(_)
             | Op::Setlkw(_)
             | Op::Bmap(_)
-            | Op::Ioctl { .. }
             | Op::Poll(_)
             | Op::CopyFileRange(_)
             | Op::CopyFileRange64(_)
-            | Op::Statx(_)
             | Op::Unsupported { .. }
             | Op::Unknown { .. } => fail(u, Errno::ENOSYS),
         }
     }
 
-    /// OPEN: a new file handle, remembering the opener.
-    fn open(&self, u: u64, h: &InHeader, ino: u64) -> Answer {
+    /// IOCTL: the remount ioctl, and the Linux ones `ioctl.rs` answers (inode flags,
+    /// shutdown, label); any other fails (Python's isatty() on every open() sends one).
+    fn ioctl(&self, u: u64, h: &InHeader, ino: u64, arg: &IoctlIn, data: &[u8]) -> Answer {
+        use super::ioctl as i;
         let fs = &*self.fs;
-        match fs.open_inode(ino) {
+        let r = match arg.cmd {
+            super::REMOUNT_IOCTL => return self.remount(u, h, data),
+            cmd if i::is_fileattr(cmd) => i::fileattr(fs, cred(h), ino, arg, data),
+            i::FS_IOC_GETFSLABEL | i::FS_IOC_SETFSLABEL => i::label(fs, cred(h), arg.cmd, data),
+            i::XFS_IOC_GOINGDOWN => i::shutdown(fs, cred(h), data),
+            _ => return fail(u, Errno::ENOSYS),
+        };
+        ioctl_answer(u, r)
+    }
+
+    /// OPEN: a new file handle, remembering the opener. The open(2) flags decide what the
+    /// inode flags allow (the kernel does not know them).
+    fn open(&self, u: u64, h: &InHeader, ino: u64, flags: u32) -> Answer {
+        let fs = &*self.fs;
+        let flags = flags as i32;
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+        match fs.open_as(ino, write, flags & libc::O_APPEND != 0) {
             Ok(_) => {
                 let fh = self.file_handle(cred(h));
                 Answer::Reply(Reply::open(u, &self.opened(fh)))
@@ -948,6 +1044,115 @@ mod tests {
             Answer::Reply(r) if r == Reply::empty(7)
         ));
         assert!(destroyed.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    /// The inode-flag ioctls as the kernel's fileattr calls send them (four bytes of flags,
+    /// a 28-byte fsxattr), then the shutdown ioctl: refused to a user, and from root every
+    /// request after it is EIO.
+    #[test]
+    fn flag_ioctls_round_trip_and_the_shutdown_ioctl_fails_everything_after_it() {
+        use super::super::ioctl::*;
+        use cilfs_fuse_proto::{IoctlIn, Opcode};
+        let d = Dispatcher::new(sim::mount(sim::new_dev()), false);
+        let ioctl = |unique: u64, uid: u32, cmd: u32, data: &[u8], out_size: u32| {
+            let arg = IoctlIn {
+                cmd,
+                in_size: data.len() as u32,
+                out_size,
+                ..IoctlIn::default()
+            };
+            let h = InHeader {
+                uid,
+                ..header(Opcode::Ioctl, unique, ROOT_ID)
+            };
+            match d.answer(&request(h, Op::Ioctl { arg, data })) {
+                Answer::Data { data, .. } => Ok(data[IoctlOut::SIZE..].to_vec()),
+                Answer::Reply(r) => Err(i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap())),
+                Answer::Nothing => panic!("ioctl: no answer"),
+            }
+        };
+        // FS_NODUMP_FL | FS_NOATIME_FL, set by root on the root directory.
+        let flags = 0x40u32 | 0x80;
+        assert_eq!(
+            ioctl(1, 0, FS_IOC_SETFLAGS, &flags.to_ne_bytes(), 0),
+            Ok(vec![])
+        );
+        assert_eq!(
+            ioctl(2, 0, FS_IOC_GETFLAGS, &[], 4),
+            Ok(flags.to_ne_bytes().to_vec())
+        );
+        // FS_EXTENT_FL is not kept; immutable is root's to set.
+        assert_eq!(
+            ioctl(3, 0, FS_IOC_SETFLAGS, &0x80000u32.to_ne_bytes(), 0),
+            Err(-libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            ioctl(4, 1000, FS_IOC_SETFLAGS, &0x10u32.to_ne_bytes(), 0),
+            Err(-libc::EPERM)
+        );
+        let mut fsx = [0u8; 28];
+        fsx[12..16].copy_from_slice(&42u32.to_ne_bytes());
+        assert_eq!(ioctl(5, 0, FS_IOC_FSSETXATTR, &fsx, 0), Ok(vec![]));
+        let got = ioctl(6, 0, FS_IOC_FSGETXATTR, &[], 28).unwrap();
+        assert_eq!(&got[12..16], &42u32.to_ne_bytes());
+        assert_eq!(
+            &got[0..4],
+            &0u32.to_ne_bytes(),
+            "FSSETXATTR cleared the flags"
+        );
+        let mut label = [0u8; 256];
+        label[..7].copy_from_slice(b"scratch");
+        assert_eq!(ioctl(11, 0, FS_IOC_SETFSLABEL, &label, 0), Ok(vec![]));
+        assert_eq!(
+            ioctl(12, 0, FS_IOC_GETFSLABEL, &[], 256),
+            Ok(label.to_vec())
+        );
+        assert_eq!(
+            ioctl(13, 1000, FS_IOC_SETFSLABEL, &label, 0),
+            Err(-libc::EPERM)
+        );
+        assert_eq!(
+            ioctl(14, 0, FS_IOC_SETFSLABEL, &[b'x'; 256], 0),
+            Err(-libc::EINVAL)
+        );
+        assert_eq!(ioctl(7, 1000, XFS_IOC_GOINGDOWN, &[], 4), Err(-libc::EPERM));
+        assert_eq!(ioctl(8, 0, XFS_IOC_GOINGDOWN, &[], 4), Ok(vec![]));
+        assert_eq!(ioctl(9, 0, FS_IOC_GETFLAGS, &[], 4), Err(-libc::EIO));
+        assert!(matches!(
+            d.answer(&request(header(Opcode::Getattr, 10, ROOT_ID),
+                Op::Getattr(Default::default()))),
+            Answer::Reply(r) if r == Reply::error(10, Errno::EIO)
+        ));
+    }
+
+    /// STATX answers the basic attributes and the birth time: the inode's creation time,
+    /// which later changes leave alone.
+    #[test]
+    fn statx_answers_the_birth_time() {
+        use cilfs_fuse_proto::{Opcode, StatxIn};
+        let fs = sim::mount(sim::new_dev());
+        let d = Dispatcher::new(Arc::clone(&fs), false);
+        let a = fs
+            .mknod(Cred::ROOT, ROOT_ID, b"born", libc::S_IFREG | 0o644, 0)
+            .unwrap();
+        fs.write(Cred::ROOT, a.ino, 0, b"later").unwrap();
+        let op = Op::Statx(StatxIn::default());
+        let r = match d.answer(&request(header(Opcode::Statx, 1, a.ino), op)) {
+            Answer::Reply(r) => r,
+            other => panic!("statx: {other:?}"),
+        };
+        let out = StatxOut::decode(&r.as_bytes()[16..]).unwrap();
+        let sx = out.stat;
+        assert_eq!(sx.mask & libc::STATX_BTIME, libc::STATX_BTIME);
+        assert_eq!(sx.mask & libc::STATX_BASIC_STATS, libc::STATX_BASIC_STATS);
+        assert_eq!(
+            (sx.btime.tv_sec, sx.btime.tv_nsec),
+            (a.crtime.sec, a.crtime.nsec)
+        );
+        assert_eq!(
+            (sx.ino, sx.size, u32::from(sx.mode)),
+            (a.ino, 5, libc::S_IFREG | 0o644)
+        );
     }
 
     /// With writeback_cache the kernel may hold data cilfs has not seen: LSEEK is ENOSYS, so

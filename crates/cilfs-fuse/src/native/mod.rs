@@ -8,10 +8,12 @@
 //! - `dev.rs`: the reads and writes, and what their errors mean.
 //! - `uring.rs`: FUSE over io_uring, a queue per CPU (`uring=auto|on|off`).
 //! - `control.rs`: the remount ioctl, as the mount helper sends it.
+//! - `ioctl.rs`: the Linux ioctls answered (inode flags, shutdown, label).
 
 mod control;
 mod dev;
 mod dispatch;
+mod ioctl;
 mod mount;
 mod session;
 mod uring;

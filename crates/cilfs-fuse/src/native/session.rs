@@ -118,7 +118,9 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         // A symlink's target never changes and inode numbers are never reused, so the kernel
         // may keep targets in its page cache instead of asking at every path walk through
         // one (cilfs moves no atime on readlink).
-        | f::CACHE_SYMLINKS;
+        | f::CACHE_SYMLINKS
+        // Ioctls on directories too (the mount's root takes the shutdown and label ioctls).
+        | f::HAS_IOCTL_DIR;
     if fs.options().acl {
         flags |= f::POSIX_ACL;
     }

@@ -124,6 +124,7 @@ pub fn print_geometry(image: &Path, logdev: Option<&Path>, g: &Geometry) {
     let sb = &g.sb;
     println!("image          {}", image.display());
     println!("uuid           {}", uuid_string(&sb.uuid));
+    println!("label          {}", String::from_utf8_lossy(&sb.label));
     println!(
         "format         version {}",
         cilfs_core::format::FORMAT_VERSION

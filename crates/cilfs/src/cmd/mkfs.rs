@@ -25,6 +25,9 @@ pub struct Args {
     /// Overwrite a target that contains data
     #[arg(long)]
     force: bool,
+    /// Filesystem label, at most 255 bytes
+    #[arg(short = 'L', long)]
+    label: Option<String>,
     /// Print nothing but errors
     #[arg(long, short)]
     quiet: bool,
@@ -46,7 +49,16 @@ pub fn run(a: Args) -> Result<(), Failure> {
         logdev: a.logdev.clone(),
         force: a.force,
     };
-    let plan = plan(&req).map_err(Failure::usage)?;
+    let mut plan = plan(&req).map_err(Failure::usage)?;
+    if let Some(l) = &a.label {
+        if l.len() > cilfs_core::format::superblock::LABEL_MAX {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "label of {} bytes: at most 255",
+                l.len()
+            )));
+        }
+        plan.label = l.clone().into_bytes();
+    }
     let bar =
         ProgressBar::with_draw_target(Some(plan.layout.log_bytes()), ProgressDrawTarget::stderr());
     if a.quiet {

@@ -543,7 +543,7 @@ fn serve_logged(
     // unless DESTROY did already.
     let unmounted = match destroyed.get() {
         Some(r) => r.clone(),
-        None => fs.unmount().map_err(|e| e.to_string()),
+        None => unmount_unless_shut_down(&fs),
     };
     let needs_check = journal.superblock().needs_check;
     drop(fs);
@@ -608,6 +608,18 @@ fn wants_loop(image: &Path, opts: &MountOpts) -> bool {
         .unwrap_or_else(|| rustix::process::geteuid().is_root())
 }
 
+/// The clean unmount, unless the filesystem was shut down by the shutdown ioctl: then
+/// nothing more is written, and the next mount recovers from the log.
+fn unmount_unless_shut_down(fs: &Fs) -> Result<(), String> {
+    if fs.is_shut_down_on_request() {
+        tracing::warn!(
+            "unmounted after a shutdown: nothing written; the next mount recovers the log"
+        );
+        return Ok(());
+    }
+    fs.unmount().map_err(|e| e.to_string())
+}
+
 /// The image's lock and the log device's, until DESTROY lets go of them.
 type HeldLocks = Arc<parking_lot::Mutex<Option<(ImageLock, Option<ImageLock>)>>>;
 
@@ -620,7 +632,7 @@ fn on_destroy(
 ) -> cilfs_fuse::native::OnDestroy {
     let (fs, locks, result) = (Arc::clone(fs), Arc::clone(locks), Arc::clone(result));
     Box::new(move || {
-        let r = fs.unmount().map_err(|e| e.to_string());
+        let r = unmount_unless_shut_down(&fs);
         if r.is_ok() {
             drop(locks.lock().take());
         }

@@ -7,7 +7,7 @@ use super::{Img, RepairError};
 use crate::fs::items::dir::{decode_slotted, encode_bucket, DirEntry};
 use crate::fs::items::extent::Extent;
 use crate::fs::items::header::HEADER_LSN_OFFSET;
-use crate::fs::items::inode::{Inode, Timespec, INODE_PREALLOC, ROOT_INO};
+use crate::fs::items::inode::{Inode, Timespec, INODE_KNOWN_FLAGS, ROOT_INO};
 use crate::fs::items::xattr;
 use crate::fs::rules::acl;
 use crate::fs::tree::keys::{
@@ -121,12 +121,12 @@ impl<'a> Model<'a> {
                 (_, KIND_INODE) => match Inode::decode(ino, &v, 0) {
                     Err(e) => Some(e.to_string()),
                     Ok(mut i) => {
-                        if i.flags & !INODE_PREALLOC != 0 {
+                        if i.flags & !INODE_KNOWN_FLAGS != 0 {
                             self.change(format!(
                                 "inode {ino}: unknown flags {:#x} cleared",
-                                i.flags & !INODE_PREALLOC
+                                i.flags & !INODE_KNOWN_FLAGS
                             ));
-                            i.flags &= INODE_PREALLOC;
+                            i.flags &= INODE_KNOWN_FLAGS;
                             self.put_inode(&i);
                         }
                         None

@@ -106,6 +106,21 @@ impl FileType {
 /// (XFS's XFS_DIFLAG_PREALLOC). Without it, blocks past the end can only be speculative
 /// preallocation that a crash left behind, which the next last release frees.
 pub const INODE_PREALLOC: u32 = 1;
+/// `Inode::flags` users set (chattr, `fs/rules/iflags.rs`): no change at all.
+pub const INODE_IMMUTABLE: u32 = 1 << 1;
+/// Data written only at the end; the file never shrinks, loses a name or changes otherwise.
+pub const INODE_APPEND: u32 = 1 << 2;
+/// Writes to the file are durable before they return.
+pub const INODE_SYNC: u32 = 1 << 3;
+/// Reads never move atime.
+pub const INODE_NOATIME: u32 = 1 << 4;
+/// Kept for backup tools (dump skips the file); cilfs does nothing with it.
+pub const INODE_NODUMP: u32 = 1 << 5;
+/// The flags users see and set.
+pub const INODE_USER_FLAGS: u32 =
+    INODE_IMMUTABLE | INODE_APPEND | INODE_SYNC | INODE_NOATIME | INODE_NODUMP;
+/// Every flag an inode item may carry; `cilfs check` reports others.
+pub const INODE_KNOWN_FLAGS: u32 = INODE_PREALLOC | INODE_USER_FLAGS;
 
 /// `Inode::dirty_from` when no page of the file is dirty.
 pub const NOT_DIRTY: u64 = u64::MAX;
@@ -138,7 +153,7 @@ pub struct Inode {
     pub crtime: Timespec,
     pub rdev: u64,
     pub change: u64,
-    /// `INODE_PREALLOC` or nothing.
+    /// `INODE_PREALLOC` and the flags users set (`INODE_USER_FLAGS`).
     pub flags: u32,
     /// For a directory, the directory holding it (what ".." names); 0 otherwise.
     pub parent: u64,

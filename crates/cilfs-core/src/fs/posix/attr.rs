@@ -5,7 +5,7 @@ use crate::fs::items::dir::{self};
 use crate::fs::items::inode::{Attr, S_IFMT};
 use crate::fs::posix::xattr;
 use crate::fs::posix::xattr::drop_caps;
-use crate::fs::rules::acl;
+use crate::fs::rules::{acl, iflags};
 use crate::fs::stats::bump;
 use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, SetAttr, SetTime, StatFs, RESERVE_BLOCKS};
@@ -56,6 +56,15 @@ impl Fs {
                     _ => None,
                 };
                 let m = sc.load(st, t, ino)?;
+                // Times set to now need only write access, which append-only leaves.
+                let explicit_time = [sa.atime, sa.mtime]
+                    .iter()
+                    .any(|s| matches!(s, Some(SetTime::At(_))));
+                if sa.mode.is_some() || sa.uid.is_some() || sa.gid.is_some() || explicit_time {
+                    iflags::may_change(&m.inode)?;
+                } else {
+                    iflags::may_touch(&m.inode)?;
+                }
                 if let Some(mode) = sa.mode {
                     m.inode.mode = (m.inode.mode & S_IFMT) | (mode & 0o7777 & !truncate_killed);
                     if let Some(mut a) = acl {
@@ -126,6 +135,27 @@ impl Fs {
             bsize: self.bs,
             namelen: dir::NAME_MAX as u32,
         }
+    }
+
+    /// The filesystem label (FS_IOC_GETFSLABEL).
+    pub fn label(&self) -> Vec<u8> {
+        self.journal.superblock().label
+    }
+
+    /// Sets the label (FS_IOC_SETFSLABEL): root only, at most 255 bytes and no NUL; durable
+    /// when it returns (`Journal::set_label`).
+    pub fn set_label(&self, cred: Cred, label: &[u8]) -> FsResult<()> {
+        self.op();
+        if cred.uid != 0 {
+            return Err(FsError::NotPermitted);
+        }
+        if label.len() > crate::format::superblock::LABEL_MAX || label.contains(&0) {
+            return Err(FsError::Invalid(
+                "a label is at most 255 bytes, with no NUL",
+            ));
+        }
+        self.check_writable()?;
+        Ok(self.journal.set_label(label)?)
     }
 
     /// The change attribute (marks it queried): what `user.cilfs.change` and `cilfs stat

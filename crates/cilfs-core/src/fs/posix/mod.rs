@@ -5,6 +5,7 @@
 //! and its change bump).
 
 mod attr;
+mod fileattr;
 pub(crate) mod namei;
 pub(crate) mod open;
 mod read;

@@ -7,8 +7,8 @@ use crate::fs::items::dir::{self, check_name, decode_bucket, DirEntry};
 use crate::fs::items::header::TREE_FS;
 use crate::fs::items::inode::{Attr, FileType, Inode, Timespec, S_IFDIR, S_IFLNK, S_IFMT, S_ISGID};
 use crate::fs::posix::xattr;
-use crate::fs::rules::acl;
 use crate::fs::rules::change::ChangeCounter;
+use crate::fs::rules::{acl, iflags};
 use crate::fs::tree::keys::{
     key, kind_of, name_hash, KIND_DIRENT, KIND_INODE, KIND_ORPHAN, KIND_SYMLINK, ORPHAN_OWNER,
 };
@@ -223,6 +223,7 @@ impl Fs {
         if p.nlink == 0 {
             return Err(FsError::NotFound);
         }
+        iflags::may_add_entry(&p)?;
         let is_dir = mode & S_IFMT == S_IFDIR;
         if is_dir && p.nlink >= LINK_MAX {
             return Err(FsError::TooManyLinks);
@@ -478,10 +479,12 @@ impl Fs {
             }
             sc.held.push(ino);
         }
+        iflags::may_change(&target)?;
         let p = sc.load(st, t, newparent)?.inode.clone();
         if !p.is_dir() {
             return Err(FsError::NotDir);
         }
+        iflags::may_add_entry(&p)?;
         crate::fs::tenant::may_enter(&target, &p)?;
         if p.nlink == 0 {
             return Err(FsError::NotFound);
@@ -570,6 +573,8 @@ impl Fs {
         if !want_dir && is_dir {
             return Err(FsError::IsDir);
         }
+        iflags::may_remove_entry(&p)?;
+        iflags::may_change(&sc.load(st, t, e.ino)?.inode)?;
         if is_dir && !dir_is_empty(t, TREE_FS, e.ino)? {
             return Err(FsError::NotEmpty);
         }

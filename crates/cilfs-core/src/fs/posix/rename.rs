@@ -8,6 +8,7 @@ use crate::fs::items::dir::{self, check_name, DirEntry};
 use crate::fs::items::header::TREE_FS;
 use crate::fs::items::inode::{FileType, Inode, Timespec, S_IFCHR};
 use crate::fs::posix::namei::{dir_add, dir_is_empty, dir_lookup, dir_remove};
+use crate::fs::rules::iflags;
 use crate::fs::txn::FsTx;
 use crate::fs::types::{Cred, RenameFlags, Reserve, LINK_MAX};
 use crate::fs::{log_inode, Fs, FsState};
@@ -64,6 +65,7 @@ impl Fs {
                 )
             };
             let src_dir = src.kind == FileType::Directory;
+            self.rename_flags_allow(&st, parent, src.ino, newparent, dst.as_ref().map(|d| d.ino))?;
             {
                 let np = self.peek_inode(&st, newparent)?;
                 crate::fs::tenant::may_enter(&self.peek_inode(&st, src.ino)?, &np)?;
@@ -218,8 +220,7 @@ impl Fs {
         name: &[u8],
         now: Timespec,
     ) -> FsResult<u64> {
-        let mut w = self.new_inode(t, cred, dir, S_IFCHR, 0, 0, [None, None], now)?;
-        log_inode(t, &mut w, &self.stats)?;
+        let w = self.new_inode(t, cred, dir, S_IFCHR, 0, 0, [None, None], now)?;
         let ino = w.inode.ino;
         dir_add(
             t,
@@ -232,6 +233,29 @@ impl Fs {
         )?;
         inodes.insert(ino, Box::new(w));
         Ok(ino)
+    }
+
+    /// Linux's `may_delete` and `may_create` for the inode flags: the names leave `parent`
+    /// (and `newparent`, for a replaced or exchanged target) and come into `newparent` (and
+    /// `parent`); the inodes moved or replaced are neither immutable nor append-only.
+    fn rename_flags_allow(
+        &self,
+        st: &FsState,
+        parent: u64,
+        src: u64,
+        newparent: u64,
+        dst: Option<u64>,
+    ) -> FsResult<()> {
+        iflags::may_remove_entry(&self.peek_inode(st, parent)?)?;
+        iflags::may_change(&self.peek_inode(st, src)?)?;
+        let np = self.peek_inode(st, newparent)?;
+        match dst {
+            Some(d) => {
+                iflags::may_remove_entry(&np)?;
+                iflags::may_change(&self.peek_inode(st, d)?)
+            }
+            None => iflags::may_add_entry(&np),
+        }
     }
 
     fn exchange(

@@ -97,6 +97,7 @@ impl Fs {
             if m.inode.is_dir() {
                 return Err(FsError::IsDir);
             }
+            crate::fs::rules::iflags::may_change(&m.inode)?;
             m.inode.size
         };
         self.zero_eof_tail(ino, old, size)?;
@@ -149,6 +150,13 @@ impl Fs {
             return Err(FsError::TooBig);
         }
         let _io = self.io.lock(ino, IoMode::Exclusive);
+        // Linux's vfs_fallocate: nothing into an immutable file, and into an append-only one
+        // no punched hole (preallocation only adds).
+        let i = self.retrying(|| self.peek_inode(&self.read_state(), ino))?;
+        match punch_hole {
+            true => crate::fs::rules::iflags::may_change(&i)?,
+            false => crate::fs::rules::iflags::may_touch(&i)?,
+        }
         if punch_hole {
             return self.punch_hole(cred, ino, off, end);
         }

@@ -7,6 +7,7 @@ use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::NOT_DIRTY;
 use crate::fs::space::map::extents_in;
 use crate::fs::stats::bump;
+use crate::fs::types::ShutdownMode;
 use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
@@ -26,6 +27,10 @@ impl Fs {
     /// budget for now are written (the rest stay dirty, and its size unlogged), so the thread
     /// writing back for everyone never waits for a throttled tenant.
     fn writeback_inode(&self, ino: u64, wait: bool) -> FsResult<()> {
+        // After a shutdown no data is written either: the pages are lost with the mount.
+        if self.journal.is_shut_down() {
+            return Err(FsError::Journal(crate::journal::JournalError::Shutdown));
+        }
         let (project, runs) = self.take_runs(ino)?;
         let (left, written) = self.write_runs(project, runs, wait);
         let all_written = left.is_empty();
@@ -252,6 +257,20 @@ impl Fs {
         }
         self.journal.data.flush()?;
         Ok(())
+    }
+
+    /// Shuts the filesystem down (XFS_IOC_GOINGDOWN): after `mode`'s flushes nothing more is
+    /// written, every operation fails (EIO), and the next mount recovers from the log.
+    pub fn shutdown(&self, mode: ShutdownMode) -> FsResult<()> {
+        bump(&self.stats.operations);
+        let flushed = match mode {
+            ShutdownMode::Default => self.sync(),
+            ShutdownMode::LogFlush => self.journal.force_all().map_err(FsError::from),
+            ShutdownMode::NoLogFlush => Ok(()),
+        };
+        // Down whatever the flush did: a failed flush shut the journal down already.
+        self.journal.shut_down_on_request();
+        flushed
     }
 
     /// syncfs: everything committed becomes stable.

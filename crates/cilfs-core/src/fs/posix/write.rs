@@ -23,8 +23,9 @@ use crate::fs::cache::iolock::IoMode;
 use crate::fs::cache::pagecache::InodePages;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::extent::{max_file_size, Extent};
-use crate::fs::items::inode::Timespec;
+use crate::fs::items::inode::{Timespec, INODE_SYNC};
 use crate::fs::posix::xattr::drop_caps;
+use crate::fs::rules::iflags;
 use crate::fs::rules::setid::CAPS_XATTR;
 use crate::fs::space::map::extents_in;
 use crate::fs::stats::{bump, bump_bytes};
@@ -86,8 +87,26 @@ impl Fs {
         if data.is_empty() {
             return Ok(0);
         }
-        let _io = self.io.lock(ino, IoMode::Exclusive);
-        self.write_locked(cred, ino, off, data)
+        let n = {
+            let _io = self.io.lock(ino, IoMode::Exclusive);
+            self.write_locked(cred, ino, off, data)?
+        };
+        // The sync flag (chattr +S): durable before the reply, as an O_SYNC write.
+        if self.has_flag(ino, INODE_SYNC) {
+            self.fsync(ino)?;
+        }
+        Ok(n)
+    }
+
+    /// Whether `ino`, in memory (any inode just written is), carries `flag`.
+    pub(crate) fn has_flag(&self, ino: u64, flag: u32) -> bool {
+        let st = self.read_state();
+        let has = st
+            .inodes
+            .lock(ino)
+            .get(&ino)
+            .is_some_and(|m| m.inode.flags & flag != 0);
+        has
     }
 
     /// `write`, with `ino`'s IO lock held exclusively by the caller.
@@ -157,7 +176,10 @@ impl Fs {
         let st = self.read_state();
         let (old_size, project) = match st.inodes.lock(ino).get(&ino) {
             Some(m) if m.inode.is_dir() => return Err(FsError::IsDir),
-            Some(m) => (m.inode.size, m.inode.project),
+            Some(m) => {
+                iflags::may_write(&m.inode, off)?;
+                (m.inode.size, m.inode.project)
+            }
             None => return Ok(None),
         };
         let first = off / bs;
@@ -236,6 +258,7 @@ impl Fs {
         if m.inode.is_dir() {
             return Err(FsError::IsDir);
         }
+        iflags::may_write(&m.inode, off)?;
         let (old_size, project, owned) = (m.inode.size, m.inode.project, m.inode.blocks);
         let first = off / bs;
         let last = (end - 1) / bs;

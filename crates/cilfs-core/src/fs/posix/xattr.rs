@@ -363,6 +363,7 @@ impl Fs {
                 .map_or(0, |v| value_blocks(self.bs as usize, name, v.len()).1);
             let mut st = self.write_state();
             let inode = self.load(&mut st, ino)?.inode.clone();
+            crate::fs::rules::iflags::may_change(&inode)?;
             if acl_kind == Some(acl::Kind::Default) && !inode.is_dir() && value.is_some() {
                 return Err(FsError::Access);
             }

@@ -3,7 +3,7 @@
 //! mount itself (its FUSE inodes are S_NOATIME); after a read it only marks its cached atime
 //! stale, so the next stat asks us.
 
-use crate::fs::items::inode::{Inode, Timespec};
+use crate::fs::items::inode::{Inode, Timespec, INODE_NOATIME};
 use crate::fs::stats::bump;
 use crate::fs::{log_inode, AtimeMode, Fs};
 
@@ -14,7 +14,7 @@ impl Fs {
     /// Whether a read at `now` moves `i`'s atime (Linux's `atime_needs_update` with
     /// `relatime_need_update`).
     pub(crate) fn atime_needs_update(&self, i: &Inode, now: Timespec) -> bool {
-        if self.is_read_only() || i.atime == now {
+        if self.is_read_only() || i.atime == now || i.flags & INODE_NOATIME != 0 {
             return false;
         }
         match self.opts.atime {

@@ -1,7 +1,9 @@
 //! Pure rules of POSIX behaviour, apart from the operations that apply them: POSIX ACLs, the
-//! set-user-ID and set-group-ID rules, when atime moves, and the change attribute's counter.
+//! set-user-ID and set-group-ID rules, when atime moves, the change attribute's counter, and what
+//! the inode flags users set forbid.
 
 pub mod acl;
 pub(crate) mod atime;
 pub mod change;
+pub mod iflags;
 pub(crate) mod setid;

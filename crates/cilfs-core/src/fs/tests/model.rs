@@ -1,6 +1,7 @@
 //! Model-based random test of the core: random operation sequences, each checked after every
 //! step against a simple in-memory model (contents, trees, links, modes, xattrs) and the
-//! consistency checker; a clean remount now and then.
+//! consistency checker; a clean remount now and then, and a shutdown followed by a recovering
+//! mount.
 #![allow(clippy::unwrap_used, clippy::map_entry)]
 
 use crate::check;
@@ -82,7 +83,15 @@ enum Op {
         byte: u8,
         link: bool,
     },
+    /// Inode flags that forbid nothing (nodump, noatime, sync) and a project, set by root.
+    SetFlags {
+        file: usize,
+        flags: u8,
+        project: u8,
+    },
     Remount,
+    /// The shutdown ioctl (data and log flushed), then a mount that recovers from the log.
+    Shutdown,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -101,7 +110,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (10u16..150).prop_map(|count| Op::Churn { count }),
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
         1 => (any::<usize>(), n.clone(), 0u16..9000, 1u8..=255, any::<bool>()).prop_map(|(dir, name, len, byte, link)| Op::Tmpfile { dir, name, len, byte, link }),
+        1 => (any::<usize>(), 0u8..8, 0u8..3).prop_map(|(file, flags, project)| Op::SetFlags { file, flags, project }),
         1 => Just(Op::Remount),
+        1 => Just(Op::Shutdown),
     ]
 }
 
@@ -115,6 +126,7 @@ struct Model {
     parent: HashMap<u64, u64>,
     /// Whiteouts renames left.
     whiteouts: std::collections::BTreeSet<u64>,
+    attrs: HashMap<u64, crate::fs::types::FileAttr>,
 }
 
 impl Model {
@@ -155,6 +167,7 @@ impl Model {
             self.dirs.retain(|&d| d != ino);
             self.parent.remove(&ino);
             self.whiteouts.remove(&ino);
+            self.attrs.remove(&ino);
         }
     }
 }
@@ -290,7 +303,8 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             }
         }
         op @ Op::Tmpfile { .. } => apply_tmpfile(fs, m, op),
-        Op::Remount => unreachable!("handled by the caller"),
+        op @ Op::SetFlags { .. } => apply_set_flags(fs, m, op),
+        Op::Remount | Op::Shutdown => unreachable!("handled by the caller"),
     }
 }
 
@@ -509,6 +523,33 @@ fn apply_set_xattr(fs: &Fs, m: &mut Model, op: Op) {
     }
 }
 
+fn apply_set_flags(fs: &Fs, m: &mut Model, op: Op) {
+    use crate::fs::items::inode::{INODE_NOATIME, INODE_NODUMP, INODE_SYNC};
+    let Op::SetFlags {
+        file,
+        flags,
+        project,
+    } = op
+    else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    let bits = [INODE_NODUMP, INODE_NOATIME, INODE_SYNC];
+    let want = crate::fs::types::FileAttr {
+        flags: (0..3)
+            .filter(|i| flags & (1 << i) != 0)
+            .map(|i| bits[i])
+            .fold(0, |a, b| a | b),
+        project: u32::from(project),
+    };
+    fs.set_file_attr(Cred::ROOT, f, want).unwrap();
+    m.attrs.insert(f, want);
+}
+
 fn apply_churn(fs: &Fs, m: &mut Model, op: Op) {
     let Op::Churn { count } = op else {
         unreachable!()
@@ -593,6 +634,8 @@ fn compare(fs: &Fs, m: &Model) {
                 at.map(|i| content[i])
             );
         }
+        let attr = m.attrs.get(&f).copied().unwrap_or_default();
+        assert_eq!(fs.file_attr(f).unwrap(), attr, "flags and project of {f}");
         let mut names = fs.listxattr(f).unwrap();
         names.sort();
         let want = m.xattrs.get(&f).cloned().unwrap_or_default();
@@ -630,6 +673,12 @@ fn run_model(seed: u64, ops: &[Op], mut after: impl FnMut(&Fs)) {
     for op in ops {
         if let Op::Remount = op {
             fs.unmount().unwrap();
+            drop(fs);
+            fs = mount(&dev, o());
+        } else if let Op::Shutdown = op {
+            fs.shutdown(crate::fs::types::ShutdownMode::Default)
+                .unwrap();
+            assert!(fs.unmount().is_err());
             drop(fs);
             fs = mount(&dev, o());
         } else {

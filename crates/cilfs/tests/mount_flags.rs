@@ -1,0 +1,146 @@
+//! Mount tests of the inode flags, the project ID, statx's birth time and the shutdown ioctl,
+//! through the real tools: chattr, lsattr, xfs_io and stat. Needs root and /dev/fuse.
+#![allow(clippy::unwrap_used)]
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::process::Command;
+
+mod common;
+use common::cilfs_transported as cilfs;
+use common::{errno, run, s, Mounted};
+use rustix::io::Errno;
+
+/// The flag letters lsattr shows for `p` (its first word).
+fn lsattr(p: &std::path::Path) -> String {
+    let out = run(&["lsattr", "-d", s(p)]);
+    out.split_whitespace().next().unwrap_or("").to_string()
+}
+
+fn eperm(r: std::io::Result<impl std::fmt::Debug>) {
+    assert_eq!(errno(r.unwrap_err()), Errno::PERM);
+}
+
+#[test]
+fn chattr_lsattr_chproj_shutdown_and_birth_time() {
+    let m = Mounted::new("64M", &[]);
+    let f = m.p("frozen");
+    fs::write(&f, b"kept as it is").unwrap();
+    run(&["chattr", "+i", s(&f)]);
+    assert!(lsattr(&f).contains('i'), "{}", lsattr(&f));
+    eperm(OpenOptions::new().write(true).open(&f));
+    eperm(fs::remove_file(&f));
+    eperm(fs::rename(&f, m.p("moved")));
+    eperm(fs::set_permissions(
+        &f,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    ));
+    assert_eq!(fs::read(&f).unwrap(), b"kept as it is");
+    run(&["chattr", "-i", s(&f)]);
+    assert!(!lsattr(&f).contains('i'));
+    fs::write(&f, b"changed").unwrap();
+
+    // Append-only: O_APPEND writes only, no truncate, no unlink.
+    let log = m.p("log");
+    fs::write(&log, b"one\n").unwrap();
+    run(&["chattr", "+a", s(&log)]);
+    assert!(lsattr(&log).contains('a'));
+    eperm(OpenOptions::new().write(true).open(&log));
+    eperm(fs::remove_file(&log));
+    let mut a = OpenOptions::new().append(true).open(&log).unwrap();
+    a.write_all(b"two\n").unwrap();
+    drop(a);
+    eperm(OpenOptions::new().write(true).truncate(true).open(&log));
+    assert_eq!(fs::read(&log).unwrap(), b"one\ntwo\n");
+    // An immutable directory gains no names.
+    let d = m.p("dir");
+    fs::create_dir(&d).unwrap();
+    run(&["chattr", "+i", s(&d)]);
+    assert!(lsattr(&d).contains('i'));
+    eperm(fs::write(d.join("new"), b"x"));
+    run(&["chattr", "-i", s(&d)]);
+
+    // The project ID through FSSETXATTR and FSGETXATTR.
+    let out = run(&["xfs_io", "-c", "chproj 42", "-c", "lsproj", s(&f)]);
+    assert!(out.contains("projid = 42"), "{out}");
+    let out = run(&["xfs_io", "-c", "lsproj", s(&f)]);
+    assert!(out.contains("projid = 42"), "{out}");
+
+    // Birth time: the creation time, a real date.
+    let born = run(&["stat", "-c", "%W", s(&f)]);
+    let secs: i64 = born.trim().parse().unwrap();
+    let mtime = run(&["stat", "-c", "%Y", s(&f)]);
+    assert!(
+        secs > 0 && secs <= mtime.trim().parse::<i64>().unwrap(),
+        "{born}"
+    );
+    assert_ne!(run(&["stat", "-c", "%w", s(&f)]).trim(), "-");
+
+    // The label, through FS_IOC_SETFSLABEL and FS_IOC_GETFSLABEL on the mount's root.
+    run(&["xfs_io", "-c", "label -s scratch", s(&m.dir)]);
+    let out = run(&["xfs_io", "-c", "label", s(&m.dir)]);
+    assert!(out.contains("label = \"scratch\""), "{out}");
+
+    // Shutdown, flushing the log: made durable by it, and everything fails after it.
+    fs::write(m.p("before"), b"logged").unwrap();
+    fs::File::open(m.p("before")).unwrap().sync_all().unwrap();
+    let out = run(&["xfs_io", "-x", "-c", "shutdown -f", s(&m.dir)]);
+    assert!(!out.contains("error"), "{out}");
+    assert_eq!(errno(fs::metadata(m.p("before")).unwrap_err()), Errno::IO);
+    assert_eq!(
+        errno(fs::read_dir(&m.dir).map(|_| ()).unwrap_err()),
+        Errno::IO
+    );
+    assert_eq!(errno(fs::write(m.p("after"), b"x").unwrap_err()), Errno::IO);
+    // The unmount writes nothing and says the log is left to replay (exit status 1, as for a
+    // daemon that died), which the next mount does.
+    let out = cilfs(&["unmount", s(&m.dir)]);
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(text.contains("will replay the log"), "{text}");
+    let check = cilfs(&["check", s(&m.img)]);
+    assert!(String::from_utf8_lossy(&check.stdout).contains("log: not clean"));
+    m.mount(&[]);
+    assert_eq!(fs::read(m.p("before")).unwrap(), b"logged");
+    assert!(lsattr(&log).contains('a'));
+    assert!(!m.p("after").exists());
+    let out = run(&["xfs_io", "-c", "lsproj", s(&f)]);
+    assert!(out.contains("projid = 42"), "{out}");
+    run(&["chattr", "-a", s(&log)]);
+    m.unmount();
+    let info = cilfs(&["info", s(&m.img)]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("label          scratch\n"));
+}
+
+/// The shutdown ioctl is root's (EPERM otherwise), and chattr +i too.
+#[test]
+fn shutdown_and_immutable_are_roots_only() {
+    let m = Mounted::new("64M", &["allow_other"]);
+    // The user reaches the mount through the test's directory.
+    let perm = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+    fs::set_permissions(m.dir.parent().unwrap(), perm).unwrap();
+    let f = m.p("f");
+    fs::write(&f, b"x").unwrap();
+    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+    let user = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = user(&["chattr", "+i", s(&f)]);
+    assert!(!out.status.success());
+    let out = user(&["chattr", "+d", s(&f)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(lsattr(&f).contains('d'));
+    let out = user(&["xfs_io", "-x", "-c", "shutdown", s(&m.dir)]);
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("not permitted"), "{text}");
+    assert_eq!(fs::read(&f).unwrap(), b"x");
+    m.unmount();
+}
