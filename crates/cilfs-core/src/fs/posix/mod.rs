@@ -1,6 +1,6 @@
 //! The operations a request reaches, one file per family: names (namei), attributes (attr),
 //! rename, reading (read), writing (write), a file's space (space: truncate, fallocate, punched
-//! holes), xattrs, open and release (with the orphans they leave), and sync. Here: what they
+//! holes and zeroed ranges; shift: collapsed and inserted ranges), xattrs, open and release (with the orphans they leave), and sync. Here: what they
 //! share (counting an operation, space checks before a transaction, ctime and its change
 //! bump).
 
@@ -9,6 +9,7 @@ pub(crate) mod namei;
 pub(crate) mod open;
 mod read;
 mod rename;
+mod shift;
 mod space;
 mod sync;
 pub(crate) mod write;

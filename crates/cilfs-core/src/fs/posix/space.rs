@@ -41,7 +41,7 @@ impl Fs {
     /// the page cache if it is there, else on disk, outside the filesystem lock. The caller
     /// holds `ino`'s IO lock exclusively (nothing else puts its pages in the cache or moves its
     /// blocks).
-    fn zero_eof_tail(&self, ino: u64, old_size: u64, new_size: u64) -> FsResult<()> {
+    pub(super) fn zero_eof_tail(&self, ino: u64, old_size: u64, new_size: u64) -> FsResult<()> {
         let bs = u64::from(self.bs);
         if old_size % bs == 0 || new_size <= old_size {
             return Ok(());
@@ -150,8 +150,54 @@ impl Fs {
         }
         let _io = self.io.lock(ino, IoMode::Exclusive);
         if punch_hole {
+            if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
+                return Err(FsError::IsDir);
+            }
             return self.punch_hole(cred, ino, off, end);
         }
+        self.allocate_locked(cred, ino, off, end, keep_size)
+    }
+
+    /// FALLOC_FL_ZERO_RANGE: `[off, off + len)` reads as zeros after it; the file grows to
+    /// its end unless `keep_size`. The whole blocks inside it are unmapped and preallocated
+    /// again (written with zeros, as every preallocation is), the partial ones at its edges
+    /// zeroed in place, or allocated zeroed where they were holes. A crash between the two
+    /// steps leaves holes in the range, which read as zeros too.
+    pub fn zero_range(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> FsResult<()> {
+        bump(&self.stats.operations);
+        self.check_writable()?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of length 0"));
+        }
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        if end > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
+            return Err(FsError::IsDir);
+        }
+        self.punch_hole(cred, ino, off, end)?;
+        self.allocate_locked(cred, ino, off, end, keep_size)
+    }
+
+    /// Preallocation of `[off, end)` (fallocate's mode 0 or KEEP_SIZE). The caller holds
+    /// `ino`'s IO lock exclusively.
+    fn allocate_locked(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> FsResult<()> {
         let bs = u64::from(self.bs);
         let first = off / bs;
         let last = (end - 1) / bs;
