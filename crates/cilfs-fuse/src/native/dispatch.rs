@@ -629,20 +629,26 @@ impl Dispatcher {
         }
     }
 
-    /// FALLOCATE: preallocation (keeping the size or not) and hole punching only.
+    /// FALLOCATE, every mode of Linux's, with its mode checks (`vfs_fallocate`): one mode
+    /// at a time, KEEP_SIZE required by PUNCH_HOLE and refused by COLLAPSE_RANGE and
+    /// INSERT_RANGE. UNSHARE_RANGE is preallocation (no block is shared in cilfs). The kernel
+    /// (6.18, `fuse_file_fallocate`) sends only KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE, writes
+    /// its cached pages of the range back first and drops them after; it refuses the others
+    /// itself, which a kernel that sent them would have to drop from the offset to the end.
     fn fallocate(&self, u: u64, h: &InHeader, ino: u64, f: &FallocateIn) -> Answer {
         let fs = &*self.fs;
         let mode = f.mode as i32;
-        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
-        if mode & !known != 0 {
-            return fail(u, Errno::EOPNOTSUPP);
-        }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-        empty(
-            u,
-            fs.fallocate(cred(h), ino, f.offset, f.length, keep, punch),
-        )
+        let (off, len, c) = (f.offset, f.length, cred(h));
+        let r = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 | libc::FALLOC_FL_UNSHARE_RANGE => fs.fallocate(c, ino, off, len, keep, false),
+            libc::FALLOC_FL_PUNCH_HOLE if keep => fs.fallocate(c, ino, off, len, true, true),
+            libc::FALLOC_FL_ZERO_RANGE => fs.zero_range(c, ino, off, len, keep),
+            libc::FALLOC_FL_COLLAPSE_RANGE if !keep => fs.collapse_range(c, ino, off, len),
+            libc::FALLOC_FL_INSERT_RANGE if !keep => fs.insert_range(c, ino, off, len),
+            _ => return fail(u, Errno::EOPNOTSUPP),
+        };
+        empty(u, r)
     }
 
     /// LSEEK: SEEK_DATA and SEEK_HOLE.
