@@ -47,6 +47,8 @@ impl Fs {
             ));
         }
         self.shift_prepare(ino, first)?;
+        // Times first: a crash after any block moved shows the change counter moved.
+        self.stamp_change(cred, ino)?;
         self.free_range(ino, first, first + n)?;
         let mut at = first + n;
         while let Some(next) = self.retrying(|| self.shift_batch(ino, at, first, Shift::Down(n)))? {
