@@ -252,3 +252,106 @@ fn a_crash_mid_shift_leaves_a_clean_file_of_moved_and_unmoved_blocks() {
         );
     }
 }
+
+/// fsx on the core, where collapse and insert are reached (Linux's FUSE refuses them before
+/// the daemon; `crates/cilfs/tests/mount_fsx.rs` is the same through a mount): random writes,
+/// truncates and every fallocate mode on one file against a copy in memory, compared after
+/// each operation, checked and remounted now and then. `CILFS_FSX_OPS` sets the length
+/// (default 1500), `CILFS_FSX_SEED` the seed.
+#[test]
+fn fsx_on_the_core_with_every_mode() {
+    let env = |n: &str, d: u64| {
+        std::env::var(n)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (ops, seed) = (env("CILFS_FSX_OPS", 1500), env("CILFS_FSX_SEED", 1));
+    let clock = TestClock::new();
+    let dev = new_dev(45);
+    let mut fs = mount(&dev, opts(&clock));
+    let f = file_in_root(&fs, b"fsx");
+    let mut rng = cilfs_device::rng::SimRng::new(seed);
+    let mut want: Vec<u8> = Vec::new();
+    let max = 128 * 1024;
+    let mut shifts = 0;
+    for i in 0..ops {
+        let size = want.len() as u64;
+        let off = rng.below((size + 8 * B).min(max));
+        let len = 1 + rng.below(16 * 1024);
+        let (end, sz) = (off + len, size as usize);
+        match rng.below(10) {
+            0..=3 if end <= max => {
+                let data = vec![(i % 250) as u8 + 1; len as usize];
+                fs.write(U, f, off, &data).unwrap();
+                want.resize(want.len().max(end as usize), 0);
+                want[off as usize..end as usize].copy_from_slice(&data);
+            }
+            4 => {
+                let to = rng.below(max);
+                fs.setattr(
+                    U,
+                    f,
+                    SetAttr {
+                        size: Some(to),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                want.resize(to as usize, 0);
+            }
+            5 if end <= max => {
+                let keep = rng.bool();
+                fs.zero_range(U, f, off, len, keep).unwrap();
+                want[off.min(size) as usize..(end as usize).min(sz)].fill(0);
+                if !keep {
+                    want.resize(want.len().max(end as usize), 0);
+                }
+            }
+            6 => {
+                fs.fallocate(U, f, off, len, true, true).unwrap();
+                want[off.min(size) as usize..(end as usize).min(sz)].fill(0);
+            }
+            7 if end <= max => {
+                let keep = rng.bool();
+                fs.fallocate(U, f, off, len, keep, false).unwrap();
+                if !keep {
+                    want.resize(want.len().max(end as usize), 0);
+                }
+            }
+            8 | 9 => {
+                let (o, l) = (off / B * B, len.div_ceil(B) * B);
+                if rng.below(2) == 0 {
+                    let r = fs.collapse_range(U, f, o, l);
+                    if o + l >= size {
+                        assert!(matches!(r, Err(FsError::Invalid(_))), "op {i}: {r:?}");
+                    } else {
+                        r.unwrap();
+                        want.drain(o as usize..(o + l) as usize);
+                        shifts += 1;
+                    }
+                } else if size + l <= max {
+                    let r = fs.insert_range(U, f, o, l);
+                    if o >= size {
+                        assert!(matches!(r, Err(FsError::Invalid(_))), "op {i}: {r:?}");
+                    } else {
+                        r.unwrap();
+                        want.splice(o as usize..o as usize, vec![0u8; l as usize]);
+                        shifts += 1;
+                    }
+                }
+            }
+            _ => {}
+        }
+        assert_eq!(contents(&fs, f), want, "op {i}");
+        if i % 500 == 499 {
+            assert_clean(&fs);
+            fs.unmount().unwrap();
+            drop(fs);
+            fs = mount(&dev, opts(&clock));
+            assert_eq!(contents(&fs, f), want, "op {i}, after a remount");
+        }
+    }
+    assert_clean(&fs);
+    assert!(shifts > ops / 20, "only {shifts} collapses and inserts");
+}
