@@ -163,8 +163,8 @@ fn shifts_of_many_extents_run_in_bounded_transactions() {
     fs.collapse_range(U, f, 3 * B, 6 * B).unwrap();
     want.drain((3 * B) as usize..(9 * B) as usize);
     assert!(
-        fs.stats().transactions - tx0 >= 6,
-        "about 70 extents moved 16 at a time"
+        fs.stats().transactions - tx0 >= 18,
+        "about 70 extents moved 4 at a time"
     );
     assert_eq!(contents(&fs, f), want);
     fs.insert_range(U, f, 10 * B, 4 * B).unwrap();
