@@ -23,6 +23,11 @@
 //! and held open, then named by a link, released (which frees them) or left orphans by the
 //! crash, which the next mount reclaims.
 //!
+//! fallocate runs in every mode (preallocation, punched holes, zeroed ranges, collapsed and
+//! inserted ranges): a file's bytes in a range punched or zeroed may read as zeros from then
+//! on, and once a file had a range collapsed or inserted its bytes may be zeros or any value
+//! written to it (data moved, or a hole a crash mid-shift left); every other check holds.
+//!
 //! Tenants are configured as they go: projects set on random inodes (so renames and links
 //! across projects meet EXDEV) and limits set and lifted on the root, which are xattrs there;
 //! each inode's project is part of the compared metadata, and so are the inode flags that
@@ -110,6 +115,9 @@ struct Model {
     writes: HashMap<u64, Vec<(u64, u64, u8)>>,
     /// Per inode, its contents as far as zeros go (`Zeros`).
     zeros: HashMap<u64, Zeros>,
+    /// Per inode, the first collapse or insert of it: from then on its bytes may be any value
+    /// written to it (moved) or zero (a crash mid-shift leaves holes).
+    shifted: HashMap<u64, usize>,
     /// (device op count at the fsync's return, inode, fsync op index, contents then).
     synced: Vec<(usize, u64, usize, Arc<Vec<u8>>)>,
     /// (device op count at the query, inode, value read, contents then).
@@ -538,7 +546,7 @@ fn workload(
                 Err(e) => Err(e.to_string()),
             }
         };
-        match rng.below(112) {
+        match rng.below(116) {
             0..=14 => {
                 let d = pick(&mut rng, &dirs);
                 let n = name(rng.below(NAMES));
@@ -799,6 +807,11 @@ fn workload(
                 m.durable.push((set.op_count(), op - 1));
                 fs = open_fs(&dev, cfg, cil, &clock)?;
             }
+            112..=115 if !files.is_empty() => {
+                let f = pick(&mut rng, &files);
+                fallocate(&fs, &mut rng, &mut m, f, op).map_err(|e| format!("op {op}: {e}"))?;
+                touched.push(f);
+            }
             95 => {
                 // Clean unmount and mount again.
                 for f in open_files.drain(..) {
@@ -849,6 +862,60 @@ fn workload(
     tally(&fs, report);
     drop(fs);
     Ok((set, m))
+}
+
+/// A random fallocate of file `f` at operation `op`: preallocation (keeping the size or not),
+/// a punched hole, a zeroed range (keeping the size or not), or a collapsed or inserted range
+/// of whole blocks (sometimes not whole: EINVAL), each recorded in the model.
+fn fallocate(fs: &Fs, rng: &mut SimRng, m: &mut Model, f: u64, op: usize) -> Result<(), String> {
+    let bs = u64::from(BS);
+    let cred = Cred::ROOT;
+    let (mut off, mut len) = (rng.below(FILE_MAX), 1 + rng.below(12 * 1024));
+    let mode = rng.below(7);
+    if mode >= 5 && !rng.chance(1, 10) {
+        (off, len) = (off / bs * bs, len.div_ceil(bs) * bs);
+    }
+    let keep = matches!(mode, 1 | 2 | 4);
+    let r = match mode {
+        0 | 1 => fs.fallocate(cred, f, off, len, keep, false),
+        2 => fs.fallocate(cred, f, off, len, true, true),
+        3 | 4 => fs.zero_range(cred, f, off, len, keep),
+        5 => fs.collapse_range(cred, f, off, len),
+        _ => fs.insert_range(cred, f, off, len),
+    };
+    match r {
+        Ok(()) => {}
+        Err(FsError::Invalid(_) | FsError::NoSpace) => return Ok(()),
+        Err(e) => return Err(format!("fallocate mode {mode}: {e}")),
+    }
+    m.modified.entry(f).or_default().push(op);
+    let z = m.zeros.entry(f).or_default();
+    let size = z.size;
+    match mode {
+        2..=4 => {
+            // Bytes of the range inside the file may read as zeros from now on.
+            let to = (off + len).min(size) as usize;
+            if z.since.len() < to {
+                z.since.resize(to, usize::MAX);
+            }
+            for p in off.min(size) as usize..to {
+                z.since[p] = z.since[p].min(op);
+            }
+        }
+        5 => {
+            z.truncate(size.saturating_sub(len), op);
+            m.shifted.entry(f).or_insert(op);
+        }
+        6 => {
+            z.grow(size + len, op);
+            m.shifted.entry(f).or_insert(op);
+        }
+        _ => {}
+    }
+    if !keep && mode != 5 && mode != 6 {
+        z.grow(off + len, op);
+    }
+    Ok(())
 }
 
 fn tally(fs: &Fs, report: &mut CrashReport) {
@@ -949,6 +1016,18 @@ fn check_point(
             let c = contents(&fs, ino)?;
             let writes = m.writes.get(&ino).map(Vec::as_slice).unwrap_or(&[]);
             let zeros = m.zeros.get(&ino);
+            if m.shifted.get(&ino).is_some_and(|&s| s <= newest) {
+                if let Some(p) = c
+                    .iter()
+                    .position(|&b| b != 0 && !writes.iter().any(|w| w.2 == b))
+                {
+                    return Err(format!(
+                        "inode {ino} byte {p} is {:#x}, a value never written to it (stale data)",
+                        c[p]
+                    ));
+                }
+                continue;
+            }
             for (p, &b) in c.iter().enumerate() {
                 if b == 0 && !zeros.is_some_and(|z| z.zero_ok(p, newest)) {
                     return Err(format!(

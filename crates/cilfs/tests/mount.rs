@@ -7,7 +7,7 @@ use rustix::fs::{FallocateFlags, FileType, Mode, RenameFlags, SeekFrom, XattrFla
 use rustix::io::Errno;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -260,10 +260,18 @@ fn special_files_xattrs_fallocate_seek_statfs() {
             );
         }
     }
+    // Linux's FUSE (6.18) refuses COLLAPSE_RANGE itself, whatever the daemon serves.
     assert_eq!(
         rustix::fs::fallocate(&g, FallocateFlags::COLLAPSE_RANGE, 0, 4096).unwrap_err(),
         Errno::OPNOTSUPP
     );
+    // ZERO_RANGE reaches cilfs: zeros, the size grown to the range's end.
+    g.write_all_at(&[5u8; 8192], 0).unwrap();
+    rustix::fs::fallocate(&g, FallocateFlags::ZERO_RANGE, 100, (1 << 20) + 100).unwrap();
+    assert_eq!(g.metadata().unwrap().len(), (1 << 20) + 200);
+    let mut back = vec![1u8; 8192];
+    g.read_exact_at(&mut back, 0).unwrap();
+    assert!(back[..100].iter().all(|&b| b == 5) && back[100..].iter().all(|&b| b == 0));
     rustix::fs::fsync(&g).unwrap();
     rustix::fs::fdatasync(&g).unwrap();
     drop(g);

@@ -743,20 +743,26 @@ impl Dispatcher {
         }
     }
 
-    /// FALLOCATE: preallocation (keeping the size or not) and hole punching only.
+    /// FALLOCATE, every mode of Linux's, with its mode checks (`vfs_fallocate`): one mode
+    /// at a time, KEEP_SIZE required by PUNCH_HOLE and refused by COLLAPSE_RANGE and
+    /// INSERT_RANGE. UNSHARE_RANGE is preallocation (no block is shared in cilfs). The kernel
+    /// (6.18, `fuse_file_fallocate`) sends only KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE, writes
+    /// its cached pages of the range back first and drops them after; it refuses the others
+    /// itself, which a kernel that sent them would have to drop from the offset to the end.
     fn fallocate(&self, u: u64, h: &InHeader, ino: u64, f: &FallocateIn) -> Answer {
         let fs = &*self.fs;
         let mode = f.mode as i32;
-        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
-        if mode & !known != 0 {
-            return fail(u, Errno::EOPNOTSUPP);
-        }
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-        empty(
-            u,
-            fs.fallocate(cred(h), ino, f.offset, f.length, keep, punch),
-        )
+        let (off, len, c) = (f.offset, f.length, cred(h));
+        let r = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 | libc::FALLOC_FL_UNSHARE_RANGE => fs.fallocate(c, ino, off, len, keep, false),
+            libc::FALLOC_FL_PUNCH_HOLE if keep => fs.fallocate(c, ino, off, len, true, true),
+            libc::FALLOC_FL_ZERO_RANGE => fs.zero_range(c, ino, off, len, keep),
+            libc::FALLOC_FL_COLLAPSE_RANGE if !keep => fs.collapse_range(c, ino, off, len),
+            libc::FALLOC_FL_INSERT_RANGE if !keep => fs.insert_range(c, ino, off, len),
+            _ => return fail(u, Errno::EOPNOTSUPP),
+        };
+        empty(u, r)
     }
 
     /// LSEEK: SEEK_DATA and SEEK_HOLE.
@@ -1153,6 +1159,70 @@ mod tests {
             (sx.ino, sx.size, u32::from(sx.mode)),
             (a.ino, 5, libc::S_IFREG | 0o644)
         );
+    }
+
+    /// FALLOCATE's modes and their combinations, as Linux checks them: each mode alone (or
+    /// with KEEP_SIZE where it may have it) reaches the core; PUNCH_HOLE without KEEP_SIZE,
+    /// two modes at once, KEEP_SIZE on COLLAPSE_RANGE and unknown bits are EOPNOTSUPP;
+    /// misaligned collapses and inserts EINVAL.
+    #[test]
+    fn fallocate_modes_reach_the_core_with_linux_checks() {
+        use cilfs_fuse_proto::{FallocateIn, Opcode};
+        let fs = sim::mount(sim::new_dev());
+        let d = Dispatcher::new(Arc::clone(&fs), false);
+        let f = fs
+            .mknod(
+                cilfs_core::fs::types::Cred::ROOT,
+                ROOT_ID,
+                b"f",
+                libc::S_IFREG | 0o644,
+                0,
+            )
+            .unwrap()
+            .ino;
+        fs.write(cilfs_core::fs::types::Cred::ROOT, f, 0, &[7u8; 8 * 2048])
+            .unwrap();
+        let falloc = |unique: u64, mode: i32, offset: u64, length: u64| {
+            let arg = FallocateIn {
+                offset,
+                length,
+                mode: mode as u32,
+                ..FallocateIn::default()
+            };
+            match d.answer(&request(
+                header(Opcode::Fallocate, unique, f),
+                Op::Fallocate(arg),
+            )) {
+                Answer::Reply(r) => i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap()),
+                other => panic!("fallocate: {other:?}"),
+            }
+        };
+        use libc::{
+            FALLOC_FL_COLLAPSE_RANGE as COLLAPSE, FALLOC_FL_INSERT_RANGE as INSERT,
+            FALLOC_FL_KEEP_SIZE as KEEP, FALLOC_FL_PUNCH_HOLE as PUNCH,
+            FALLOC_FL_UNSHARE_RANGE as UNSHARE, FALLOC_FL_ZERO_RANGE as ZERO,
+        };
+        let refused = -libc::EOPNOTSUPP;
+        assert_eq!(falloc(1, PUNCH, 0, 2048), refused);
+        assert_eq!(falloc(2, PUNCH | ZERO | KEEP, 0, 2048), refused);
+        assert_eq!(falloc(3, COLLAPSE | KEEP, 0, 2048), refused);
+        assert_eq!(falloc(4, INSERT | COLLAPSE, 0, 2048), refused);
+        assert_eq!(falloc(5, 0x80, 0, 2048), refused);
+        assert_eq!(falloc(6, COLLAPSE, 100, 2048), -libc::EINVAL);
+        assert_eq!(falloc(7, INSERT, 16 * 2048, 2048), -libc::EINVAL);
+        let size = |want: u64| assert_eq!(fs.getattr(f).unwrap().size, want);
+        assert_eq!(falloc(8, COLLAPSE, 2048, 2 * 2048), 0);
+        size(6 * 2048);
+        assert_eq!(falloc(9, INSERT, 0, 2048), 0);
+        size(7 * 2048);
+        assert_eq!(fs.read_opts(f, 0, 2048, false).unwrap(), vec![0u8; 2048]);
+        assert_eq!(falloc(10, ZERO, 7 * 2048, 100), 0);
+        size(7 * 2048 + 100);
+        assert_eq!(falloc(11, ZERO | KEEP, 0, 1 << 20), 0);
+        size(7 * 2048 + 100);
+        assert_eq!(falloc(12, UNSHARE, 0, 8 * 2048), 0);
+        size(8 * 2048);
+        assert_eq!(falloc(13, PUNCH | KEEP, 0, 2048), 0);
     }
 
     /// With writeback_cache the kernel may hold data cilfs has not seen: LSEEK is ENOSYS, so

@@ -1,8 +1,8 @@
 //! The operations a request reaches, one file per family: names (namei), attributes (attr),
 //! rename, reading (read), writing (write), a file's space (space: truncate, fallocate, punched
-//! holes), xattrs, open and release (with the orphans they leave), unnamed files (tmpfile), and
-//! sync. Here: what they share (counting an operation, space checks before a transaction, ctime
-//! and its change bump).
+//! holes and zeroed ranges; shift: collapsed and inserted ranges), xattrs, open and release
+//! (with the orphans they leave), unnamed files (tmpfile), and sync. Here: what they share
+//! (counting an operation, space checks before a transaction, ctime and its change bump).
 
 mod attr;
 mod fileattr;
@@ -10,6 +10,7 @@ pub(crate) mod namei;
 pub(crate) mod open;
 mod read;
 mod rename;
+mod shift;
 mod space;
 mod sync;
 mod tmpfile;

@@ -41,7 +41,7 @@ impl Fs {
     /// the page cache if it is there, else on disk, outside the filesystem lock. The caller
     /// holds `ino`'s IO lock exclusively (nothing else puts its pages in the cache or moves its
     /// blocks).
-    fn zero_eof_tail(&self, ino: u64, old_size: u64, new_size: u64) -> FsResult<()> {
+    pub(super) fn zero_eof_tail(&self, ino: u64, old_size: u64, new_size: u64) -> FsResult<()> {
         let bs = u64::from(self.bs);
         if old_size % bs == 0 || new_size <= old_size {
             return Ok(());
@@ -158,8 +158,82 @@ impl Fs {
             false => crate::fs::rules::iflags::may_touch(&i)?,
         }
         if punch_hole {
+            if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
+                return Err(FsError::IsDir);
+            }
+            // Times first: a crash after any block changed shows the change counter moved.
+            self.stamp_change(cred, ino)?;
             return self.punch_hole(cred, ino, off, end);
         }
+        self.allocate_locked(cred, ino, off, end, keep_size)
+    }
+
+    /// FALLOC_FL_ZERO_RANGE: `[off, off + len)` reads as zeros after it; the file grows to
+    /// its end unless `keep_size`. The whole blocks inside it are unmapped and preallocated
+    /// again (written with zeros, as every preallocation is), the partial ones at its edges
+    /// zeroed in place, or allocated zeroed where they were holes. A crash between the two
+    /// steps leaves holes in the range, which read as zeros too.
+    pub fn zero_range(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    ) -> FsResult<()> {
+        bump(&self.stats.operations);
+        self.check_writable()?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of length 0"));
+        }
+        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
+        if end > max_file_size(self.bs) {
+            return Err(FsError::TooBig);
+        }
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
+            return Err(FsError::IsDir);
+        }
+        // Times first: a crash after any block changed shows the change counter moved.
+        self.stamp_change(cred, ino)?;
+        self.punch_hole(cred, ino, off, end)?;
+        self.allocate_locked(cred, ino, off, end, keep_size)
+    }
+
+    /// A change of `ino`'s data by `cred` in a transaction of its own: mtime, ctime and the
+    /// change counter, and the privileges the change clears.
+    pub(super) fn stamp_change(&self, cred: Cred, ino: u64) -> FsResult<()> {
+        let kill = self.retrying(|| {
+            let mut st = self.write_state();
+            let now = self.now();
+            let (kill, _) = self.with_tx(&mut st, |t, inodes| {
+                drop_caps(t, ino)?;
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.mtime = now;
+                let kill = self.privileges_to_kill(cred, &m.inode);
+                m.inode.mode &= !kill;
+                self.touch_ctime(m, now);
+                log_inode(t, m, &self.stats)?;
+                Ok((kill, vec![ino]))
+            })?;
+            Ok(kill)
+        })?;
+        if kill != 0 {
+            self.attrs_changed(ino);
+        }
+        Ok(())
+    }
+
+    /// Preallocation of `[off, end)` (fallocate's mode 0 or KEEP_SIZE). The caller holds
+    /// `ino`'s IO lock exclusively.
+    fn allocate_locked(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> FsResult<()> {
         let bs = u64::from(self.bs);
         let first = off / bs;
         let last = (end - 1) / bs;
@@ -229,7 +303,8 @@ impl Fs {
     }
 
     /// PUNCH_HOLE (with KEEP_SIZE): the partial blocks at the edges zeroed in place, the whole
-    /// ones unmapped. The caller holds `ino`'s IO lock exclusively.
+    /// ones unmapped. The caller holds `ino`'s IO lock exclusively and has stamped the change
+    /// (`stamp_change`).
     fn punch_hole(&self, cred: Cred, ino: u64, off: u64, end: u64) -> FsResult<()> {
         let bs = u64::from(self.bs);
         let size = self.getattr(ino)?.size;
@@ -262,35 +337,6 @@ impl Fs {
                 zero(end_full * bs, end)?;
                 self.free_range(ino, first_full, end_full)?;
             }
-        }
-        // The edge writes cleared the privileges if there were any; an aligned hole, or one
-        // past the end, still counts as a change of the data.
-        self.kill_privileges(cred, ino)
-    }
-
-    /// Clears the set-user-ID and set-group-ID bits a change of the data by `cred` clears, and
-    /// drops file capabilities, in a transaction of its own when there are any.
-    fn kill_privileges(&self, cred: Cred, ino: u64) -> FsResult<()> {
-        let kill = self.retrying(|| {
-            let mut st = self.write_state();
-            let m = self.load(&mut st, ino)?;
-            let kill = self.privileges_to_kill(cred, &m.inode);
-            if kill == 0 && !self.has_caps(&st, ino)? {
-                return Ok(0);
-            }
-            let now = self.now();
-            self.with_tx(&mut st, |t, inodes| {
-                drop_caps(t, ino)?;
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                m.inode.mode &= !kill;
-                self.touch_ctime(m, now);
-                log_inode(t, m, &self.stats)?;
-                Ok(((), vec![ino]))
-            })?;
-            Ok(kill)
-        })?;
-        if kill != 0 {
-            self.attrs_changed(ino);
         }
         Ok(())
     }

@@ -155,7 +155,7 @@ impl Fs {
     }
 
     /// Inserts an extent item, merging it into the previous one when both runs continue.
-    fn insert_extent(&self, t: &mut FsTx<'_>, ino: u64, e: Extent) -> FsResult<()> {
+    pub(crate) fn insert_extent(&self, t: &mut FsTx<'_>, ino: u64, e: Extent) -> FsResult<()> {
         if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
             if k.a == ino && kind_of(k) == KIND_EXTENT {
                 let p = Extent::decode_in(offset_of(k), &v, ino, Trees::data_area(t))?;

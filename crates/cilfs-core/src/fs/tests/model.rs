@@ -89,6 +89,16 @@ enum Op {
         flags: u8,
         project: u8,
     },
+    /// fallocate in mode `mode`: allocate, allocate keeping the size, punch, zero, zero
+    /// keeping the size, collapse, insert. Collapse and insert round the range to blocks
+    /// unless `raw`, which leaves it as it is (mostly unaligned: EINVAL).
+    Falloc {
+        file: usize,
+        mode: u8,
+        off: u32,
+        len: u16,
+        raw: bool,
+    },
     Remount,
     /// The shutdown ioctl (data and log flushed), then a mount that recovers from the log.
     Shutdown,
@@ -111,6 +121,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (any::<usize>(), 0u8..4).prop_map(|(file, name)| Op::RemoveXattr { file, name }),
         1 => (any::<usize>(), n.clone(), 0u16..9000, 1u8..=255, any::<bool>()).prop_map(|(dir, name, len, byte, link)| Op::Tmpfile { dir, name, len, byte, link }),
         1 => (any::<usize>(), 0u8..8, 0u8..3).prop_map(|(file, flags, project)| Op::SetFlags { file, flags, project }),
+        3 => (any::<usize>(), 0u8..7, 0u32..40_000, 0u16..9000, prop::bool::weighted(0.1)).prop_map(|(file, mode, off, len, raw)| Op::Falloc { file, mode, off, len, raw }),
         1 => Just(Op::Remount),
         1 => Just(Op::Shutdown),
     ]
@@ -254,6 +265,7 @@ fn apply(fs: &Fs, m: &mut Model, op: &Op) {
             drop_privileges(m.modes.get_mut(&f).unwrap());
         }
         op @ Op::Truncate { .. } => apply_truncate(fs, m, op),
+        op @ Op::Falloc { .. } => apply_falloc(fs, m, op),
         Op::Unlink { dir, name: n } => {
             let d = pick(&m.dirs, dir);
             let r = fs.unlink(d, &name(n));
@@ -327,6 +339,61 @@ fn apply_truncate(fs: &Fs, m: &mut Model, op: Op) {
     )
     .unwrap();
     m.data.get_mut(&f).unwrap().resize(size as usize, 0);
+    drop_privileges(m.modes.get_mut(&f).unwrap());
+}
+
+fn apply_falloc(fs: &Fs, m: &mut Model, op: Op) {
+    let Op::Falloc {
+        file,
+        mode,
+        off,
+        len,
+        raw,
+    } = op
+    else {
+        unreachable!()
+    };
+    let files = m.files();
+    if files.is_empty() {
+        return;
+    }
+    let f = pick(&files, file);
+    let bs = u64::from(crate::fs::tests::BS);
+    let (mut off, mut len) = (u64::from(off), u64::from(len));
+    if mode >= 5 && !raw {
+        (off, len) = (off / bs * bs, len.div_ceil(bs) * bs);
+    }
+    let c = m.data.get_mut(&f).unwrap();
+    let size = c.len() as u64;
+    let end = off + len;
+    let aligned = off % bs == 0 && len % bs == 0;
+    let r = match mode {
+        0 | 1 => fs.fallocate(U, f, off, len, mode == 1, false),
+        2 => fs.fallocate(U, f, off, len, true, true),
+        3 | 4 => fs.zero_range(U, f, off, len, mode == 4),
+        5 => fs.collapse_range(U, f, off, len),
+        _ => fs.insert_range(U, f, off, len),
+    };
+    let refused = len == 0
+        || (mode >= 5 && !aligned)
+        || (mode == 5 && end >= size)
+        || (mode == 6 && off >= size);
+    if refused {
+        assert!(matches!(r, Err(FsError::Invalid(_))), "{op:?}: {r:?}");
+        return;
+    }
+    r.unwrap();
+    let zero_to =
+        |c: &mut Vec<u8>, to: u64| c[off.min(size) as usize..to.min(size) as usize].fill(0);
+    match mode {
+        0 | 1 => {}
+        2..=4 => zero_to(c, end),
+        5 => drop(c.drain(off as usize..end as usize)),
+        _ => drop(c.splice(off as usize..off as usize, vec![0u8; len as usize])),
+    }
+    if matches!(mode, 0 | 3) && end > size {
+        c.resize(end as usize, 0);
+    }
     drop_privileges(m.modes.get_mut(&f).unwrap());
 }
 
