@@ -16,12 +16,11 @@ use crate::fs::cache::iolock::IoMode;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::extent::{max_file_size, Extent};
 use crate::fs::items::header::TREE_FS;
-use crate::fs::posix::xattr::drop_caps;
 use crate::fs::stats::bump;
 use crate::fs::tree::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use crate::fs::txn::{FsTx, Trees};
 use crate::fs::types::{Cred, Reserve};
-use crate::fs::{log_inode, Fs};
+use crate::fs::Fs;
 
 /// Extents moved per transaction: few, so the crash explorer's small files cross batches
 /// (XFS moves one); each costs two key changes.
@@ -205,30 +204,12 @@ impl Fs {
     /// (before them), and the speculative ranges in memory moved as their extents move.
     fn shift_finish(&self, cred: Cred, ino: u64, first: u64, s: Shift) -> FsResult<()> {
         let bs = u64::from(self.bs);
-        let kill = self.retrying(|| {
-            let mut st = self.write_state();
-            let now = self.now();
-            let (kill, _) = self.with_tx(&mut st, |t, inodes| {
-                drop_caps(t, ino)?;
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                m.inode.size = match s {
-                    Shift::Down(n) => m.inode.size.saturating_sub(n * bs),
-                    Shift::Up(n) => m.inode.size + n * bs,
-                };
-                m.inode.mtime = now;
-                let kill = self.privileges_to_kill(cred, &m.inode);
-                m.inode.mode &= !kill;
-                self.touch_ctime(m, now);
-                log_inode(t, m, &self.stats)?;
-                Ok((kill, vec![ino]))
-            })?;
-            Ok(kill)
+        self.stamp_change_sized(cred, ino, |size| match s {
+            Shift::Down(n) => size.saturating_sub(n * bs),
+            Shift::Up(n) => size + n * bs,
         })?;
         if let Some(m) = self.write_state().inodes.get_mut(&ino) {
             shift_ranges(&mut m.spec_prealloc, first, s);
-        }
-        if kill != 0 {
-            self.attrs_changed(ino);
         }
         Ok(())
     }

@@ -203,12 +203,24 @@ impl Fs {
     /// A change of `ino`'s data by `cred` in a transaction of its own: mtime, ctime and the
     /// change counter, and the privileges the change clears.
     pub(super) fn stamp_change(&self, cred: Cred, ino: u64) -> FsResult<()> {
+        self.stamp_change_sized(cred, ino, |size| size)
+    }
+
+    /// `stamp_change`, the size becoming `resize` of what it is (a collapse's or an
+    /// insert's).
+    pub(super) fn stamp_change_sized(
+        &self,
+        cred: Cred,
+        ino: u64,
+        resize: impl Fn(u64) -> u64,
+    ) -> FsResult<()> {
         let kill = self.retrying(|| {
             let mut st = self.write_state();
             let now = self.now();
             let (kill, _) = self.with_tx(&mut st, |t, inodes| {
                 drop_caps(t, ino)?;
                 let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.size = resize(m.inode.size);
                 m.inode.mtime = now;
                 let kill = self.privileges_to_kill(cred, &m.inode);
                 m.inode.mode &= !kill;
