@@ -78,11 +78,10 @@ fn a_superblock_with_a_log_of_4_sectors_is_refused() {
     run("image", "0037000000c7000100000000003700002bff");
 }
 
-/// A damaged image on which a write's publish found the inode's change counter in memory past
-/// the copy it built from (the debug check in `ChangeCounter::adopt`), found at c131ba2. Since
-/// the inode flags, the damage this input makes reads as flags that refuse the write, so the
-/// input no longer reaches that publish: the cause is not yet found, and this replays the
-/// input only.
+/// A resealed inode whose change attribute is near 2^64: the counter in memory keeps it in 63
+/// bits and a write's bump wrapped it to zero, which `ChangeCounter::adopt`'s debug check
+/// caught (found at c131ba2). Such a value is now corrupt at decode
+/// (`fs::tests::damage::a_change_attribute_past_its_range_is_corrupt_and_found`).
 #[test]
 fn a_change_counter_never_goes_back_on_a_damaged_image() {
     run(

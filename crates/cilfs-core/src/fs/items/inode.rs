@@ -125,6 +125,12 @@ pub const INODE_KNOWN_FLAGS: u32 = INODE_PREALLOC | INODE_USER_FLAGS;
 /// `Inode::dirty_from` when no page of the file is dirty.
 pub const NOT_DIRTY: u64 = u64::MAX;
 
+/// Change attributes stop below this: the counter in memory keeps the value in 63 bits beside
+/// its queried flag and bumps it by one, so a stored value near 2^63 (damage: a bump a
+/// nanosecond would take 146 years to reach 2^62) would wrap to zero, and a change attribute
+/// must never go back.
+pub const CHANGE_LIMIT: u64 = 1 << 62;
+
 /// An inode as stored, with the change counter's value (without the queried flag), and two
 /// sizes kept in memory beside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -352,6 +358,15 @@ impl Inode {
             return Err(FsError::corrupt(
                 blkno,
                 format!("inode {ino} has size {}, past the largest file", i.size),
+            ));
+        }
+        if i.change >= CHANGE_LIMIT {
+            return Err(FsError::corrupt(
+                blkno,
+                format!(
+                    "inode {ino} has change attribute {}, past its range",
+                    i.change
+                ),
             ));
         }
         Ok(i)
