@@ -16,8 +16,8 @@ use crate::fs::cache::iolock::IoMode;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::extent::{max_file_size, Extent};
 use crate::fs::items::header::TREE_FS;
-use crate::fs::stats::bump;
 use crate::fs::tree::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
+use crate::fs::tree::node::Key;
 use crate::fs::txn::{FsTx, Trees};
 use crate::fs::types::{Cred, Reserve};
 use crate::fs::Fs;
@@ -40,6 +40,7 @@ impl Fs {
     pub fn collapse_range(&self, cred: Cred, ino: u64, off: u64, len: u64) -> FsResult<()> {
         let (first, n) = self.shift_args(off, len)?;
         let _io = self.io.lock(ino, IoMode::Exclusive);
+        self.may_fallocate(ino, false)?;
         let size = self.shift_size(ino)?;
         if off + len >= size {
             return Err(FsError::Invalid(
@@ -63,6 +64,7 @@ impl Fs {
     pub fn insert_range(&self, cred: Cred, ino: u64, off: u64, len: u64) -> FsResult<()> {
         let (first, n) = self.shift_args(off, len)?;
         let _io = self.io.lock(ino, IoMode::Exclusive);
+        self.may_fallocate(ino, false)?;
         let size = self.shift_size(ino)?;
         if off >= size {
             return Err(FsError::Invalid(
@@ -97,15 +99,10 @@ impl Fs {
 
     /// Checks a collapse or insert's arguments: file block and block count.
     fn shift_args(&self, off: u64, len: u64) -> FsResult<(u64, u64)> {
-        bump(&self.stats.operations);
-        self.check_writable()?;
+        self.fallocate_range(off, len)?;
         let bs = u64::from(self.bs);
-        if len == 0 || off % bs != 0 || len % bs != 0 {
+        if off % bs != 0 || len % bs != 0 {
             return Err(FsError::Invalid("range not aligned to the block size"));
-        }
-        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
-        if end > max_file_size(self.bs) {
-            return Err(FsError::TooBig);
         }
         Ok((off / bs, len / bs))
     }
@@ -217,15 +214,8 @@ impl Fs {
 
 /// The first extent of `ino` starting at or after file block `at`.
 fn next_extent(t: &mut FsTx<'_>, ino: u64, at: u64) -> FsResult<Option<Extent>> {
-    match t.seek_ge(TREE_FS, key(ino, KIND_EXTENT, at))? {
-        Some((k, v)) if k.a == ino && kind_of(k) == KIND_EXTENT => Ok(Some(Extent::decode_in(
-            offset_of(k),
-            &v,
-            ino,
-            Trees::data_area(t),
-        )?)),
-        _ => Ok(None),
-    }
+    let found = t.seek_ge(TREE_FS, key(ino, KIND_EXTENT, at))?;
+    extent_of(t, ino, found)
 }
 
 /// The last extent of `ino` starting before file block `at`.
@@ -233,7 +223,13 @@ fn prev_extent(t: &mut FsTx<'_>, ino: u64, at: u64) -> FsResult<Option<Extent>> 
     if at == 0 {
         return Ok(None);
     }
-    match t.seek_le(TREE_FS, key(ino, KIND_EXTENT, at - 1))? {
+    let found = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, at - 1))?;
+    extent_of(t, ino, found)
+}
+
+/// The extent a seek `found`, if it is one of `ino`'s.
+fn extent_of(t: &FsTx<'_>, ino: u64, found: Option<(Key, Vec<u8>)>) -> FsResult<Option<Extent>> {
+    match found {
         Some((k, v)) if k.a == ino && kind_of(k) == KIND_EXTENT => Ok(Some(Extent::decode_in(
             offset_of(k),
             &v,

@@ -137,26 +137,13 @@ impl Fs {
         keep_size: bool,
         punch_hole: bool,
     ) -> FsResult<()> {
-        bump(&self.stats.operations);
-        self.check_writable()?;
-        if len == 0 {
-            return Err(FsError::Invalid("fallocate of length 0"));
-        }
         if punch_hole && !keep_size {
+            bump(&self.stats.operations);
             return Err(FsError::NotSupported("PUNCH_HOLE without KEEP_SIZE"));
         }
-        let end = off.checked_add(len).ok_or(FsError::TooBig)?;
-        if end > max_file_size(self.bs) {
-            return Err(FsError::TooBig);
-        }
+        let end = self.fallocate_range(off, len)?;
         let _io = self.io.lock(ino, IoMode::Exclusive);
-        // Linux's vfs_fallocate: nothing into an immutable file, and into an append-only one
-        // no punched hole (preallocation only adds).
-        let i = self.retrying(|| self.peek_inode(&self.read_state(), ino))?;
-        match punch_hole {
-            true => crate::fs::rules::iflags::may_change(&i)?,
-            false => crate::fs::rules::iflags::may_touch(&i)?,
-        }
+        self.may_fallocate(ino, !punch_hole)?;
         if punch_hole {
             if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
                 return Err(FsError::IsDir);
@@ -181,6 +168,21 @@ impl Fs {
         len: u64,
         keep_size: bool,
     ) -> FsResult<()> {
+        let end = self.fallocate_range(off, len)?;
+        let _io = self.io.lock(ino, IoMode::Exclusive);
+        self.may_fallocate(ino, false)?;
+        if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
+            return Err(FsError::IsDir);
+        }
+        // Times first: a crash after any block changed shows the change counter moved.
+        self.stamp_change(cred, ino)?;
+        self.punch_hole(cred, ino, off, end)?;
+        self.allocate_locked(cred, ino, off, end, keep_size)
+    }
+
+    /// What every fallocate mode checks first (Linux's `vfs_fallocate`): a writable
+    /// filesystem and a range of at least a byte that ends inside the largest file. Its end.
+    pub(super) fn fallocate_range(&self, off: u64, len: u64) -> FsResult<u64> {
         bump(&self.stats.operations);
         self.check_writable()?;
         if len == 0 {
@@ -190,14 +192,18 @@ impl Fs {
         if end > max_file_size(self.bs) {
             return Err(FsError::TooBig);
         }
-        let _io = self.io.lock(ino, IoMode::Exclusive);
-        if self.getattr(ino)?.kind == crate::fs::FileType::Directory {
-            return Err(FsError::IsDir);
+        Ok(end)
+    }
+
+    /// Linux's `vfs_fallocate` for the inode flags, `ino`'s IO lock held: nothing into an
+    /// immutable file, and into an append-only one only what adds blocks (`adds_only`:
+    /// preallocation), never a punched, zeroed, collapsed or inserted range.
+    pub(super) fn may_fallocate(&self, ino: u64, adds_only: bool) -> FsResult<()> {
+        let i = self.retrying(|| self.peek_inode(&self.read_state(), ino))?;
+        match adds_only {
+            true => crate::fs::rules::iflags::may_touch(&i),
+            false => crate::fs::rules::iflags::may_change(&i),
         }
-        // Times first: a crash after any block changed shows the change counter moved.
-        self.stamp_change(cred, ino)?;
-        self.punch_hole(cred, ino, off, end)?;
-        self.allocate_locked(cred, ino, off, end, keep_size)
     }
 
     /// A change of `ino`'s data by `cred` in a transaction of its own: mtime, ctime and the

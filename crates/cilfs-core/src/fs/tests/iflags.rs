@@ -46,6 +46,9 @@ fn an_immutable_file_refuses_every_change_but_of_its_flags() {
     };
     eperm(fs.setattr(U, f, touch));
     eperm(fs.fallocate(U, f, 0, 4096, true, false));
+    eperm(fs.zero_range(U, f, 0, 4096, true));
+    eperm(fs.collapse_range(U, f, 0, 4096));
+    eperm(fs.insert_range(U, f, 0, 4096));
     eperm(fs.link(f, ROOT_INO, b"g"));
     eperm(fs.unlink(ROOT_INO, b"f"));
     eperm(fs.rename(ROOT_INO, b"f", ROOT_INO, b"h", RenameFlags::default()));
@@ -100,6 +103,9 @@ fn an_append_only_file_grows_at_its_end_only() {
     };
     eperm(fs.setattr(U, f, trunc));
     eperm(fs.fallocate(U, f, 0, 2048, true, true));
+    eperm(fs.zero_range(U, f, 0, 2048, true));
+    eperm(fs.collapse_range(U, f, 0, 4096));
+    eperm(fs.insert_range(U, f, 0, 4096));
     // Preallocation adds only, times set to now need only write access.
     fs.fallocate(U, f, 0, 4096, true, false).unwrap();
     let touch = SetAttr {
