@@ -191,11 +191,11 @@ fn a_next_inode_number_behind_the_live_ones_never_overwrites_an_inode() {
     assert_eq!(fs.read(f, 0, 10).unwrap(), b"data");
 }
 
-/// Inode sizes at 2^63 and past (valid CRC): the inode is corrupt for whoever needs it, the
-/// others work, and check reports it.
-#[test]
-fn a_size_past_the_largest_file_is_corrupt_and_found() {
-    let dev = new_dev(503);
+/// Inode `a` of two, its item changed by `damage` under a valid CRC: `a` is corrupt for
+/// whoever needs it (`getattr`, and a write when `write_too`), the other works, and check
+/// reports a problem containing `found`.
+fn one_of_two_inodes_damaged(seed: u64, damage: fn(&mut Inode), write_too: bool, found: &str) {
+    let dev = new_dev(seed);
     let fs = mount(&dev, FsOptions::default());
     let (a, b) = (
         fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
@@ -209,21 +209,35 @@ fn a_size_past_the_largest_file_is_corrupt_and_found() {
         let k = tree::keys::key(a, tree::keys::KIND_INODE, 0);
         let mut i =
             Inode::decode(a, &t.get(items::header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
-        i.size = 1 << 63;
-        i.disk_size = 1 << 63;
+        damage(&mut i);
         t.insert(items::header::TREE_FS, k, &i.encode()).unwrap();
     });
     let fs = remount(&dev, fs).unwrap();
     assert!(matches!(fs.getattr(a), Err(FsError::Corrupt { .. })));
+    if write_too {
+        assert!(matches!(
+            fs.write(Cred::ROOT, a, 0, b"x"),
+            Err(FsError::Corrupt { .. })
+        ));
+    }
     assert!(fs.getattr(b).is_ok());
     let r = check::check(&fs).unwrap();
     assert!(
-        r.problems
-            .iter()
-            .any(|p| p.contains("past the largest file")),
+        r.problems.iter().any(|p| p.contains(found)),
         "{:?}",
         r.problems
     );
+}
+
+/// Inode sizes at 2^63 and past (valid CRC): the inode is corrupt for whoever needs it, the
+/// others work, and check reports it.
+#[test]
+fn a_size_past_the_largest_file_is_corrupt_and_found() {
+    let past = |i: &mut Inode| {
+        i.size = 1 << 63;
+        i.disk_size = 1 << 63;
+    };
+    one_of_two_inodes_damaged(503, past, false, "past the largest file");
 }
 
 /// A superblock whose data area was halved (valid CRC): the mount is refused, naming the
@@ -301,34 +315,5 @@ fn a_child_pointer_outside_the_area_is_a_problem_check_reports() {
 /// whoever needs it, the others work, and check reports it.
 #[test]
 fn a_change_attribute_past_its_range_is_corrupt_and_found() {
-    let dev = new_dev(504);
-    let fs = mount(&dev, FsOptions::default());
-    let (a, b) = (
-        fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
-            .unwrap()
-            .ino,
-        fs.mknod(Cred::ROOT, ROOT_INO, b"b", 0o100_644, 0)
-            .unwrap()
-            .ino,
-    );
-    damage_committed(&fs, &|t| {
-        let k = tree::keys::key(a, tree::keys::KIND_INODE, 0);
-        let mut i =
-            Inode::decode(a, &t.get(items::header::TREE_FS, k).unwrap().unwrap(), 0).unwrap();
-        i.change = u64::MAX;
-        t.insert(items::header::TREE_FS, k, &i.encode()).unwrap();
-    });
-    let fs = remount(&dev, fs).unwrap();
-    assert!(matches!(fs.getattr(a), Err(FsError::Corrupt { .. })));
-    assert!(matches!(
-        fs.write(Cred::ROOT, a, 0, b"x"),
-        Err(FsError::Corrupt { .. })
-    ));
-    assert!(fs.getattr(b).is_ok());
-    let r = check::check(&fs).unwrap();
-    assert!(
-        r.problems.iter().any(|p| p.contains("change attribute")),
-        "{:?}",
-        r.problems
-    );
+    one_of_two_inodes_damaged(504, |i| i.change = u64::MAX, true, "change attribute");
 }
