@@ -252,19 +252,29 @@ pub fn extent_seeds() -> Vec<Vec<u8>> {
         file: 4,
         disk: 300,
         len: 8,
+        unwritten: false,
     };
     let mut a = 4u64.to_le_bytes().to_vec();
     a.extend_from_slice(&e.encode());
+    let mut u = 4u64.to_le_bytes().to_vec();
+    u.extend_from_slice(
+        &Extent {
+            unwritten: true,
+            ..e
+        }
+        .encode(),
+    );
     let mut far = ((1u64 << 56) - 1).to_le_bytes().to_vec();
     far.extend_from_slice(
         &Extent {
             file: 0,
             disk: u64::MAX,
             len: u64::from(u32::MAX),
+            unwritten: false,
         }
         .encode(),
     );
-    vec![a, far]
+    vec![a, u, far]
 }
 
 /// An xattr bucket of inode 9: it encodes back to itself, and the ACLs it holds inline are

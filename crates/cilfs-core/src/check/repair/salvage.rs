@@ -390,6 +390,7 @@ impl<'a> Model<'a> {
                 file: e.file + d,
                 disk: e.disk.saturating_add(d),
                 len: e.len - d,
+                unwritten: e.unwritten,
             };
         }
         let parts = match e.disk.checked_add(e.len) {
@@ -408,6 +409,7 @@ impl<'a> Model<'a> {
                 file: e.file + (s - e.disk),
                 disk: s,
                 len: l,
+                unwritten: e.unwritten,
             };
             self.items
                 .insert(key(ino, KIND_EXTENT, piece.file), piece.encode().to_vec());

@@ -67,7 +67,8 @@ impl Fs {
             drop(pages);
             (i.project, exts, first, last, end, touch, buf, cached)
         };
-        for e in &exts {
+        // An unwritten extent reads as zeros (the buffer's): its blocks hold no data of the file.
+        for e in exts.iter().filter(|e| !e.unwritten) {
             let s = e.file.max(first);
             let en = e.end().min(last + 1);
             // Runs of blocks the cache did not have.

@@ -183,11 +183,7 @@ impl Fs {
                         len: first - e.file,
                         ..e
                     };
-                    let tail = Extent {
-                        file: first,
-                        disk: e.disk + (first - e.file),
-                        len: e.end() - first,
-                    };
+                    let tail = e.slice(first, e.end());
                     t.insert(TREE_FS, key(ino, KIND_EXTENT, e.file), &head.encode())?;
                     t.insert(TREE_FS, key(ino, KIND_EXTENT, first), &tail.encode())?;
                 }

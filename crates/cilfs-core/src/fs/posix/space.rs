@@ -22,20 +22,6 @@ use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
 impl Fs {
-    /// Writes `n` zero blocks at disk block `disk`, at most 1 MiB per IO.
-    pub(crate) fn write_zeros(&self, project: u32, disk: u64, n: u64) -> FsResult<()> {
-        let bs = u64::from(self.bs);
-        let chunk = ((1u64 << 20) / bs).max(1);
-        let zeros = AlignedBuf::zeroed((chunk.min(n) * bs) as usize);
-        let mut at = 0;
-        while at < n {
-            let k = (n - at).min(chunk);
-            self.data_write(project, disk + at, &zeros[..(k * bs) as usize])?;
-            at += k;
-        }
-        Ok(())
-    }
-
     /// When a truncate or fallocate grows a file from `old_size` to `new_size`, zero the old
     /// last block from EOF up to `new_size` (or its end), so the grown part reads as zeros: in
     /// the page cache if it is there, else on disk, outside the filesystem lock. The caller
@@ -61,8 +47,9 @@ impl Fs {
             let project = st.inodes.get_mut(&ino).map_or(0, |m| m.inode.project);
             let mut v = self.view(&st);
             match extents_in(&mut v, ino, fb, fb + 1)?.first() {
-                Some(e) => (project, e.disk + (fb - e.file)),
-                None => return Ok(()),
+                // An unwritten block reads as zeros already.
+                Some(e) if !e.unwritten => (project, e.disk + (fb - e.file)),
+                _ => return Ok(()),
             }
         };
         self.zero_block_range(project, disk, from, to)
@@ -124,10 +111,9 @@ impl Fs {
     }
 
     /// fallocate: mode 0 (allocate, extend size), keep_size, or punch_hole (with keep_size).
-    /// Allocated blocks are written with zeros: there are no unwritten extents yet. They are
-    /// reserved under the filesystem lock, zeroed outside it and mapped after, as a write's
-    /// (`write.rs`). Every mode clears the privileges `cred` may not keep, as a write does
-    /// (Linux's `file_modified`).
+    /// Allocated blocks are mapped unwritten: they read as zeros and nothing is written to
+    /// them. Every mode clears the privileges `cred` may not keep, as a write does (Linux's
+    /// `file_modified`).
     pub fn fallocate(
         &self,
         cred: Cred,
@@ -157,9 +143,9 @@ impl Fs {
 
     /// FALLOC_FL_ZERO_RANGE: `[off, off + len)` reads as zeros after it; the file grows to
     /// its end unless `keep_size`. The whole blocks inside it are unmapped and preallocated
-    /// again (written with zeros, as every preallocation is), the partial ones at its edges
-    /// zeroed in place, or allocated zeroed where they were holes. A crash between the two
-    /// steps leaves holes in the range, which read as zeros too.
+    /// again (unwritten, as every preallocation is), the partial ones at its edges zeroed in
+    /// place, or allocated unwritten where they were holes. A crash between the two steps
+    /// leaves holes in the range, which read as zeros too.
     pub fn zero_range(
         &self,
         cred: Cred,
@@ -273,8 +259,8 @@ impl Fs {
         r
     }
 
-    /// Zeroes the blocks reserved for fallocate of `inode` (as planned) up to `end`, then maps
-    /// them.
+    /// Maps the blocks reserved for fallocate of `inode` (as planned), unwritten, with the file
+    /// grown to `end` unless `keep_size`.
     fn fallocate_reserved(
         &self,
         cred: Cred,
@@ -283,10 +269,7 @@ impl Fs {
         keep_size: bool,
         fresh: &[Extent],
     ) -> FsResult<()> {
-        let (ino, old_size, project) = (inode.ino, inode.size, inode.project);
-        for e in fresh {
-            self.write_zeros(project, e.disk, e.len)?;
-        }
+        let (ino, old_size) = (inode.ino, inode.size);
         if !keep_size {
             self.zero_eof_tail(ino, old_size, end)?;
         }
@@ -294,7 +277,7 @@ impl Fs {
         let kill = self.retrying(|| {
             let mut st = self.write_state();
             let (kill, _) = self.with_tx(&mut st, |t, inodes| {
-                let allocated = self.map_reserved(t, ino, fresh)?;
+                let allocated = self.map_reserved(t, ino, fresh, 0)?;
                 drop_caps(t, ino)?;
                 let m = Fs::inode_mut(t, inodes, ino)?;
                 m.inode.blocks += allocated;
@@ -330,8 +313,9 @@ impl Fs {
         if off < end {
             let first_full = off.div_ceil(bs);
             let end_full = end / bs;
-            // Zeroes `[a, b)` in place, block by block, where the file has a block: a hole
-            // reads as zeros already, and writing them would allocate it.
+            // Zeroes `[a, b)` in place, block by block, where the file has a written block: a
+            // hole or an unwritten block reads as zeros already, and writing them would
+            // allocate the one and write the other.
             let zero = |a: u64, b: u64| -> FsResult<()> {
                 let mut at = a;
                 while at < b {
@@ -339,7 +323,8 @@ impl Fs {
                     let to = b.min((fb + 1) * bs);
                     let mapped = self.retrying(|| {
                         let st = self.read_state();
-                        Ok(self.mapping(&st, ino, fb, fb)?.1 == 0)
+                        let (exts, _) = self.mapping(&st, ino, fb, fb)?;
+                        Ok(exts.iter().any(|e| !e.unwritten) || st.cache.contains(ino, fb))
                     })?;
                     if mapped {
                         self.write_locked(cred, ino, at, &vec![0u8; (to - at) as usize])?;

@@ -11,8 +11,14 @@ use crate::fs::types::ShutdownMode;
 use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
 
-/// A dirty page to write back: (disk block, file block, contents).
-type Run = (u64, u64, Box<[u8]>);
+/// A dirty page to write back.
+struct Run {
+    disk: u64,
+    fb: u64,
+    data: Box<[u8]>,
+    /// In an unwritten extent: marked written once on disk.
+    unwritten: bool,
+}
 
 impl Fs {
     /// Writes `ino`'s dirty pages back in place (the IO outside the filesystem lock), then
@@ -31,19 +37,19 @@ impl Fs {
         if self.journal.is_shut_down() {
             return Err(FsError::Journal(crate::journal::JournalError::Shutdown));
         }
-        let (project, runs) = self.take_runs(ino)?;
-        let (left, written) = self.write_runs(project, runs, wait);
+        let (project, mut runs) = self.take_runs(ino)?;
+        let (done, written) = self.write_runs(project, &runs, wait);
+        let mut left = runs.split_off(done);
+        // Blocks of unwritten extents now on disk: marked written, or their pages stay dirty
+        // (on disk they still read as zeros).
+        if let Err(e) = self.convert_runs(ino, &runs) {
+            left.extend(runs.into_iter().filter(|r| r.unwritten));
+            self.redirty(ino, left);
+            return Err(e);
+        }
         let all_written = left.is_empty();
         if !all_written {
-            // Dirty again: what the budget leaves for later, or what a failed write did not
-            // write (taken pages are marked clean; dropped, a later fsync would find nothing
-            // to write and succeed). Under the inode's IO lock (held by the caller), so no
-            // write put newer pages.
-            let st = self.read_state();
-            let mut pages = st.cache.lock(ino);
-            for (_, fb, data) in left {
-                pages.put_dirty(fb, &data);
-            }
+            self.redirty(ino, left);
         }
         written?;
         if !all_written {
@@ -55,6 +61,35 @@ impl Fs {
             m.inode.dirty_from = NOT_DIRTY;
         }
         self.log_unlogged(ino)
+    }
+
+    /// Puts pages taken for write back in the cache dirty again: what the budget leaves for
+    /// later, or what a failed write or conversion did not finish (taken pages are marked
+    /// clean; dropped, a later fsync would find nothing to write and succeed). Under the
+    /// inode's IO lock (held by the caller), so no write put newer pages.
+    fn redirty(&self, ino: u64, runs: Vec<Run>) {
+        let st = self.read_state();
+        let mut pages = st.cache.lock(ino);
+        for r in runs {
+            pages.put_dirty(r.fb, &r.data);
+        }
+    }
+
+    /// Marks the blocks of written `runs` that were unwritten written, in runs of adjacent
+    /// file blocks.
+    fn convert_runs(&self, ino: u64, runs: &[Run]) -> FsResult<()> {
+        let mut fbs: Vec<u64> = runs.iter().filter(|r| r.unwritten).map(|r| r.fb).collect();
+        fbs.sort_unstable();
+        let mut at = 0;
+        while at < fbs.len() {
+            let mut end = at + 1;
+            while end < fbs.len() && fbs[end] == fbs[end - 1] + 1 {
+                end += 1;
+            }
+            self.convert_written(ino, fbs[at], fbs[end - 1] + 1)?;
+            at = end;
+        }
+        Ok(())
     }
 
     /// Writes back every inode with dirty pages or a size ahead of the log, one at a time.
@@ -151,42 +186,48 @@ impl Fs {
                     e.next();
                 }
                 match e.peek() {
-                    Some(x) if x.file <= fb => runs.push((x.disk + (fb - x.file), fb, data)),
+                    Some(x) if x.file <= fb => runs.push(Run {
+                        disk: x.disk + (fb - x.file),
+                        fb,
+                        data,
+                        unwritten: x.unwritten,
+                    }),
                     // Unmapped meanwhile (its pages are dropped first, so this is a bug).
                     _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
                 }
             }
-            runs.sort_by_key(|(d, _, _)| *d);
+            runs.sort_by_key(|r| r.disk);
             Ok((project, runs))
         })
     }
 
     /// Writes pages to their blocks, adjacent blocks in one IO, charged to `project`. With
-    /// `wait` false it stops at the first IO the project has no budget for now. Returns the
-    /// pages not written (from the first IO not made or failed on) and whether an IO failed.
-    fn write_runs(&self, project: u32, mut runs: Vec<Run>, wait: bool) -> (Vec<Run>, FsResult<()>) {
+    /// `wait` false it stops at the first IO the project has no budget for now. Returns how
+    /// many of `runs` were written (those before the first IO not made or failed on) and
+    /// whether an IO failed.
+    fn write_runs(&self, project: u32, runs: &[Run], wait: bool) -> (usize, FsResult<()>) {
         let bsz = self.bs as usize;
         let mut at = 0;
         while at < runs.len() {
             let mut end = at + 1;
-            while end < runs.len() && runs[end].0 == runs[end - 1].0 + 1 && end - at < 256 {
+            while end < runs.len() && runs[end].disk == runs[end - 1].disk + 1 && end - at < 256 {
                 end += 1;
             }
             let mut buf = AlignedBuf::zeroed((end - at) * bsz);
-            for (k, (_, _, d)) in runs[at..end].iter().enumerate() {
-                buf[k * bsz..(k + 1) * bsz].copy_from_slice(d);
+            for (k, r) in runs[at..end].iter().enumerate() {
+                buf[k * bsz..(k + 1) * bsz].copy_from_slice(&r.data);
             }
             let made = match wait {
-                true => self.data_write(project, runs[at].0, &buf).map(|()| true),
-                false => self.data_try_write(project, runs[at].0, &buf),
+                true => self.data_write(project, runs[at].disk, &buf).map(|()| true),
+                false => self.data_try_write(project, runs[at].disk, &buf),
             };
             match made {
                 Ok(true) => at = end,
-                Ok(false) => return (runs.split_off(at), Ok(())),
-                Err(e) => return (runs.split_off(at), Err(e)),
+                Ok(false) => return (at, Ok(())),
+                Err(e) => return (at, Err(e)),
             }
         }
-        (Vec::new(), Ok(()))
+        (runs.len(), Ok(()))
     }
 
     /// Writes every dirty page back, waiting for inodes in use (sync and unmount).

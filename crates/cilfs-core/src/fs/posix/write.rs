@@ -8,10 +8,13 @@
 //!    on disk, given to no one else), and which partial blocks at its edges the page cache
 //!    holds.
 //! 2. IO, under no lock but the inode's: the data of newly reserved blocks written in place
-//!    and preallocated blocks zeroed (ordered: before anything maps them), partial blocks the
-//!    cache lacks read, the old last block zeroed past EOF when the file grows past it.
+//!    (ordered: before anything maps them), partial blocks the cache lacks read (an unwritten
+//!    block's are zeros, not read), the old last block zeroed past EOF when the file grows
+//!    past it.
 //! 3. Commit, under the filesystem lock: the reserved blocks mapped in one transaction with
-//!    the inode, overwrites of blocks the file owned put in the page cache. If a partial block
+//!    the inode (written, and unwritten past the write: the preallocation), overwrites of
+//!    blocks the file owned (unwritten ones too) put in the page cache, where write back
+//!    writes them and then marks them written (`sync.rs`). If a partial block
 //!    the cache held in step 1 has been dropped since (clean pages go when the cache is full),
 //!    step 2 is run for it and step 3 again.
 //!
@@ -42,6 +45,8 @@ struct Edge {
     disk: u64,
     /// In the page cache when planned; otherwise step 2 reads it.
     cached: bool,
+    /// Unwritten: its old contents are zeros, whatever the disk holds.
+    unwritten: bool,
 }
 
 /// The old last block of a file the write grows past, to zero from the old EOF on.
@@ -51,6 +56,8 @@ struct EofTail {
     disk: u64,
     from: usize,
     cached: bool,
+    /// Unwritten: zeros already on every read, nothing to zero on disk.
+    unwritten: bool,
 }
 
 #[derive(Debug)]
@@ -228,6 +235,7 @@ impl Fs {
                     fb,
                     disk: e.disk + (fb - e.file),
                     cached: st.cache.contains(ino, fb),
+                    unwritten: e.unwritten,
                 });
             }
         }
@@ -243,6 +251,7 @@ impl Fs {
                     disk: e.disk + (fb - e.file),
                     from: (old_size % bs) as usize,
                     cached: st.cache.contains(ino, fb),
+                    unwritten: e.unwritten,
                 })
         } else {
             None
@@ -267,9 +276,9 @@ impl Fs {
             self.space_check(st.hdr.get_mut(), hole_blocks + 8, Reserve::Keep)?;
         }
         // Speculative preallocation (as XFS does): a write that appends to the file also maps
-        // a run of blocks past its end, zeroed now in one IO, so the appends that follow land
-        // in blocks the file owns (the page cache) instead of allocating and writing each
-        // block synchronously. Only for appends (a write far past the end leaves a hole, and
+        // a run of blocks past its end, unwritten (no IO), so the appends that follow land in
+        // blocks the file owns (the page cache) instead of allocating and writing each block
+        // synchronously. Only for appends (a write far past the end leaves a hole, and
         // says nothing of what follows it) to files that own 16 blocks or more (small files
         // stay exact); as many blocks as the file owns, up to 256. The last release frees
         // what is still past the end (`Fs::trim_prealloc`).
@@ -320,8 +329,8 @@ impl Fs {
         })
     }
 
-    /// Step 2 for the reserved blocks: the write's data in those inside it (zeros around it),
-    /// zeros in those past it.
+    /// Step 2 for the reserved blocks inside the write: its data (zeros around it). Those past
+    /// it are mapped unwritten and written nothing.
     fn write_fresh(&self, plan: &Plan, data: &[u8]) -> FsResult<()> {
         let bs = u64::from(self.bs);
         for e in &plan.fresh {
@@ -331,10 +340,6 @@ impl Fs {
                 let mut buf = AlignedBuf::zeroed(((en - s) * bs) as usize);
                 copy_overlap(&mut buf, s * bs, plan.off, data);
                 self.data_write(plan.project, e.disk + (s - e.file), &buf)?;
-            }
-            if e.end() > plan.last + 1 {
-                let from = e.file.max(plan.last + 1);
-                self.write_zeros(plan.project, e.disk + (from - e.file), e.end() - from)?;
             }
         }
         Ok(())
@@ -348,10 +353,12 @@ impl Fs {
                 continue;
             }
             let mut buf = AlignedBuf::zeroed(bsz);
-            self.data_read(plan.project, e.disk, &mut buf)?;
+            if !e.unwritten {
+                self.data_read(plan.project, e.disk, &mut buf)?;
+            }
             staged.edges.push((e.fb, buf));
         }
-        if let Some(t) = plan.eof.filter(|t| !t.cached) {
+        if let Some(t) = plan.eof.filter(|t| !t.cached && !t.unwritten) {
             if !staged.eof_zeroed {
                 // The write starts past this block: all of its tail is in the file now.
                 self.zero_block_range(plan.project, t.disk, t.from, self.bs as usize)?;
@@ -513,7 +520,7 @@ impl Fs {
         // log, and return with that change never logged (seen as a change counter that went
         // back across a clean unmount).
         let mut t = self.begin(&st)?;
-        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh) {
+        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh, plan.last + 1) {
             Ok(n) => n,
             Err(e) => return Err(t.fail(e)),
         };

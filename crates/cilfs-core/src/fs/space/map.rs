@@ -122,6 +122,7 @@ impl Fs {
                     file: at,
                     disk: c.start,
                     len: c.len,
+                    unwritten: false,
                 });
                 at += c.len;
             }
@@ -129,18 +130,70 @@ impl Fs {
         Ok(())
     }
 
-    /// Maps extents reserved by `reserve_holes` (their data written) into `ino`.
+    /// Maps extents reserved by `reserve_holes` into `ino`: written below file block
+    /// `written_end` (their data IO completed), unwritten from it on (preallocation).
     pub(crate) fn map_reserved(
         &self,
         t: &mut FsTx<'_>,
         ino: u64,
         fresh: &[Extent],
+        written_end: u64,
     ) -> FsResult<u64> {
         for e in fresh {
             t.alloc_reserved(e.disk, e.len)?;
-            self.insert_extent(t, ino, *e)?;
+            let split = written_end.clamp(e.file, e.end());
+            if e.file < split {
+                self.insert_extent(t, ino, e.slice(e.file, split))?;
+            }
+            if split < e.end() {
+                let u = Extent {
+                    unwritten: true,
+                    ..e.slice(split, e.end())
+                };
+                self.insert_extent(t, ino, u)?;
+            }
         }
         Ok(fresh.iter().map(|e| e.len).sum())
+    }
+
+    /// Marks file blocks `[from, to)` of `ino` written, their data IO completed: the
+    /// unwritten extents over them split, at most 16 a transaction, each with the inode
+    /// logged (so an fsync forces it). Before this commits a crash shows zeros there.
+    pub(crate) fn convert_written(&self, ino: u64, from: u64, to: u64) -> FsResult<()> {
+        while self.retrying(|| self.convert_batch(ino, from, to))? {}
+        Ok(())
+    }
+
+    /// One transaction of `convert_written`; true if unwritten extents are left.
+    fn convert_batch(&self, ino: u64, from: u64, to: u64) -> FsResult<bool> {
+        self.with_shared_tx(&[ino], |st, t, sc| {
+            // A split may need a leaf; the blocks themselves are the file's already.
+            sc.need_space(self, &t.hdr, 4, Reserve::Use)?;
+            let exts: Vec<Extent> = extents_in(t, ino, from, to)?
+                .into_iter()
+                .filter(|e| e.unwritten)
+                .collect();
+            for e in exts.iter().take(16) {
+                let (s, en) = (e.file.max(from), e.end().min(to));
+                t.remove(TREE_FS, key(ino, KIND_EXTENT, e.file))?;
+                if e.file < s {
+                    let head = e.slice(e.file, s);
+                    t.insert(TREE_FS, key(ino, KIND_EXTENT, head.file), &head.encode())?;
+                }
+                let done = Extent {
+                    unwritten: false,
+                    ..e.slice(s, en)
+                };
+                self.insert_extent(t, ino, done)?;
+                if en < e.end() {
+                    let tail = e.slice(en, e.end());
+                    t.insert(TREE_FS, key(ino, KIND_EXTENT, tail.file), &tail.encode())?;
+                }
+            }
+            let m = sc.load(st, t, ino)?;
+            log_inode(t, m, &self.stats)?;
+            Ok((exts.len() > 16, vec![ino]))
+        })
     }
 
     /// Gives reserved extents back (mapped since, or given up).
@@ -159,7 +212,10 @@ impl Fs {
         if let Some((k, v)) = t.seek_le(TREE_FS, key(ino, KIND_EXTENT, e.file))? {
             if k.a == ino && kind_of(k) == KIND_EXTENT {
                 let p = Extent::decode_in(offset_of(k), &v, ino, Trees::data_area(t))?;
-                if p.end() == e.file && p.disk + p.len == e.disk && p.len + e.len <= EXTENT_LEN_MAX
+                if p.end() == e.file
+                    && p.disk + p.len == e.disk
+                    && p.unwritten == e.unwritten
+                    && p.len + e.len <= EXTENT_LEN_MAX
                 {
                     let merged = Extent {
                         len: p.len + e.len,
@@ -207,11 +263,7 @@ impl Fs {
                     )?;
                 }
                 if en < e.end() {
-                    let tail = Extent {
-                        file: en,
-                        disk: e.disk + (en - e.file),
-                        len: e.end() - en,
-                    };
+                    let tail = e.slice(en, e.end());
                     t.insert(TREE_FS, key(ino, KIND_EXTENT, en), &tail.encode())?;
                 }
                 t.free_extent(e.disk + (s - e.file), en - s)?;
@@ -236,6 +288,7 @@ mod tests {
             file,
             disk: 100,
             len,
+            unwritten: false,
         };
         assert_eq!(holes(&[], 0, 4), vec![(0, 4)]);
         assert_eq!(holes(&[e(1, 2)], 0, 4), vec![(0, 1), (3, 4)]);

@@ -41,6 +41,7 @@ mod sb_backup;
 mod setid;
 mod shutdown;
 mod tenant;
+mod unwritten;
 mod verify;
 mod xattrs;
 
