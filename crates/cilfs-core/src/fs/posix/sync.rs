@@ -148,7 +148,7 @@ impl Fs {
             return Ok(());
         }
         self.retrying(|| {
-            self.with_shared_tx(&[ino], |st, t, sc| {
+            self.with_writeback_tx(&[ino], |st, t, sc| {
                 let m = sc.load(st, t, ino)?;
                 if m.unlogged {
                     log_inode(t, m, &self.stats)?;

@@ -3,22 +3,22 @@
 //! through all three, and
 //! only operations on the same inode wait for it.
 //!
-//! 1. Plan, under the filesystem lock: the range's mapping, the space check, free blocks
-//!    reserved for its holes and for speculative preallocation (`BusyExtents::reserve`: free
-//!    on disk, given to no one else), and which partial blocks at its edges the page cache
-//!    holds.
-//! 2. IO, under no lock but the inode's: the data of newly reserved blocks written in place
-//!    (ordered: before anything maps them), partial blocks the cache lacks read (an unwritten
+//! 1. Plan, under the filesystem lock: the range's mapping, the space check (so ENOSPC is
+//!    a write's error, not its write back's), free blocks reserved for its holes and for
+//!    speculative preallocation (`BusyExtents::reserve`: free on disk, given to no one else),
+//!    and which partial blocks at its edges the page cache holds.
+//! 2. IO, under no lock but the inode's: partial blocks the cache lacks read (an unwritten
 //!    block's are zeros, not read), the old last block zeroed past EOF when the file grows
 //!    past it.
-//! 3. Commit, under the filesystem lock: the reserved blocks mapped in one transaction with
-//!    the inode (written, and unwritten past the write: the preallocation), overwrites of
-//!    blocks the file owned (unwritten ones too) put in the page cache, where write back
-//!    writes them and then marks them written (`sync.rs`). If a partial block
-//!    the cache held in step 1 has been dropped since (clean pages go when the cache is full),
-//!    step 2 is run for it and step 3 again.
+//! 3. Commit, under the filesystem lock: the reserved blocks mapped unwritten in one
+//!    transaction with the inode, and the write's pages put in the page cache dirty. Write
+//!    back writes them in place later, outside every lock but the inode's, and then marks
+//!    their blocks written (`sync.rs`): no data IO in the request, and a crash before that
+//!    shows zeros there, never a block's old contents. If a partial block the cache held in
+//!    step 1 has been dropped since (clean pages go when the cache is full), step 2 is run for
+//!    it and step 3 again.
 //!
-//! A crash between the steps leaves data in blocks that are still free: nothing to undo.
+//! A crash between the steps leaves nothing to undo: the reserved blocks are still free.
 //! The mapping is stable between the steps: everything that changes or frees this inode's
 //! blocks (write, truncate, fallocate, punch, reclaim) holds its IO lock exclusively.
 
@@ -155,7 +155,6 @@ impl Fs {
 
     fn stage_and_commit(&self, cred: Cred, plan: &mut Plan, data: &[u8]) -> FsResult<usize> {
         let mut staged = Staged::default();
-        self.write_fresh(plan, data)?;
         loop {
             self.stage_edges(plan, &mut staged)?;
             match self.retrying(|| self.commit_write(cred, plan, &staged, data))? {
@@ -327,22 +326,6 @@ impl Fs {
             edges,
             eof,
         })
-    }
-
-    /// Step 2 for the reserved blocks inside the write: its data (zeros around it). Those past
-    /// it are mapped unwritten and written nothing.
-    fn write_fresh(&self, plan: &Plan, data: &[u8]) -> FsResult<()> {
-        let bs = u64::from(self.bs);
-        for e in &plan.fresh {
-            let s = e.file.max(plan.first);
-            let en = e.end().min(plan.last + 1);
-            if s < en {
-                let mut buf = AlignedBuf::zeroed(((en - s) * bs) as usize);
-                copy_overlap(&mut buf, s * bs, plan.off, data);
-                self.data_write(plan.project, e.disk + (s - e.file), &buf)?;
-            }
-        }
-        Ok(())
     }
 
     /// Step 2 for the edges and the old last block the cache does not hold.
@@ -520,7 +503,7 @@ impl Fs {
         // log, and return with that change never logged (seen as a change counter that went
         // back across a clean unmount).
         let mut t = self.begin(&st)?;
-        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh, plan.last + 1) {
+        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh, 0) {
             Ok(n) => n,
             Err(e) => return Err(t.fail(e)),
         };
@@ -661,7 +644,8 @@ impl Fs {
             block[tail.from..].fill(0);
             out.push((tail.fb, block));
         }
-        for e in &plan.exts {
+        // The file's blocks, and the ones this write maps (holes: zeros but for its data).
+        for e in plan.exts.iter().chain(&plan.fresh) {
             for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
                 let mut block = vec![0u8; bsz];
                 if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {

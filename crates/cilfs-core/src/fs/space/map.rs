@@ -166,7 +166,7 @@ impl Fs {
 
     /// One transaction of `convert_written`; true if unwritten extents are left.
     fn convert_batch(&self, ino: u64, from: u64, to: u64) -> FsResult<bool> {
-        self.with_shared_tx(&[ino], |st, t, sc| {
+        self.with_writeback_tx(&[ino], |st, t, sc| {
             // A split may need a leaf; the blocks themselves are the file's already.
             sc.need_space(self, &t.hdr, 4, Reserve::Use)?;
             let exts: Vec<Extent> = extents_in(t, ino, from, to)?

@@ -120,10 +120,11 @@ fn allocation_looks_past_many_busy_small_extents() {
     let other = vec![9u8; BS as usize];
     let first_write = dev.volatile_writes();
     fs.write(U, g, 0, &other).unwrap();
+    fs.writeback_all().unwrap();
     let data_writes = first_write..dev.volatile_writes();
     assert!(
         !data_writes.is_empty(),
-        "the new block was not written in place"
+        "the new block was not written back in place"
     );
     assert_eq!(fs.read(g, 0, BS).unwrap(), other);
     assert_eq!(fs.read(files[1], 0, BS).unwrap(), block);

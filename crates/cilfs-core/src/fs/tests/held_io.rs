@@ -245,13 +245,15 @@ fn operations_on_other_inodes_complete_while_one_inodes_data_write_is_held() {
     let a = file(&fs, b"a");
     let data = held_data();
 
-    // Round 1: a write into new blocks of `a` (written in place before the mapping commits).
+    // Round 1: a write into new blocks of `a` (mapped unwritten), written back by its fsync
+    // (the data in place, then the blocks marked written).
     while_held(
         &fs,
         &dev,
         Trigger::DataMagic,
         move |fs| {
             fs.write(U, a, 0, &held_data()).unwrap();
+            fs.fsync(a).unwrap();
         },
         move |fs| others(fs, a, 1),
     );
@@ -510,6 +512,7 @@ fn a_namespace_operation_in_a_file_whose_write_is_held_is_refused_at_once() {
         Trigger::DataMagic,
         move |fs| {
             fs.write(U, a, 0, &held_data()).unwrap();
+            fs.fsync(a).unwrap();
         },
         move |fs| {
             [

@@ -401,6 +401,31 @@ impl Fs {
         mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<R> {
         self.check_writable()?;
+        self.run_shared_tx(preload, body)
+    }
+
+    /// `with_shared_tx` for write back (its pages' blocks marked written, its size logged),
+    /// which a switch to read-only runs after it has begun to refuse changes
+    /// (`Fs::set_read_only`): refused only on a read-only mount or after a shutdown.
+    pub(crate) fn with_writeback_tx<R>(
+        &self,
+        preload: &[u64],
+        body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<R> {
+        if self.opts.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        if self.journal.is_shut_down() {
+            return Err(FsError::Journal(crate::journal::JournalError::Shutdown));
+        }
+        self.run_shared_tx(preload, body)
+    }
+
+    fn run_shared_tx<R>(
+        &self,
+        preload: &[u64],
+        mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
+    ) -> FsResult<R> {
         let conflicted = || crate::fs::stats::bump(&self.stats.conflicts);
         publish::retry(
             CONFLICTS_MAX,
