@@ -398,7 +398,7 @@ impl Fs {
     pub(crate) fn with_shared_tx<R>(
         &self,
         preload: &[u64],
-        mut body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
+        body: impl FnMut(&StateRef<'_>, &mut FsTx<'_>, &mut Scratch) -> FsResult<(R, Vec<u64>)>,
     ) -> FsResult<R> {
         self.check_writable()?;
         self.run_shared_tx(preload, body)
