@@ -42,7 +42,7 @@ impl Fs {
         let mut left = runs.split_off(done);
         // Blocks of unwritten extents now on disk: marked written, or their pages stay dirty
         // (on disk they still read as zeros).
-        if let Err(e) = self.convert_runs(ino, &runs) {
+        if let Err(e) = self.convert_runs(ino, &runs, left.is_empty() && written.is_ok()) {
             left.extend(runs.into_iter().filter(|r| r.unwritten));
             self.redirty(ino, left);
             return Err(e);
@@ -76,8 +76,8 @@ impl Fs {
     }
 
     /// Marks the blocks of written `runs` that were unwritten written, in runs of adjacent
-    /// file blocks.
-    fn convert_runs(&self, ino: u64, runs: &[Run]) -> FsResult<()> {
+    /// file blocks; `settled`: they were the file's last dirty pages (`convert_written`).
+    fn convert_runs(&self, ino: u64, runs: &[Run], settled: bool) -> FsResult<()> {
         let mut fbs: Vec<u64> = runs.iter().filter(|r| r.unwritten).map(|r| r.fb).collect();
         fbs.sort_unstable();
         let mut at = 0;
@@ -86,7 +86,7 @@ impl Fs {
             while end < fbs.len() && fbs[end] == fbs[end - 1] + 1 {
                 end += 1;
             }
-            self.convert_written(ino, fbs[at], fbs[end - 1] + 1)?;
+            self.convert_written(ino, fbs[at], fbs[end - 1] + 1, settled && end == fbs.len())?;
             at = end;
         }
         Ok(())

@@ -4,6 +4,7 @@
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::extent::{Extent, EXTENT_LEN_MAX};
 use crate::fs::items::header::TREE_FS;
+use crate::fs::items::inode::NOT_DIRTY;
 use crate::fs::space::alloc::{choose_extent, usable_given};
 use crate::fs::tree::keys::{key, kind_of, offset_of, KIND_EXTENT, OFFSET_MAX};
 use crate::fs::txn::TreeRead;
@@ -159,13 +160,21 @@ impl Fs {
     /// Marks file blocks `[from, to)` of `ino` written, their data IO completed: the
     /// unwritten extents over them split, at most 16 a transaction, each with the inode
     /// logged (so an fsync forces it). Before this commits a crash shows zeros there.
-    pub(crate) fn convert_written(&self, ino: u64, from: u64, to: u64) -> FsResult<()> {
-        while self.retrying(|| self.convert_batch(ino, from, to))? {}
+    /// `settled`: every dirty page of the file is on disk now, so the last transaction logs
+    /// the whole size (`Inode::ordered_size`) and write back needs none of its own.
+    pub(crate) fn convert_written(
+        &self,
+        ino: u64,
+        from: u64,
+        to: u64,
+        settled: bool,
+    ) -> FsResult<()> {
+        while self.retrying(|| self.convert_batch(ino, from, to, settled))? {}
         Ok(())
     }
 
     /// One transaction of `convert_written`; true if unwritten extents are left.
-    fn convert_batch(&self, ino: u64, from: u64, to: u64) -> FsResult<bool> {
+    fn convert_batch(&self, ino: u64, from: u64, to: u64, settled: bool) -> FsResult<bool> {
         self.with_writeback_tx(&[ino], |st, t, sc| {
             // A split may need a leaf; the blocks themselves are the file's already.
             sc.need_space(self, &t.hdr, 4, Reserve::Use)?;
@@ -190,9 +199,13 @@ impl Fs {
                     t.insert(TREE_FS, key(ino, KIND_EXTENT, tail.file), &tail.encode())?;
                 }
             }
+            let more = exts.len() > 16;
             let m = sc.load(st, t, ino)?;
+            if settled && !more {
+                m.inode.dirty_from = NOT_DIRTY;
+            }
             log_inode(t, m, &self.stats)?;
-            Ok((exts.len() > 16, vec![ino]))
+            Ok((more, vec![ino]))
         })
     }
 
