@@ -1,5 +1,6 @@
-//! An fsx-style random test through a real mount: random writes, reads, truncates and every
-//! fallocate mode on one file, each applied to an in-memory copy as well, and after each
+//! An fsx-style random test through a real mount: random writes, reads, truncates, every
+//! fallocate mode, and reads and writes through a shared mapping (msync'd, as fsx's mapread
+//! and mapwrite) on one file, each applied to an in-memory copy as well, and after each
 //! operation the file's size and whole contents compared with the copy. Now and then the
 //! kernel's clean pages are dropped (so reads reach the daemon), the file is fsynced, or closed
 //! and opened again; at the end the image is unmounted and checked, and compared once more
@@ -37,6 +38,8 @@ fn env_u64(name: &str, default: u64) -> u64 {
 struct Tally {
     writes: u64,
     reads: u64,
+    map_writes: u64,
+    map_reads: u64,
     truncates: u64,
     fallocates: [u64; 8],
     einval: u64,
@@ -98,6 +101,40 @@ impl Fsx {
         assert_eq!(n, want.len(), "op {i}: read of {len} at {off}: length");
         assert!(buf[..n] == *want, "op {i}: read of {len} at {off} differs");
         self.tally.reads += 1;
+    }
+
+    /// A write through a shared mapping of the range (the file grown to its end first, as
+    /// fsx's mapwrite does), msync'd before the unmap.
+    fn map_write(&mut self, f: &File, i: u64) {
+        let (off, len) = self.range(64 * 1024);
+        let end = off + len;
+        if end > self.model.len() as u64 {
+            f.set_len(end).unwrap();
+            self.model.resize(end as usize, 0);
+        }
+        let data: Vec<u8> = (0..len).map(|k| ((i * 17 + k) % 251) as u8 + 1).collect();
+        let map = Mapping::new(f, off, len, true);
+        map.bytes()[..].copy_from_slice(&data);
+        map.sync();
+        self.model[off as usize..end as usize].copy_from_slice(&data);
+        self.tally.map_writes += 1;
+    }
+
+    /// A read through a shared mapping of a range inside the file.
+    fn map_read(&mut self, f: &File, i: u64) {
+        let size = self.model.len() as u64;
+        if size == 0 {
+            return;
+        }
+        let off = self.rng.below(size);
+        let len = 1 + self.rng.below((size - off).min(64 * 1024));
+        let map = Mapping::new(f, off, len, false);
+        let want = &self.model[off as usize..(off + len) as usize];
+        assert!(
+            map.bytes()[..] == *want,
+            "op {i}: mapped read of {len} at {off} differs"
+        );
+        self.tally.map_reads += 1;
     }
 
     fn truncate(&mut self, f: &File) {
@@ -171,6 +208,67 @@ impl Fsx {
     }
 }
 
+/// A shared mapping of bytes `[off, off + len)` of a file (from the page below `off`): the
+/// only unsafe code here, mmap's.
+struct Mapping {
+    base: *mut std::ffi::c_void,
+    map_len: usize,
+    skip: usize,
+    len: usize,
+}
+
+#[allow(unsafe_code)]
+impl Mapping {
+    fn new(f: &File, off: u64, len: u64, write: bool) -> Mapping {
+        let page = rustix::param::page_size() as u64;
+        let start = off / page * page;
+        let map_len = (off + len - start) as usize;
+        let prot = match write {
+            true => rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            false => rustix::mm::ProtFlags::READ,
+        };
+        // SAFETY: a fresh mapping the kernel places; only `bytes` touches it, inside its
+        // length, and `drop` unmaps it.
+        let base = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                prot,
+                rustix::mm::MapFlags::SHARED,
+                f,
+                start,
+            )
+        }
+        .unwrap();
+        Mapping {
+            base,
+            map_len,
+            skip: (off - start) as usize,
+            len: len as usize,
+        }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn bytes(&self) -> &mut [u8] {
+        // SAFETY: inside the mapping, which lives as long as `self`; one user at a time.
+        unsafe { std::slice::from_raw_parts_mut(self.base.cast::<u8>().add(self.skip), self.len) }
+    }
+
+    fn sync(&self) {
+        // SAFETY: the whole mapping, still mapped.
+        unsafe { rustix::mm::msync(self.base, self.map_len, rustix::mm::MsyncFlags::SYNC) }
+            .unwrap();
+    }
+}
+
+#[allow(unsafe_code)]
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: mapped by `new` with this length, and no slice of it outlives `self`.
+        unsafe { rustix::mm::munmap(self.base, self.map_len) }.unwrap();
+    }
+}
+
 /// Reads until `buf` is full or the end of the file: the bytes read.
 fn read_full(f: &File, buf: &mut [u8], off: u64) -> usize {
     let mut n = 0;
@@ -209,8 +307,10 @@ fn fsx(opts: &[&str], salt: u64) {
     let mut f = open(&m);
     for i in 0..ops {
         match x.rng.below(100) {
-            0..=34 => x.write(&f, i),
-            35..=54 => x.read(&f, i),
+            0..=29 => x.write(&f, i),
+            30..=44 => x.read(&f, i),
+            45..=49 => x.map_write(&f, i),
+            50..=54 => x.map_read(&f, i),
             55..=62 => x.truncate(&f),
             63..=94 => x.fallocate(&f, i),
             95..=96 => rustix::fs::fadvise(&f, 0, None, Advice::DontNeed).unwrap(),
