@@ -527,7 +527,12 @@ impl Dispatcher {
     fn write(&self, u: u64, h: &InHeader, ino: u64, arg: &WriteIn, data: &[u8]) -> Answer {
         let fs = &*self.fs;
         let who = self.writer(h, arg.fh, arg.write_flags);
-        match fs.write(who, ino, arg.offset, data) {
+        // The open file's flags: an O_DIRECT write reaches the device before its reply.
+        let r = match arg.flags as i32 & libc::O_DIRECT != 0 {
+            true => fs.write_direct(who, ino, arg.offset, data),
+            false => fs.write(who, ino, arg.offset, data),
+        };
+        match r {
             // At most max_write bytes came, so the count fits.
             Ok(n) => Answer::Reply(Reply::write(u, n as u32)),
             Err(e) => fs_error(u, e),

@@ -89,6 +89,25 @@ struct Staged {
 impl Fs {
     /// Writes `data` at `off`. Returns the bytes written (all of them, or an error).
     pub fn write(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.write_through(cred, ino, off, data, false)
+    }
+
+    /// `write` for a file opened O_DIRECT: its data is on the device when this returns, as a
+    /// kernel filesystem's direct write leaves it (the file's dirty pages written back, their
+    /// blocks marked written). Durable only after an fsync, which O_DIRECT alone never
+    /// promises either.
+    pub fn write_direct(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
+        self.write_through(cred, ino, off, data, true)
+    }
+
+    fn write_through(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        direct: bool,
+    ) -> FsResult<usize> {
         bump(&self.stats.operations);
         self.check_writable()?;
         if data.is_empty() {
@@ -96,7 +115,11 @@ impl Fs {
         }
         let n = {
             let _io = self.io.lock(ino, IoMode::Exclusive);
-            self.write_locked(cred, ino, off, data)?
+            let n = self.write_locked(cred, ino, off, data)?;
+            if direct {
+                self.writeback_locked(ino)?;
+            }
+            n
         };
         // The sync flag (chattr +S): durable before the reply, as an O_SYNC write.
         if self.has_flag(ino, INODE_SYNC) {

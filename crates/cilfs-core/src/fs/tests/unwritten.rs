@@ -199,3 +199,38 @@ fn appends_write_each_data_block_once() {
     );
     assert_clean(&fs);
 }
+
+/// An O_DIRECT write is on the device when it returns: no dirty page left, its blocks
+/// written, and the device holding its data (a write into the page cache leaves none there).
+#[test]
+fn a_direct_write_reaches_the_device_before_it_returns() {
+    let clock = TestClock::new();
+    let dev = new_dev(64);
+    let fs = mount(&dev, opts(&clock));
+    let f = file_in_root(&fs, b"direct");
+    let g = file_in_root(&fs, b"buffered");
+    fs.write_direct(U, f, 0, &[0xEE; 3 * BS as usize]).unwrap();
+    fs.write(U, g, 0, &[0xEE; 3 * BS as usize]).unwrap();
+    let on_device = |ino: u64| {
+        let exts = extents(&fs, ino);
+        let mut raw = vec![0u8; BS as usize];
+        dev.read(exts[0].disk * B, &mut raw).unwrap();
+        (
+            raw == vec![0xEE; BS as usize],
+            exts.iter().all(|e| !e.unwritten),
+        )
+    };
+    assert_eq!(
+        on_device(f),
+        (true, true),
+        "the direct write's data and extent"
+    );
+    assert_eq!(
+        on_device(g),
+        (false, false),
+        "a buffered write waits in the page cache"
+    );
+    assert!(fs.read_state().cache.dirty_blocks(f).is_empty());
+    assert_eq!(fs.read(f, 0, BS).unwrap(), vec![0xEE; BS as usize]);
+    assert_clean(&fs);
+}
