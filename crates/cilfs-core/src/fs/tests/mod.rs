@@ -41,6 +41,7 @@ mod sb_backup;
 mod setid;
 mod shutdown;
 mod tenant;
+mod timestamps;
 mod trim;
 mod verify;
 mod xattrs;
