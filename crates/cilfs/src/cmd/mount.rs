@@ -641,7 +641,7 @@ fn on_destroy(
 }
 
 /// What recovery found and did, for the log (and, when it replayed or skipped anything, for
-/// the person mounting).
+/// the person mounting, unless that is mount(8), which prints nothing on success).
 fn log_recovery(image: &Path, journal: &Journal) {
     let r = journal.recovery_report();
     let image = image.display();
@@ -661,7 +661,7 @@ fn log_recovery(image: &Path, journal: &Journal) {
             r.checkpoints_skipped
         );
     } else if !r.was_clean {
-        tracing::info!(
+        let note = format!(
             "{image}: recovered the log: {} checkpoints replayed ({} block images written, {} \
              cancelled, {} older than the disk's; log tail {}, head {})",
             r.checkpoints_replayed,
@@ -671,6 +671,14 @@ fn log_recovery(image: &Path, journal: &Journal) {
             r.tail,
             r.head,
         );
+        // A mount(8) helper is silent when all goes well, and a replayed log is all going
+        // well (XFS says it in the kernel log, not in mount's output; xfstests compares the
+        // output of every mount after a shutdown): then the log alone has it.
+        if crate::out::closed() || std::env::var_os(QUIET_ENV).is_some() {
+            tracing::info!(target: QUIET, "{note}");
+        } else {
+            tracing::info!("{note}");
+        }
         // What recovery discarded is said out loud, whatever the reason.
         if let Some(t) = &r.torn {
             tracing::warn!("{image}: {t}");
