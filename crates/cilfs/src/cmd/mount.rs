@@ -389,7 +389,7 @@ fn serve_logged(
         read_only: opts.ro,
         ..FileDeviceOptions::default()
     };
-    let open = || -> Result<(Arc<dyn Device>, Option<Arc<dyn Device>>, Geometry), Failure> {
+    let open = || -> Result<Opened, Failure> {
         let data: Arc<dyn Device> =
             Arc::new(FileDevice::open(device, dev_opts).map_err(Failure::usage)?);
         let logdev: Option<Arc<dyn Device>> = match &opts.logdev {
@@ -645,6 +645,9 @@ fn on_destroy(
         let _ = result.set(r);
     })
 }
+
+/// The data device, the log device if there is one, and the geometry read from them.
+type Opened = (Arc<dyn Device>, Option<Arc<dyn Device>>, Geometry);
 
 /// Replays the log of an image a read-only mount found unclean, through devices opened
 /// read-write for that alone, and leaves it clean (the unmount record written): what XFS does
