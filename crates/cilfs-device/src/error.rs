@@ -7,6 +7,7 @@ pub enum IoKind {
     Read,
     Write,
     Flush,
+    Discard,
 }
 
 impl fmt::Display for IoKind {
@@ -15,6 +16,7 @@ impl fmt::Display for IoKind {
             IoKind::Read => "read",
             IoKind::Write => "write",
             IoKind::Flush => "flush",
+            IoKind::Discard => "discard",
         })
     }
 }
@@ -53,6 +55,8 @@ pub enum DeviceError {
     },
     #[error("{}: {reason}", path.display())]
     Unsuitable { path: PathBuf, reason: String },
+    #[error("this device cannot {0}")]
+    Unsupported(IoKind),
 }
 
 pub type Result<T> = std::result::Result<T, DeviceError>;

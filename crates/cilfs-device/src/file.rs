@@ -320,4 +320,27 @@ impl Device for FileDevice {
     fn stats(&self) -> IoStats {
         self.counters.snapshot()
     }
+
+    fn can_discard(&self) -> bool {
+        !self.read_only
+    }
+
+    /// A hole punched in an image file; on a block device the same call, which Linux turns
+    /// into a zeroing unmap (write-zeroes, or EOPNOTSUPP where the device has none) rather
+    /// than a discard: the range reads as zeros either way.
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        if self.read_only {
+            return Err(DeviceError::Unsupported(IoKind::Discard));
+        }
+        let n = usize::try_from(len).unwrap_or(usize::MAX);
+        check_io(IoKind::Discard, offset, n, self.len)?;
+        use rustix::fs::FallocateFlags as F;
+        rustix::fs::fallocate(&self.file, F::PUNCH_HOLE | F::KEEP_SIZE, offset, len).map_err(|e| {
+            DeviceError::Io {
+                kind: IoKind::Discard,
+                offset,
+                source: e.into(),
+            }
+        })
+    }
 }

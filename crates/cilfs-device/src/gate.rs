@@ -249,6 +249,19 @@ impl Device for GatedDevice {
     fn stats(&self) -> IoStats {
         self.inner.stats()
     }
+
+    fn can_discard(&self) -> bool {
+        self.inner.can_discard()
+    }
+
+    /// Only once the gate is open: a discard cannot be held back with the writes, and one
+    /// let through before them could land under a write that was held.
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        if !self.gate.is_open() {
+            return Err(crate::DeviceError::Unsupported(IoKind::Discard));
+        }
+        self.inner.discard(offset, len)
+    }
 }
 
 /// The device's write queue behind the gate: a write submitted while the gate is shut is held

@@ -76,9 +76,26 @@ pub trait Device: Send + Sync + std::fmt::Debug {
         self.len() == 0
     }
     fn stats(&self) -> IoStats;
+    /// Whether [`Device::discard`] can give blocks back here.
+    fn can_discard(&self) -> bool {
+        false
+    }
+    /// Tells the device that `[offset, offset+len)` holds nothing anyone will read: an image
+    /// file punches a hole there, a block device unmaps or zeroes it. Afterwards the range
+    /// reads as zeros, or (on a simulated device) as anything. Only for blocks no one uses.
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Err(DeviceError::Unsupported(IoKind::Discard))
+    }
 }
 
 impl<D: Device + ?Sized> Device for Arc<D> {
+    fn can_discard(&self) -> bool {
+        (**self).can_discard()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        (**self).discard(offset, len)
+    }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         (**self).read(offset, buf)
     }
@@ -103,6 +120,12 @@ impl<D: Device + ?Sized> Device for Arc<D> {
 }
 
 impl<D: Device + ?Sized> Device for Box<D> {
+    fn can_discard(&self) -> bool {
+        (**self).can_discard()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        (**self).discard(offset, len)
+    }
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         (**self).read(offset, buf)
     }

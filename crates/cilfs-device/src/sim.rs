@@ -191,4 +191,26 @@ impl Device for SimDevice {
     fn stats(&self) -> IoStats {
         self.counters.snapshot()
     }
+
+    fn can_discard(&self) -> bool {
+        true
+    }
+
+    /// Zeros, at once and stable (a punched hole): whatever the range held, cached or not,
+    /// is gone, so a discard of a block in use shows as lost data or a bad checksum.
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let n = usize::try_from(len).unwrap_or(usize::MAX);
+        check_io(IoKind::Discard, offset, n, self.len)?;
+        let mut st = self.state.lock();
+        Self::begin_op(&mut st, IoKind::Discard)?;
+        let zeros = vec![0u8; 1 << 16];
+        let mut at = offset;
+        while at < offset + len {
+            let n = (offset + len - at).min(zeros.len() as u64) as usize;
+            st.live.write(at, &zeros[..n]);
+            st.cache.write_stable(at, &zeros[..n]);
+            at += n as u64;
+        }
+        Ok(())
+    }
 }

@@ -305,4 +305,12 @@ impl<D: Device> Device for TenantDevice<D> {
     fn stats(&self) -> IoStats {
         self.throttle.inner.stats()
     }
+
+    fn can_discard(&self) -> bool {
+        self.throttle.inner.can_discard()
+    }
+
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        self.throttle.inner.discard(offset, len)
+    }
 }

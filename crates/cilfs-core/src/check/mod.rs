@@ -435,11 +435,10 @@ fn fs_tree_item(fs: &Fs, c: &mut Checker, items: &mut FsItems, k: Key, v: &[u8])
                         e.file
                     ));
                 }
-                // No file reaches 2^63 bytes (`Inode::decode`): nor does its map.
-                if e.end()
-                    .checked_mul(u64::from(fs.bs))
-                    .is_none_or(|b| b > i64::MAX as u64)
-                {
+                // No file reaches 2^63 bytes (`Inode::decode`): nor does its map, whose last
+                // block may hold the byte at 2^63 - 2 and so end at 2^63 (a block size is a
+                // power of two).
+                if e.end() > (1u64 << 63) / u64::from(fs.bs) {
                     c.problem(format!(
                         "inode {ino}: extent at file block {} maps past the largest file",
                         e.file

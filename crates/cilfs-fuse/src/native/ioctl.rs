@@ -1,8 +1,9 @@
 //! The ioctls cilfs answers through FUSE_IOCTL, in Linux's encodings: the inode flags
 //! (FS_IOC_GETFLAGS/SETFLAGS, which chattr and lsattr use, and FS_IOC_FSGETXATTR/FSSETXATTR,
 //! which xfs_io uses; the kernel's `fuse_fileattr_get/set` turns both into these) and the
-//! shutdown (XFS_IOC_GOINGDOWN) and the filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL). Each returns the bytes the caller reads back; errors become
-//! errno values in `errno.rs`.
+//! shutdown (XFS_IOC_GOINGDOWN), the filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL) and
+//! FITRIM (`fstrim`). Each returns the bytes the caller reads back; errors become errno
+//! values in `errno.rs`.
 
 use crate::errno::errno;
 use cilfs_core::fs::items::inode::{
@@ -32,6 +33,10 @@ const GOING_FLAGS_NOLOGFLUSH: u32 = 2;
 pub const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
 pub const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
 const FSLABEL_MAX: usize = 256;
+
+/// `_IOWR('X', 121, struct fstrim_range)`: three u64s, start, len and minlen (bytes).
+pub const FITRIM: u32 = 0xc018_5879;
+const FSTRIM_RANGE_BYTES: usize = 24;
 
 /// `struct fsxattr`: xflags, extsize, nextents, projid, cowextsize, 8 bytes of padding.
 const FSXATTR_BYTES: usize = 28;
@@ -171,6 +176,27 @@ pub fn label(fs: &Fs, cred: Cred, cmd: u32, data: &[u8]) -> Result<Vec<u8>, Errn
     let end = data.iter().position(|&b| b == 0).ok_or(Errno::EINVAL)?;
     fs.set_label(cred, &data[..end]).map_err(|e| errno(&e))?;
     Ok(Vec::new())
+}
+
+/// FITRIM, by root only (CAP_SYS_ADMIN on Linux): the range back with `len` set to the
+/// bytes discarded, as XFS and ext4 answer.
+pub fn trim(fs: &Fs, cred: Cred, data: &[u8]) -> Result<Vec<u8>, Errno> {
+    if cred.uid != 0 {
+        return Err(Errno::EPERM);
+    }
+    if data.len() != FSTRIM_RANGE_BYTES {
+        return Err(Errno::EINVAL);
+    }
+    let u64_at = |at: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&data[at..at + 8]);
+        u64::from_ne_bytes(b)
+    };
+    let (start, len, minlen) = (u64_at(0), u64_at(8), u64_at(16));
+    let trimmed = fs.trim(start, len, minlen).map_err(|e| errno(&e))?;
+    let mut out = data.to_vec();
+    out[8..16].copy_from_slice(&trimmed.to_ne_bytes());
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -389,22 +389,28 @@ fn serve_logged(
         read_only: opts.ro,
         ..FileDeviceOptions::default()
     };
-    let data: Arc<dyn Device> =
-        Arc::new(FileDevice::open(device, dev_opts).map_err(Failure::usage)?);
-    let logdev: Option<Arc<dyn Device>> = match &opts.logdev {
-        Some(p) => Some(Arc::new(
-            FileDevice::open(p, dev_opts).map_err(Failure::usage)?,
-        )),
-        None => None,
+    let open = || -> Result<Opened, Failure> {
+        let data: Arc<dyn Device> =
+            Arc::new(FileDevice::open(device, dev_opts).map_err(Failure::usage)?);
+        let logdev: Option<Arc<dyn Device>> = match &opts.logdev {
+            Some(p) => Some(Arc::new(
+                FileDevice::open(p, dev_opts).map_err(Failure::usage)?,
+            )),
+            None => None,
+        };
+        let geo = Geometry::read(&*data, logdev.as_deref())
+            .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+        Ok((data, logdev, geo))
     };
-    let geo = Geometry::read(&*data, logdev.as_deref())
-        .map_err(|e| Failure::usage(anyhow!("{}: {e}", a.image.display())))?;
+    let (mut data, mut logdev, mut geo) = open()?;
     if opts.ro && !geo.sb.clean && !opts.norecovery {
-        return Err(Failure::usage(anyhow!(
-            "{}: the log needs recovery, which writes to the image: mount it read-write once, \
-             or add norecovery to mount it read-only without replaying the log",
-            a.image.display()
-        )));
+        // As XFS does, a read-only mount of a filesystem whose log needs replaying replays
+        // it first, where the devices can be written (xfstests mounts read-only after its
+        // shutdowns); on read-only media it cannot, and says how to go on.
+        // Through the image itself: a read-only mount's loop device is read-only too.
+        drop((data, logdev));
+        recover_for_read_only(&a.image, opts.logdev.as_deref())?;
+        (data, logdev, geo) = open()?;
     }
     // Until the FUSE mount exists nothing reaches the devices: a mount that fails leaves them
     // as they were. A read-only mount never lets anything through.
@@ -640,8 +646,37 @@ fn on_destroy(
     })
 }
 
+/// The data device, the log device if there is one, and the geometry read from them.
+type Opened = (Arc<dyn Device>, Option<Arc<dyn Device>>, Geometry);
+
+/// Replays the log of an image a read-only mount found unclean, through devices opened
+/// read-write for that alone, and leaves it clean (the unmount record written): what XFS does
+/// for a read-only mount of a device it may write. Fails, saying how to go on, where the
+/// devices cannot be written.
+fn recover_for_read_only(image: &Path, logdev: Option<&Path>) -> Result<(), Failure> {
+    let rw = FileDeviceOptions::default();
+    let cannot = |e: &dyn std::fmt::Display| {
+        Failure::usage(anyhow!(
+            "{}: the log needs recovery, which writes to the image, and it cannot be written \
+             ({e}): add norecovery to mount it read-only without replaying the log",
+            image.display()
+        ))
+    };
+    let data: Arc<dyn Device> = Arc::new(FileDevice::open(image, rw).map_err(|e| cannot(&e))?);
+    let logdev: Option<Arc<dyn Device>> = match logdev {
+        Some(p) => Some(Arc::new(FileDevice::open(p, rw).map_err(|e| cannot(&e))?)),
+        None => None,
+    };
+    let journal = Journal::open(data, logdev, JournalConfig::default())
+        .map_err(|e| Failure::usage(anyhow!("{}: {e}", image.display())))?;
+    log_recovery(image, &journal);
+    journal
+        .unmount()
+        .map_err(|e| Failure::usage(anyhow!("{}: after replaying the log: {e}", image.display())))
+}
+
 /// What recovery found and did, for the log (and, when it replayed or skipped anything, for
-/// the person mounting).
+/// the person mounting, unless that is mount(8), which prints nothing on success).
 fn log_recovery(image: &Path, journal: &Journal) {
     let r = journal.recovery_report();
     let image = image.display();
@@ -661,7 +696,7 @@ fn log_recovery(image: &Path, journal: &Journal) {
             r.checkpoints_skipped
         );
     } else if !r.was_clean {
-        tracing::info!(
+        let note = format!(
             "{image}: recovered the log: {} checkpoints replayed ({} block images written, {} \
              cancelled, {} older than the disk's; log tail {}, head {})",
             r.checkpoints_replayed,
@@ -671,6 +706,14 @@ fn log_recovery(image: &Path, journal: &Journal) {
             r.tail,
             r.head,
         );
+        // A mount(8) helper is silent when all goes well, and a replayed log is all going
+        // well (XFS says it in the kernel log, not in mount's output; xfstests compares the
+        // output of every mount after a shutdown): then the log alone has it.
+        if crate::out::closed() || std::env::var_os(QUIET_ENV).is_some() {
+            tracing::info!(target: QUIET, "{note}");
+        } else {
+            tracing::info!("{note}");
+        }
         // What recovery discarded is said out loud, whatever the reason.
         if let Some(t) = &r.torn {
             tracing::warn!("{image}: {t}");

@@ -360,6 +360,19 @@ impl Inode {
                 format!("inode {ino} has size {}, past the largest file", i.size),
             ));
         }
+        // Every second an i64 holds is a time; nanoseconds are below one second.
+        if let Some(t) = [i.atime, i.mtime, i.ctime, i.crtime]
+            .iter()
+            .find(|t| t.nsec >= 1_000_000_000)
+        {
+            return Err(FsError::corrupt(
+                blkno,
+                format!(
+                    "inode {ino} has a time of {} nanoseconds past a second",
+                    t.nsec
+                ),
+            ));
+        }
         if i.change >= CHANGE_LIMIT {
             return Err(FsError::corrupt(
                 blkno,

@@ -26,6 +26,16 @@ impl Fs {
             self.check_writable()?;
             // A mode that comes with a size is the kernel's own clearing of set-user-ID, by an
             // older rule and from the mode before the truncate: what the truncate cleared stays so.
+            // Nanoseconds past a second are no time at all (utimensat's EINVAL); every second
+            // an i64 holds is kept as given, since the inode item stores all of them and the
+            // FUSE kernel clamps none (its superblock keeps the full time64 range).
+            for t in [sa.atime, sa.mtime].into_iter().flatten() {
+                if let SetTime::At(t) = t {
+                    if t.nsec >= 1_000_000_000 {
+                        return Err(FsError::Invalid("nanoseconds of a time past 999999999"));
+                    }
+                }
+            }
             let truncate_killed = match sa.size {
                 Some(size) => self.truncate(cred, ino, size)?,
                 None => 0,

@@ -5,3 +5,4 @@
 pub mod alloc;
 pub(crate) mod ino_alloc;
 pub(crate) mod map;
+pub(crate) mod trim;

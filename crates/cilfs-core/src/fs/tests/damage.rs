@@ -317,3 +317,15 @@ fn a_child_pointer_outside_the_area_is_a_problem_check_reports() {
 fn a_change_attribute_past_its_range_is_corrupt_and_found() {
     one_of_two_inodes_damaged(504, |i| i.change = u64::MAX, true, "change attribute");
 }
+
+/// A time with a billion nanoseconds or more (valid CRC) is no time: the inode is corrupt for
+/// whoever needs it, the others work, and check reports it.
+#[test]
+fn a_time_past_its_last_nanosecond_is_corrupt_and_found() {
+    one_of_two_inodes_damaged(
+        505,
+        |i| i.mtime.nsec = 1_000_000_000,
+        true,
+        "nanoseconds past a second",
+    );
+}

@@ -329,3 +329,28 @@ fn an_orphan_item_of_a_linked_inode_never_frees_it() {
     assert!(fs.journal.superblock().needs_check);
     assert_clean(&fs);
 }
+
+/// A byte written at 2^63 - 2, the last offset a file holds (xfstests generic/525): the file
+/// is 2^63 - 1 bytes, its last block ends at 2^63, it reads back and the image checks clean;
+/// a byte past it is EFBIG.
+#[test]
+fn a_byte_at_the_last_offset_a_file_holds_reads_back_and_checks_clean() {
+    let clock = TestClock::new();
+    let dev = new_dev(91);
+    let fs = mount(&dev, opts(&clock));
+    let f = file_in_root(&fs, b"huge");
+    let last = (i64::MAX - 1) as u64;
+    assert_eq!(fs.write(U, f, last, b"x").unwrap(), 1);
+    assert_eq!(fs.getattr(f).unwrap().size, i64::MAX as u64);
+    assert_eq!(fs.read(f, last, 10).unwrap(), b"x");
+    assert!(matches!(
+        fs.write(U, f, last + 1, b"y"),
+        Err(FsError::TooBig)
+    ));
+    assert_clean(&fs);
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount(&dev, opts(&clock));
+    assert_eq!(fs.read(f, last, 10).unwrap(), b"x");
+    assert_clean(&fs);
+}

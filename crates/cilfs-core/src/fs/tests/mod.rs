@@ -41,6 +41,8 @@ mod sb_backup;
 mod setid;
 mod shutdown;
 mod tenant;
+mod timestamps;
+mod trim;
 mod unwritten;
 mod verify;
 mod xattrs;
