@@ -317,3 +317,53 @@ fn a_child_pointer_outside_the_area_is_a_problem_check_reports() {
 fn a_change_attribute_past_its_range_is_corrupt_and_found() {
     one_of_two_inodes_damaged(504, |i| i.change = u64::MAX, true, "change attribute");
 }
+
+/// A remote xattr value (valid CRC) claiming more blocks than its length takes: reading it and
+/// freeing it (its file's unlink) refuse it as corrupt, instead of reading or freeing blocks it
+/// never owned, and check reports it. The image fuzz target's find: a 700-byte value claiming
+/// 44 blocks, whose unlink cancelled all 44 in one transaction, past its reservation.
+#[test]
+fn a_remote_xattr_value_of_more_blocks_than_its_length_is_corrupt_and_found() {
+    use crate::fs::items::xattr::{self, Value};
+    let dev = new_dev(505);
+    let fs = mount(&dev, FsOptions::default());
+    let (a, b) = (
+        fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
+            .unwrap()
+            .ino,
+        fs.mknod(Cred::ROOT, ROOT_INO, b"b", 0o100_644, 0)
+            .unwrap()
+            .ino,
+    );
+    fs.write(Cred::ROOT, b, 0, &[7; 20_000]).unwrap();
+    let value = vec![0x42; 3000];
+    fs.setxattr(a, b"user.big", &value, types::XattrFlags::default())
+        .unwrap();
+    let k = tree::keys::key(
+        a,
+        tree::keys::KIND_XATTR,
+        tree::keys::name_hash(b"user.big"),
+    );
+    damage_committed(&fs, &|t| {
+        let mut e = xattr::decode(&t.get(items::header::TREE_FS, k).unwrap().unwrap(), a).unwrap();
+        let Value::Remote { blocks, .. } = &mut e[0].value else {
+            panic!("a 3000-byte value is remote");
+        };
+        *blocks += 5;
+        t.insert(items::header::TREE_FS, k, &xattr::encode(&e))
+            .unwrap();
+    });
+    let fs = remount(&dev, fs).unwrap();
+    assert!(matches!(
+        fs.getxattr(a, b"user.big"),
+        Err(FsError::Corrupt { .. })
+    ));
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("3000 bytes in")),
+        "{:?}",
+        r.problems
+    );
+    assert!(fs.unlink(ROOT_INO, b"a").is_err());
+    assert_eq!(fs.read(b, 0, 20_000).unwrap(), vec![7; 20_000]);
+}
