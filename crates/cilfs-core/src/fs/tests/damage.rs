@@ -367,3 +367,26 @@ fn a_remote_xattr_value_of_more_blocks_than_its_length_is_corrupt_and_found() {
     assert!(fs.unlink(ROOT_INO, b"a").is_err());
     assert_eq!(fs.read(b, 0, 20_000).unwrap(), vec![7; 20_000]);
 }
+
+/// A header (valid CRC) counting fewer free blocks than the free-space trees hold: an
+/// allocation past the count is refused as corrupt instead of the count wrapping below zero.
+/// The image fuzz target's find (a write's freelist refill, `fix_freelist`).
+#[test]
+fn an_allocation_past_the_headers_free_count_is_corrupt() {
+    let dev = new_dev(506);
+    let fs = mount(&dev, FsOptions::default());
+    damage_committed(&fs, &|t| t.hdr.free_blocks = 3);
+    let fs = remount(&dev, fs).unwrap();
+    let st = fs.state.write();
+    let mut t = fs.begin(&st).unwrap();
+    assert!(matches!(t.alloc_extent(2, 2), Ok(Some((_, 2)))));
+    assert!(matches!(t.alloc_extent(2, 2), Err(FsError::Corrupt { .. })));
+    drop(t);
+    drop(st);
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("header counts 3 free blocks")),
+        "{:?}",
+        r.problems
+    );
+}
