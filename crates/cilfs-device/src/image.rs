@@ -38,7 +38,9 @@ impl SparseImage {
             match self.pages.get_mut(&page) {
                 Some(p) => {
                     p[within..within + n].copy_from_slice(src);
-                    if p.iter().all(|&b| b == 0) {
+                    // Only zeros written can leave the page all zeros: a write holding any
+                    // other byte skips the scan of the whole page.
+                    if src.iter().all(|&b| b == 0) && p.iter().all(|&b| b == 0) {
                         self.pages.remove(&page);
                     }
                 }
@@ -78,5 +80,35 @@ impl SparseImage {
 impl std::fmt::Debug for SparseImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SparseImage({} non-zero pages)", self.pages.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The invariant holds whichever bytes a write brings: zeros over a page's last non-zero
+    /// bytes drop it, zeros beside them keep it, and the image equals one never written.
+    #[test]
+    fn a_page_zeroed_by_writes_is_dropped() {
+        let mut img = SparseImage::new();
+        img.write(100, &[1, 2, 3]);
+        img.write(5000, &[4]);
+        assert_eq!(img.resident_bytes(), 2 * PAGE as u64);
+        img.write(0, &[0; 50]);
+        assert_eq!(img.resident_bytes(), 2 * PAGE as u64);
+        img.write(101, &[0, 0]);
+        img.write(100, &[0]);
+        assert_eq!(img.resident_bytes(), PAGE as u64);
+        // A write across both pages, zeros on the first and not on the second: the second
+        // page is kept.
+        img.write(4000, &[0; 200]);
+        img.write(4090, &[0, 0, 0, 0, 0, 0, 9]);
+        assert_eq!(img.resident_bytes(), PAGE as u64);
+        img.write(4096, &[0; 1000]);
+        assert_eq!(img, SparseImage::new());
+        let mut b = [7u8; 16];
+        img.read(4090, &mut b);
+        assert_eq!(b, [0; 16]);
     }
 }

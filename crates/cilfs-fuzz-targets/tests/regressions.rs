@@ -89,3 +89,22 @@ fn a_change_counter_never_goes_back_on_a_damaged_image() {
         "3a01fffffff80a002cff000000000000ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff08000220f61f0224002c080002da0fb4fffffff80a002cff000000000000ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff08000220f61f0224002c080002da20",
     );
 }
+
+/// The remote value of `user.big` (700 bytes, one block; resealed leaf) claiming 44 blocks:
+/// the unlink of its file cancelled all 44 in one transaction, past the 9 it reserved, and
+/// would have freed 43 blocks it never owned. A remote value of other than the blocks its
+/// length takes is corrupt.
+#[test]
+fn a_remote_xattr_value_of_44_blocks_for_700_bytes_is_corrupt() {
+    run("image", "7af90eb40db4180a4047534643000000000000002c");
+}
+
+/// A header (resealed) counting fewer free blocks than a write's freelist refill then took:
+/// the count wrapped below zero (overflow check). Taking past the count is corrupt.
+#[test]
+fn an_allocation_past_the_headers_free_count_is_corrupt() {
+    run(
+        "image",
+        "008008020681010100d802021824fff61f00005f080200a3c43d00b5b63a",
+    );
+}

@@ -466,7 +466,8 @@ fn fs_tree_item(fs: &Fs, c: &mut Checker, items: &mut FsItems, k: Key, v: &[u8])
                         acls.push((ino, e.name.clone(), e.value.clone()));
                     }
                     if let crate::fs::items::xattr::Value::Remote { start, blocks, len } = e.value {
-                        if u64::from(len) > blocks * u64::from(fs.bs) {
+                        let bs = u64::from(fs.bs);
+                        if blocks != crate::fs::items::xattr::remote_blocks(len, bs) {
                             c.problem(format!(
                                 "inode {ino}: xattr value of {len} bytes in {blocks} blocks"
                             ));

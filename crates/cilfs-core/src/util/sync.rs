@@ -161,17 +161,25 @@ pub mod rank {
 mod order {
     use std::cell::Cell;
 
+    /// A thread's held ranks.
+    #[derive(Clone, Copy)]
+    struct Held {
+        /// How many locks of each rank.
+        counts: [u16; 22],
+        /// Bit `r` set while `counts[r]` is not 0, so the highest rank is a count of leading
+        /// zeros: the scan of the counts it replaces, at every lock taken, was a tenth of the
+        /// image fuzz target's instructions (coverage-instrumented, debug assertions on).
+        ranks: u32,
+    }
+
     std::thread_local! {
-        /// How many locks of each rank this thread holds.
-        static HELD: Cell<[u16; 22]> = const { Cell::new([0; 22]) };
+        /// What this thread holds.
+        static HELD: Cell<Held> = const { Cell::new(Held { counts: [0; 22], ranks: 0 }) };
     }
 
     /// The highest rank this thread holds, 0 for none.
     pub(super) fn highest() -> u8 {
-        HELD.with(|h| {
-            let h = h.get();
-            (1..h.len()).rev().find(|&r| h[r] > 0).unwrap_or(0) as u8
-        })
+        HELD.with(|h| (u32::BITS - 1).saturating_sub(h.get().ranks.leading_zeros()) as u8)
     }
 
     /// Asserts that a lock of rank `r` may be waited for now.
@@ -188,7 +196,8 @@ mod order {
     pub(super) fn push(r: u8) {
         HELD.with(|h| {
             let mut a = h.get();
-            a[usize::from(r)] += 1;
+            a.counts[usize::from(r)] += 1;
+            a.ranks |= 1 << r;
             h.set(a);
         });
     }
@@ -197,7 +206,11 @@ mod order {
         // At thread exit the counts may be gone before the last guard: nothing to keep then.
         let _ = HELD.try_with(|h| {
             let mut a = h.get();
-            a[usize::from(r)] = a[usize::from(r)].saturating_sub(1);
+            let n = a.counts[usize::from(r)].saturating_sub(1);
+            a.counts[usize::from(r)] = n;
+            if n == 0 {
+                a.ranks &= !(1 << r);
+            }
             h.set(a);
         });
     }
@@ -470,6 +483,22 @@ mod tests {
         // A lock taken by a try counts as held.
         let _h = high.try_lock().unwrap();
         assert_eq!(order::highest(), rank::SPACE);
+    }
+
+    #[test]
+    fn the_highest_rank_falls_back_as_locks_go() {
+        let low: RankedMutex<u32, { rank::STATE }> = RankedMutex::new(0);
+        let same: [RankedMutex<u32, { rank::CIL }>; 2] = [RankedMutex::new(0), RankedMutex::new(0)];
+        let l = low.lock();
+        let a = same[0].lock();
+        let b = same[1].lock();
+        drop(a);
+        // One lock of the rank is still held.
+        assert_eq!(order::highest(), rank::CIL);
+        drop(b);
+        assert_eq!(order::highest(), rank::STATE);
+        drop(l);
+        assert_eq!(order::highest(), 0);
     }
 
     #[test]

@@ -173,7 +173,7 @@ impl<'a> Model<'a> {
                                 let ok = name_hash(&e.name) == off
                                     && match e.value {
                                         xattr::Value::Remote { blocks, len, .. } => {
-                                            u64::from(len) <= blocks.saturating_mul(bs)
+                                            blocks == xattr::remote_blocks(len, bs)
                                         }
                                         xattr::Value::Inline(_) => true,
                                     };

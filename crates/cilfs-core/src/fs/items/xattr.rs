@@ -97,10 +97,29 @@ pub fn decode(b: &[u8], ino: u64) -> FsResult<Vec<Entry>> {
     Ok(out)
 }
 
+/// Blocks of `bs` bytes a remote value of `len` bytes is written in (`posix::xattr::put`).
+pub fn remote_blocks(len: u32, bs: u64) -> u64 {
+    u64::from(len).div_ceil(bs)
+}
+
 /// Refuses a remote value whose blocks are not all inside the data area `[first, end)` (the
 /// header's `data_start..data_end`): a corrupt address never reads or frees the superblock,
-/// the log, the header or blocks past the end.
-pub(crate) fn remote_in_area(start: u64, blocks: u64, (first, end): (u64, u64)) -> FsResult<()> {
+/// the log, the header or blocks past the end. And one of more or fewer blocks than its `len`
+/// takes in blocks of `bs` bytes: freeing it would free blocks it never owned, each cancelled
+/// in one transaction past what the transaction reserved (a 700-byte value claiming 44 blocks).
+pub(crate) fn remote_in_area(
+    start: u64,
+    blocks: u64,
+    len: u32,
+    bs: u64,
+    (first, end): (u64, u64),
+) -> FsResult<()> {
+    if blocks != remote_blocks(len, bs) {
+        return Err(FsError::corrupt(
+            0,
+            format!("xattr value of {len} bytes in {blocks} blocks of {bs} bytes"),
+        ));
+    }
     if start < first || start.checked_add(blocks).is_none_or(|e| e > end) {
         return Err(FsError::corrupt(
             0,

@@ -48,8 +48,9 @@ fn check_name(name: &[u8]) -> FsResult<()> {
 
 /// Frees a remote value's blocks (their buffers cancelled: never replayed, never written back).
 fn free_remote(t: &mut FsTx<'_>, v: &Value) -> FsResult<()> {
-    if let Value::Remote { start, blocks, .. } = *v {
-        remote_in_area(start, blocks, crate::fs::txn::Trees::data_area(t))?;
+    if let Value::Remote { start, blocks, len } = *v {
+        let area = crate::fs::txn::Trees::data_area(t);
+        remote_in_area(start, blocks, len, t.bs as u64, area)?;
         for b in start..start + blocks {
             let r = t.tx.buf(b)?;
             t.tx.cancel(r);
@@ -209,7 +210,7 @@ impl Fs {
             Value::Inline(x) => Ok(x.clone()),
             Value::Remote { start, blocks, len } => {
                 let (first, end) = self.journal.metadata_area();
-                remote_in_area(*start, *blocks, (first + 1, end))?;
+                remote_in_area(*start, *blocks, *len, u64::from(self.bs), (first + 1, end))?;
                 let mut out = Vec::with_capacity(*len as usize);
                 for b in *start..start + blocks {
                     let buf = self.journal.buf(b)?;

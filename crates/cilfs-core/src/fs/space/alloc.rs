@@ -271,6 +271,17 @@ impl FsTx<'_> {
             s >= fs && s + l <= fs + fl,
             "taking outside the free extent"
         );
+        // The header's count is read from disk: one below what the free-space trees hold is
+        // damage (check reports the disagreement), refused before anything is changed.
+        let Some(left) = self.hdr.free_blocks.checked_sub(l) else {
+            return Err(FsError::corrupt(
+                self.hdr.bno_root.blkno,
+                format!(
+                    "taking {l} free blocks where the header counts {}",
+                    self.hdr.free_blocks
+                ),
+            ));
+        };
         self.remove_free(fs, fl)?;
         if s > fs {
             self.insert_free(fs, s - fs)?;
@@ -278,7 +289,7 @@ impl FsTx<'_> {
         if s + l < fs + fl {
             self.insert_free(s + l, fs + fl - (s + l))?;
         }
-        self.hdr.free_blocks -= l;
+        self.hdr.free_blocks = left;
         Ok((s, l))
     }
 

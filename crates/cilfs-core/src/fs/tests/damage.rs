@@ -329,3 +329,78 @@ fn a_time_past_its_last_nanosecond_is_corrupt_and_found() {
         "nanoseconds past a second",
     );
 }
+
+/// A remote xattr value (valid CRC) claiming more blocks than its length takes: reading it and
+/// freeing it (its file's unlink) refuse it as corrupt, instead of reading or freeing blocks it
+/// never owned, and check reports it. The image fuzz target's find: a 700-byte value claiming
+/// 44 blocks, whose unlink cancelled all 44 in one transaction, past its reservation.
+#[test]
+fn a_remote_xattr_value_of_more_blocks_than_its_length_is_corrupt_and_found() {
+    use crate::fs::items::xattr::{self, Value};
+    let dev = new_dev(505);
+    let fs = mount(&dev, FsOptions::default());
+    let (a, b) = (
+        fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
+            .unwrap()
+            .ino,
+        fs.mknod(Cred::ROOT, ROOT_INO, b"b", 0o100_644, 0)
+            .unwrap()
+            .ino,
+    );
+    fs.write(Cred::ROOT, b, 0, &[7; 20_000]).unwrap();
+    let value = vec![0x42; 3000];
+    fs.setxattr(a, b"user.big", &value, types::XattrFlags::default())
+        .unwrap();
+    let k = tree::keys::key(
+        a,
+        tree::keys::KIND_XATTR,
+        tree::keys::name_hash(b"user.big"),
+    );
+    damage_committed(&fs, &|t| {
+        let mut e = xattr::decode(&t.get(items::header::TREE_FS, k).unwrap().unwrap(), a).unwrap();
+        let Value::Remote { blocks, .. } = &mut e[0].value else {
+            panic!("a 3000-byte value is remote");
+        };
+        *blocks += 5;
+        t.insert(items::header::TREE_FS, k, &xattr::encode(&e))
+            .unwrap();
+    });
+    let fs = remount(&dev, fs).unwrap();
+    assert!(matches!(
+        fs.getxattr(a, b"user.big"),
+        Err(FsError::Corrupt { .. })
+    ));
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems.iter().any(|p| p.contains("3000 bytes in")),
+        "{:?}",
+        r.problems
+    );
+    assert!(fs.unlink(ROOT_INO, b"a").is_err());
+    assert_eq!(fs.read(b, 0, 20_000).unwrap(), vec![7; 20_000]);
+}
+
+/// A header (valid CRC) counting fewer free blocks than the free-space trees hold: an
+/// allocation past the count is refused as corrupt instead of the count wrapping below zero.
+/// The image fuzz target's find (a write's freelist refill, `fix_freelist`).
+#[test]
+fn an_allocation_past_the_headers_free_count_is_corrupt() {
+    let dev = new_dev(506);
+    let fs = mount(&dev, FsOptions::default());
+    damage_committed(&fs, &|t| t.hdr.free_blocks = 3);
+    let fs = remount(&dev, fs).unwrap();
+    let st = fs.state.write();
+    let mut t = fs.begin(&st).unwrap();
+    assert!(matches!(t.alloc_extent(2, 2), Ok(Some((_, 2)))));
+    assert!(matches!(t.alloc_extent(2, 2), Err(FsError::Corrupt { .. })));
+    drop(t);
+    drop(st);
+    let r = check::check(&fs).unwrap();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.contains("header counts 3 free blocks")),
+        "{:?}",
+        r.problems
+    );
+}
