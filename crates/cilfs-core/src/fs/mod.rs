@@ -36,6 +36,17 @@ pub use items::dir::DirEntry;
 pub use items::inode::{Attr, FileType, Inode, Timespec, ROOT_INO};
 pub use stats::FsStats;
 
+/// The smallest log in which every operation fits one reservation on a filesystem of
+/// `block_size`-byte blocks. The largest reservation is a quarter of the log's capacity
+/// (`Journal::max_reservation_bytes`), and the capacity is at least three quarters of the log
+/// whatever iclogs a mount picks (two of them are kept back, and the log must hold four rings
+/// of them).
+pub fn min_log_bytes(block_size: u32) -> u64 {
+    let buffers = posix::xattr::largest_change_buffers(block_size);
+    let unit = crate::trans::Reservation::for_buffers(buffers, block_size).unit_bytes;
+    (unit * 16).div_ceil(3)
+}
+
 use crate::journal::Journal;
 use items::header::{Header, TREE_FS};
 use rules::change::ChangeCounter;
@@ -321,6 +332,21 @@ impl Fs {
         let bs = journal.block_size();
         let (first, _) = journal.metadata_area();
         register_block_checks(&journal);
+        let largest = posix::xattr::largest_change_buffers(bs);
+        if crate::trans::Reservation::for_buffers(largest, bs).unit_bytes
+            > journal.max_reservation_bytes()
+        {
+            // A log made by an older mkfs on large blocks, or a small test log: an xattr
+            // value too large for a reservation is refused (E2BIG), and any other change
+            // that outgrew one would shut the journal down rather than overrun the tail.
+            tracing::warn!(
+                "the log holds reservations of {} bytes, less than the largest change on \
+                 {bs}-byte blocks needs: large xattr values will be refused; a log of {} \
+                 bytes or more has room",
+                journal.max_reservation_bytes(),
+                min_log_bytes(bs)
+            );
+        }
         let hdr = {
             let buf = journal.buf(first)?;
             let g = buf.read();

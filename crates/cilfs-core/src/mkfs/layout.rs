@@ -5,7 +5,8 @@ use thiserror::Error;
 
 pub const DEFAULT_FS_BYTES: u64 = 1 << 30;
 pub const MIN_FS_BYTES: u64 = 16 << 20;
-/// The smallest log mkfs accepts: room for a few full iclog rings at the largest logbsize.
+/// The smallest log mkfs accepts: room for a few full iclog rings at the largest logbsize
+/// (more on large blocks: `crate::fs::min_log_bytes`).
 pub const MIN_LOG_BYTES: u64 = 1 << 20;
 const DEFAULT_LOG_MIN_BYTES: u64 = 64 << 20;
 const DEFAULT_LOG_MAX_BYTES: u64 = 2 << 30;
@@ -16,8 +17,16 @@ pub fn default_log_bytes(fs_bytes: u64, block_size: u32) -> u64 {
     let log = (fs_bytes / 2048)
         .clamp(DEFAULT_LOG_MIN_BYTES, DEFAULT_LOG_MAX_BYTES)
         .min(fs_bytes / 4)
-        .max(MIN_LOG_BYTES);
+        .max(min_log_bytes(block_size));
     log / u64::from(block_size) * u64::from(block_size)
+}
+
+/// The smallest log for `block_size`-byte blocks: `MIN_LOG_BYTES`, or what the largest
+/// transaction needs where that is more (`crate::fs::min_log_bytes`), in whole blocks.
+pub fn min_log_bytes(block_size: u32) -> u64 {
+    MIN_LOG_BYTES
+        .max(crate::fs::min_log_bytes(block_size))
+        .next_multiple_of(u64::from(block_size))
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -87,16 +96,17 @@ impl Layout {
             (None, Some(avail)) => avail / bs * bs,
             (None, None) => default_log_bytes(fs_bytes, bs32),
         };
-        if log < MIN_LOG_BYTES {
+        let min_log = min_log_bytes(bs32);
+        if log < min_log {
             if let (None, Some(avail)) = (log_bytes, logdev_bytes) {
                 return Err(LayoutError::LogDeviceTooSmall {
                     available: human(avail),
-                    needed: human(MIN_LOG_BYTES),
+                    needed: human(min_log),
                 });
             }
             return Err(LayoutError::LogTooSmall {
                 log: human(log),
-                min: human(MIN_LOG_BYTES),
+                min: human(min_log),
             });
         }
         let log_location = match logdev_bytes {
@@ -112,6 +122,13 @@ impl Layout {
                 }
             }
             None => {
+                if log > fs_bytes / 2 && log_bytes.is_none() {
+                    // Only the smallest log large blocks need makes the default this large.
+                    return Err(LayoutError::SizeTooSmall {
+                        size: human(fs_bytes),
+                        min: human(2 * log),
+                    });
+                }
                 if log > fs_bytes / 2 {
                     return Err(LayoutError::LogTooLarge {
                         log: human(log),

@@ -4,7 +4,7 @@
 pub mod layout;
 pub mod target;
 
-pub use layout::{default_log_bytes, Layout, LayoutError};
+pub use layout::{default_log_bytes, min_log_bytes, Layout, LayoutError};
 pub use target::{plan, MkfsError, MkfsPlan, MkfsReport, MkfsRequest};
 
 use crate::format::superblock::{SbLog, FRONT_BACKUP_BYTES};

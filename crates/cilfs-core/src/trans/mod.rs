@@ -381,6 +381,18 @@ impl<'j, J: TransJournal> Transaction<'j, J> {
         Ok(true)
     }
 
+    /// Adds `extra` bytes to what this transaction reserved: now if they are there (false if
+    /// not), or waiting for them when `wait`.
+    pub fn reserve_more(&mut self, extra: u64, wait: bool) -> Result<bool, J::Error> {
+        if wait {
+            self.journal.reserve(extra)?;
+        } else if !self.journal.try_reserve(extra)? {
+            return Ok(false);
+        }
+        self.unit += extra;
+        Ok(true)
+    }
+
     /// Buffers this transaction has logged so far (to check it stays within its reservation).
     pub fn logged_buffers(&self) -> usize {
         self.held.iter().filter(|h| h.logged).count()

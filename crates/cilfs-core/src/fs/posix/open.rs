@@ -108,8 +108,13 @@ impl Fs {
         let (done, _) = self.with_tx(&mut st, |t, inodes| {
             let mut n = 0;
             let mut at = key(ino, KIND_INODE + 1, 0);
-            // Bounded by items and by buffers (remote xattr values cancel their blocks).
-            while n < 16 && t.tx.logged_buffers() < 32 {
+            // Bounded by items and by the buffers its reservation covers (remote xattr values
+            // cancel their blocks); the item that passes them is covered at commit
+            // (`FsTx::cover_logged`).
+            let room = |t: &crate::fs::txn::FsTx<'_>| {
+                (t.tx.logged_buffers() as u64) < t.reserved_buffers() / 3
+            };
+            while n < 16 && room(t) {
                 let Some((k, v)) = t.seek_ge(TREE_FS, at)? else {
                     break;
                 };
@@ -132,7 +137,7 @@ impl Fs {
                 n += 1;
                 at = k;
             }
-            Ok((n < 16 && t.tx.logged_buffers() < 32, vec![]))
+            Ok((n < 16 && room(t), vec![]))
         })?;
         Ok(done)
     }

@@ -68,6 +68,20 @@ pub(crate) fn free_bucket(t: &mut FsTx<'_>, v: &[u8], ino: u64) -> FsResult<()> 
     Ok(())
 }
 
+/// Buffers an xattr change logs besides its value's blocks: the bucket's leaf, the two
+/// free-space trees' leaves, the inode. A split on the way logs more: the commit reserves
+/// that (`FsTx::cover_logged`), and the smallest log mkfs makes has room for it
+/// (`largest_change_buffers`).
+const XATTR_TX_OTHER_BUFFERS: u64 = 4;
+
+/// The most buffers one transaction may need to log on `bs`-byte blocks: an xattr replace of
+/// a value of the largest size (its blocks and the old value's, cancelled, each whole, and
+/// ten more for the rest and splits), or 32, more than any other operation logs.
+pub(crate) fn largest_change_buffers(bs: u32) -> u64 {
+    let value = XATTR_VALUE_MAX.div_ceil(bs as usize) as u64;
+    (2 * value + 10).max(32)
+}
+
 /// Where a value of `len` bytes goes: in the bucket (0 blocks), or in blocks of its own.
 pub(crate) fn value_blocks(bs: usize, name: &[u8], len: usize) -> (bool, u64) {
     let inline = 6 + name.len() + len <= max_value_bytes(bs) / 4;
@@ -129,6 +143,16 @@ pub(crate) fn put(
         }),
     }
     if encode(&next).len() > max {
+        return Err(FsError::AttrTooBig);
+    }
+    // The new value's blocks and the old one's (cancelled), each logged whole, and what else
+    // the change may log (the bucket's leaf and its splits, the free-space trees, the inode):
+    // a value no reservation of this log could hold is refused, never logged past one.
+    let old_blocks = pos.map_or(0, |i| match entries[i].value {
+        Value::Remote { blocks, .. } => blocks,
+        Value::Inline(_) => 0,
+    });
+    if !t.could_log(blocks + old_blocks + XATTR_TX_OTHER_BUFFERS) {
         return Err(FsError::AttrTooBig);
     }
     let new_value = if inline {

@@ -14,7 +14,8 @@ use crate::fs::*;
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{AlignedBuf, CrashOptions, Device, SimDevice, WriteFlags};
 
-const FS_BYTES: u64 = 16 << 20;
+// Large enough for the log 64 KiB blocks need (`crate::mkfs::min_log_bytes`).
+const FS_BYTES: u64 = 32 << 20;
 const BS: u32 = 4096;
 const FILES: usize = 20;
 

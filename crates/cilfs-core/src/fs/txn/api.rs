@@ -173,11 +173,13 @@ impl<'a> FsTx<'a> {
     /// (`Retry::LogSpace`) when it can, and waits here when it cannot.
     pub(crate) fn reserve_to_commit(&mut self) -> FsResult<()> {
         let wait = !crate::fs::txn::retry::may_retry();
-        if self.tx.reserve(self.reservation, wait)? {
+        let r = self.needed_reservation();
+        if self.tx.reserve(r, wait)? {
+            self.reservation = r;
             return Ok(());
         }
         Err(FsError::Retry(crate::fs::txn::retry::Retry::LogSpace(
-            self.reservation.unit_bytes,
+            r.unit_bytes,
         )))
     }
 
@@ -186,8 +188,66 @@ impl<'a> FsTx<'a> {
     /// crowd queue for space, give it back and find the queue never empty when they tried
     /// again (eight threads stalled for seconds).
     pub(crate) fn reserve_waiting(&mut self) -> FsResult<()> {
-        self.tx.reserve(self.reservation, true)?;
+        let r = self.needed_reservation();
+        self.tx.reserve(r, true)?;
+        self.reservation = r;
         Ok(())
+    }
+
+    /// The log space what this transaction logged needs: its buffers so far and the header it
+    /// writes late, each in full; or what it reserved at begin, if that is more.
+    fn needed_reservation(&self) -> Reservation {
+        let need = Reservation::for_buffers(self.tx.logged_buffers() as u64 + 1, self.bs as u32);
+        if need.unit_bytes > self.reservation.unit_bytes {
+            need
+        } else {
+            self.reservation
+        }
+    }
+
+    /// Whether this transaction, after logging `more` buffers besides its own, still fits
+    /// the largest reservation the log grants (`Journal::max_reservation_bytes`). An
+    /// operation whose size depends on its input (an xattr value's blocks) asks before it
+    /// logs them, and refuses what could never fit a small log.
+    pub(crate) fn could_log(&self, more: u64) -> bool {
+        let n = self.tx.logged_buffers() as u64 + 1 + more;
+        Reservation::for_buffers(n, self.bs as u32).unit_bytes
+            <= self.tx.journal.max_reservation_bytes()
+    }
+
+    /// The buffers its reservation at begin covers: a loop that logs as it goes (freeing an
+    /// inode's items) stops a batch there.
+    pub(crate) fn reserved_buffers(&self) -> u64 {
+        self.reserved_buffers
+    }
+
+    /// A transaction may log more than it reserved at begin: a large xattr value, or the
+    /// remote values of an inode it frees, are whole blocks each. Before its commit goes into
+    /// the CIL it reserves the rest, waiting if it must (what it changed cannot be given back),
+    /// so the log's space accounting never runs behind what the log will hold, and a log
+    /// write never lands on the tail.
+    fn cover_logged(&mut self) -> FsResult<()> {
+        let need = self.needed_reservation();
+        let have = self.tx.unit;
+        if need.unit_bytes <= have {
+            return Ok(());
+        }
+        let max = self.tx.journal.max_reservation_bytes();
+        if need.unit_bytes > max {
+            return Err(FsError::Journal(JournalError::ReservationTooLarge {
+                need: need.unit_bytes,
+                max,
+            }));
+        }
+        self.tx.reserve_more(need.unit_bytes - have, true)?;
+        self.reservation = need;
+        Ok(())
+    }
+
+    /// Whether the log space it holds covers what it logged (checked before it reaches the CIL).
+    fn covered(&self) -> bool {
+        Reservation::for_buffers(self.tx.logged_buffers() as u64 + 1, self.bs as u32).unit_bytes
+            <= self.tx.unit
     }
 
     /// Whether what this optimistic transaction read was one state, as `cur` (the newest
@@ -288,7 +348,10 @@ impl<'a> FsTx<'a> {
         if !leaves_only {
             self.tx.publish_locked(&mut locks);
         }
-        debug_assert!(self.tx.logged_buffers() as u64 <= self.reserved_buffers);
+        debug_assert!(
+            self.covered(),
+            "an optimistic commit reserved less than it logs"
+        );
         let (seq, locks) = self.tx.insert_locked(locks, true, images)?;
         if !self.freed.is_empty() {
             let mut b = self.busy.lock();
@@ -489,13 +552,15 @@ impl<'a> FsTx<'a> {
                 &self.hdr_before,
             )?;
         }
-        // Over its reservation the log-space accounting would run behind what the CIL holds;
-        // operations are built to stay under it, which the tests check.
-        debug_assert!(
-            self.tx.logged_buffers() as u64 <= self.reserved_buffers,
-            "a transaction logged {} buffers, more than the {} it reserved",
+        if let Err(e) = self.cover_logged() {
+            return Err(self.abort(e));
+        }
+        // Over its reservation the log-space accounting would run behind what the CIL holds.
+        assert!(
+            self.covered(),
+            "a transaction logged {} buffers, more than the {} bytes it reserved",
             self.tx.logged_buffers(),
-            self.reserved_buffers
+            self.tx.unit
         );
         let hdr = self.hdr;
         let freed = self.freed;
