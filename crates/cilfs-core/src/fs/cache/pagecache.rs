@@ -1,9 +1,9 @@
 //! File data pages in memory, keyed by (inode, file block), like a kernel page cache.
 //!
-//! Overwrites of blocks a file already owns land here and return without IO; `fsync`, `sync`,
-//! unmount, the periodic flush and memory pressure write them back in place. Newly allocated
-//! blocks do not go through here: their data is written before the transaction that maps them
-//! commits (ordered mode), so they never wait in memory behind a committed mapping. Pages of
+//! Buffered writes land here and return without data IO; `fsync`, `sync`, unmount, the
+//! periodic flush and memory pressure write them back in place. A write into a hole maps its
+//! blocks unwritten first (they read as zeros until write back has written them and marked
+//! them written: `fs/posix/sync.rs`), so a crash never shows a block's old contents. Pages of
 //! blocks a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
 //! nothing is ever written into a block after it changed hands.
 //!
@@ -183,6 +183,18 @@ impl PageCache {
 
     pub fn contains(&self, ino: u64, fb: u64) -> bool {
         self.lock(ino).contains(fb)
+    }
+
+    /// The file blocks in `[from, to)` of `ino` with a page cached, in order.
+    pub fn cached_in(&self, ino: u64, from: u64, to: u64) -> Vec<u64> {
+        if from >= to {
+            return Vec::new();
+        }
+        self.shard(ino)
+            .pages
+            .range((ino, from)..(ino, to))
+            .map(|(&(_, fb), _)| fb)
+            .collect()
     }
 
     /// Whether any page of `ino` is cached.

@@ -93,10 +93,12 @@ impl Fs {
         Ok((out, touch))
     }
 
-    /// SEEK_DATA (`data`) or SEEK_HOLE from `off`.
+    /// SEEK_DATA (`data`) or SEEK_HOLE from `off`. Unwritten blocks are holes, as XFS
+    /// reports them, except where a page holds data written into them and not yet written
+    /// back.
     pub fn seek(&self, ino: u64, off: u64, data: bool) -> FsResult<u64> {
         bump(&self.stats.operations);
-        let (i, exts) = self.retrying(|| {
+        let (i, runs) = self.retrying(|| {
             let st = self.read_state();
             let i = self.peek_inode(&st, ino)?;
             if off >= i.size {
@@ -105,12 +107,12 @@ impl Fs {
             let bs = u64::from(self.bs);
             let mut v = self.view(&st);
             let exts = extents_in(&mut v, ino, off / bs, i.size.div_ceil(bs))?;
-            Ok((i, exts))
+            Ok((i, data_runs(&exts, |a, b| st.cache.cached_in(ino, a, b))))
         })?;
         let bs = u64::from(self.bs);
         let mut pos = off;
-        for e in &exts {
-            let (s, en) = (e.file * bs, e.end() * bs);
+        for &(first, end) in &runs {
+            let (s, en) = (first * bs, end * bs);
             if data {
                 if en > pos {
                     return Ok(pos.max(s).min(i.size));
@@ -222,4 +224,24 @@ impl Fs {
         }
         Ok((out, touch))
     }
+}
+
+/// The file block runs `[first, end)` of `exts` that hold data: written extents whole, and of
+/// unwritten ones the blocks with a page cached (`cached(from, to)`, in order).
+fn data_runs(exts: &[Extent], cached: impl Fn(u64, u64) -> Vec<u64>) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    let mut add = |a: u64, b: u64| match runs.last_mut() {
+        Some(r) if r.1 == a => r.1 = b,
+        _ => runs.push((a, b)),
+    };
+    for e in exts {
+        if !e.unwritten {
+            add(e.file, e.end());
+            continue;
+        }
+        for fb in cached(e.file, e.end()) {
+            add(fb, fb + 1);
+        }
+    }
+    runs
 }

@@ -234,3 +234,37 @@ fn a_direct_write_reaches_the_device_before_it_returns() {
     assert_eq!(fs.read(f, 0, BS).unwrap(), vec![0xEE; BS as usize]);
     assert_clean(&fs);
 }
+
+/// SEEK_DATA passes over unwritten blocks and SEEK_HOLE stops at them, as on XFS, except
+/// where a page holds data written into them that write back has not converted yet; once it
+/// has, they are written extents and data either way.
+#[test]
+fn seek_takes_unwritten_blocks_as_holes_unless_a_page_holds_their_data() {
+    let dev = new_dev(61);
+    let fs = mount(&dev, FsOptions::default());
+    let f = file_in_root(&fs, b"f");
+    fs.fallocate(U, f, 0, 16 * B, false, false).unwrap();
+    assert!(extents(&fs, f).iter().all(|e| e.unwritten));
+    assert!(matches!(fs.seek(f, 0, true), Err(FsError::NoData)));
+    assert_eq!(fs.seek(f, 0, false).unwrap(), 0);
+    // Block 5 written: a page, its extent still unwritten until write back.
+    fs.write(U, f, 5 * B, &vec![0xEE; BS as usize]).unwrap();
+    assert!(extents(&fs, f)
+        .iter()
+        .any(|e| e.unwritten && e.file <= 5 && 5 < e.end()));
+    assert_eq!(fs.seek(f, 0, true).unwrap(), 5 * B);
+    assert_eq!(fs.seek(f, 5 * B, false).unwrap(), 6 * B);
+    assert_eq!(fs.seek(f, 3 * B + 7, false).unwrap(), 3 * B + 7);
+    fs.fsync(f).unwrap();
+    let written: Vec<_> = extents(&fs, f)
+        .into_iter()
+        .filter(|e| !e.unwritten)
+        .map(|e| (e.file, e.end()))
+        .collect();
+    assert_eq!(written, vec![(5, 6)]);
+    // The pages may go: the extent itself says data now.
+    fs.write_state().cache.drop_range(f, 0, u64::MAX);
+    assert_eq!(fs.seek(f, 0, true).unwrap(), 5 * B);
+    assert_eq!(fs.seek(f, 5 * B, false).unwrap(), 6 * B);
+    assert!(matches!(fs.seek(f, 6 * B, true), Err(FsError::NoData)));
+}
