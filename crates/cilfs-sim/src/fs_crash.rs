@@ -570,7 +570,15 @@ fn workload(
                 let short = rng.bool();
                 let len = 1 + rng.below(if short { 16 } else { 12 * 1024 });
                 let byte = (SimRng::derive(f, op as u64).next_u64() as u8) | 1;
-                match fs.write(cred, f, off, &vec![byte; len as usize]) {
+                // One in five as O_DIRECT: new blocks written in place before the transaction
+                // that maps them, owned ones through the page cache and written back at once.
+                let data = vec![byte; len as usize];
+                let r = if rng.chance(1, 5) {
+                    fs.write_direct(cred, f, off, &data)
+                } else {
+                    fs.write(cred, f, off, &data)
+                };
+                match r {
                     Ok(_) => {
                         m.writes.entry(f).or_default().push((off, len, byte));
                         m.zeros.entry(f).or_default().write(off, len, op);

@@ -77,6 +77,9 @@ struct Plan {
     spec: Vec<(u64, u64)>,
     edges: Vec<Edge>,
     eof: Option<EofTail>,
+    /// An O_DIRECT write: the data of its new blocks is written in place before the
+    /// transaction that maps them written, and never cached; no speculative preallocation.
+    direct: bool,
 }
 
 /// What step 2 read or did: the old contents of uncached edge blocks.
@@ -115,7 +118,7 @@ impl Fs {
         }
         let n = {
             let _io = self.io.lock(ino, IoMode::Exclusive);
-            let n = self.write_locked(cred, ino, off, data)?;
+            let n = self.write_locked_as(cred, ino, off, data, direct)?;
             if direct {
                 self.writeback_locked(ino)?;
             }
@@ -147,6 +150,21 @@ impl Fs {
         off: u64,
         data: &[u8],
     ) -> FsResult<usize> {
+        self.write_locked_as(cred, ino, off, data, false)
+    }
+
+    /// `write_locked`, or for O_DIRECT (`direct`) a write whose new blocks get their data
+    /// before the transaction that maps them written, as XFS's direct IO into a hole does:
+    /// one transaction a request, no copy into the page cache. Blocks the file owns go
+    /// through the page cache, and the caller writes them back before it returns.
+    fn write_locked_as(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+        direct: bool,
+    ) -> FsResult<usize> {
         if data.is_empty() {
             return Ok(0);
         }
@@ -161,7 +179,7 @@ impl Fs {
         }
         let mut plan = self.retrying(|| match self.plan_overwrite(ino, off, end)? {
             Some(p) => Ok(p),
-            None => self.plan_write(ino, off, end),
+            None => self.plan_write(ino, off, end, direct),
         })?;
         let r = self.stage_and_commit(cred, &mut plan, data);
         self.unreserve(&plan.fresh);
@@ -178,6 +196,9 @@ impl Fs {
 
     fn stage_and_commit(&self, cred: Cred, plan: &mut Plan, data: &[u8]) -> FsResult<usize> {
         let mut staged = Staged::default();
+        if plan.direct {
+            self.write_fresh(plan, data)?;
+        }
         loop {
             self.stage_edges(plan, &mut staged)?;
             match self.retrying(|| self.commit_write(cred, plan, &staged, data))? {
@@ -230,6 +251,7 @@ impl Fs {
             spec: Vec::new(),
             edges,
             eof,
+            direct: false,
         }))
     }
 
@@ -282,7 +304,7 @@ impl Fs {
     }
 
     /// Step 1.
-    fn plan_write(&self, ino: u64, off: u64, end: u64) -> FsResult<Plan> {
+    fn plan_write(&self, ino: u64, off: u64, end: u64, direct: bool) -> FsResult<Plan> {
         let bs = u64::from(self.bs);
         let mut st = self.write_state();
         let m = self.load(&mut st, ino)?;
@@ -304,20 +326,21 @@ impl Fs {
         // says nothing of what follows it) to files that own 16 blocks or more (small files
         // stay exact); as many blocks as the file owns, up to 256. The last release frees
         // what is still past the end (`Fs::trim_prealloc`).
-        let prealloc = if hole_blocks > 0 && end > old_size && off <= old_size && owned >= 16 {
-            let want = owned.min(256);
-            let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
-                && self
-                    .space_check(st.hdr.get_mut(), hole_blocks + want + 8, Reserve::Keep)
-                    .is_ok();
-            if fits {
-                want
+        let prealloc =
+            if !direct && hole_blocks > 0 && end > old_size && off <= old_size && owned >= 16 {
+                let want = owned.min(256);
+                let fits = (last + 1 + want) * bs <= max_file_size(self.bs)
+                    && self
+                        .space_check(st.hdr.get_mut(), hole_blocks + want + 8, Reserve::Keep)
+                        .is_ok();
+                if fits {
+                    want
+                } else {
+                    0
+                }
             } else {
                 0
-            }
-        } else {
-            0
-        };
+            };
         let (edges, eof) = self.edges_of(&st, ino, off, end, old_size, &exts)?;
         let fresh = if hole_blocks > 0 {
             let end_fb = last + 1 + prealloc;
@@ -348,7 +371,24 @@ impl Fs {
             spec,
             edges,
             eof,
+            direct,
         })
+    }
+
+    /// Step 2 of a direct write for its new blocks: their data, zeros around it, in place.
+    /// Nothing maps them yet: a crash before the transaction that does leaves them free.
+    fn write_fresh(&self, plan: &Plan, data: &[u8]) -> FsResult<()> {
+        let bs = u64::from(self.bs);
+        for e in &plan.fresh {
+            let s = e.file.max(plan.first);
+            let en = e.end().min(plan.last + 1);
+            if s < en {
+                let mut buf = AlignedBuf::zeroed(((en - s) * bs) as usize);
+                copy_overlap(&mut buf, s * bs, plan.off, data);
+                self.data_write(plan.project, e.disk + (s - e.file), &buf)?;
+            }
+        }
+        Ok(())
     }
 
     /// Step 2 for the edges and the old last block the cache does not hold.
@@ -526,7 +566,9 @@ impl Fs {
         // log, and return with that change never logged (seen as a change counter that went
         // back across a clean unmount).
         let mut t = self.begin(&st)?;
-        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh, 0) {
+        // A direct write's new blocks hold their data already (`write_fresh`).
+        let written_end = if plan.direct { plan.last + 1 } else { 0 };
+        let allocated = match self.map_reserved(&mut t, ino, &plan.fresh, written_end) {
             Ok(n) => n,
             Err(e) => return Err(t.fail(e)),
         };
@@ -667,8 +709,14 @@ impl Fs {
             block[tail.from..].fill(0);
             out.push((tail.fb, block));
         }
-        // The file's blocks, and the ones this write maps (holes: zeros but for its data).
-        for e in plan.exts.iter().chain(&plan.fresh) {
+        // The file's blocks, and the ones this write maps (holes: zeros but for its data),
+        // unless a direct write put those on disk.
+        let fresh = if plan.direct {
+            &[][..]
+        } else {
+            &plan.fresh[..]
+        };
+        for e in plan.exts.iter().chain(fresh) {
             for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
                 let mut block = vec![0u8; bsz];
                 if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
