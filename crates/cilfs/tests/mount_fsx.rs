@@ -1,6 +1,6 @@
 //! An fsx-style random test through a real mount: random writes, reads, truncates, every
-//! fallocate mode, and reads and writes through a shared mapping (msync'd, as fsx's mapread
-//! and mapwrite) on one file, each applied to an in-memory copy as well, and after each
+//! fallocate mode, reads and writes through a shared mapping (msync'd, as fsx's mapread
+//! and mapwrite), and block-aligned O_DIRECT reads and writes (fsx's -Z) on one file, each applied to an in-memory copy as well, and after each
 //! operation the file's size and whole contents compared with the copy. Now and then the
 //! kernel's clean pages are dropped (so reads reach the daemon), the file is fsynced, or closed
 //! and opened again; at the end the image is unmounted and checked, and compared once more
@@ -16,7 +16,8 @@ use cilfs_device::rng::SimRng;
 use rustix::fs::{Advice, FallocateFlags};
 use rustix::io::Errno;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use cilfs_device::AlignedBuf;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 mod common;
 use common::Mounted;
@@ -40,6 +41,8 @@ struct Tally {
     reads: u64,
     map_writes: u64,
     map_reads: u64,
+    direct_writes: u64,
+    direct_reads: u64,
     truncates: u64,
     fallocates: [u64; 8],
     einval: u64,
@@ -101,6 +104,44 @@ impl Fsx {
         assert_eq!(n, want.len(), "op {i}: read of {len} at {off}: length");
         assert!(buf[..n] == *want, "op {i}: read of {len} at {off} differs");
         self.tally.reads += 1;
+    }
+
+    /// A block-aligned range inside or a little past the file, for O_DIRECT: (offset, length).
+    fn aligned_range(&mut self) -> (u64, u64) {
+        let blocks = FILE_MAX / self.bs;
+        let reach = (self.model.len() as u64).div_ceil(self.bs) + 4;
+        let first = self.rng.below(reach.min(blocks));
+        let len = 1 + self.rng.below((blocks - first).min(16));
+        (first * self.bs, len * self.bs)
+    }
+
+    /// An O_DIRECT write of whole blocks through `d` (the file opened O_DIRECT), from an
+    /// aligned buffer: into holes it reaches the device before the transaction that maps it.
+    fn direct_write(&mut self, d: &File, i: u64) {
+        let (off, len) = self.aligned_range();
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        for (k, b) in buf.iter_mut().enumerate() {
+            *b = ((i * 13 + k as u64) % 251) as u8 + 1;
+        }
+        d.write_all_at(&buf, off).unwrap();
+        let end = (off + len) as usize;
+        if self.model.len() < end {
+            self.model.resize(end, 0);
+        }
+        self.model[off as usize..end].copy_from_slice(&buf);
+        self.tally.direct_writes += 1;
+    }
+
+    /// An O_DIRECT read of whole blocks through `d`.
+    fn direct_read(&mut self, d: &File, i: u64) {
+        let (off, len) = self.aligned_range();
+        let mut buf = AlignedBuf::zeroed(len as usize);
+        let n = read_full(d, &mut buf, off);
+        let want = self.model.get(off as usize..).unwrap_or(&[]);
+        let want = &want[..want.len().min(len as usize)];
+        assert_eq!(n, want.len(), "op {i}: direct read of {len} at {off}: length");
+        assert!(buf[..n] == *want, "op {i}: direct read of {len} at {off} differs");
+        self.tally.direct_reads += 1;
     }
 
     /// A write through a shared mapping of the range (the file grown to its end first, as
@@ -291,6 +332,16 @@ fn open(m: &Mounted) -> File {
         .unwrap()
 }
 
+/// The file opened again with O_DIRECT.
+fn open_direct(m: &Mounted) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+        .open(m.p("fsx"))
+        .unwrap()
+}
+
 /// One run over a fresh mount with `opts`, seeded by `CILFS_FSX_SEED` plus `salt`.
 fn fsx(opts: &[&str], salt: u64) {
     let env_seed = env_u64("CILFS_FSX_SEED", 1);
@@ -305,10 +356,13 @@ fn fsx(opts: &[&str], salt: u64) {
         tally: Tally::default(),
     };
     let mut f = open(&m);
+    let d = open_direct(&m);
     for i in 0..ops {
         match x.rng.below(100) {
-            0..=29 => x.write(&f, i),
-            30..=44 => x.read(&f, i),
+            0..=24 => x.write(&f, i),
+            25..=29 => x.direct_write(&d, i),
+            30..=40 => x.read(&f, i),
+            41..=44 => x.direct_read(&d, i),
             45..=49 => x.map_write(&f, i),
             50..=54 => x.map_read(&f, i),
             55..=62 => x.truncate(&f),
@@ -319,7 +373,7 @@ fn fsx(opts: &[&str], salt: u64) {
         }
         x.compare(&f, i);
     }
-    drop(f);
+    drop((f, d));
     m.unmount();
     m.mount(opts);
     x.compare(&open(&m), ops);
