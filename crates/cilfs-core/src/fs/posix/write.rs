@@ -96,9 +96,10 @@ impl Fs {
     }
 
     /// `write` for a file opened O_DIRECT: its data is on the device when this returns, as a
-    /// kernel filesystem's direct write leaves it (the file's dirty pages written back, their
-    /// blocks marked written). Durable only after an fsync, which O_DIRECT alone never
-    /// promises either.
+    /// kernel filesystem's direct write leaves it. New blocks get the data before the
+    /// transaction that maps them written; blocks the file owns are written back with the
+    /// file's other dirty pages and marked written. Durable only after an fsync, which
+    /// O_DIRECT alone never promises either.
     pub fn write_direct(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
         self.write_through(cred, ino, off, data, true)
     }
