@@ -13,10 +13,10 @@
 #![allow(clippy::unwrap_used)]
 
 use cilfs_device::rng::SimRng;
+use cilfs_device::AlignedBuf;
 use rustix::fs::{Advice, FallocateFlags};
 use rustix::io::Errno;
 use std::fs::{File, OpenOptions};
-use cilfs_device::AlignedBuf;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
 mod common;
@@ -139,8 +139,15 @@ impl Fsx {
         let n = read_full(d, &mut buf, off);
         let want = self.model.get(off as usize..).unwrap_or(&[]);
         let want = &want[..want.len().min(len as usize)];
-        assert_eq!(n, want.len(), "op {i}: direct read of {len} at {off}: length");
-        assert!(buf[..n] == *want, "op {i}: direct read of {len} at {off} differs");
+        assert_eq!(
+            n,
+            want.len(),
+            "op {i}: direct read of {len} at {off}: length"
+        );
+        assert!(
+            buf[..n] == *want,
+            "op {i}: direct read of {len} at {off} differs"
+        );
         self.tally.direct_reads += 1;
     }
 

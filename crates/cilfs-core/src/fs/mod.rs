@@ -221,6 +221,9 @@ pub(crate) struct InodeMem {
     pub open: u32,
     /// The checkpoint holding the last change of this inode (what fsync forces).
     pub last_seq: u64,
+    /// The checkpoint holding the last change fdatasync must make stable: anything but a
+    /// change of timestamps and change counter alone (`InodeMem::committed`).
+    pub last_data_seq: u64,
     /// The in-memory inode is ahead of the log (a size grown by a write, not yet logged).
     pub unlogged: bool,
     /// File-block ranges `[a, b)` that writes mapped past the end of the file for the
@@ -249,9 +252,20 @@ impl InodeMem {
             inode,
             open: 0,
             last_seq: 0,
+            last_data_seq: 0,
             unlogged: false,
             spec_prealloc: Vec::new(),
             freeing: false,
+        }
+    }
+
+    /// Notes that checkpoint `seq` holds a change of this inode; `data`: one fdatasync must
+    /// make stable (anything but timestamps and the change counter alone, which fdatasync
+    /// leaves to the next fsync or checkpoint, as XFS and ext4 do).
+    pub(crate) fn committed(&mut self, seq: u64, data: bool) {
+        self.last_seq = self.last_seq.max(seq);
+        if data {
+            self.last_data_seq = self.last_data_seq.max(seq);
         }
     }
 }
@@ -566,7 +580,7 @@ impl Fs {
                 let mut inodes = st.inodes.all();
                 for &ino in &touched {
                     if let Some(m) = inodes.get_mut(&ino) {
-                        m.last_seq = m.last_seq.max(seq);
+                        m.committed(seq, true);
                     }
                 }
                 if may_force {

@@ -7,7 +7,7 @@ use crate::{errno, requests, STATS_XATTR};
 use cilfs_core::fs::types::XattrFlags;
 use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
 use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
-use cilfs_fuse_proto::flags::{fattr, write as write_flags};
+use cilfs_fuse_proto::flags::{fattr, fsync, write as write_flags};
 use cilfs_fuse_proto::{
     dirent_type, AttrOut, CreateIn, Dirents, DirentsPlus, EntryOut, Errno, FallocateIn, GetxattrIn,
     InHeader, IoctlIn, IoctlOut, Kstatfs, LseekIn, Op, OpenOut, ReadIn, Reply, Request, SetattrIn,
@@ -417,6 +417,7 @@ impl Dispatcher {
                 empty(u, fs.release_inode(ino))
             }
             Op::Releasedir(_) => empty(u, fs.release_inode(ino)),
+            Op::Fsync(a) if a.fsync_flags & fsync::FDATASYNC != 0 => empty(u, fs.fdatasync(ino)),
             Op::Fsync(_) | Op::Fsyncdir(_) => empty(u, fs.fsync(ino)),
             // ENOSYS: the kernel then sends no FLUSH again on this mount (`fc->no_flush`), and
             // every close costs one synchronous round trip less. Nothing is owed at close:

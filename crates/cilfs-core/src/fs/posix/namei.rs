@@ -318,6 +318,7 @@ impl Fs {
             change: ChangeCounter::created(0),
             open: 0,
             last_seq: 0,
+            last_data_seq: 0,
             unlogged: false,
             spec_prealloc: Vec::new(),
             stale_prealloc: false,

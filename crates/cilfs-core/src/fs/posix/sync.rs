@@ -280,17 +280,34 @@ impl Fs {
         r
     }
 
-    /// fsync/fdatasync: the inode's last checkpoint is made stable (its data-device flush comes
+    /// fsync: the inode's last checkpoint is made stable (its data-device flush comes
     /// first), then the data device is flushed for overwrites done since (elided when nothing
     /// is volatile).
     pub fn fsync(&self, ino: u64) -> FsResult<()> {
+        self.sync_inode(ino, false)
+    }
+
+    /// fdatasync: `fsync`, but a checkpoint that changed only the inode's timestamps and
+    /// change counter need not be stable (`InodeMem::last_data_seq`), as on XFS and ext4: an
+    /// overwrite that moved the mtime costs a data write and one flush, no log write.
+    pub fn fdatasync(&self, ino: u64) -> FsResult<()> {
+        self.sync_inode(ino, true)
+    }
+
+    fn sync_inode(&self, ino: u64, datasync: bool) -> FsResult<()> {
         bump(&self.stats.operations);
         bump(&self.stats.fsyncs);
         let seq = {
             let _io = self.io.lock(ino, IoMode::Exclusive);
             self.writeback_locked(ino)?;
             let st = self.read_state();
-            let seq = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.last_seq);
+            let seq = st.inodes.lock(ino).get(&ino).map_or(0, |m| {
+                if datasync {
+                    m.last_data_seq
+                } else {
+                    m.last_seq
+                }
+            });
             seq
         };
         if seq > self.journal.completed_seq() {

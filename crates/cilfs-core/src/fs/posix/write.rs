@@ -475,6 +475,8 @@ impl Fs {
             log_inode(t, m, &self.stats)?;
             if caps {
                 drop_caps(t, ino)?;
+            } else {
+                sc.logs_only_times_of(ino);
             }
             sc.put_pages_at_publish(ino, blocks.clone());
             Ok((d.kill, vec![ino]))
@@ -612,7 +614,7 @@ impl Fs {
         }
         let seq = self.commit(&mut st, t)?;
         if let Some(m) = st.inodes.get_mut(&ino) {
-            m.last_seq = m.last_seq.max(seq);
+            m.committed(seq, true);
         }
         drop(st);
         if d.kill != 0 {

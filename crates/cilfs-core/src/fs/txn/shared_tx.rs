@@ -60,6 +60,9 @@ pub(crate) struct Scratch {
     /// (a write that logs its inode): a query sees the new contents and the bumped counter
     /// together or neither.
     pages: Vec<(u64, FilePages)>,
+    /// Inodes of which it logs the item alone, for new timestamps and a bumped counter (an
+    /// overwrite's tick): fdatasync need not force it (`InodeMem::committed`).
+    times_only: Vec<u64>,
 }
 
 /// File pages: (file block, contents).
@@ -158,6 +161,13 @@ impl Scratch {
                 .insert(ino, (m.inode.clone(), m.change.peek(), true));
             self.inodes.insert(ino, Box::new(m));
         }
+    }
+
+    /// Declares that of `ino` it logs the inode item alone, and changes nothing there but
+    /// timestamps and the change counter: nothing fdatasync needs, if the item it logs bears
+    /// that out at publish.
+    pub(crate) fn logs_only_times_of(&mut self, ino: u64) {
+        self.times_only.push(ino);
     }
 
     /// Pages of `ino` (file block, contents) to put in the page cache when it publishes.
@@ -264,13 +274,19 @@ impl Scratch {
                 if !m.unlogged {
                     if let Some(cur) = inodes.get_mut(&ino).filter(|c| c.inode == m.inode) {
                         cur.unlogged = false;
-                        cur.last_seq = cur.last_seq.max(seq);
+                        cur.committed(seq, true);
                     }
                 }
                 continue;
             }
             match inodes.get_mut(&ino) {
                 Some(cur) => {
+                    // Only timestamps and the counter moved, over a copy of what the log
+                    // held, and nothing else of the inode was logged (an overwrite's tick):
+                    // nothing fdatasync needs.
+                    let data = !(self.times_only.contains(&ino)
+                        && matches!(before, Some((inode, _, true))
+                            if !cur.unlogged && only_times_differ(inode, &m.inode)));
                     // Its inode item's block was locked from the check to here: no other
                     // commit can have changed it meanwhile. An overwrite that logs nothing
                     // can (it holds the inode's IO lock and shard, not its leaf): it may have
@@ -294,13 +310,15 @@ impl Scratch {
                         keep_unlogged_write(&mut cur.inode, &was, &now);
                         cur.unlogged = true;
                     }
-                    cur.last_seq = cur.last_seq.max(m.last_seq).max(seq);
+                    cur.committed(m.last_seq, false);
+                    cur.committed(m.last_data_seq, true);
+                    cur.committed(seq, data);
                 }
                 // Not in memory, or dropped from it since the check: its copy is the newest.
                 // A copy's open count may be stale; a new inode's is its creator's (an
                 // O_TMPFILE is open from the commit that makes it).
                 None => {
-                    m.last_seq = m.last_seq.max(seq);
+                    m.committed(seq, true);
                     if before.is_some() {
                         m.open = 0;
                     }
@@ -346,6 +364,14 @@ impl Drop for FreeingMarks<'_> {
     }
 }
 
+/// Whether the item `now` logs differs from the one `was` would in its timestamps and
+/// change counter alone (the size the log holds included: `Inode::encode`).
+fn only_times_differ(was: &Inode, now: &Inode) -> bool {
+    let mut w = was.clone();
+    (w.atime, w.mtime, w.ctime, w.change) = (now.atime, now.mtime, now.ctime, now.change);
+    w.encode() == now.encode()
+}
+
 /// Whether `now` differs from `was` only in what an overwrite that logs nothing changes (the
 /// size, grown, the times and its first dirty page), or a write back of its pages (that
 /// first dirty page forgotten).
@@ -383,6 +409,7 @@ fn cached_copy(inodes: &dyn InodeMap, ino: u64) -> Option<InodeMem> {
         change: m.change.copy(),
         open: m.open,
         last_seq: m.last_seq,
+        last_data_seq: m.last_data_seq,
         unlogged: m.unlogged,
         spec_prealloc: m.spec_prealloc.clone(),
         stale_prealloc: m.stale_prealloc,
