@@ -137,11 +137,10 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
             }
             "logdev" => o.logdev = Some(PathBuf::from(need()?)),
             "flush" => {
-                o.flush = match need()? {
-                    "reduced" => FlushPolicy::Reduced,
-                    "legacy" => FlushPolicy::Legacy,
-                    x => return Err(format!("flush={x}: use reduced or legacy")),
-                }
+                let x = need()?;
+                o.flush = x
+                    .parse()
+                    .map_err(|_| format!("flush={x}: use reduced, legacy or ail"))?;
             }
             "iversion" => {
                 o.iversion = match need()? {
