@@ -758,3 +758,5 @@ impl TransJournal for Journal {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod flush_order_tests;
