@@ -117,7 +117,10 @@ impl Device for Trace {
 /// ahead of that flush, and write back ahead of need mostly costs no flush of its own.
 #[test]
 fn no_record_carries_a_tail_past_unflushed_write_back() {
-    for (policy, ahead) in FlushPolicy::ALL.into_iter().flat_map(|p| [(p, true), (p, false)]) {
+    for (policy, ahead) in FlushPolicy::ALL
+        .into_iter()
+        .flat_map(|p| [(p, true), (p, false)])
+    {
         let sim = fresh(62);
         let dev = Arc::new(Trace {
             inner: sim,
@@ -171,7 +174,10 @@ fn no_record_carries_a_tail_past_unflushed_write_back() {
         );
         assert!(write_backs > 100, "{policy}: {write_backs} write backs");
         assert!(passed > 100, "{policy}: {passed} records");
-        assert!(s.log.log_bytes > 4 * 256 * 1024, "{policy}: the log did not wrap");
+        assert!(
+            s.log.log_bytes > 4 * 256 * 1024,
+            "{policy}: the log did not wrap"
+        );
         if policy == FlushPolicy::AilFlush && ahead {
             // Ahead of need the AIL waits for the commit path's flush instead of its own.
             assert!(

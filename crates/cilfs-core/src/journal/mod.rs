@@ -757,6 +757,6 @@ impl TransJournal for Journal {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
 mod flush_order_tests;
+#[cfg(test)]
+mod tests;

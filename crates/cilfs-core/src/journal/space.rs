@@ -6,8 +6,8 @@
 
 use super::{Journal, JournalError, SpaceState};
 use crate::ail::{self, AilPush, Publish};
-use crate::log::FlushPolicy;
 use crate::log::item::WriteBackCtx;
+use crate::log::FlushPolicy;
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;

@@ -115,7 +115,8 @@ fn torn_last_record_is_discarded_and_earlier_ones_kept() {
     let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
     let mut w = writer(&dev, Lsn::new(1, 0), 1);
     let a = item(5, 3000, 1);
-    w.write_checkpoint(1, [&a[..]].into_iter(), |h, _| h).unwrap();
+    w.write_checkpoint(1, [&a[..]].into_iter(), |h, _| h)
+        .unwrap();
     let second = w.head();
     w.write_checkpoint(2, [&a[..]].into_iter(), |_, _| Lsn::new(1, 0))
         .unwrap();
@@ -255,7 +256,9 @@ fn third_checkpoint_sampled(
     third_items: usize,
 ) -> (Vec<Lsn>, super::writer::Written, super::recover::LogScan) {
     let a = item(5, 1000, 1);
-    let first = w.write_checkpoint(1, [&a[..]].into_iter(), |h, _| h).unwrap();
+    let first = w
+        .write_checkpoint(1, [&a[..]].into_iter(), |h, _| h)
+        .unwrap();
     let second = w
         .write_checkpoint(2, [&a[..]].into_iter(), |_, _| first.start)
         .unwrap();

@@ -34,7 +34,9 @@ impl std::str::FromStr for FlushPolicy {
             "reduced" => Ok(Self::Reduced),
             "legacy" => Ok(Self::Legacy),
             "ail" => Ok(Self::AilFlush),
-            _ => Err(format!("flush policy '{s}': expected reduced, legacy or ail")),
+            _ => Err(format!(
+                "flush policy '{s}': expected reduced, legacy or ail"
+            )),
         }
     }
 }
