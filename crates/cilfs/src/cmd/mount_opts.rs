@@ -344,6 +344,14 @@ mod tests {
             (o.tsgran_ns, o.data, o.threads, o.writeback_cache, o.ro),
             (100_000, DataMode::Writeback, 2, true, true)
         );
+        for (flush, policy) in [
+            ("reduced", FlushPolicy::Reduced),
+            ("legacy", FlushPolicy::Legacy),
+            ("ail", FlushPolicy::AilFlush),
+        ] {
+            let o = parse(&[format!("flush={flush}")]).expect("valid");
+            assert_eq!(o.flush, policy);
+        }
         for bad in [
             "logbufs=9",
             "logbsize=8k",
