@@ -691,6 +691,99 @@ mod tests {
         assert_eq!(ail.min_lsn(), Some(lsn(1)));
     }
 
+    /// Deferred write back leaves the AIL but holds the tail where it was until a flush that
+    /// started after it completed; a flush that started before does not count, and a record
+    /// ordered after a later flush may carry the tail past it.
+    #[test]
+    fn deferred_write_back_holds_the_tail_until_a_later_flush_completes() {
+        let dev = SimDevice::new(64 * BS as u64, 1);
+        let ail = RankedMutex::new(Ail::default());
+        ail.lock().insert(block(3, 3, 0), lsn(8));
+        ail.lock().insert(block(4, 4, 0), lsn(16));
+        let io = RankedMutex::new(WritebackIo::Sync);
+        let clock = FlushClock::default();
+        let early = clock.ticket();
+        let ctx = WriteBackCtx::default();
+        let r = push(&ail, &io, lsn(12), &dev, &ctx, Publish::Deferred(&clock)).unwrap();
+        assert_eq!((r.written, r.flushes), (1, 0));
+        assert_eq!(dev.volatile_writes(), 1);
+        assert_eq!(ail.lock().len(), 1);
+        assert_eq!(
+            ail.lock().min_lsn(),
+            Some(lsn(8)),
+            "the tail moved unflushed"
+        );
+        // Not written twice while it waits.
+        let r = push(&ail, &io, lsn(12), &dev, &ctx, Publish::Deferred(&clock)).unwrap();
+        assert_eq!(r.written, 0);
+        clock.completed(early);
+        assert!(!ail.lock().publish_stable(&clock));
+        assert_eq!(ail.lock().min_lsn(), Some(lsn(8)));
+        let t = clock.ticket();
+        assert_eq!(ail.lock().min_lsn_after_flush(t), Some(lsn(16)));
+        assert_eq!(ail.lock().min_lsn_after_flush(early), Some(lsn(8)));
+        dev.flush().unwrap();
+        clock.completed(t);
+        assert!(ail.lock().publish_stable(&clock));
+        assert_eq!(ail.lock().min_lsn(), Some(lsn(16)));
+    }
+
+    /// Sees, at every flush, the tail the AIL then reports.
+    #[derive(Debug)]
+    struct TailAtFlush {
+        inner: SimDevice,
+        ail: Arc<RankedMutex<Ail, { rank::AIL }>>,
+        seen: parking_lot::Mutex<Vec<(Option<Lsn>, usize)>>,
+    }
+
+    impl Device for TailAtFlush {
+        fn read(&self, offset: u64, buf: &mut [u8]) -> cilfs_device::Result<()> {
+            self.inner.read(offset, buf)
+        }
+        fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> cilfs_device::Result<()> {
+            self.inner.write(offset, buf, flags)
+        }
+        fn flush(&self) -> cilfs_device::Result<()> {
+            self.flush_reporting().map(drop)
+        }
+        fn flush_reporting(&self) -> cilfs_device::Result<bool> {
+            let tail = self.ail.lock().min_lsn();
+            self.seen.lock().push((tail, self.inner.volatile_writes()));
+            self.inner.flush_reporting()
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn stats(&self) -> cilfs_device::IoStats {
+            self.inner.stats()
+        }
+    }
+
+    /// A push that publishes after its own flush: when the flush is issued the tail is still
+    /// held below the write back it covers (and that of an earlier deferred push); once the push
+    /// returns the tail has moved and nothing is volatile.
+    #[test]
+    fn flushed_write_back_moves_the_tail_only_after_its_flush() {
+        let ail = Arc::new(RankedMutex::new(Ail::default()));
+        let dev = TailAtFlush {
+            inner: SimDevice::new(64 * BS as u64, 1),
+            ail: Arc::clone(&ail),
+            seen: parking_lot::Mutex::new(Vec::new()),
+        };
+        for (b, l) in [(3, 8), (4, 16), (5, 24)] {
+            ail.lock().insert(block(b, b as u8, 0), lsn(l));
+        }
+        let io = RankedMutex::new(WritebackIo::Sync);
+        let clock = FlushClock::default();
+        let ctx = WriteBackCtx::default();
+        push(&ail, &io, lsn(12), &dev, &ctx, Publish::Deferred(&clock)).unwrap();
+        let r = push(&ail, &io, lsn(20), &dev, &ctx, Publish::Flushed).unwrap();
+        assert_eq!((r.written, r.flushes), (1, 1));
+        assert_eq!(*dev.seen.lock(), vec![(Some(lsn(8)), 2)]);
+        assert_eq!(dev.inner.volatile_writes(), 0);
+        assert_eq!(ail.lock().min_lsn(), Some(lsn(24)));
+    }
+
     #[test]
     fn an_entry_that_moved_during_its_write_back_stays() {
         let mut ail = Ail::default();
