@@ -38,7 +38,8 @@ pub struct Written {
     /// LSN of the record holding the commit op.
     pub commit: Lsn,
     /// The tail the commit record carries: sampled before the start flush, or again before
-    /// the commit iclog's PREFLUSH where that flushes the data device (`write_checkpoint_async`).
+    /// the commit iclog's PREFLUSH where that flushes the data device (`write_checkpoint_async`);
+    /// under the ail policy, as the AIL publishes it, counting what the commit's flush covers.
     /// Either way a flush made it stable before the commit record.
     pub tail: Lsn,
     /// The tail the body records carry (the first sample): what recovery starts from if the

@@ -19,8 +19,9 @@ impl LogWriter {
     /// `sample_tail(start, flush)` gives the tail to stamp, at most `start` (where the
     /// checkpoint's first record goes); `flush`, when given, is the `FlushClock` ticket of a
     /// data-device flush that completes before the record carrying the tail is written (the
-    /// ail policy's commit record), so write back it covers need not hold the tail. It is called before anything is written; with the reduced policy the
-    /// data device is then flushed, so the sampled tail is safe to stamp into every record and
+    /// ail policy's commit record), so write back it covers need not hold the tail. It is
+    /// called before anything is written; with the reduced policy the data device is then
+    /// flushed, so the sampled tail is safe to stamp into every record and
     /// everything written back before the sample (and all ordered data) is stable before the
     /// first iclog goes out. It is called again for a commit iclog whose PREFLUSH covers the
     /// data device (internal log, or legacy on an external one): the commit record carries that
