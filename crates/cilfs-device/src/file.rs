@@ -159,10 +159,11 @@ impl FileDevice {
             .map_err(Self::io_err(IoKind::Flush, 0))
     }
 
-    fn flush_if_needed(&self) -> Result<()> {
+    /// Returns whether a flush was issued (not elided).
+    fn flush_if_needed(&self) -> Result<bool> {
         if self.elide && self.volatile.flush_needed().is_none() {
             self.counters.flush_elided();
-            return Ok(());
+            return Ok(false);
         }
         let _one_at_a_time = self.flushing.lock();
         // Sampled under the lock: a flush that ran while this one waited may have covered it.
@@ -171,14 +172,17 @@ impl FileDevice {
             n => n,
         };
         match needed {
-            None => self.counters.flush_elided(),
+            None => {
+                self.counters.flush_elided();
+                Ok(false)
+            }
             Some(generation) => {
                 self.sync()?;
                 self.counters.flush_issued();
                 self.volatile.flush_done(generation);
+                Ok(true)
             }
         }
-        Ok(())
     }
 
     fn write_dsync(&self, offset: u64, mut buf: &[u8]) -> Result<()> {
@@ -293,6 +297,10 @@ impl Device for FileDevice {
     }
 
     fn flush(&self) -> Result<()> {
+        self.flush_if_needed().map(drop)
+    }
+
+    fn flush_reporting(&self) -> Result<bool> {
         self.flush_if_needed()
     }
 

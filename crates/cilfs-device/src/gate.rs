@@ -219,14 +219,18 @@ impl Device for GatedDevice {
     }
 
     fn flush(&self) -> Result<()> {
+        self.flush_reporting().map(drop)
+    }
+
+    fn flush_reporting(&self) -> Result<bool> {
         if !self.gate.is_open() {
             let mut h = self.gate.held.lock();
             if !self.gate.is_open() {
                 h.ops.push(HeldOp::Flush { dev: self.dev });
-                return Ok(());
+                return Ok(true);
             }
         }
-        self.inner.flush()
+        self.inner.flush_reporting()
     }
 
     fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {

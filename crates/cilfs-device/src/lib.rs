@@ -64,6 +64,12 @@ pub trait Device: Send + Sync + std::fmt::Debug {
     }
     /// Makes every write that had completed before this call stable.
     fn flush(&self) -> Result<()>;
+    /// As [`Device::flush`], and says whether a cache flush was issued: `false` when it was
+    /// elided, nothing being volatile. So a caller can count the flushes it cost (the journal
+    /// tells its AIL's from its commit path's). Devices that cannot tell say `true`.
+    fn flush_reporting(&self) -> Result<bool> {
+        self.flush().map(|()| true)
+    }
     /// A queue for up to `depth` unflagged writes in flight at once without a thread each
     /// (io_uring on file devices), where the device has one.
     fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
@@ -108,6 +114,9 @@ impl<D: Device + ?Sized> Device for Arc<D> {
     fn flush(&self) -> Result<()> {
         (**self).flush()
     }
+    fn flush_reporting(&self) -> Result<bool> {
+        (**self).flush_reporting()
+    }
     fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
         (**self).write_queue(depth)
     }
@@ -137,6 +146,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn flush(&self) -> Result<()> {
         (**self).flush()
+    }
+    fn flush_reporting(&self) -> Result<bool> {
+        (**self).flush_reporting()
     }
     fn write_queue(&self, depth: usize) -> Option<Box<dyn WriteQueue>> {
         (**self).write_queue(depth)

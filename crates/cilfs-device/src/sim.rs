@@ -130,12 +130,15 @@ impl SimDevice {
         }
     }
 
-    fn flush_locked(&self, st: &mut SimState) {
+    /// Returns whether anything was volatile (the flush was issued, not elided).
+    fn flush_locked(&self, st: &mut SimState) -> bool {
         if st.cache.has_volatile() {
             st.cache.stabilize_all();
             self.counters.flush_issued();
+            true
         } else {
             self.counters.flush_elided();
+            false
         }
     }
 }
@@ -178,10 +181,13 @@ impl Device for SimDevice {
     }
 
     fn flush(&self) -> Result<()> {
+        self.flush_reporting().map(drop)
+    }
+
+    fn flush_reporting(&self) -> Result<bool> {
         let mut st = self.state.lock();
         Self::begin_op(&mut st, IoKind::Flush)?;
-        self.flush_locked(&mut st);
-        Ok(())
+        Ok(self.flush_locked(&mut st))
     }
 
     fn len(&self) -> u64 {

@@ -298,6 +298,10 @@ impl<D: Device> Device for TenantDevice<D> {
         self.throttle.inner.flush()
     }
 
+    fn flush_reporting(&self) -> Result<bool> {
+        self.throttle.inner.flush_reporting()
+    }
+
     fn len(&self) -> u64 {
         self.throttle.inner.len()
     }

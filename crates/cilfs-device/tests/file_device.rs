@@ -192,3 +192,16 @@ fn fua_on_a_block_device_costs_one_flush() {
         std::panic::resume_unwind(e);
     }
 }
+
+#[test]
+fn a_flush_reports_whether_it_was_issued() {
+    let f = image(1 << 20);
+    let dev = FileDevice::open(f.path(), FileDeviceOptions::default()).unwrap();
+    assert!(!dev.flush_reporting().unwrap(), "nothing volatile: elided");
+    dev.write(0, &AlignedBuf::zeroed(4096), WriteFlags::NONE)
+        .unwrap();
+    assert!(dev.flush_reporting().unwrap());
+    assert!(!dev.flush_reporting().unwrap());
+    let s = dev.stats();
+    assert_eq!((s.flushes_issued, s.flushes_elided), (1, 2));
+}

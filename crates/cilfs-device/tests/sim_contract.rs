@@ -273,3 +273,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_flush_reports_whether_anything_was_volatile() {
+    let dev = SimDevice::new(LEN, 1);
+    assert!(!dev.flush_reporting().unwrap());
+    dev.write(0, &pattern(1, 1), WriteFlags::NONE).unwrap();
+    assert!(dev.flush_reporting().unwrap());
+    assert_eq!(dev.volatile_writes(), 0);
+    assert!(!dev.flush_reporting().unwrap());
+}

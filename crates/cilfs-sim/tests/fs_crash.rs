@@ -1,4 +1,4 @@
-//! The filesystem crash explorer: both flush policies, both data modes, several seeds.
+//! The filesystem crash explorer: each flush policy, both data modes, several seeds.
 
 use cilfs_core::fs::DataMode;
 use cilfs_core::log::FlushPolicy;
@@ -59,4 +59,14 @@ fn reduced_writeback() {
 #[test]
 fn reduced_ordered_second_seed() {
     check(4, FlushPolicy::Reduced, DataMode::Ordered);
+}
+
+#[test]
+fn ail_ordered() {
+    check(5, FlushPolicy::AilFlush, DataMode::Ordered);
+}
+
+#[test]
+fn ail_writeback() {
+    check(6, FlushPolicy::AilFlush, DataMode::Writeback);
 }

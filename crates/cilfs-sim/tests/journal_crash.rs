@@ -1,4 +1,4 @@
-//! The journal crash explorer on both flush policies and with an external log.
+//! The journal crash explorer on each flush policy and with an external log.
 
 use cilfs_core::log::FlushPolicy;
 use cilfs_sim::{run_journal_crashtest, JournalCrashConfig};
@@ -56,4 +56,14 @@ fn reduced_external() {
 #[test]
 fn legacy_external() {
     check(4, FlushPolicy::Legacy, true);
+}
+
+#[test]
+fn ail_internal() {
+    check(5, FlushPolicy::AilFlush, false);
+}
+
+#[test]
+fn ail_external() {
+    check(6, FlushPolicy::AilFlush, true);
 }

@@ -1,15 +1,21 @@
 //! The active item list: items whose checkpoint is stable, ordered by the LSN of the checkpoint
 //! that last logged them. Its lowest LSN is the log tail; writing items back in place moves it.
+//!
+//! A write back holds the tail at its item's LSN from when it is prepared until it is safe to
+//! let go (`Publish`): once completed (the push that stamps the tail then flushes), or once a
+//! flush covered it (the ail policy). Held, not kept as an entry: an item relogged meanwhile
+//! moves on, but the log space of the checkpoint it was written back from is still needed
+//! until that write is, since the newer checkpoint logs only what changed since.
 
 mod worker;
 
 pub(crate) use worker::AilWorker;
 
 use crate::log::item::{ItemKey, LogItem, WriteBack, WriteBackCtx};
-use crate::log::Lsn;
+use crate::log::{FlushClock, Lsn};
 use crate::util::sync::{rank, RankedMutex};
 use cilfs_device::{AlignedBuf, Device, DeviceError, QueuedBuf, WriteFlags, WriteQueue};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// Items, grouped by the checkpoint that last logged them.
@@ -25,6 +31,12 @@ pub struct Ail {
     /// Where each item is: its batch and its slot there. Block numbers, hashed without
     /// SipHash (`numhash`): every item of every checkpoint is looked up here when it enters.
     place: crate::util::numhash::NumberMap<(Lsn, u32)>,
+    /// Write backs not yet safe to let the tail pass, by the LSN they were written back at
+    /// (how many at each): the tail is at most the first.
+    held: BTreeMap<Lsn, u32>,
+    /// Completed write backs waiting for a flush (ail policy, `Publish::Deferred`): their
+    /// `FlushClock` mark and the LSNs they hold (how many at each), oldest first.
+    awaiting: VecDeque<(u64, Vec<(Lsn, u32)>)>,
 }
 
 /// The items of one checkpoint still in the AIL at its LSN.
@@ -54,6 +66,25 @@ pub struct AilPush {
     pub stale: u64,
     pub pinned: u64,
     pub busy: u64,
+    /// Data-device flushes the push issued itself (`Publish::Flushed`; an elided one is not
+    /// counted).
+    pub flushes: u64,
+}
+
+/// When a push lets the tail pass what it wrote back (rule 1 of docs/journal.md).
+#[derive(Debug, Clone, Copy)]
+pub enum Publish<'a> {
+    /// Once the writes completed: whoever stamps the tail flushes first (reduced and legacy
+    /// policies: the push's flush, or the commit iclog's PREFLUSH over the data device).
+    Completed,
+    /// After one data-device flush at the end of the push (ail policy, when space is needed
+    /// now): the tail is safe to stamp without a flush. Write backs still awaiting a flush
+    /// from deferred pushes are published by it too.
+    Flushed,
+    /// Once a flush that started after the writes completed has completed (ail policy, ahead
+    /// of need): the commit path's next PREFLUSH of the data device usually does, so the AIL
+    /// costs no flush of its own (`Ail::publish_stable`).
+    Deferred(&'a FlushClock),
 }
 
 impl Ail {
@@ -61,15 +92,114 @@ impl Ail {
         self.place.len()
     }
 
+    /// No item, and no write back holding the tail.
     pub fn is_empty(&self) -> bool {
-        self.place.is_empty()
+        self.place.is_empty() && self.held.is_empty()
     }
 
-    /// The tail: the lowest LSN in the AIL.
+    /// The tail: the lowest LSN in the AIL, or of a write back not yet safe to pass.
     pub fn min_lsn(&self) -> Option<Lsn> {
-        let (&lsn, b) = self.batches.first_key_value()?;
-        debug_assert!(b.live > 0, "an empty batch at {lsn}");
-        Some(lsn)
+        let first = self.batches.first_key_value().map(|(&lsn, b)| {
+            debug_assert!(b.live > 0, "an empty batch at {lsn}");
+            lsn
+        });
+        let held = self.held.first_key_value().map(|(&lsn, _)| lsn);
+        match (first, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Holds the tail at `lsn` for one more write back.
+    fn hold(&mut self, lsn: Lsn) {
+        *self.held.entry(lsn).or_default() += 1;
+    }
+
+    /// Lets the tail pass write backs made at `lsns` (one hold each).
+    pub fn release(&mut self, lsns: &[Lsn]) {
+        for &lsn in lsns {
+            self.release_n(lsn, 1);
+        }
+    }
+
+    fn release_n(&mut self, lsn: Lsn, k: u32) {
+        match self.held.get_mut(&lsn) {
+            Some(n) if *n > k => *n -= k,
+            Some(n) => {
+                debug_assert_eq!(*n, k, "releasing more write backs at {lsn} than held");
+                self.held.remove(&lsn);
+            }
+            None => debug_assert!(false, "releasing a write back at {lsn} never held"),
+        }
+    }
+
+    /// Completed write backs at `lsns` wait for a flush covering `mark` (`FlushClock::mark`).
+    pub fn defer(&mut self, mark: u64, mut lsns: Vec<Lsn>) {
+        if lsns.is_empty() {
+            return;
+        }
+        lsns.sort_unstable();
+        let mut counted: Vec<(Lsn, u32)> = Vec::new();
+        for lsn in lsns {
+            match counted.last_mut() {
+                Some((l, n)) if *l == lsn => *n += 1,
+                _ => counted.push((lsn, 1)),
+            }
+        }
+        self.awaiting.push_back((mark, counted));
+    }
+
+    /// The tail once a flush with ticket `upto` has completed: deferred write backs it covers
+    /// (marked at most `upto`) no longer hold it. For a record ordered after that flush.
+    pub fn min_lsn_after_flush(&self, upto: u64) -> Option<Lsn> {
+        let mut covered: BTreeMap<Lsn, u32> = BTreeMap::new();
+        for (_, lsns) in self.awaiting.iter().take_while(|(mark, _)| *mark <= upto) {
+            for &(lsn, n) in lsns {
+                *covered.entry(lsn).or_default() += n;
+            }
+        }
+        let held = self
+            .held
+            .iter()
+            .find(|&(lsn, &n)| covered.get(lsn).copied().unwrap_or(0) < n)
+            .map(|(&lsn, _)| lsn);
+        let first = self.batches.first_key_value().map(|(&lsn, _)| lsn);
+        match (first, held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether write backs wait for a flush.
+    pub fn has_awaiting(&self) -> bool {
+        !self.awaiting.is_empty()
+    }
+
+    /// Releases the deferred write backs a completed flush covered; returns whether any.
+    pub fn publish_stable(&mut self, clock: &FlushClock) -> bool {
+        let mut any = false;
+        // Marks only grow (pushers are serialised, each marks after its writes).
+        while let Some((mark, _)) = self.awaiting.front() {
+            if !clock.is_stable(*mark) {
+                break;
+            }
+            if let Some((_, lsns)) = self.awaiting.pop_front() {
+                for (lsn, n) in lsns {
+                    self.release_n(lsn, n);
+                }
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Releases every deferred write back: a flush that started after them all completed.
+    fn publish_all(&mut self) {
+        while let Some((_, lsns)) = self.awaiting.pop_front() {
+            for (lsn, n) in lsns {
+                self.release_n(lsn, n);
+            }
+        }
     }
 
     /// Inserts an item at `lsn`, or moves it there; an item only moves forward (tests: the
@@ -90,7 +220,7 @@ impl Ail {
                 assert!(old <= lsn, "AIL item {key} moving back from {old} to {lsn}");
             }
         }
-        let Self { batches, place } = self;
+        let Self { batches, place, .. } = self;
         for item in &items {
             let key = item.key();
             if let Some(&(old, slot)) = place.get(&key) {
@@ -149,9 +279,10 @@ impl Ail {
 
     /// Prepares the write backs of `entries` still in the AIL at the same LSN (an entry that
     /// moved was relogged by a newer checkpoint and stays). Pinned or locked items are skipped
-    /// (and counted); they stay in the AIL.
+    /// (and counted); they stay in the AIL. Each write holds the tail at its LSN until
+    /// `release` (`WritebackBatch::held`).
     pub fn prepare_batch(
-        &self,
+        &mut self,
         entries: &[(Lsn, ItemKey)],
         ctx: &WriteBackCtx,
         r: &mut AilPush,
@@ -166,6 +297,7 @@ impl Ail {
                     r.written += 1;
                     r.written_bytes += data.len() as u64;
                     b.writes.push((offset, data));
+                    b.held.push(k.0);
                 }
                 WriteBack::Stale => r.stale += 1,
                 WriteBack::Pinned => {
@@ -179,10 +311,13 @@ impl Ail {
                 WriteBack::Invalid { what } => {
                     // Nothing of this batch goes out: the journal shuts down.
                     b.invalid = Some((k.1, what));
-                    return b;
+                    break;
                 }
             }
             b.done.push(k);
+        }
+        for &lsn in &b.held {
+            self.hold(lsn);
         }
         b
     }
@@ -235,6 +370,8 @@ pub struct WritebackBatch {
     pub writes: Vec<(u64, AlignedBuf)>,
     /// Entries to remove once the writes completed.
     pub done: Vec<(Lsn, ItemKey)>,
+    /// The LSN of each write: held until `Ail::release`.
+    pub held: Vec<Lsn>,
     /// An item that failed its write check, and what failed: the batch is not written.
     pub invalid: Option<(ItemKey, String)>,
 }
@@ -278,23 +415,27 @@ impl WritebackIo {
 /// Writes back items with LSN below `target`, in block order, removing those written. The AIL
 /// lock is held only to prepare each batch and to remove its entries, so checkpoints can insert
 /// items and sample the tail while the batch is written; `io` serialises pushers. Adjacent
-/// blocks merge into one IO. An entry leaves the AIL (and the tail may move) only after its
-/// write completed.
+/// blocks merge into one IO. An entry leaves the AIL only after its write completed; the tail
+/// passes it as `publish` says.
 pub fn push(
     ail: &RankedMutex<Ail, { rank::AIL }>,
     io: &RankedMutex<WritebackIo, { rank::AIL_WRITEBACK }>,
     target: Lsn,
     dev: &dyn Device,
     ctx: &WriteBackCtx,
+    publish: Publish<'_>,
 ) -> Result<AilPush, PushError> {
     let mut io = io.lock();
     let mut r = AilPush::default();
     // Block order, not LSN order: every entry below the target must go before the tail can
     // pass it, and neighbouring blocks then merge into one IO.
     let entries = ail.lock().below(target);
+    let mut written: Vec<Lsn> = Vec::new();
     for chunk in entries.chunks(WRITEBACK_BATCH) {
         let b = ail.lock().prepare_batch(chunk, ctx, &mut r);
         if let Some((blkno, what)) = b.invalid {
+            // Nothing of the batch went out; the journal shuts down.
+            ail.lock().release(&b.held);
             return Err(PushError::Invalid { blkno, what });
         }
         let runs = merge_runs(b.writes);
@@ -303,7 +444,31 @@ pub fn push(
             WritebackIo::Threads(n) => write_threaded(dev, &runs, *n)?,
             WritebackIo::Queue { queue, depth } => write_queued(&mut **queue, *depth, runs)?,
         }
-        ail.lock().remove_written(&b.done);
+        let mut a = ail.lock();
+        a.remove_written(&b.done);
+        match publish {
+            Publish::Completed => a.release(&b.held),
+            Publish::Flushed | Publish::Deferred(_) => written.extend(b.held),
+        }
+    }
+    match publish {
+        Publish::Completed => {}
+        Publish::Flushed => {
+            if !written.is_empty() || ail.lock().has_awaiting() {
+                // Every write back released here completed before this flush started.
+                if dev.flush_reporting()? {
+                    r.flushes += 1;
+                }
+                let mut a = ail.lock();
+                a.publish_all();
+                a.release(&written);
+            }
+        }
+        Publish::Deferred(clock) => {
+            // Marked after the writes completed: a flush ticketed from here on covers them.
+            let mark = clock.mark();
+            ail.lock().defer(mark, written);
+        }
     }
     Ok(r)
 }
@@ -509,6 +674,7 @@ mod tests {
             lsn(40),
             &dev,
             &WriteBackCtx::default(),
+            Publish::Completed,
         )
         .unwrap();
         assert_eq!((r.written, r.pinned), (5, 1));
@@ -525,6 +691,99 @@ mod tests {
         assert_eq!(ail.min_lsn(), Some(lsn(1)));
     }
 
+    /// Deferred write back leaves the AIL but holds the tail where it was until a flush that
+    /// started after it completed; a flush that started before does not count, and a record
+    /// ordered after a later flush may carry the tail past it.
+    #[test]
+    fn deferred_write_back_holds_the_tail_until_a_later_flush_completes() {
+        let dev = SimDevice::new(64 * BS as u64, 1);
+        let ail = RankedMutex::new(Ail::default());
+        ail.lock().insert(block(3, 3, 0), lsn(8));
+        ail.lock().insert(block(4, 4, 0), lsn(16));
+        let io = RankedMutex::new(WritebackIo::Sync);
+        let clock = FlushClock::default();
+        let early = clock.ticket();
+        let ctx = WriteBackCtx::default();
+        let r = push(&ail, &io, lsn(12), &dev, &ctx, Publish::Deferred(&clock)).unwrap();
+        assert_eq!((r.written, r.flushes), (1, 0));
+        assert_eq!(dev.volatile_writes(), 1);
+        assert_eq!(ail.lock().len(), 1);
+        assert_eq!(
+            ail.lock().min_lsn(),
+            Some(lsn(8)),
+            "the tail moved unflushed"
+        );
+        // Not written twice while it waits.
+        let r = push(&ail, &io, lsn(12), &dev, &ctx, Publish::Deferred(&clock)).unwrap();
+        assert_eq!(r.written, 0);
+        clock.completed(early);
+        assert!(!ail.lock().publish_stable(&clock));
+        assert_eq!(ail.lock().min_lsn(), Some(lsn(8)));
+        let t = clock.ticket();
+        assert_eq!(ail.lock().min_lsn_after_flush(t), Some(lsn(16)));
+        assert_eq!(ail.lock().min_lsn_after_flush(early), Some(lsn(8)));
+        dev.flush().unwrap();
+        clock.completed(t);
+        assert!(ail.lock().publish_stable(&clock));
+        assert_eq!(ail.lock().min_lsn(), Some(lsn(16)));
+    }
+
+    /// Sees, at every flush, the tail the AIL then reports.
+    #[derive(Debug)]
+    struct TailAtFlush {
+        inner: SimDevice,
+        ail: Arc<RankedMutex<Ail, { rank::AIL }>>,
+        seen: parking_lot::Mutex<Vec<(Option<Lsn>, usize)>>,
+    }
+
+    impl Device for TailAtFlush {
+        fn read(&self, offset: u64, buf: &mut [u8]) -> cilfs_device::Result<()> {
+            self.inner.read(offset, buf)
+        }
+        fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> cilfs_device::Result<()> {
+            self.inner.write(offset, buf, flags)
+        }
+        fn flush(&self) -> cilfs_device::Result<()> {
+            self.flush_reporting().map(drop)
+        }
+        fn flush_reporting(&self) -> cilfs_device::Result<bool> {
+            let tail = self.ail.lock().min_lsn();
+            self.seen.lock().push((tail, self.inner.volatile_writes()));
+            self.inner.flush_reporting()
+        }
+        fn len(&self) -> u64 {
+            self.inner.len()
+        }
+        fn stats(&self) -> cilfs_device::IoStats {
+            self.inner.stats()
+        }
+    }
+
+    /// A push that publishes after its own flush: when the flush is issued the tail is still
+    /// held below the write back it covers (and that of an earlier deferred push); once the push
+    /// returns the tail has moved and nothing is volatile.
+    #[test]
+    fn flushed_write_back_moves_the_tail_only_after_its_flush() {
+        let ail = Arc::new(RankedMutex::new(Ail::default()));
+        let dev = TailAtFlush {
+            inner: SimDevice::new(64 * BS as u64, 1),
+            ail: Arc::clone(&ail),
+            seen: parking_lot::Mutex::new(Vec::new()),
+        };
+        for (b, l) in [(3, 8), (4, 16), (5, 24)] {
+            ail.lock().insert(block(b, b as u8, 0), lsn(l));
+        }
+        let io = RankedMutex::new(WritebackIo::Sync);
+        let clock = FlushClock::default();
+        let ctx = WriteBackCtx::default();
+        push(&ail, &io, lsn(12), &dev, &ctx, Publish::Deferred(&clock)).unwrap();
+        let r = push(&ail, &io, lsn(20), &dev, &ctx, Publish::Flushed).unwrap();
+        assert_eq!((r.written, r.flushes), (1, 1));
+        assert_eq!(*dev.seen.lock(), vec![(Some(lsn(8)), 2)]);
+        assert_eq!(dev.inner.volatile_writes(), 0);
+        assert_eq!(ail.lock().min_lsn(), Some(lsn(24)));
+    }
+
     #[test]
     fn an_entry_that_moved_during_its_write_back_stays() {
         let mut ail = Ail::default();
@@ -537,12 +796,17 @@ mod tests {
         // A newer checkpoint relogged the item and completed while the old image was written.
         ail.insert(item, lsn(24));
         ail.remove_written(&batch.done);
+        // The write back holds the tail at its LSN until let go.
+        assert_eq!(ail.min_lsn(), Some(lsn(8)));
+        ail.release(&batch.held);
         assert_eq!(ail.len(), 1);
         assert_eq!(ail.min_lsn(), Some(lsn(24)));
         // Once its new image is written back, it goes.
         let snapshot = ail.below(Lsn::from_raw(u64::MAX));
         let batch = ail.prepare_batch(&snapshot, &WriteBackCtx::default(), &mut r);
         ail.remove_written(&batch.done);
+        assert!(!ail.is_empty(), "held by its write back");
+        ail.release(&batch.held);
         assert!(ail.is_empty());
     }
 
@@ -570,6 +834,7 @@ mod tests {
             Lsn::from_raw(u64::MAX),
             &dev,
             &WriteBackCtx::default(),
+            Publish::Completed,
         )
         .unwrap();
         assert_eq!(r.written, blocks.len() as u64);
@@ -672,6 +937,7 @@ mod tests {
         let batch = ail.prepare_batch(&left, &WriteBackCtx::default(), &mut r);
         assert_eq!(r.written, 200);
         ail.remove_written(&batch.done);
+        ail.release(&batch.held);
         assert_eq!(ail.min_lsn(), Some(lsn(16)));
         assert_eq!(ail.len(), 800);
     }
@@ -772,6 +1038,7 @@ mod tests {
             Lsn::from_raw(u64::MAX),
             &dev,
             &WriteBackCtx::default(),
+            Publish::Completed,
         )
         .unwrap();
         assert_eq!(r.written, 1500);

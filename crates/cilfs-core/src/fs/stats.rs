@@ -162,6 +162,8 @@ impl super::Fs {
             ("cil_blocked_commits", j.cil_blocked_commits),
             ("ail_len", j.ail_len),
             ("ail_writeback_bytes", j.ail_writeback_bytes),
+            // Of the data device's flushes, those the AIL issued (ail flush policy).
+            ("ail_flushes", j.ail_flushes),
             ("items_logged", j.items_logged),
             ("covers", j.covers),
             ("cache_buffers", j.cache_buffers),

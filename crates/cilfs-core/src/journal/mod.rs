@@ -20,7 +20,7 @@ use crate::format::geometry::{write_superblock, Geometry, GeometryError};
 use crate::log::item::BlockCheck;
 use crate::log::recover::RecoveryError;
 use crate::log::writer::ConfigError;
-use crate::log::{LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
+use crate::log::{FlushClock, LogConfig, LogCounters, LogSpace, LogWriter, Lsn};
 use crate::trans::grant::GrantHead;
 use crate::trans::{Reservation, TransJournal};
 use crate::util::lockstat::LockWaits;
@@ -167,6 +167,9 @@ pub struct Journal {
     /// its context's charge.
     pub(crate) space_waits: LockWaits,
     pub(crate) writer: RankedMutex<LogWriter, { rank::WRITER }>,
+    /// The writer's clock of data-device flushes: the AIL publishes write back a flush of the
+    /// commit path covered (ail policy, `ail::Publish::Deferred`).
+    pub(crate) flush_clock: Arc<FlushClock>,
     pub(crate) space: RankedMutex<SpaceState, { rank::SPACE }>,
     /// The highest checkpoint sequence that is stable (or was empty). Stored under `space`'s
     /// lock (`set_completed_seq`), so that a waiter on `checkpoint_done` misses no change;
@@ -753,5 +756,7 @@ impl TransJournal for Journal {
     }
 }
 
+#[cfg(test)]
+mod flush_order_tests;
 #[cfg(test)]
 mod tests;

@@ -183,6 +183,7 @@ impl Journal {
             buf_waits: LockWaits::new("buffer"),
             cil_waits: LockWaits::new("cil"),
             space_waits: LockWaits::new("log space"),
+            flush_clock: writer.flush_clock(),
             writer: RankedMutex::new(writer),
             space: RankedMutex::new(SpaceState {
                 cil_charged: 0,

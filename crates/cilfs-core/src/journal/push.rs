@@ -350,8 +350,16 @@ impl Journal {
             let written = writer.write_checkpoint_async(
                 ctx.seq,
                 images.iter(),
-                |start| {
-                    let tail = self.ail.lock().min_lsn().unwrap_or(start).min(start);
+                |start, flush| {
+                    // Deferred write back that a completed flush covered (or the flush this
+                    // record is ordered after will) no longer holds the tail (ail policy).
+                    let upto = flush.unwrap_or(0).max(self.flush_clock.completed_upto());
+                    let tail = self
+                        .ail
+                        .lock()
+                        .min_lsn_after_flush(upto)
+                        .unwrap_or(start)
+                        .min(start);
                     floor.map_or(tail, |f| tail.min(f))
                 },
                 &mut || {
@@ -396,6 +404,11 @@ impl Journal {
         self.extra
             .items_logged
             .fetch_add(f.nitems, Ordering::Relaxed);
+        // Its commit record was ordered after this flush of the data device, complete now:
+        // write back done before it may let the tail go (ail policy, `ail_push_ahead`).
+        if let Some(ticket) = f.written.data_flush {
+            self.flush_clock.completed(ticket);
+        }
         {
             // Unpinned and moved under one hold of the AIL lock, under which the AIL thread
             // looks at pins (`Ail::prepare_batch`): it sees them pinned where they were, or

@@ -1,11 +1,13 @@
 //! Log space: FIFO reservations, and making space by writing the AIL back and moving the tail.
 //!
 //! Rule 1 of docs/journal.md: log space is reused only behind `safe_tail`, a tail sampled before a
-//! completed data-device flush, so metadata written back from that space is stable first.
+//! completed data-device flush (reduced, legacy) or published by the AIL only once a flush
+//! covered its write back (ail), so metadata written back from that space is stable first.
 
 use super::{Journal, JournalError, SpaceState};
-use crate::ail::{self, AilPush};
+use crate::ail::{self, AilPush, Publish};
 use crate::log::item::WriteBackCtx;
+use crate::log::FlushPolicy;
 use crate::log::Lsn;
 use crate::trans::grant::ReserveError;
 use std::sync::atomic::Ordering;
@@ -122,7 +124,8 @@ impl Journal {
         let r = self.write_back_ail(target)?;
         let cil_has_items = !self.cil.is_empty();
         if r.pinned > 0 || cil_has_items {
-            // A push samples the tail and flushes the data device before it writes.
+            // A push samples the tail and flushes the data device before it writes (or, under
+            // the ail policy, finds the tail already flushed).
             let seq = self.current_seq();
             self.push(seq)?;
             return Ok(true);
@@ -186,6 +189,8 @@ impl Journal {
     /// as xfsaild forces the log when it meets pinned items: only their checkpoint can move
     /// them. Under memory pressure everything unpinned is written back.
     pub(crate) fn ail_push_ahead(&self) -> Result<(), JournalError> {
+        // Write back that a commit's flush has covered since lets the tail go first.
+        self.ail.lock().publish_stable(&self.flush_clock);
         if self.ahead_paused.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -197,7 +202,13 @@ impl Journal {
         } else {
             return Ok(());
         };
-        let r = self.write_back_ail(target)?;
+        // Ahead of need the ail policy waits for the commit path's next flush to cover this
+        // write back (the tail lags a checkpoint behind), rather than flush for it now.
+        let publish = match self.cfg.log.policy {
+            FlushPolicy::AilFlush => Publish::Deferred(&self.flush_clock),
+            FlushPolicy::Reduced | FlushPolicy::Legacy => Publish::Completed,
+        };
+        let r = self.write_back_ail_publishing(target, publish)?;
         self.cache.trim();
         if r.pinned > 0 {
             self.request_push(self.current_seq());
@@ -206,17 +217,41 @@ impl Journal {
     }
 
     /// Writes back AIL items below `target` (see `ail::push`) and counts the bytes; an IO error
-    /// shuts the journal down.
+    /// shuts the journal down. The tail may pass what it wrote back when it returns: under the
+    /// ail policy after a data-device flush (which also publishes deferred write back), as the
+    /// callers need space (relief) or an empty AIL (cover, unmount, freeze) now.
     pub(crate) fn write_back_ail(&self, target: Lsn) -> Result<AilPush, JournalError> {
+        let publish = match self.cfg.log.policy {
+            FlushPolicy::AilFlush => Publish::Flushed,
+            FlushPolicy::Reduced | FlushPolicy::Legacy => Publish::Completed,
+        };
+        self.write_back_ail_publishing(target, publish)
+    }
+
+    fn write_back_ail_publishing(
+        &self,
+        target: Lsn,
+        publish: Publish<'_>,
+    ) -> Result<AilPush, JournalError> {
         let ctx = WriteBackCtx {
             uuid: self.geo.sb.uuid,
             checks: self.block_checks.read().clone(),
         };
-        match ail::push(&self.ail, &self.ail_writeback, target, &*self.data, &ctx) {
+        match ail::push(
+            &self.ail,
+            &self.ail_writeback,
+            target,
+            &*self.data,
+            &ctx,
+            publish,
+        ) {
             Ok(r) => {
                 self.extra
                     .ail_writeback_bytes
                     .fetch_add(r.written_bytes, Ordering::Relaxed);
+                self.extra
+                    .ail_flushes
+                    .fetch_add(r.flushes, Ordering::Relaxed);
                 Ok(r)
             }
             Err(ail::PushError::Device(e)) => self.shut_down(e),

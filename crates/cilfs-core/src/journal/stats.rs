@@ -11,6 +11,7 @@ pub(crate) struct ExtraCounters {
     pub cil_bytes_max: crate::util::counter::Padded,
     pub cil_blocked_commits: AtomicU64,
     pub ail_writeback_bytes: AtomicU64,
+    pub ail_flushes: AtomicU64,
     pub items_logged: AtomicU64,
     pub tail_records: AtomicU64,
     pub relief_passes: AtomicU64,
@@ -35,6 +36,9 @@ pub struct JournalStats {
     pub cil_bytes_max: u64,
     pub cil_blocked_commits: u64,
     pub ail_writeback_bytes: u64,
+    /// Data-device flushes the AIL issued itself before letting the tail pass its write back
+    /// (ail policy): the rest of the device's flushes are the commit path's (and fsync's).
+    pub ail_flushes: u64,
     pub ail_len: u64,
     /// Item images written in checkpoints (a relogged item counts once per checkpoint).
     pub items_logged: u64,
@@ -66,6 +70,7 @@ impl Journal {
             cil_bytes_max: l(&self.extra.cil_bytes_max.0),
             cil_blocked_commits: l(&self.extra.cil_blocked_commits),
             ail_writeback_bytes: l(&self.extra.ail_writeback_bytes),
+            ail_flushes: l(&self.extra.ail_flushes),
             ail_len: self.ail.lock().len() as u64,
             items_logged: l(&self.extra.items_logged),
             tail_records: l(&self.extra.tail_records),

@@ -7,7 +7,7 @@ use crate::log::FlushPolicy;
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{CrashOptions, SimDevice, Survival};
 
-const BS: u32 = 1024;
+pub(super) const BS: u32 = 1024;
 
 /// A tiny filesystem: 4 MiB data device with a 256 KiB internal log.
 fn tiny_layout(log_blocks: u64) -> Layout {
@@ -21,7 +21,7 @@ fn tiny_layout(log_blocks: u64) -> Layout {
     }
 }
 
-fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
+pub(super) fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
     JournalConfig {
         log: LogConfig {
             logbufs: 2,
@@ -37,13 +37,13 @@ fn tiny_cfg(policy: FlushPolicy) -> JournalConfig {
     }
 }
 
-fn fresh(seed: u64) -> Arc<SimDevice> {
+pub(super) fn fresh(seed: u64) -> Arc<SimDevice> {
     let dev = Arc::new(SimDevice::new(4096 * u64::from(BS), seed));
     write_filesystem(&*dev, None, &tiny_layout(256), &mut |_, _| {}).unwrap();
     dev
 }
 
-fn open(dev: &Arc<SimDevice>, policy: FlushPolicy) -> Arc<Journal> {
+pub(super) fn open(dev: &Arc<SimDevice>, policy: FlushPolicy) -> Arc<Journal> {
     Journal::open(dev.clone() as Arc<dyn Device>, None, tiny_cfg(policy)).unwrap()
 }
 
@@ -55,7 +55,7 @@ fn open_background(dev: &Arc<SimDevice>, tune: impl FnOnce(&mut JournalConfig)) 
     Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap()
 }
 
-fn write_block(j: &Journal, blkno: u64, byte: u8) -> u64 {
+pub(super) fn write_block(j: &Journal, blkno: u64, byte: u8) -> u64 {
     let mut tx = j.begin(Reservation::for_buffers(1, BS)).unwrap();
     let b = tx.buf(blkno).unwrap();
     tx.write(b, 100, &[byte; 200]);
@@ -226,7 +226,7 @@ fn log_wraps_many_times_and_recovers() {
 
 /// One forced checkpoint of 40 whole blocks (several iclogs): device stats before and after,
 /// and the iclogs written.
-fn forced_multi_iclog_checkpoint(
+pub(super) fn forced_multi_iclog_checkpoint(
     policy: FlushPolicy,
 ) -> (cilfs_device::IoStats, cilfs_device::IoStats, u64) {
     let dev = fresh(4);

@@ -10,7 +10,7 @@ pub mod stamp;
 pub mod writer;
 
 pub use lsn::{LogSpace, Lsn};
-pub use writer::{FlushPolicy, LogConfig, LogCounters, LogWriter};
+pub use writer::{FlushClock, FlushPolicy, LogConfig, LogCounters, LogWriter};
 
 #[cfg(test)]
 mod tests;

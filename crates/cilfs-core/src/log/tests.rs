@@ -93,7 +93,7 @@ proptest! {
         for (seq, ck) in sizes.iter().enumerate() {
             let items: Vec<Vec<u8>> = ck.iter().enumerate().map(|(i, &n)| item(i as u64 + 10, n, seq as u8)).collect();
             // The tail follows the head closely enough that the log never overruns itself.
-            let written = w.write_checkpoint(seq as u64 + 1, items.iter().map(|v| &v[..]), |head| head).unwrap();
+            let written = w.write_checkpoint(seq as u64 + 1, items.iter().map(|v| &v[..]), |head, _| head).unwrap();
             prop_assert!(written.start <= written.commit);
             expect.push(items);
         }
@@ -115,9 +115,10 @@ fn torn_last_record_is_discarded_and_earlier_ones_kept() {
     let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
     let mut w = writer(&dev, Lsn::new(1, 0), 1);
     let a = item(5, 3000, 1);
-    w.write_checkpoint(1, [&a[..]].into_iter(), |h| h).unwrap();
+    w.write_checkpoint(1, [&a[..]].into_iter(), |h, _| h)
+        .unwrap();
     let second = w.head();
-    w.write_checkpoint(2, [&a[..]].into_iter(), |_| Lsn::new(1, 0))
+    w.write_checkpoint(2, [&a[..]].into_iter(), |_, _| Lsn::new(1, 0))
         .unwrap();
     // Tear the second record: overwrite one of its payload sectors with old-cycle garbage.
     let mut s = [0u8; 512];
@@ -150,7 +151,7 @@ fn commit_op_at_every_position_near_an_iclog_boundary() {
             item(3, 4096, 3),
             item(4, last, 4),
         ];
-        w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
+        w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h, _| h)
             .unwrap();
         let region = region(&dev);
         let scan = scan_log(&region, 4096).unwrap_or_else(|e| panic!("room {room}: {e}"));
@@ -182,7 +183,7 @@ proptest! {
         let mut last_items = Vec::new();
         for (seq, ck) in sizes.iter().enumerate() {
             let items: Vec<Vec<u8>> = ck.iter().enumerate().map(|(i, &n)| item(i as u64 + 10, n, seq as u8)).collect();
-            w.write_checkpoint(seq as u64 + 1, items.iter().map(|v| &v[..]), |head| head).unwrap();
+            w.write_checkpoint(seq as u64 + 1, items.iter().map(|v| &v[..]), |head, _| head).unwrap();
             last_items = items;
         }
         let head = w.head();
@@ -207,7 +208,7 @@ proptest! {
 fn queued_body_iclogs_merge() {
     let (sim, dev, mut w) = queued_writer();
     let items: Vec<Vec<u8>> = (0..40).map(|i| item(i, 4000, 1)).collect();
-    w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
+    w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h, _| h)
         .unwrap();
     drop(w);
     assert!(dev.merged.load(Ordering::SeqCst) > 0, "no merged write");
@@ -223,7 +224,7 @@ fn queued_body_iclogs_merge() {
 fn queued_pusher_takes_any_free_iclog() {
     let (sim, dev, mut w) = queued_writer_with(true);
     let items: Vec<Vec<u8>> = (0..40).map(|i| item(i, 4000, 7)).collect();
-    w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h| h)
+    w.write_checkpoint(1, items.iter().map(|v| &v[..]), |h, _| h)
         .unwrap();
     assert!(
         w.stats().iclog_writes > 8,
@@ -255,14 +256,16 @@ fn third_checkpoint_sampled(
     third_items: usize,
 ) -> (Vec<Lsn>, super::writer::Written, super::recover::LogScan) {
     let a = item(5, 1000, 1);
-    let first = w.write_checkpoint(1, [&a[..]].into_iter(), |h| h).unwrap();
+    let first = w
+        .write_checkpoint(1, [&a[..]].into_iter(), |h, _| h)
+        .unwrap();
     let second = w
-        .write_checkpoint(2, [&a[..]].into_iter(), |_| first.start)
+        .write_checkpoint(2, [&a[..]].into_iter(), |_, _| first.start)
         .unwrap();
     let items: Vec<Vec<u8>> = (0..third_items as u64).map(|i| item(i, 4000, 3)).collect();
     let mut calls = Vec::new();
     let written = w
-        .write_checkpoint(3, items.iter().map(|v| &v[..]), |bound| {
+        .write_checkpoint(3, items.iter().map(|v| &v[..]), |bound, _| {
             calls.push(bound);
             if calls.len() == 1 {
                 first.start
@@ -409,13 +412,13 @@ fn a_block_written_back_during_a_body_survives_a_crash_after_its_commit() {
             let mut w = log_writer(log_dev, data_dev, external, 2, policy);
             let block = encode_buf_item(DATA_BLOCK, false, None, &[0xAB; 4096], &[(0, 4096)]);
             let first = w
-                .write_checkpoint(1, [&block[..]].into_iter(), |h| h)
+                .write_checkpoint(1, [&block[..]].into_iter(), |h, _| h)
                 .unwrap();
             hooked.armed.store(true, Ordering::SeqCst);
             let others: Vec<Vec<u8>> = (0..10).map(|i| item(200 + i, 4000, 3)).collect();
             // The block leaves the AIL once written back: the tail is then this checkpoint's
             // start (nothing older is needed); before, the block's checkpoint holds it.
-            w.write_checkpoint(2, others.iter().map(|v| &v[..]), |start| {
+            w.write_checkpoint(2, others.iter().map(|v| &v[..]), |start, _| {
                 if written_back.load(Ordering::SeqCst) {
                     start
                 } else {

@@ -38,7 +38,7 @@ pub struct FsArgs {
     /// Crash points to check
     #[arg(long, default_value_t = 2000)]
     points: usize,
-    /// Flush policy of the log
+    /// Flush policy of the log: reduced, legacy or ail
     #[arg(long, default_value = "reduced")]
     policy: FlushPolicy,
     /// Data ordering: ordered or writeback
@@ -57,7 +57,7 @@ pub struct JournalArgs {
     /// Crash points to check
     #[arg(long, default_value_t = 2000)]
     points: usize,
-    /// Flush policy of the log
+    /// Flush policy of the log: reduced, legacy or ail
     #[arg(long, default_value = "reduced")]
     policy: FlushPolicy,
     /// Put the log on its own simulated device

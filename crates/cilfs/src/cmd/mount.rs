@@ -23,7 +23,7 @@ pub struct Args {
     /// Directory to mount on
     dir: PathBuf,
     /// Mount options, comma separated: logbufs=2..8, logbsize=16k..256k, logdev=PATH,
-    /// flush=reduced|legacy, iversion=lazy|eager, tsgran=1ms, data=ordered|writeback,
+    /// flush=reduced|legacy|ail, iversion=lazy|eager, tsgran=1ms, data=ordered|writeback,
     /// threads=N, cache=SIZE, writeback_cache, ro, allow_other, noatime|relatime|strictatime,
     /// nodiratime, lazytime, sync, dirsync, and mount(8)'s standard ones (see the README)
     #[arg(short = 'o')]

@@ -137,11 +137,10 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
             }
             "logdev" => o.logdev = Some(PathBuf::from(need()?)),
             "flush" => {
-                o.flush = match need()? {
-                    "reduced" => FlushPolicy::Reduced,
-                    "legacy" => FlushPolicy::Legacy,
-                    x => return Err(format!("flush={x}: use reduced or legacy")),
-                }
+                let x = need()?;
+                o.flush = x
+                    .parse()
+                    .map_err(|_| format!("flush={x}: use reduced, legacy or ail"))?;
             }
             "iversion" => {
                 o.iversion = match need()? {
@@ -345,6 +344,14 @@ mod tests {
             (o.tsgran_ns, o.data, o.threads, o.writeback_cache, o.ro),
             (100_000, DataMode::Writeback, 2, true, true)
         );
+        for (flush, policy) in [
+            ("reduced", FlushPolicy::Reduced),
+            ("legacy", FlushPolicy::Legacy),
+            ("ail", FlushPolicy::AilFlush),
+        ] {
+            let o = parse(&[format!("flush={flush}")]).expect("valid");
+            assert_eq!(o.flush, policy);
+        }
         for bad in [
             "logbufs=9",
             "logbsize=8k",

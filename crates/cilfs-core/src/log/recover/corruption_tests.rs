@@ -44,7 +44,7 @@ fn build(sizes: &[Vec<u16>]) -> Written {
                 )
             })
             .collect();
-        w.write_checkpoint(seq as u64 + 1, raw.iter(), |_| Lsn::new(1, 0))
+        w.write_checkpoint(seq as u64 + 1, raw.iter(), |_, _| Lsn::new(1, 0))
             .unwrap();
         let images = raw.iter().map(|r| decode_item(r, 4096).unwrap()).collect();
         checkpoints.push((images, u64::from(w.head().block())));

@@ -14,6 +14,17 @@ pub enum FlushPolicy {
     /// PREFLUSH+FUA on every iclog (and a data-device flush before each when the log is
     /// external), as XFS did before Linux 5.14.
     Legacy,
+    /// The tail's flush off the commit path: the AIL lets the tail pass what it wrote back
+    /// only once a data-device flush covered it (its own, or the commit path's since), so a
+    /// checkpoint flushes only to order its body and the file data before its commit record:
+    /// PREFLUSH+FUA on the commit iclog (on an external log, a data flush first), the PREFLUSH
+    /// elided where nothing is volatile.
+    AilFlush,
+}
+
+impl FlushPolicy {
+    /// Every policy, for tests and explorers that run each.
+    pub const ALL: [FlushPolicy; 3] = [Self::Reduced, Self::Legacy, Self::AilFlush];
 }
 
 impl std::str::FromStr for FlushPolicy {
@@ -22,7 +33,10 @@ impl std::str::FromStr for FlushPolicy {
         match s {
             "reduced" => Ok(Self::Reduced),
             "legacy" => Ok(Self::Legacy),
-            _ => Err(format!("flush policy '{s}': expected reduced or legacy")),
+            "ail" => Ok(Self::AilFlush),
+            _ => Err(format!(
+                "flush policy '{s}': expected reduced, legacy or ail"
+            )),
         }
     }
 }
@@ -32,6 +46,7 @@ impl std::fmt::Display for FlushPolicy {
         f.write_str(match self {
             Self::Reduced => "reduced",
             Self::Legacy => "legacy",
+            Self::AilFlush => "ail",
         })
     }
 }

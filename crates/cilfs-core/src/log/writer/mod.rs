@@ -9,18 +9,21 @@
 //! earlier iclog has completed, so its PREFLUSH covers them all. Without asynchronous IO (crash
 //! tests) each iclog is written synchronously, which keeps runs deterministic.
 //!
-//! The jobs are split: `config` (flush policy, ring size), `counters`, `io` (the two back ends
+//! The jobs are split: `config` (flush policy, ring size), `counters`, `flush_clock` (which
+//! data flushes completed since a point, for the AIL), `io` (the two back ends
 //! for body iclogs: the device's write queue and IO threads), `ring` (the iclog ring and the
 //! commit iclog in flight) and `records` (checkpoints and unmount records packed into iclogs).
 
 mod config;
 mod counters;
+mod flush_clock;
 mod io;
 mod records;
 mod ring;
 
 pub use config::{ConfigError, FlushPolicy, LogConfig};
 pub use counters::{LogCounters, LogStats};
+pub use flush_clock::FlushClock;
 
 use super::lsn::{LogSpace, Lsn};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
@@ -35,12 +38,16 @@ pub struct Written {
     /// LSN of the record holding the commit op.
     pub commit: Lsn,
     /// The tail the commit record carries: sampled before the start flush, or again before
-    /// the commit iclog's PREFLUSH where that flushes the data device (`write_checkpoint_async`).
+    /// the commit iclog's PREFLUSH where that flushes the data device (`write_checkpoint_async`);
+    /// under the ail policy, as the AIL publishes it, counting what the commit's flush covers.
     /// Either way a flush made it stable before the commit record.
     pub tail: Lsn,
     /// The tail the body records carry (the first sample): what recovery starts from if the
     /// commit record is lost, so the head must not have overrun it either.
     pub body_tail: Lsn,
+    /// The ail policy: the `FlushClock` ticket of the flush of the data device the commit
+    /// record was ordered after (its PREFLUSH on an internal log): complete once the checkpoint is.
+    pub data_flush: Option<u64>,
 }
 
 /// The record writer. Owned by the journal, used under its push lock.
@@ -71,6 +78,8 @@ pub struct LogWriter {
     /// time was a fresh allocation, its pages faulted in and zeroed by the kernel (a tenth of
     /// the pusher's time with two threads creating).
     commit_spare: Option<AlignedBuf>,
+    /// Tickets for the data-device flushes the commit path issues (ail policy).
+    flush_clock: Arc<FlushClock>,
 }
 
 /// Where a log lives: its device and region, and the data device its flushes must cover.
@@ -121,6 +130,7 @@ impl LogWriter {
             commit_in_flight: false,
             commit_reaped: None,
             commit_spare: None,
+            flush_clock: Arc::default(),
         }
     }
 
@@ -131,7 +141,9 @@ impl LogWriter {
     pub fn with_async_io(mut self) -> Self {
         if self.io.is_none() {
             let queue = match self.cfg.policy {
-                FlushPolicy::Reduced => self.log_dev.write_queue(self.ring.len()),
+                FlushPolicy::Reduced | FlushPolicy::AilFlush => {
+                    self.log_dev.write_queue(self.ring.len())
+                }
                 FlushPolicy::Legacy => None,
             };
             self.io = Some(match queue {
@@ -178,6 +190,11 @@ impl LogWriter {
 
     pub fn space(&self) -> LogSpace {
         self.space
+    }
+
+    /// The clock whose tickets this writer's data flushes take, shared with the AIL.
+    pub fn flush_clock(&self) -> Arc<FlushClock> {
+        Arc::clone(&self.flush_clock)
     }
 }
 
@@ -266,7 +283,7 @@ mod loom_tests {
             let items: Vec<Vec<u8>> = (0..9)
                 .map(|i| encode_buf_item(i, false, None, &data, &[(0, 4000)]))
                 .collect();
-            w.write_checkpoint(1, items.iter(), |h| h).unwrap();
+            w.write_checkpoint(1, items.iter(), |h, _| h).unwrap();
             assert!(
                 w.ring.iter().all(Option::is_some),
                 "a buffer never came back"

@@ -16,14 +16,24 @@ use std::sync::atomic::Ordering;
 impl LogWriter {
     /// Writes one checkpoint: start op, one op per item payload, commit op.
     ///
-    /// `sample_tail(start)` gives the tail to stamp, at most `start` (where the checkpoint's
-    /// first record goes). It is called before anything is written; with the reduced policy the
-    /// data device is then flushed, so the sampled tail is safe to stamp into every record and
+    /// `sample_tail(start, flush)` gives the tail to stamp, at most `start` (where the
+    /// checkpoint's first record goes); `flush`, when given, is the `FlushClock` ticket of a
+    /// data-device flush that completes before the record carrying the tail is written (the
+    /// ail policy's commit record), so write back it covers need not hold the tail. It is
+    /// called before anything is written; with the reduced policy the data device is then
+    /// flushed, so the sampled tail is safe to stamp into every record and
     /// everything written back before the sample (and all ordered data) is stable before the
     /// first iclog goes out. It is called again for a commit iclog whose PREFLUSH covers the
     /// data device (internal log, or legacy on an external one): the commit record carries that
     /// fresher tail, which the flush makes safe as XFS's tail-sampling rule does, and the
     /// returned `Written::tail` is the one it carries.
+    ///
+    /// With the ail policy nothing is flushed before the body: the AIL's tail never passes
+    /// write back no flush has covered yet (`ail::Publish`), so any sample is safe to stamp,
+    /// and the commit record always carries a fresh one. The commit iclog goes PREFLUSH+FUA,
+    /// which orders the body and the file data written before the commit (docs/journal.md
+    /// section 7) before the commit record; on an external log the data device is flushed
+    /// first instead, and a one-iclog checkpoint needs FUA alone there.
     ///
     /// Owned images are dropped as soon as they are packed, so the memory of a checkpoint being
     /// written shrinks while the next context fills.
@@ -31,7 +41,7 @@ impl LogWriter {
         &mut self,
         seq: u64,
         items: I,
-        sample_tail: impl FnMut(Lsn) -> Lsn,
+        sample_tail: impl FnMut(Lsn, Option<u64>) -> Lsn,
     ) -> Result<Written, DeviceError>
     where
         I: ExactSizeIterator,
@@ -56,14 +66,14 @@ impl LogWriter {
         &mut self,
         seq: u64,
         items: I,
-        mut sample_tail: impl FnMut(Lsn) -> Lsn,
+        mut sample_tail: impl FnMut(Lsn, Option<u64>) -> Lsn,
         prior_stable: &mut dyn FnMut() -> bool,
     ) -> Result<Written, DeviceError>
     where
         I: ExactSizeIterator,
         I::Item: AsRef<[u8]>,
     {
-        let body_tail = sample_tail(self.head);
+        let body_tail = sample_tail(self.head, None);
         if self.cfg.policy == FlushPolicy::Reduced {
             self.data_dev.flush()?;
         }
@@ -77,13 +87,14 @@ impl LogWriter {
             w.op(seq, OpKind::Item, item.as_ref())?;
         }
         w.op(seq, OpKind::Commit, &count.to_le_bytes())?;
-        let (start, commit, tail) = w.finish()?;
+        let (start, commit, tail, data_flush) = w.finish()?;
         self.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(Written {
             start,
             commit,
             tail,
             body_tail,
+            data_flush,
         })
     }
 
@@ -96,7 +107,7 @@ impl LogWriter {
         let mut w = RecordStream::new(self, tail);
         w.force_flags = true;
         w.op(0, OpKind::Unmount, &[])?;
-        let (lsn, _, _) = w.finish()?;
+        let (lsn, _, _, _) = w.finish()?;
         self.counters
             .unmount_records
             .fetch_add(1, Ordering::Relaxed);
@@ -237,7 +248,9 @@ struct RecordStream<'w> {
     /// Told when the previous checkpoint's commit iclog completed (`write_checkpoint_async`).
     prior_stable: Option<&'w mut dyn FnMut() -> bool>,
     /// Samples the tail again for a commit iclog whose PREFLUSH covers the data device.
-    resample_tail: Option<&'w mut dyn FnMut(Lsn) -> Lsn>,
+    resample_tail: Option<&'w mut dyn FnMut(Lsn, Option<u64>) -> Lsn>,
+    /// The ail policy: the ticket of the data flush the commit record was ordered after.
+    data_flush: Option<u64>,
 }
 
 impl<'w> RecordStream<'w> {
@@ -255,6 +268,7 @@ impl<'w> RecordStream<'w> {
             force_flags: false,
             prior_stable: None,
             resample_tail: None,
+            data_flush: None,
         }
     }
 
@@ -306,14 +320,18 @@ impl<'w> RecordStream<'w> {
     /// Writes the current iclog; `last` marks the one holding the commit (or unmount) op.
     fn emit(&mut self, last: bool) -> Result<(), DeviceError> {
         let policy = self.w.cfg.policy;
+        let ail_flush = policy == FlushPolicy::AilFlush && !self.force_flags;
         let flags = if self.force_flags || policy == FlushPolicy::Legacy {
             WriteFlags::PREFLUSH | WriteFlags::FUA
         } else if !last {
             WriteFlags::NONE
-        } else if self.records == 0 {
-            // Start and commit share this iclog; the pre-checkpoint flush covered the rest.
+        } else if self.records == 0 && (policy == FlushPolicy::Reduced || self.w.external) {
+            // Start and commit share this iclog. Reduced: the pre-checkpoint flush covered the
+            // rest. Ail on an external log: the data flush below orders the file data.
             WriteFlags::FUA
         } else {
+            // Ail on an internal log, one iclog: the PREFLUSH orders file data written since
+            // the last flush, and is elided when there is none.
             WriteFlags::PREFLUSH | WriteFlags::FUA
         };
         if last {
@@ -325,9 +343,21 @@ impl<'w> RecordStream<'w> {
             // device before each flagged write to an external log): the commit record may
             // carry the tail as it is now, so that space frees one checkpoint sooner.
             let covers_data = !self.w.external || policy == FlushPolicy::Legacy;
-            if flags.contains(WriteFlags::PREFLUSH) && covers_data {
+            if ail_flush {
+                // Ail: the commit record is ordered after a flush of the data device (its
+                // own PREFLUSH, or on an external log a flush here), whose ticket lets the AIL
+                // publish what it wrote back before it (`FlushClock`).
+                let ticket = self.w.flush_clock.ticket();
+                if self.w.external {
+                    self.w.data_dev.flush()?;
+                    self.w.flush_clock.completed(ticket);
+                }
+                self.data_flush = Some(ticket);
+            }
+            // The ail policy's tail is safe to stamp whenever it is sampled.
+            if (flags.contains(WriteFlags::PREFLUSH) && covers_data) || ail_flush {
                 if let Some(sample) = self.resample_tail.take() {
-                    let fresh = sample(self.first.unwrap_or(self.w.head));
+                    let fresh = sample(self.first.unwrap_or(self.w.head), self.data_flush);
                     debug_assert!(fresh >= self.tail, "tail {fresh} behind {}", self.tail);
                     self.tail = self.tail.max(fresh);
                 }
@@ -363,11 +393,11 @@ impl<'w> RecordStream<'w> {
         Ok(())
     }
 
-    /// Writes the last iclog; returns the first and last record LSNs and the tail the last
-    /// one carries.
-    fn finish(mut self) -> Result<(Lsn, Lsn, Lsn), DeviceError> {
+    /// Writes the last iclog; returns the first and last record LSNs, the tail the last one
+    /// carries and the ticket of the data flush it was ordered after (ail policy).
+    fn finish(mut self) -> Result<(Lsn, Lsn, Lsn, Option<u64>), DeviceError> {
         let last = self.w.head;
         self.emit(true)?;
-        Ok((self.first.unwrap_or(last), last, self.tail))
+        Ok((self.first.unwrap_or(last), last, self.tail, self.data_flush))
     }
 }
