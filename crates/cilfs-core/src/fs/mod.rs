@@ -42,9 +42,14 @@ pub use stats::FsStats;
 /// whatever iclogs a mount picks (two of them are kept back, and the log must hold four rings
 /// of them).
 pub fn min_log_bytes(block_size: u32) -> u64 {
+    (largest_reservation_bytes(block_size) * 16).div_ceil(3)
+}
+
+/// The reservation the largest change on `block_size`-byte blocks needs
+/// (`posix::xattr::largest_change_buffers`).
+fn largest_reservation_bytes(block_size: u32) -> u64 {
     let buffers = posix::xattr::largest_change_buffers(block_size);
-    let unit = crate::trans::Reservation::for_buffers(buffers, block_size).unit_bytes;
-    (unit * 16).div_ceil(3)
+    crate::trans::Reservation::for_buffers(buffers, block_size).unit_bytes
 }
 
 use crate::journal::Journal;
@@ -346,10 +351,7 @@ impl Fs {
         let bs = journal.block_size();
         let (first, _) = journal.metadata_area();
         register_block_checks(&journal);
-        let largest = posix::xattr::largest_change_buffers(bs);
-        if crate::trans::Reservation::for_buffers(largest, bs).unit_bytes
-            > journal.max_reservation_bytes()
-        {
+        if largest_reservation_bytes(bs) > journal.max_reservation_bytes() {
             // A log made by an older mkfs on large blocks, or a small test log: an xattr
             // value too large for a reservation is refused (E2BIG), and any other change
             // that outgrew one would shut the journal down rather than overrun the tail.

@@ -122,14 +122,14 @@ impl Layout {
                 }
             }
             None => {
-                if log > fs_bytes / 2 && log_bytes.is_none() {
-                    // Only the smallest log large blocks need makes the default this large.
-                    return Err(LayoutError::SizeTooSmall {
-                        size: human(fs_bytes),
-                        min: human(2 * log),
-                    });
-                }
                 if log > fs_bytes / 2 {
+                    if log_bytes.is_none() {
+                        // Only the smallest log large blocks need makes the default this large.
+                        return Err(LayoutError::SizeTooSmall {
+                            size: human(fs_bytes),
+                            min: human(2 * log),
+                        });
+                    }
                     return Err(LayoutError::LogTooLarge {
                         log: human(log),
                         half: human(fs_bytes / 2),

@@ -372,13 +372,7 @@ impl<'j, J: TransJournal> Transaction<'j, J> {
     /// now if it is there (false if not), or waiting for it when `wait`.
     pub fn reserve(&mut self, r: Reservation, wait: bool) -> Result<bool, J::Error> {
         assert_eq!(self.unit, 0, "a transaction reserves log space once");
-        if wait {
-            self.journal.reserve(r.unit_bytes)?;
-        } else if !self.journal.try_reserve(r.unit_bytes)? {
-            return Ok(false);
-        }
-        self.unit = r.unit_bytes;
-        Ok(true)
+        self.reserve_more(r.unit_bytes, wait)
     }
 
     /// Adds `extra` bytes to what this transaction reserved: now if they are there (false if

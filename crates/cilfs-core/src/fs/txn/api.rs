@@ -194,10 +194,17 @@ impl<'a> FsTx<'a> {
         Ok(())
     }
 
-    /// The log space what this transaction logged needs: its buffers so far and the header it
-    /// writes late, each in full; or what it reserved at begin, if that is more.
+    /// The log space for what this transaction logged and `more` buffers besides: its
+    /// buffers and the header it writes late, each in full.
+    fn logged_reservation(&self, more: u64) -> Reservation {
+        let n = self.tx.logged_buffers() as u64 + 1 + more;
+        Reservation::for_buffers(n, self.bs as u32)
+    }
+
+    /// The log space what this transaction logged needs (`logged_reservation`), or what it
+    /// reserved at begin, if that is more.
     fn needed_reservation(&self) -> Reservation {
-        let need = Reservation::for_buffers(self.tx.logged_buffers() as u64 + 1, self.bs as u32);
+        let need = self.logged_reservation(0);
         if need.unit_bytes > self.reservation.unit_bytes {
             need
         } else {
@@ -210,9 +217,7 @@ impl<'a> FsTx<'a> {
     /// operation whose size depends on its input (an xattr value's blocks) asks before it
     /// logs them, and refuses what could never fit a small log.
     pub(crate) fn could_log(&self, more: u64) -> bool {
-        let n = self.tx.logged_buffers() as u64 + 1 + more;
-        Reservation::for_buffers(n, self.bs as u32).unit_bytes
-            <= self.tx.journal.max_reservation_bytes()
+        self.logged_reservation(more).unit_bytes <= self.tx.journal.max_reservation_bytes()
     }
 
     /// The buffers its reservation at begin covers: a loop that logs as it goes (freeing an
@@ -246,8 +251,7 @@ impl<'a> FsTx<'a> {
 
     /// Whether the log space it holds covers what it logged (checked before it reaches the CIL).
     fn covered(&self) -> bool {
-        Reservation::for_buffers(self.tx.logged_buffers() as u64 + 1, self.bs as u32).unit_bytes
-            <= self.tx.unit
+        self.logged_reservation(0).unit_bytes <= self.tx.unit
     }
 
     /// Whether what this optimistic transaction read was one state, as `cur` (the newest
