@@ -238,6 +238,18 @@ fn the_mount_helper_is_silent_about_sync_on_a_noloop_mount() {
     assert_ok("umount", &run("umount", &[s(&f.dir)]));
 }
 
+/// On the mount at `f`: file `name` written with its name and fsynced, the filesystem shut
+/// down with its log flushed (`xfs_io -x -c 'shutdown -f'`), and unmounted. The file's path.
+fn write_fsync_and_shut_down(f: &Fixture, name: &str) -> std::path::PathBuf {
+    let p = f.dir.join(name);
+    fs::write(&p, name).unwrap();
+    fs::File::open(&p).unwrap().sync_all().unwrap();
+    let out = run("xfs_io", &["-x", "-c", "shutdown -f", s(&f.dir)]);
+    assert_ok("xfs_io shutdown", &out);
+    assert_ok("umount", &run("umount", &[s(&f.dir)]));
+    p
+}
+
 /// A mount after a shutdown replays the log: the helper still prints nothing (xfstests
 /// compares the output of every mount after its shutdowns; XFS says it in the kernel log),
 /// while `cilfs mount` says it. What was fsynced before the shutdown is there.
@@ -247,22 +259,14 @@ fn the_mount_helper_is_silent_about_a_replayed_log() {
         return;
     };
     let f = Fixture::new();
-    let shut_down = |name: &str| {
-        let p = f.dir.join(name);
-        fs::write(&p, name).unwrap();
-        fs::File::open(&p).unwrap().sync_all().unwrap();
-        let out = run("xfs_io", &["-x", "-c", "shutdown -f", s(&f.dir)]);
-        assert_ok("xfs_io shutdown", &out);
-        assert_ok("umount", &run("umount", &[s(&f.dir)]));
-    };
     assert_ok("mount", &f.mount(""));
-    shut_down("one");
+    write_fsync_and_shut_down(&f, "one");
     let out = f.mount("");
     assert_ok("mount after the shutdown", &out);
     assert_eq!(text(&out.stdout), "");
     assert_eq!(text(&out.stderr), "");
     assert_eq!(fs::read(f.dir.join("one")).unwrap(), b"one");
-    shut_down("two");
+    write_fsync_and_shut_down(&f, "two");
     let out = cilfs(&["mount", s(&f.img), s(&f.dir)]);
     assert_ok("cilfs mount after the shutdown", &out);
     let said = text(&out.stdout) + &text(&out.stderr);
@@ -282,12 +286,7 @@ fn a_read_only_mount_after_a_shutdown_replays_the_log_first() {
     let f = Fixture::new();
     for (name, opts) in [("loop", ""), ("plain", "noloop")] {
         assert_ok("mount", &f.mount(opts));
-        let p = f.dir.join(name);
-        fs::write(&p, name).unwrap();
-        fs::File::open(&p).unwrap().sync_all().unwrap();
-        let out = run("xfs_io", &["-x", "-c", "shutdown -f", s(&f.dir)]);
-        assert_ok("xfs_io shutdown", &out);
-        assert_ok("umount", &run("umount", &[s(&f.dir)]));
+        let p = write_fsync_and_shut_down(&f, name);
         let ro = if opts.is_empty() {
             "ro".to_string()
         } else {

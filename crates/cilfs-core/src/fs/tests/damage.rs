@@ -136,6 +136,19 @@ fn with_a_kept_file(seed: u64) -> (Arc<SimDevice>, Arc<Fs>, u64) {
     (dev, fs, f)
 }
 
+/// A filesystem with two empty files, `a` and `b`: the device, the mount and their inodes.
+fn with_two_files(seed: u64) -> (Arc<SimDevice>, Arc<Fs>, u64, u64) {
+    let dev = new_dev(seed);
+    let fs = mount(&dev, FsOptions::default());
+    let file = |name: &[u8]| {
+        fs.mknod(Cred::ROOT, ROOT_INO, name, 0o100_644, 0)
+            .unwrap()
+            .ino
+    };
+    let (a, b) = (file(b"a"), file(b"b"));
+    (dev, fs, a, b)
+}
+
 /// The header's next inode number at 2^64-1 (valid CRC): creates fail as corrupt instead of
 /// wrapping round onto the root, everything else keeps working, and check reports it.
 #[test]
@@ -195,16 +208,7 @@ fn a_next_inode_number_behind_the_live_ones_never_overwrites_an_inode() {
 /// whoever needs it (`getattr`, and a write when `write_too`), the other works, and check
 /// reports a problem containing `found`.
 fn one_of_two_inodes_damaged(seed: u64, damage: fn(&mut Inode), write_too: bool, found: &str) {
-    let dev = new_dev(seed);
-    let fs = mount(&dev, FsOptions::default());
-    let (a, b) = (
-        fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
-            .unwrap()
-            .ino,
-        fs.mknod(Cred::ROOT, ROOT_INO, b"b", 0o100_644, 0)
-            .unwrap()
-            .ino,
-    );
+    let (dev, fs, a, b) = with_two_files(seed);
     damage_committed(&fs, &|t| {
         let k = tree::keys::key(a, tree::keys::KIND_INODE, 0);
         let mut i =
@@ -337,16 +341,7 @@ fn a_time_past_its_last_nanosecond_is_corrupt_and_found() {
 #[test]
 fn a_remote_xattr_value_of_more_blocks_than_its_length_is_corrupt_and_found() {
     use crate::fs::items::xattr::{self, Value};
-    let dev = new_dev(505);
-    let fs = mount(&dev, FsOptions::default());
-    let (a, b) = (
-        fs.mknod(Cred::ROOT, ROOT_INO, b"a", 0o100_644, 0)
-            .unwrap()
-            .ino,
-        fs.mknod(Cred::ROOT, ROOT_INO, b"b", 0o100_644, 0)
-            .unwrap()
-            .ino,
-    );
+    let (dev, fs, a, b) = with_two_files(505);
     fs.write(Cred::ROOT, b, 0, &[7; 20_000]).unwrap();
     let value = vec![0x42; 3000];
     fs.setxattr(a, b"user.big", &value, types::XattrFlags::default())
