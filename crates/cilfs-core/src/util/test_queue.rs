@@ -97,7 +97,8 @@ struct LateQueue {
     merged: Arc<AtomicUsize>,
     queued: Vec<(u64, Vec<QueuedBuf>)>,
     /// Without waiting, completes every write but the oldest (which stays in flight until the
-    /// writer waits): a free iclog exists although the next one in ring order is busy.
+    /// writer waits): a free iclog exists although the next one in ring order is busy. A wait
+    /// completes only the newest write.
     oldest_last: bool,
     /// Passed by a writer that waited, once its writes have landed.
     waited: Arc<Hold>,
@@ -144,8 +145,15 @@ impl WriteQueue for LateQueue {
 
     fn complete(&mut self, wait: bool) -> cilfs_device::Result<Vec<QueuedWrite>> {
         match (wait, self.oldest_last) {
-            (true, _) => {
+            (true, false) => {
                 let done = self.complete_range(0);
+                self.waited.pass();
+                done
+            }
+            // Waiting, only the newest completes: a writer that needs an older write must
+            // wait again.
+            (true, true) => {
+                let done = self.complete_range(self.queued.len().saturating_sub(1));
                 self.waited.pass();
                 done
             }

@@ -196,6 +196,18 @@ impl LogWriter {
                     .map_err(|_| threads_gone(offset))?;
                 self.commit_in_flight = true;
             }
+            // A record wrapping past the end of the log is two writes; through the queue the
+            // iclog would come back with one of them, and the commit iclog that waits for its
+            // ring could go out before the other completed. Written here instead, once a lap.
+            (Some(io @ AsyncIo::Queue { .. }), false) if ios.len() > 1 => {
+                put_back(&mut self.ring, io.unplug())?;
+                let Some(buf) = self.ring[slot].as_ref() else {
+                    unreachable!("iclog {slot} in flight")
+                };
+                for (off, r) in ios {
+                    self.log_dev.write(off, &buf[r], flags)?;
+                }
+            }
             (Some(io), false) => {
                 debug_assert!(
                     flags == WriteFlags::NONE || matches!(io, AsyncIo::Threads(_)),

@@ -9,7 +9,7 @@ mod threads;
 pub(crate) use threads::{IoPool, Msg, IO_THREADS};
 
 use cilfs_device::{AlignedBuf, DeviceError, WriteFlags, WriteQueue};
-use queue::{submit_group, submit_wrapped, COPY_TAG, PLUG_MAX_ICLOGS};
+use queue::{submit_group, PLUG_MAX_ICLOGS};
 
 /// How body iclogs are written while the pusher fills the next.
 #[derive(Debug)]
@@ -40,10 +40,8 @@ impl AsyncIo {
     pub(crate) fn submit(&mut self, job: Job, may_hold: bool) -> Result<(), Returned> {
         match self {
             Self::Queue { queue, plugged } => {
-                if job.ios.len() != 1 {
-                    submit_group(&mut **queue, std::mem::take(plugged))?;
-                    return submit_wrapped(&mut **queue, job);
-                }
+                // The writer writes a wrapped record itself (`write_iclog`).
+                debug_assert_eq!(job.ios.len(), 1, "a wrapped record through the queue");
                 if !plugged.is_empty() && !merges(plugged, &job) {
                     submit_group(&mut **queue, std::mem::take(plugged))?;
                 }
@@ -77,7 +75,6 @@ impl AsyncIo {
             Self::Queue { queue, .. } => Ok(queue
                 .complete(wait)?
                 .into_iter()
-                .filter(|c| c.tag != COPY_TAG)
                 .map(|c| Done {
                     slot: c.tag as usize,
                     buf: c.buf,
