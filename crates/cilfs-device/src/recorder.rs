@@ -94,6 +94,32 @@ impl<D: Device> RecordingDevice<D> {
     fn record(&self, op: RecordedOp) {
         self.ops.lock().push(op);
     }
+
+    /// A write issued when `issued_at` operations had completed, completing now: for a caller
+    /// that holds an operation between its issue and its completion (latency).
+    pub fn write_issued(
+        &self,
+        issued_at: usize,
+        offset: u64,
+        buf: &[u8],
+        flags: WriteFlags,
+    ) -> Result<()> {
+        self.inner.write(offset, buf, flags)?;
+        self.record(RecordedOp::Write {
+            offset,
+            data: Arc::from(buf),
+            flags,
+            issued_at,
+        });
+        Ok(())
+    }
+
+    /// A flush issued when `issued_at` operations had completed, completing now.
+    pub fn flush_issued(&self, issued_at: usize) -> Result<()> {
+        self.inner.flush()?;
+        self.record(RecordedOp::Flush { issued_at });
+        Ok(())
+    }
 }
 
 fn replay(base: &SparseImage, ops: &[RecordedOp]) -> CacheModel {
@@ -127,22 +153,11 @@ impl<D: Device> Device for RecordingDevice<D> {
     }
 
     fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<()> {
-        let issued_at = self.op_count();
-        self.inner.write(offset, buf, flags)?;
-        self.record(RecordedOp::Write {
-            offset,
-            data: Arc::from(buf),
-            flags,
-            issued_at,
-        });
-        Ok(())
+        self.write_issued(self.op_count(), offset, buf, flags)
     }
 
     fn flush(&self) -> Result<()> {
-        let issued_at = self.op_count();
-        self.inner.flush()?;
-        self.record(RecordedOp::Flush { issued_at });
-        Ok(())
+        self.flush_issued(self.op_count())
     }
 
     fn len(&self) -> u64 {

@@ -3,7 +3,8 @@
 
 use cilfs_device::rng::SimRng;
 use cilfs_device::{
-    Device, IoStats, RecordingDevice, Result, SimDevice, SparseImage, Survival, WriteFlags,
+    Device, IoStats, QueuedBuf, QueuedWrite, RecordingDevice, Result, SimDevice, SparseImage,
+    Survival, WriteFlags, WriteQueue,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -11,9 +12,112 @@ use std::sync::Arc;
 /// A recorded device that also appends its id to a shared completion order.
 #[derive(Debug)]
 pub struct Tagged {
-    pub rec: RecordingDevice<SimDevice>,
+    pub rec: Arc<RecordingDevice<SimDevice>>,
     id: usize,
     order: Arc<Mutex<Vec<usize>>>,
+    /// With threads: a random delay before some writes and flushes complete, and a write
+    /// queue (`SimQueue`).
+    jitter: Option<Mutex<SimRng>>,
+}
+
+/// Completes one operation issued when this device had completed `issued` of its own: it
+/// and the shared order are appended under one hold of the order, so that the two agree on
+/// the order of completions when threads write at once.
+fn complete(
+    rec: &RecordingDevice<SimDevice>,
+    id: usize,
+    order: &Mutex<Vec<usize>>,
+    issued: usize,
+    write: Option<(u64, &[u8], WriteFlags)>,
+) -> Result<()> {
+    let mut order = order.lock();
+    match write {
+        Some((offset, buf, flags)) => rec.write_issued(issued, offset, buf, flags)?,
+        None => rec.flush_issued(issued)?,
+    }
+    order.push(id);
+    Ok(())
+}
+
+/// A simulated write queue (what io_uring gives a file device): writes wait after their
+/// submission until a `complete` call takes them, each in flight with even odds at every
+/// call, so they complete in any order and late. Each is recorded when it completes, as issued
+/// when it was submitted: a flush between the two does not cover it.
+#[derive(Debug)]
+struct SimQueue {
+    rec: Arc<RecordingDevice<SimDevice>>,
+    id: usize,
+    order: Arc<Mutex<Vec<usize>>>,
+    rng: SimRng,
+    /// (offset, buffers, operations of the device completed at submission).
+    pending: Vec<(u64, Vec<QueuedBuf>, usize)>,
+}
+
+impl WriteQueue for SimQueue {
+    fn submit(
+        &mut self,
+        offset: u64,
+        parts: Vec<QueuedBuf>,
+    ) -> std::result::Result<(), (Vec<QueuedBuf>, cilfs_device::DeviceError)> {
+        self.pending.push((offset, parts, self.rec.op_count()));
+        Ok(())
+    }
+
+    fn complete(&mut self, wait: bool) -> Result<Vec<QueuedWrite>> {
+        let mut done = Vec::new();
+        let must = (wait && !self.pending.is_empty())
+            .then(|| self.rng.below(self.pending.len() as u64) as usize);
+        let mut i = 0;
+        let mut k = 0;
+        while i < self.pending.len() {
+            if Some(k) == must || self.rng.bool() {
+                let (offset, parts, issued) = self.pending.remove(i);
+                let bytes: Vec<u8> = parts
+                    .iter()
+                    .flat_map(|p| p.buf[p.range.clone()].iter().copied())
+                    .collect();
+                // A simulated device fails only where told to; the explorers do not tell it.
+                complete(
+                    &self.rec,
+                    self.id,
+                    &self.order,
+                    issued,
+                    Some((offset, &bytes, WriteFlags::NONE)),
+                )?;
+                done.extend(parts.into_iter().map(|p| QueuedWrite {
+                    tag: p.tag,
+                    buf: p.buf,
+                    result: Ok(()),
+                }));
+            } else {
+                i += 1;
+            }
+            k += 1;
+        }
+        Ok(done)
+    }
+
+    fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+impl Tagged {
+    /// Holds the calling thread for up to 200 us one time in three, between an operation's
+    /// issue and its completion, while the other threads go on: a flush then misses a write
+    /// issued before it that completes after it, and what threads do while an IO is in flight
+    /// meets crashes, as on a device with latency.
+    fn delay(&self) {
+        let Some(rng) = &self.jitter else { return };
+        let us = {
+            let mut r = rng.lock();
+            if !r.chance(1, 3) {
+                return;
+            }
+            r.below(200)
+        };
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
 }
 
 impl Device for Tagged {
@@ -21,14 +125,30 @@ impl Device for Tagged {
         self.rec.read(offset, buf)
     }
     fn write(&self, offset: u64, buf: &[u8], flags: WriteFlags) -> Result<()> {
-        self.rec.write(offset, buf, flags)?;
-        self.order.lock().push(self.id);
-        Ok(())
+        let issued = self.rec.op_count();
+        self.delay();
+        complete(
+            &self.rec,
+            self.id,
+            &self.order,
+            issued,
+            Some((offset, buf, flags)),
+        )
     }
     fn flush(&self) -> Result<()> {
-        self.rec.flush()?;
-        self.order.lock().push(self.id);
-        Ok(())
+        let issued = self.rec.op_count();
+        self.delay();
+        complete(&self.rec, self.id, &self.order, issued, None)
+    }
+    fn write_queue(&self, _depth: usize) -> Option<Box<dyn WriteQueue>> {
+        let seed = self.jitter.as_ref()?.lock().next_u64();
+        Some(Box::new(SimQueue {
+            rec: Arc::clone(&self.rec),
+            id: self.id,
+            order: Arc::clone(&self.order),
+            rng: SimRng::new(seed),
+            pending: Vec::new(),
+        }))
     }
     fn len(&self) -> u64 {
         self.rec.len()
@@ -48,6 +168,16 @@ pub struct RecordedSet {
 impl RecordedSet {
     /// Starts recording on devices whose contents are `bases`.
     pub fn new(bases: Vec<(SparseImage, u64)>, seed: u64) -> Self {
+        Self::recording(bases, seed, false)
+    }
+
+    /// Starts recording, with delays before some writes and flushes complete (`Tagged::delay`)
+    /// for workloads that run threads.
+    pub fn with_jitter(bases: Vec<(SparseImage, u64)>, seed: u64) -> Self {
+        Self::recording(bases, seed, true)
+    }
+
+    fn recording(bases: Vec<(SparseImage, u64)>, seed: u64, jitter: bool) -> Self {
         let order = Arc::new(Mutex::new(Vec::new()));
         let devs = bases
             .into_iter()
@@ -55,9 +185,10 @@ impl RecordedSet {
             .map(|(id, (img, len))| {
                 let sim = SimDevice::from_image(img.clone(), len, seed.wrapping_add(id as u64));
                 Arc::new(Tagged {
-                    rec: RecordingDevice::new(sim, img),
+                    rec: Arc::new(RecordingDevice::new(sim, img)),
                     id,
                     order: Arc::clone(&order),
+                    jitter: jitter.then(|| Mutex::new(SimRng::derive(seed, 0x6a17 + id as u64))),
                 })
             })
             .collect();

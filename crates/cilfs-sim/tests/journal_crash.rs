@@ -7,23 +7,29 @@ use cilfs_sim::{run_journal_crashtest, JournalCrashConfig};
 const POINTS: usize = 2000;
 
 fn check(seed: u64, policy: FlushPolicy, external_log: bool) {
+    explore(seed, policy, external_log, false);
+}
+
+fn explore(seed: u64, policy: FlushPolicy, external_log: bool, background: bool) {
     let cfg = JournalCrashConfig {
         seed,
         points: POINTS,
         policy,
         external_log,
+        background,
     };
     let r = run_journal_crashtest(&cfg, &mut |_, _| {});
     assert!(
         r.failed == 0,
-        "{} of {} crash points failed; replay: cilfs crashtest journal --seed {seed} --points {POINTS} --policy {policy}{}\n{}",
+        "{} of {} crash points failed; replay: cilfs crashtest journal --seed {seed} --points {POINTS} --policy {policy}{}{}\n{}",
         r.failed,
         r.passed + r.failed,
         if external_log { " --external-log" } else { "" },
+        if background { " --background" } else { "" },
         r.failures.join("\n")
     );
     eprintln!(
-        "{policy} external={external_log}: {} passed, {} checkpoints, {} laps, {} runs",
+        "{policy} external={external_log} background={background}: {} passed, {} checkpoints, {} laps, {} runs",
         r.passed,
         r.checkpoints,
         r.log_laps(),
@@ -66,4 +72,26 @@ fn ail_internal() {
 #[test]
 fn ail_external() {
     check(6, FlushPolicy::AilFlush, true);
+}
+
+// The mount's threads and a second committer: each policy, and an external log.
+
+#[test]
+fn background_reduced_internal() {
+    explore(7, FlushPolicy::Reduced, false, true);
+}
+
+#[test]
+fn background_legacy_internal() {
+    explore(8, FlushPolicy::Legacy, false, true);
+}
+
+#[test]
+fn background_ail_internal() {
+    explore(9, FlushPolicy::AilFlush, false, true);
+}
+
+#[test]
+fn background_reduced_external() {
+    explore(10, FlushPolicy::Reduced, true, true);
 }

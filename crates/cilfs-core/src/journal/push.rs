@@ -452,6 +452,13 @@ impl Journal {
         }
     }
 
+    /// Stops the push and AIL workers, as a dying daemon's threads stop: they write nothing
+    /// more. What they had written stays as it is (nothing is forced); the crash explorers
+    /// kill a mount this way before they mount its devices again.
+    pub fn stop_threads(&self) {
+        self.stop_worker();
+    }
+
     pub(crate) fn stop_worker(&self) {
         let w = self.worker.lock().take();
         if let Some(w) = w {

@@ -63,6 +63,10 @@ pub struct JournalArgs {
     /// Put the log on its own simulated device
     #[arg(long)]
     external_log: bool,
+    /// Run the journal's threads as a mount does (push worker, AIL worker, concurrent iclog
+    /// IO) with a second committer beside the workload; interleavings are not replayable
+    #[arg(long)]
+    background: bool,
 }
 
 pub fn run(k: Kind) -> Result<(), Failure> {
@@ -159,23 +163,29 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
             .unwrap_or(1)
     });
     let replay = format!(
-        "cilfs crashtest journal --seed {seed} --points {} --policy {}{}",
+        "cilfs crashtest journal --seed {seed} --points {} --policy {}{}{}",
         a.points,
         a.policy,
         if a.external_log {
             " --external-log"
         } else {
             ""
-        }
+        },
+        if a.background { " --background" } else { "" }
     );
     eprintln!(
-        "crashtest journal: seed {seed}, {} points, policy {}, {} log",
+        "crashtest journal: seed {seed}, {} points, policy {}, {} log{}",
         a.points,
         a.policy,
         if a.external_log {
             "external"
         } else {
             "internal"
+        },
+        if a.background {
+            ", background threads and two committers"
+        } else {
+            ""
         }
     );
     let bar = ProgressBar::new(a.points as u64);
@@ -188,6 +198,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         points: a.points,
         policy: a.policy,
         external_log: a.external_log,
+        background: a.background,
     };
     let r = run_journal_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
