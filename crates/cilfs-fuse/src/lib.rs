@@ -10,30 +10,31 @@ pub mod requests;
 
 pub use errno::{errno, observe_errors, ErrorObserver};
 
+use cilfs_core::fs::types::Capability;
 use std::sync::OnceLock;
 
 /// The root directory's read-only xattr carrying every counter as "name value" lines (what
 /// `cilfs stat` reads): live figures without adding entries to the namespace.
 pub const STATS_XATTR: &[u8] = b"user.cilfs.stats";
 
-/// The supplementary groups of process `pid` (the `Groups:` line of /proc/PID/status); none if
-/// the process is gone. What `FsOptions::groups_of` is set to on a mount.
-pub fn supplementary_groups(pid: u32) -> Vec<u32> {
+/// The groups of process `pid` (from /proc/PID/status): its filesystem gid (`Gid:`, the
+/// fourth) and its supplementary groups (`Groups:`); none if the process is gone. What
+/// `FsOptions::groups_of` is set to on a mount: a request that names its caller carries the
+/// filesystem gid too, one that does not (idmapped mounts) carries none.
+pub fn process_groups(pid: u32) -> Vec<u32> {
     let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return Vec::new();
     };
-    s.lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
+    let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
+    let fsgid = field("Gid:").and_then(|g| g.split_whitespace().nth(3)?.parse().ok());
+    let supplementary = field("Groups:")
+        .into_iter()
+        .flat_map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()));
+    fsgid.into_iter().chain(supplementary).collect()
 }
 
 /// Linux's capability number of CAP_FSETID (`<linux/capability.h>`).
-const CAP_FSETID: u32 = 4;
+const CAP_FSETID: u32 = Capability::Fsetid.number();
 
 /// Whether process `pid`, running as filesystem uid `uid`, holds CAP_FSETID as the kernel's
 /// `capable(CAP_FSETID)` would judge it (from /proc/PID/status); `None` if the process is gone
@@ -49,6 +50,23 @@ pub fn holds_fsetid(pid: u32, uid: u32) -> Option<bool> {
     if fsuid != uid {
         return None;
     }
+    holds(&s, pid, CAP_FSETID)
+}
+
+/// Whether process `pid` holds `cap` as the kernel's `capable()` would judge it: in its
+/// effective set (`CapEff:` of /proc/PID/status) and in the initial user namespace (ours);
+/// `None` if the process is gone. What `FsOptions::capable` is set to on a mount, asked for
+/// the callers of requests that name none (idmapped mounts): the root-only ioctls and
+/// cilfs's own xattrs reach cilfs unchecked, whoever sends them.
+pub fn capable(pid: u32, cap: Capability) -> Option<bool> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    holds(&s, pid, cap.number())
+}
+
+/// Whether the process whose status is `s` holds capability number `cap` in the initial
+/// user namespace.
+fn holds(s: &str, pid: u32, cap: u32) -> Option<bool> {
+    let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
     let effective = u64::from_str_radix(field("CapEff:")?.trim(), 16).ok()?;
     // capable() asks the initial user namespace: a process in another one holds nothing there
     // whatever its own namespace grants it.
@@ -56,5 +74,5 @@ pub fn holds_fsetid(pid: u32, uid: u32) -> Option<bool> {
     let ours = OURS.get_or_init(|| std::fs::read_link("/proc/self/ns/user").ok());
     let same_ns =
         ours.is_some() && std::fs::read_link(format!("/proc/{pid}/ns/user")).ok() == *ours;
-    Some(same_ns && effective & (1 << CAP_FSETID) != 0)
+    Some(same_ns && effective.checked_shr(cap).is_some_and(|e| e & 1 != 0))
 }

@@ -120,7 +120,15 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         // one (cilfs moves no atime on readlink).
         | f::CACHE_SYMLINKS
         // Ioctls on directories too (the mount's root takes the shutdown and label ioctls).
-        | f::HAS_IOCTL_DIR;
+        | f::HAS_IOCTL_DIR
+        // Idmapped mounts (mount_setattr MOUNT_ATTR_IDMAP), which the kernel allows only with
+        // default_permissions (cilfs always mounts with it). It then sends ids only with the
+        // requests that create an inode (mapped through the mount's idmapping), and
+        // FUSE_INVALID_UIDGID in every other, on every mount: the dispatcher makes those
+        // callers `Caller::KernelChecked`, whose permission the kernel checked, whose
+        // capabilities the core asks their process for, and whose set-ID clearing follows the
+        // kernel's KILL_SUIDGID flags.
+        | f::ALLOW_IDMAP;
     if fs.options().acl {
         flags |= f::POSIX_ACL;
     }

@@ -289,7 +289,7 @@ impl MountOpts {
             lazytime: self.lazytime,
             diratime: self.diratime,
             sync: self.sync_mode(),
-            groups_of: Some(std::sync::Arc::new(cilfs_fuse::supplementary_groups)),
+            groups_of: Some(std::sync::Arc::new(cilfs_fuse::process_groups)),
             acl: self.acl,
             ..FsOptions::default()
         }
