@@ -39,9 +39,9 @@ const CAP_FSETID: u32 = Capability::Fsetid.number();
 /// Whether process `pid`, running as filesystem uid `uid`, holds CAP_FSETID as the kernel's
 /// `capable(CAP_FSETID)` would judge it (from /proc/PID/status); `None` if the process is gone
 /// or the pid now names a process of another user. What `FsOptions::holds_fsetid` is set to on
-/// a mount: with FUSE_HANDLE_KILLPRIV_V2 the kernel tells whether a truncate's caller may keep
-/// set-user-ID only in a flag the dispatcher does not read (FATTR_KILL_SUIDGID), and a root
-/// without CAP_FSETID must lose it.
+/// a mount, for callers a request names (a kernel without FUSE_ALLOW_IDMAP): a root without
+/// CAP_FSETID must lose set-user-ID. Callers the kernel does not name are judged by its
+/// KILL_SUIDGID flags, or by [`capable`].
 pub fn holds_fsetid(pid: u32, uid: u32) -> Option<bool> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));

@@ -1,9 +1,9 @@
 //! Idmapped mounts of a cilfs mount (FUSE_ALLOW_IDMAP): a bind mount made with open_tree,
 //! given a user namespace's mapping with mount_setattr(MOUNT_ATTR_IDMAP) and attached with
 //! move_mount. Files made through it by a mapped user are the mapped-back user's on disk,
-//! chown and chmod through it work, and root's chattr +i and fstrim through the plain mount
-//! still do (the kernel names no caller in those requests: cilfs asks the process). Needs
-//! root and /dev/fuse.
+//! chown and chmod through it work, a mapped user's write clears set-ID where root's keeps
+//! it, and root's chattr +i and fstrim through the plain mount still work (the kernel names
+//! no caller in those requests: cilfs asks the process). Needs root and /dev/fuse.
 #![allow(clippy::unwrap_used)]
 
 use std::fs;
@@ -231,6 +231,25 @@ fn idmapped_mounts_map_owners_both_ways_and_root_keeps_its_ioctls() {
         fs::metadata(shared.join("made")).unwrap().mode() & 0o7777,
         0o2640
     );
+
+    // Set-ID goes with a write by a mapped user who may write but lacks CAP_FSETID (the
+    // kernel's FUSE_WRITE_KILL_SUIDGID) and stays with root's write.
+    let on_disk = shared.join("made");
+    let mode = || fs::metadata(&on_disk).unwrap().mode() & 0o7777;
+    let append = |who: Option<(u32, u32)>, p: &Path| {
+        let script = format!("echo x >> '{}'", p.display());
+        let out = match who {
+            Some((u, g)) => as_user(u, g, &["sh", "-c", &script]),
+            None => Command::new("sh").args(["-c", &script]).output().unwrap(),
+        };
+        ok(out, "append");
+    };
+    fs::set_permissions(&on_disk, fs::Permissions::from_mode(0o6777)).unwrap();
+    append(None, &on_disk);
+    assert_eq!(mode(), 0o6777, "root's write cleared set-ID");
+    append(Some((u, g)), &via);
+    assert_eq!(mode(), 0o0777, "a mapped user's write kept set-ID");
+    fs::set_permissions(&on_disk, fs::Permissions::from_mode(0o640)).unwrap();
 
     // Root through the plain mount: chattr +i is enforced, -i lifts it, fstrim trims.
     let f = m.p("shared/made");

@@ -111,9 +111,10 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         // SB_NOSEC and remembers, per inode, that a check found nothing to clear) and stops
         // refreshing attributes and sending a mode of its own before a truncate or chown: the
         // core clears set-user-ID and set-group-ID by Linux's rules on every write, truncate,
-        // fallocate and chown (judging CAP_FSETID from the caller's process, `holds_fsetid`),
-        // and drops security.capability on each of them. What it clears behind a reply
-        // reaches the kernel through attrs_changed ([`AttrInvalidator`]).
+        // fallocate and chown (judging CAP_FSETID by the kernel's KILL_SUIDGID flags where a
+        // request carries them, otherwise from the caller's process), and drops
+        // security.capability on each of them. What it clears behind a reply reaches the
+        // kernel through attrs_changed ([`AttrInvalidator`]).
         | f::HANDLE_KILLPRIV_V2
         // A symlink's target never changes and inode numbers are never reused, so the kernel
         // may keep targets in its page cache instead of asking at every path walk through
