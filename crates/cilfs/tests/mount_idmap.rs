@@ -274,3 +274,23 @@ fn idmapped_mounts_map_owners_both_ways_and_root_keeps_its_ioctls() {
     drop(ns);
     m.unmount();
 }
+
+/// `-o noidmap`: cilfs does not take FUSE_ALLOW_IDMAP, and the kernel refuses to idmap the
+/// mount (EINVAL), as before idmapped mounts.
+#[test]
+fn noidmap_mounts_refuse_an_idmapping() {
+    common::keep_machine_state();
+    let m = Mounted::new("64M", &["noidmap"]);
+    let mapped = m._tmp.path().join("mapped");
+    fs::create_dir(&mapped).unwrap();
+    let ns = Userns::new();
+    let r = idmapped_bind(&m.dir, &mapped, &ns);
+    let _detach = Detach(&mapped);
+    assert_eq!(
+        r.map_err(|e| e.raw_os_error()),
+        Err(Some(libc::EINVAL)),
+        "an idmapped mount of a noidmap mount"
+    );
+    drop(ns);
+    m.unmount();
+}
