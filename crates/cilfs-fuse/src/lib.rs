@@ -22,9 +22,14 @@ pub const STATS_XATTR: &[u8] = b"user.cilfs.stats";
 /// `FsOptions::groups_of` is set to on a mount: a request that names its caller carries the
 /// filesystem gid too, one that does not (idmapped mounts) carries none.
 pub fn process_groups(pid: u32) -> Vec<u32> {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) => groups_in(&s),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The filesystem gid and supplementary groups in a /proc/PID/status text.
+fn groups_in(s: &str) -> Vec<u32> {
     let field = |name: &str| s.lines().find_map(|l| l.strip_prefix(name));
     let fsgid = field("Gid:").and_then(|g| g.split_whitespace().nth(3)?.parse().ok());
     let supplementary = field("Groups:")
@@ -75,4 +80,35 @@ fn holds(s: &str, pid: u32, cap: u32) -> Option<bool> {
     let same_ns =
         ours.is_some() && std::fs::read_link(format!("/proc/{pid}/ns/user")).ok() == *ours;
     Some(same_ns && effective.checked_shr(cap).is_some_and(|e| e & 1 != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = "Name:\tx\nUid:\t1000\t1000\t1000\t1001\nGid:\t100\t100\t100\t101\n\
+                          Groups:\t4 27 \nCapEff:\t0000000000200210\n";
+
+    #[test]
+    fn groups_are_the_filesystem_gid_and_the_supplementary_ones() {
+        assert_eq!(groups_in(STATUS), vec![101, 4, 27]);
+        assert_eq!(groups_in("Name:\tgone\n"), Vec::<u32>::new());
+    }
+
+    /// CapEff 0x200210: CAP_FSETID (4), CAP_LINUX_IMMUTABLE (9), CAP_SYS_ADMIN (21); this
+    /// process is in our own user namespace, so the bits decide.
+    #[test]
+    fn capabilities_come_from_the_effective_set() {
+        let me = std::process::id();
+        for cap in [
+            Capability::Fsetid,
+            Capability::LinuxImmutable,
+            Capability::SysAdmin,
+        ] {
+            assert_eq!(holds(STATUS, me, cap.number()), Some(true), "{cap:?}");
+        }
+        assert_eq!(holds(STATUS, me, 0), Some(false), "CAP_CHOWN");
+        assert_eq!(holds(STATUS, me, 200), Some(false), "past the set");
+        assert_eq!(holds("Name:\tx\n", me, 4), None, "no CapEff");
+    }
 }

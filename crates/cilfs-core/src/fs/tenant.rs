@@ -144,8 +144,8 @@ impl Fs {
     }
 
     /// Puts `ino` in project `project` (root only, or CAP_SYS_ADMIN for a kernel-checked
-    /// caller; XFS also lets the owner in the initial namespace, which cilfs cannot tell). What it holds
-    /// keeps its projects: `cilfs tenant assign` walks a tree.
+    /// caller; XFS also lets the owner in the initial namespace, which cilfs cannot tell).
+    /// What it holds keeps its projects: `cilfs tenant assign` walks a tree.
     pub fn set_project(&self, cred: Cred, ino: u64, project: u32) -> FsResult<()> {
         if !self.capable(cred, Capability::SysAdmin) {
             return Err(FsError::NotPermitted);

@@ -152,8 +152,8 @@ impl Fs {
         self.journal.superblock().label
     }
 
-    /// Sets the label (FS_IOC_SETFSLABEL): root only (CAP_SYS_ADMIN), at most 255 bytes and no NUL; durable
-    /// when it returns (`Journal::set_label`).
+    /// Sets the label (FS_IOC_SETFSLABEL): root only (CAP_SYS_ADMIN), at most 255 bytes and
+    /// no NUL; durable when it returns (`Journal::set_label`).
     pub fn set_label(&self, cred: Cred, label: &[u8]) -> FsResult<()> {
         self.op();
         if !self.capable(cred, Capability::SysAdmin) {

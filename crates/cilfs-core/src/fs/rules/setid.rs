@@ -37,8 +37,9 @@ impl Fs {
     /// Whether the caller counts as a member of group `gid` for the set-group-ID rules (Linux's
     /// `in_group_or_capable`): its primary or a supplementary group, or CAP_FSETID. A
     /// kernel-checked caller's groups are its process's: right on a mount without an
-    /// idmapping; through an idmapped one they are the caller's own ids, not the mapped ones,
-    /// so a member by the mapping only counts as outside (set-group-ID cleared, the safe way).
+    /// idmapping; through an idmapped one they meet the file's group unmapped (the request
+    /// carries no idmapping), so a member by the mapping only counts as outside, and a
+    /// caller whose own group is the file's on-disk one as inside (docs/SEMANTICS.md).
     pub(crate) fn in_group_or_root(&self, cred: Cred, gid: u32) -> bool {
         cred.ids().is_some_and(|(_, g)| g == gid)
             || self
