@@ -36,6 +36,7 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     pub const EUCLEAN: Errno = Errno(libc::EUCLEAN);
     pub const ENOTTY: Errno = Errno(libc::ENOTTY);
+    pub const EOVERFLOW: Errno = Errno(libc::EOVERFLOW);
 
     pub fn new(errno: i32) -> Result<Errno, ProtoError> {
         if (1..=511).contains(&errno) {

@@ -25,6 +25,7 @@ pub fn errno(e: &FsError) -> Errno {
         FsError::NoData => Errno::ENXIO,
         FsError::NotSupported(_) => Errno::EOPNOTSUPP,
         FsError::CrossProject => Errno::EXDEV,
+        FsError::NoOwner => Errno::EOVERFLOW,
         FsError::Corrupt { .. } => Errno::EUCLEAN,
         // Consumed inside the core (an operation run again); EIO if one ever got out.
         FsError::Retry(_) => Errno::EIO,
@@ -73,6 +74,7 @@ mod tests {
             (FsError::AttrTooBig, libc::E2BIG),
             (FsError::NoData, libc::ENXIO),
             (FsError::CrossProject, libc::EXDEV),
+            (FsError::NoOwner, libc::EOVERFLOW),
             (FsError::Journal(JournalError::Shutdown), libc::EIO),
         ] {
             assert_eq!(errno(&e).get(), code, "{e:?}");

@@ -3,16 +3,21 @@
 //! carries the flusher's credentials, not the writer's, and the set-user-ID rules must judge
 //! the writer.
 
-use cilfs_core::fs::types::Cred;
+use cilfs_core::fs::types::{Caller, Cred};
+use cilfs_fuse_proto::INVALID_UIDGID;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The caller of a request, from its header's ids (no umask: a create adds the one it gets).
+/// FUSE_INVALID_UIDGID is no id: with FUSE_ALLOW_IDMAP taken, Linux sends it in every request
+/// but the creating ones, having checked the caller itself ([`Caller::KernelChecked`]).
 pub(crate) fn caller(uid: u32, gid: u32, pid: u32) -> Cred {
+    if uid == INVALID_UIDGID || gid == INVALID_UIDGID {
+        return Cred::kernel_checked(pid);
+    }
     Cred {
-        uid,
-        gid,
+        caller: Caller::Ids { uid, gid },
         pid,
         umask: 0,
     }

@@ -44,6 +44,12 @@ pub enum FsError {
     /// a directory with an inherited project ID, the data must be copied instead.
     #[error("crosses into another project's directory")]
     CrossProject,
+    /// An inode to create for a caller its request does not name (`Caller::KernelChecked`):
+    /// there is no owner to give it. Linux sends ids with every creating request, so only a
+    /// kernel that did not would meet this; EOVERFLOW, as Linux answers a create by a caller
+    /// whose ids have no mapping.
+    #[error("no owner for a new inode: the request names no caller")]
+    NoOwner,
     /// Internal: the operation gave up before its first commit and is run again outside the
     /// filesystem lock (`fs/txn/retry.rs`); never returned by a public operation.
     #[error("operation to be run again ({0:?})")]

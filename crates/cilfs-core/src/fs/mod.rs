@@ -113,11 +113,16 @@ pub enum SyncMode {
 pub type Clock = Arc<dyn Fn() -> Timespec + Send + Sync>;
 /// Told of an inode whose attributes changed beyond what the reply to the operation shows.
 pub type AttrsChanged = Arc<dyn Fn(u64) + Send + Sync>;
-/// The supplementary groups of a process, by pid (the FUSE adapter reads them from /proc).
+/// The groups of a process, by pid: its filesystem gid and supplementary groups (the FUSE
+/// adapter reads them from /proc).
 pub type GroupsOf = Arc<dyn Fn(u32) -> Vec<u32> + Send + Sync>;
 /// Whether process `pid`, running as filesystem uid `uid`, holds CAP_FSETID (the FUSE adapter
 /// reads it from /proc); `None` when that cannot be told (the process is gone).
 pub type HoldsFsetid = Arc<dyn Fn(u32, u32) -> Option<bool> + Send + Sync>;
+/// Whether process `pid` holds capability `cap` in the initial user namespace (the FUSE
+/// adapter reads its effective set from /proc); `None` when that cannot be told. Asked only
+/// for callers a request does not name (`Caller::KernelChecked`).
+pub type Capable = Arc<dyn Fn(u32, types::Capability) -> Option<bool> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct FsOptions {
@@ -143,11 +148,14 @@ pub struct FsOptions {
     /// set-group-ID: the kernel caches the mode and learns of the change from no reply, so
     /// the FUSE adapter invalidates its copy [default: nobody].
     pub attrs_changed: Option<AttrsChanged>,
-    /// Supplementary groups of a caller, for the set-group-ID rules [default: none known].
+    /// The groups of a caller's process, for the set-group-ID rules [default: none known].
     pub groups_of: Option<GroupsOf>,
     /// Whether a caller holds CAP_FSETID, which keeps set-user-ID and set-group-ID through
     /// changes of the data [default: root does, nobody else].
     pub holds_fsetid: Option<HoldsFsetid>,
+    /// The capabilities of a caller the request does not name [default: none known, so such
+    /// a caller is refused what needs one].
+    pub capable: Option<Capable>,
     /// POSIX ACLs stored and inherited; without, their xattrs are refused [default on].
     pub acl: bool,
     /// Whether a readdir moves the directory's atime as `atime` says (`diratime`), or never
@@ -203,6 +211,7 @@ impl Default for FsOptions {
             attrs_changed: None,
             groups_of: None,
             holds_fsetid: None,
+            capable: None,
             acl: true,
             diratime: true,
             sync: SyncMode::None,

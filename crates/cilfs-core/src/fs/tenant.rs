@@ -21,8 +21,8 @@
 
 use super::error::{FsError, FsResult};
 use super::items::inode::{Inode, ROOT_INO};
-use super::types::Cred;
 use super::types::XattrFlags;
+use super::types::{Capability, Cred};
 use super::{log_inode, Fs};
 use cilfs_device::{IoDir, TenantId, TenantLimits, TenantStats, WriteFlags};
 
@@ -143,11 +143,11 @@ impl Fs {
         })
     }
 
-    /// Puts `ino` in project `project` (root only, as XFS asks CAP_SYS_ADMIN or the owner in
-    /// the initial namespace; here the daemon cannot tell namespaces, so root). What it holds
-    /// keeps its projects: `cilfs tenant assign` walks a tree.
+    /// Puts `ino` in project `project` (root only, or CAP_SYS_ADMIN for a kernel-checked
+    /// caller; XFS also lets the owner in the initial namespace, which cilfs cannot tell).
+    /// What it holds keeps its projects: `cilfs tenant assign` walks a tree.
     pub fn set_project(&self, cred: Cred, ino: u64, project: u32) -> FsResult<()> {
-        if cred.uid != 0 {
+        if !self.capable(cred, Capability::SysAdmin) {
             return Err(FsError::NotPermitted);
         }
         self.retrying(|| {
@@ -168,7 +168,7 @@ impl Fs {
     /// Sets project `id`'s limits (root only; all unlimited removes them), kept in the
     /// filesystem and applied at once.
     pub fn set_tenant_limits(&self, cred: Cred, id: u32, limits: TenantLimits) -> FsResult<()> {
-        if cred.uid != 0 {
+        if !self.capable(cred, Capability::SysAdmin) {
             return Err(FsError::NotPermitted);
         }
         if id == 0 {

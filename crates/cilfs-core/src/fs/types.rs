@@ -3,14 +3,33 @@
 
 use super::items::inode::Timespec;
 
-/// The caller of an operation (from the FUSE request). `pid` lets the core ask for the
-/// caller's supplementary groups (`FsOptions::groups_of`) in the rare cases a rule needs them;
-/// `umask` is applied by creates in a directory without a default ACL (the kernel leaves it to
-/// us: FUSE_DONT_MASK).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Who the caller of an operation is, as far as its request says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    /// The filesystem uid and gid the request names.
+    Ids { uid: u32, gid: u32 },
+    /// A request that names no ids: once cilfs takes FUSE_ALLOW_IDMAP (idmapped mounts),
+    /// Linux sends ids only with the requests that create an inode, on every mount of the
+    /// filesystem, having checked permission and ownership itself (default_permissions).
+    /// Rules the kernel already applied are trusted; what it leaves to cilfs is decided by
+    /// the caller's process (`FsOptions::capable`, `FsOptions::groups_of`) or by what the
+    /// request says (`kill_setid`).
+    KernelChecked {
+        /// Whether the kernel asked for set-user-ID and set-group-ID to go, for the
+        /// requests that carry that flag (a write's FUSE_WRITE_KILL_SUIDGID, a truncate's
+        /// FATTR_KILL_SUIDGID): `Some(true)` means the caller lacks CAP_FSETID. `None` when
+        /// the request says nothing of it.
+        kill_setid: Option<bool>,
+    },
+}
+
+/// The caller of an operation (from the FUSE request). `pid` lets the core ask the caller's
+/// process for its groups and capabilities (`FsOptions::groups_of`, `FsOptions::capable`)
+/// in the rare cases a rule needs them; `umask` is applied by creates in a directory without
+/// a default ACL (the kernel leaves it to us: FUSE_DONT_MASK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cred {
-    pub uid: u32,
-    pub gid: u32,
+    pub caller: Caller,
     pub pid: u32,
     pub umask: u32,
 }
@@ -21,10 +40,55 @@ impl Cred {
     /// A caller with no process to ask for supplementary groups and no umask (tests, tools).
     pub const fn user(uid: u32, gid: u32) -> Cred {
         Cred {
-            uid,
-            gid,
+            caller: Caller::Ids { uid, gid },
             pid: 0,
             umask: 0,
+        }
+    }
+
+    /// A caller the request does not name (`Caller::KernelChecked`), of process `pid`.
+    pub const fn kernel_checked(pid: u32) -> Cred {
+        Cred {
+            caller: Caller::KernelChecked { kill_setid: None },
+            pid,
+            umask: 0,
+        }
+    }
+
+    /// The caller's uid and gid, if the request names them.
+    pub const fn ids(&self) -> Option<(u32, u32)> {
+        match self.caller {
+            Caller::Ids { uid, gid } => Some((uid, gid)),
+            Caller::KernelChecked { .. } => None,
+        }
+    }
+
+    /// Whether the request names uid `uid` as its caller.
+    pub fn is_uid(&self, uid: u32) -> bool {
+        self.ids().is_some_and(|(u, _)| u == uid)
+    }
+}
+
+/// A capability Linux asks of a caller for what the kernel passes to cilfs unchecked (the
+/// Linux ioctls, cilfs's own xattrs), or for a rule cilfs applies itself (set-ID clearing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// Keeps set-user-ID and set-group-ID through a change of the data (CAP_FSETID).
+    Fsetid,
+    /// Sets or clears immutable and append-only (CAP_LINUX_IMMUTABLE).
+    LinuxImmutable,
+    /// Administers the filesystem: shutdown, FITRIM, the label, projects and tenants,
+    /// `trusted.*` names (CAP_SYS_ADMIN).
+    SysAdmin,
+}
+
+impl Capability {
+    /// Linux's number for it (`<linux/capability.h>`), its bit in /proc's `CapEff`.
+    pub const fn number(self) -> u32 {
+        match self {
+            Capability::Fsetid => 4,
+            Capability::LinuxImmutable => 9,
+            Capability::SysAdmin => 21,
         }
     }
 }

@@ -5,7 +5,7 @@
 use crate::openers::{caller, Openers};
 use crate::{errno, requests, STATS_XATTR};
 use cilfs_core::fs::types::XattrFlags;
-use cilfs_core::fs::types::{Cred, RenameFlags, SetAttr, SetTime};
+use cilfs_core::fs::types::{Caller, Capability, Cred, RenameFlags, SetAttr, SetTime};
 use cilfs_core::fs::{Attr, FileType, Fs, FsError, Timespec};
 use cilfs_fuse_proto::flags::{fattr, fsync, write as write_flags};
 use cilfs_fuse_proto::{
@@ -296,7 +296,7 @@ impl Dispatcher {
     /// `REMOUNT_IOCTL`: the filesystem switched to read-only (`1`) or read-write (`0`), by
     /// root only.
     fn remount(&self, u: u64, h: &InHeader, data: &[u8]) -> Answer {
-        if h.uid != 0 {
+        if !self.fs.capable(cred(h), Capability::SysAdmin) {
             return fail(u, Errno::EPERM);
         }
         let ro = match <[u8; 4]>::try_from(data).map(u32::from_ne_bytes) {
@@ -345,10 +345,18 @@ impl Dispatcher {
         }
     }
 
-    /// The caller a write is judged as ([`Openers::writer`]).
+    /// The caller a write is judged as ([`Openers::writer`]). A write a process made itself
+    /// carries the kernel's word on set-ID (FUSE_WRITE_KILL_SUIDGID: the writer lacks
+    /// CAP_FSETID), which is what a kernel-checked caller is judged by.
     fn writer(&self, h: &InHeader, fh: u64, flags: u32) -> Cred {
-        self.openers
-            .writer(fh, flags & write_flags::CACHE != 0, cred(h))
+        let from_page_cache = flags & write_flags::CACHE != 0;
+        let mut c = cred(h);
+        if let Caller::KernelChecked { kill_setid } = &mut c.caller {
+            if !from_page_cache {
+                *kill_setid = Some(flags & write_flags::KILL_SUIDGID != 0);
+            }
+        }
+        self.openers.writer(fh, from_page_cache, c)
     }
 
     /// Answers one request (INIT excepted: the session negotiates it before serving).
@@ -541,15 +549,19 @@ impl Dispatcher {
         }
     }
 
-    /// LISTXATTR: the names, each ended by a NUL. `trusted.*` names only to root, as ext4 and
-    /// XFS list them only to CAP_SYS_ADMIN (the kernel lets only it read them; it passes FUSE
-    /// the list as given).
+    /// LISTXATTR: the names, each ended by a NUL. `trusted.*` names only to root
+    /// (CAP_SYS_ADMIN), as ext4 and XFS list them (the kernel lets only it read them; it passes
+    /// FUSE the list as given). The caller is judged once, and only if there is such a name.
     fn listxattr(&self, u: u64, h: &InHeader, ino: u64, arg: &GetxattrIn) -> Answer {
         let fs = &*self.fs;
         match fs.listxattr(ino) {
             Ok(names) => {
                 let mut buf = Vec::new();
-                let shown = |n: &Vec<u8>| h.uid == 0 || !n.starts_with(b"trusted.");
+                let admin = std::cell::OnceCell::new();
+                let shown = |n: &Vec<u8>| {
+                    !n.starts_with(b"trusted.")
+                        || *admin.get_or_init(|| fs.capable(cred(h), Capability::SysAdmin))
+                };
                 for n in names.into_iter().filter(shown) {
                     buf.extend_from_slice(&n);
                     buf.push(0);
@@ -588,6 +600,15 @@ impl Dispatcher {
                 }
             })
         };
+        let chown = has(fattr::UID) || has(fattr::GID);
+        let mut who = cred(h);
+        // A truncate's FATTR_KILL_SUIDGID says the caller lacks CAP_FSETID; with a chown the
+        // kernel sets it whoever calls (set-user-ID always goes), so it says nothing then.
+        if let Caller::KernelChecked { kill_setid } = &mut who.caller {
+            if has(fattr::SIZE) && !chown {
+                *kill_setid = Some(has(fattr::KILL_SUIDGID));
+            }
+        }
         let sa = SetAttr {
             mode: has(fattr::MODE).then_some(s.mode),
             uid: has(fattr::UID).then_some(s.uid),
@@ -596,7 +617,7 @@ impl Dispatcher {
             atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
             mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
         };
-        match fs.setattr(cred(h), ino, sa) {
+        match fs.setattr(who, ino, sa) {
             Ok(a) => Answer::Reply(Reply::attr(u, &attr_out(&a))),
             Err(e) => fs_error(u, e),
         }
@@ -840,6 +861,9 @@ pub(super) fn answer_caught(d: &Dispatcher, req: &Request<'_>) -> Answer {
 mod tests {
     use super::*;
 
+    /// Requests of a filesystem that took FUSE_ALLOW_IDMAP.
+    mod idmap;
+
     #[test]
     fn times_before_1970_travel_as_twos_complement() {
         let t = Timespec { sec: -2, nsec: 500 };
@@ -923,8 +947,12 @@ mod tests {
         }
 
         pub fn mount(dev: Arc<SimDevice>) -> Arc<Fs> {
+            mount_with(dev, FsOptions::default())
+        }
+
+        pub fn mount_with(dev: Arc<SimDevice>, opts: FsOptions) -> Arc<Fs> {
             let j = Journal::open(dev as Arc<dyn Device>, None, jcfg()).unwrap();
-            Fs::open(j, FsOptions::default()).unwrap()
+            Fs::open(j, opts).unwrap()
         }
     }
 

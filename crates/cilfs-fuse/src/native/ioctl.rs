@@ -9,7 +9,7 @@ use crate::errno::errno;
 use cilfs_core::fs::items::inode::{
     INODE_APPEND, INODE_IMMUTABLE, INODE_NOATIME, INODE_NODUMP, INODE_SYNC,
 };
-use cilfs_core::fs::types::{Cred, FileAttr, ShutdownMode};
+use cilfs_core::fs::types::{Capability, Cred, FileAttr, ShutdownMode};
 use cilfs_core::fs::Fs;
 use cilfs_fuse_proto::{Errno, IoctlIn};
 
@@ -141,12 +141,12 @@ pub fn fileattr(
     Ok(out)
 }
 
-/// XFS_IOC_GOINGDOWN, by root only. The argument is an input the encoding calls output
+/// XFS_IOC_GOINGDOWN, by root only (CAP_SYS_ADMIN). The argument is an input the encoding calls output
 /// (`_IOR`), so a FUSE kernel, which passes a restricted ioctl's bytes by its encoding, sends
 /// none (`in_size` 0): then the log is flushed and not the data (`xfs_io shutdown -f`, the
 /// middle course). Given four bytes, their mode is taken.
 pub fn shutdown(fs: &Fs, cred: Cred, data: &[u8]) -> Result<Vec<u8>, Errno> {
-    if cred.uid != 0 {
+    if !fs.capable(cred, Capability::SysAdmin) {
         return Err(Errno::EPERM);
     }
     let mode = match u32_at(data, 0) {
@@ -181,7 +181,7 @@ pub fn label(fs: &Fs, cred: Cred, cmd: u32, data: &[u8]) -> Result<Vec<u8>, Errn
 /// FITRIM, by root only (CAP_SYS_ADMIN on Linux): the range back with `len` set to the
 /// bytes discarded, as XFS and ext4 answer.
 pub fn trim(fs: &Fs, cred: Cred, data: &[u8]) -> Result<Vec<u8>, Errno> {
-    if cred.uid != 0 {
+    if !fs.capable(cred, Capability::SysAdmin) {
         return Err(Errno::EPERM);
     }
     if data.len() != FSTRIM_RANGE_BYTES {

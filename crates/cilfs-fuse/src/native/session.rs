@@ -33,6 +33,8 @@ pub struct ServeConfig {
     pub writeback_cache: bool,
     /// Whether requests come through io_uring queues (`uring=`).
     pub uring: UringMode,
+    /// Whether INIT takes FUSE_ALLOW_IDMAP when the kernel offers it (`idmap`, `noidmap`).
+    pub idmap: bool,
 }
 
 /// A mounted FUSE connection, not yet served. Dropped without having run to the end, it
@@ -94,8 +96,9 @@ impl AttrInvalidator {
 
 /// What INIT asks of the kernel: the flags below, the sizes for one max_write and the
 /// timestamp granularity of the filesystem; FUSE_OVER_IO_URING if `uring` (then the kernel
-/// holds requests back until the queues are registered, or one registration failed).
-pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
+/// holds requests back until the queues are registered, or one registration failed);
+/// FUSE_ALLOW_IDMAP if `idmap`.
+pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool, idmap: bool) -> InitConfig {
     let mut flags = f::ASYNC_READ
         | f::BIG_WRITES
         | f::MAX_PAGES
@@ -111,9 +114,10 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         // SB_NOSEC and remembers, per inode, that a check found nothing to clear) and stops
         // refreshing attributes and sending a mode of its own before a truncate or chown: the
         // core clears set-user-ID and set-group-ID by Linux's rules on every write, truncate,
-        // fallocate and chown (judging CAP_FSETID from the caller's process, `holds_fsetid`),
-        // and drops security.capability on each of them. What it clears behind a reply
-        // reaches the kernel through attrs_changed ([`AttrInvalidator`]).
+        // fallocate and chown (judging CAP_FSETID by the kernel's KILL_SUIDGID flags where a
+        // request carries them, otherwise from the caller's process), and drops
+        // security.capability on each of them. What it clears behind a reply reaches the
+        // kernel through attrs_changed ([`AttrInvalidator`]).
         | f::HANDLE_KILLPRIV_V2
         // A symlink's target never changes and inode numbers are never reused, so the kernel
         // may keep targets in its page cache instead of asking at every path walk through
@@ -121,6 +125,16 @@ pub fn init_config(fs: &Fs, writeback_cache: bool, uring: bool) -> InitConfig {
         | f::CACHE_SYMLINKS
         // Ioctls on directories too (the mount's root takes the shutdown and label ioctls).
         | f::HAS_IOCTL_DIR;
+    // Idmapped mounts (mount_setattr MOUNT_ATTR_IDMAP), which the kernel allows only with
+    // default_permissions (cilfs always mounts with it). It then sends ids only with the
+    // requests that create an inode (mapped through the mount's idmapping), and
+    // FUSE_INVALID_UIDGID in every other, on every mount: the dispatcher makes those
+    // callers `Caller::KernelChecked`, whose permission the kernel checked, whose
+    // capabilities the core asks their process for, and whose set-ID clearing follows the
+    // kernel's KILL_SUIDGID flags.
+    if idmap {
+        flags |= f::ALLOW_IDMAP;
+    }
     if fs.options().acl {
         flags |= f::POSIX_ACL;
     }
@@ -315,7 +329,7 @@ impl Session {
         uring: bool,
         buf: &mut [u8],
     ) -> Result<Option<Negotiated>, SessionError> {
-        let config = init_config(fs, cfg.writeback_cache, uring);
+        let config = init_config(fs, cfg.writeback_cache, uring, cfg.idmap);
         loop {
             let n = match self.dev.receive(buf).map_err(SessionError::Io)? {
                 Received::Request(n) => n,

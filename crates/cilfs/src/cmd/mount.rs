@@ -444,6 +444,7 @@ fn serve_logged(
     let fs_opts = FsOptions {
         attrs_changed: Some(invalidator.hook()),
         holds_fsetid: Some(Arc::new(cilfs_fuse::holds_fsetid)),
+        capable: Some(Arc::new(cilfs_fuse::capable)),
         ..opts.fs_options()
     };
     let fs = Fs::open(Arc::clone(&journal), fs_opts)

@@ -45,6 +45,12 @@ pub struct MountOpts {
     /// `-o loop`; `noloop`: never; unset, a mount by root does (mount.rs's `wants_loop`).
     /// Ignored for a block device.
     pub loop_dev: Option<bool>,
+    /// `idmap` (the default): cilfs takes FUSE_ALLOW_IDMAP, so idmapped bind mounts of the
+    /// mount work, and Linux names the caller only in creating requests (others are judged by
+    /// what the kernel checked, its KILL_SUIDGID flags and the caller's /proc status);
+    /// `noidmap`: every request names its caller, for a daemon that cannot read its callers'
+    /// /proc status (hidepid, another pid namespace), which root-only operations need then.
+    pub idmap: bool,
 }
 
 impl Default for MountOpts {
@@ -73,6 +79,7 @@ impl Default for MountOpts {
             sync: false,
             dirsync: false,
             uring: cilfs_fuse::native::UringMode::Auto,
+            idmap: true,
             loop_dev: None,
         }
     }
@@ -245,9 +252,13 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.loop_dev = Some(k == "loop");
             }
+            "idmap" | "noidmap" => {
+                no_value()?;
+                o.idmap = k == "idmap";
+            }
             "transport" => check_transport(need()?)?,
             "uring" => o.uring = parse_uring(need()?)?,
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, transport, uring)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, idmap, noidmap, transport, uring)")),
         }
     }
     Ok(o)
@@ -289,7 +300,7 @@ impl MountOpts {
             lazytime: self.lazytime,
             diratime: self.diratime,
             sync: self.sync_mode(),
-            groups_of: Some(std::sync::Arc::new(cilfs_fuse::supplementary_groups)),
+            groups_of: Some(std::sync::Arc::new(cilfs_fuse::process_groups)),
             acl: self.acl,
             ..FsOptions::default()
         }
@@ -327,6 +338,14 @@ pub fn parse_uring(v: &str) -> Result<cilfs_fuse::native::UringMode, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn idmap_is_the_default_and_noidmap_turns_it_off() {
+        assert!(parse(&[]).expect("valid").idmap);
+        assert!(!parse(&["noidmap".into()]).expect("valid").idmap);
+        assert!(parse(&["noidmap,idmap".into()]).expect("valid").idmap);
+        assert!(parse(&["idmap=1".into()]).is_err());
+    }
 
     #[test]
     fn options() {

@@ -62,6 +62,8 @@ pub fn flags_after(current: MountFlags, options: &[String]) -> Result<MountFlags
             | "comment"
             | "loop"
             | "noloop"
+            | "idmap"
+            | "noidmap"
             | "silent"
             | "loud" => continue,
             _ if k.starts_with("x-") || k.starts_with("X-") => continue,

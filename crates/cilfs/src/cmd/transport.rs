@@ -28,6 +28,7 @@ impl Session {
             threads: opts.threads,
             writeback_cache: opts.writeback_cache,
             uring: opts.uring,
+            idmap: opts.idmap,
         };
         self.0.run(Arc::clone(fs), cfg).map_err(anyhow::Error::from)
     }

@@ -8,7 +8,7 @@ use crate::fs::posix::xattr::drop_caps;
 use crate::fs::rules::{acl, iflags};
 use crate::fs::stats::bump;
 use crate::fs::types::XattrFlags;
-use crate::fs::types::{Cred, SetAttr, SetTime, StatFs, RESERVE_BLOCKS};
+use crate::fs::types::{Capability, Cred, SetAttr, SetTime, StatFs, RESERVE_BLOCKS};
 use crate::fs::{log_inode, Fs};
 
 impl Fs {
@@ -152,11 +152,11 @@ impl Fs {
         self.journal.superblock().label
     }
 
-    /// Sets the label (FS_IOC_SETFSLABEL): root only, at most 255 bytes and no NUL; durable
-    /// when it returns (`Journal::set_label`).
+    /// Sets the label (FS_IOC_SETFSLABEL): root only (CAP_SYS_ADMIN), at most 255 bytes and
+    /// no NUL; durable when it returns (`Journal::set_label`).
     pub fn set_label(&self, cred: Cred, label: &[u8]) -> FsResult<()> {
         self.op();
-        if cred.uid != 0 {
+        if !self.capable(cred, Capability::SysAdmin) {
             return Err(FsError::NotPermitted);
         }
         if label.len() > crate::format::superblock::LABEL_MAX || label.contains(&0) {

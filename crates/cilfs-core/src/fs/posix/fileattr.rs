@@ -4,7 +4,7 @@
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::INODE_USER_FLAGS;
 use crate::fs::rules::iflags;
-use crate::fs::types::{Cred, FileAttr};
+use crate::fs::types::{Capability, Cred, FileAttr};
 use crate::fs::{log_inode, Fs};
 
 impl Fs {
@@ -31,8 +31,8 @@ impl Fs {
         let r = self.retrying(|| {
             self.with_shared_tx(&[ino], |st, t, sc| {
                 let m = sc.load(st, t, ino)?;
-                iflags::may_set(cred, &m.inode, want.flags)?;
-                if want.project != m.inode.project && cred.uid != 0 {
+                iflags::may_set(cred, &m.inode, want.flags, |c| self.capable(cred, c))?;
+                if want.project != m.inode.project && !self.capable(cred, Capability::SysAdmin) {
                     return Err(FsError::NotPermitted);
                 }
                 m.inode.flags = (m.inode.flags & !INODE_USER_FLAGS) | want.flags;

@@ -284,6 +284,7 @@ impl Fs {
         now: Timespec,
     ) -> FsResult<InodeMem> {
         let is_dir = mode & S_IFMT == S_IFDIR;
+        let (uid, cred_gid) = cred.ids().ok_or(FsError::NoOwner)?;
         let ino = self.new_ino(t, is_dir, p.ino)?;
         let gid = if p.mode & S_ISGID != 0 {
             if is_dir {
@@ -291,12 +292,12 @@ impl Fs {
             }
             p.gid
         } else {
-            cred.gid
+            cred_gid
         };
         let inode = Inode {
             ino,
             mode,
-            uid: cred.uid,
+            uid,
             gid,
             nlink: if is_dir { 2 } else { 1 },
             size,

@@ -3,7 +3,7 @@
 
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::{Inode, INODE_APPEND, INODE_IMMUTABLE, INODE_USER_FLAGS};
-use crate::fs::types::Cred;
+use crate::fs::types::{Capability, Cred};
 
 fn refused(yes: bool) -> FsResult<()> {
     if yes {
@@ -54,16 +54,25 @@ pub fn may_open(i: &Inode, write: bool, append: bool) -> FsResult<()> {
 
 /// The flags of `i` set to `flags` by `cred`: only flags cilfs keeps (EOPNOTSUPP otherwise,
 /// as XFS answers), by the owner or root, and immutable or append-only set or cleared only
-/// by root (CAP_LINUX_IMMUTABLE).
-pub(crate) fn may_set(cred: Cred, i: &Inode, flags: u32) -> FsResult<()> {
+/// by a caller `capable` of CAP_LINUX_IMMUTABLE. A kernel-checked caller passed the kernel's
+/// owner check (`vfs_fileattr_set`); the capability is asked of its process all the same,
+/// since the flags are cilfs's to enforce.
+pub(crate) fn may_set(
+    cred: Cred,
+    i: &Inode,
+    flags: u32,
+    capable: impl Fn(Capability) -> bool,
+) -> FsResult<()> {
     if flags & !INODE_USER_FLAGS != 0 {
         return Err(FsError::NotSupported("an inode flag cilfs does not keep"));
     }
-    if cred.uid != 0 && cred.uid != i.uid {
-        return Err(FsError::NotPermitted);
+    if let Some((uid, _)) = cred.ids() {
+        if uid != 0 && uid != i.uid {
+            return Err(FsError::NotPermitted);
+        }
     }
     let changed = (i.flags ^ flags) & (INODE_IMMUTABLE | INODE_APPEND);
-    refused(changed != 0 && cred.uid != 0)
+    refused(changed != 0 && !capable(Capability::LinuxImmutable))
 }
 
 #[cfg(test)]
@@ -108,26 +117,39 @@ mod tests {
     fn setting_flags_needs_the_owner_root_for_immutable_and_known_flags() {
         let i = file(0);
         let owner = Cred::user(1000, 1000);
-        assert!(may_set(owner, &i, INODE_NOATIME).is_ok());
+        // What `Fs::capable` answers for a caller the request names: root only.
+        let set = |c: Cred, i: &Inode, f| may_set(c, i, f, |_| c.is_uid(0));
+        assert!(set(owner, &i, INODE_NOATIME).is_ok());
         assert!(matches!(
-            may_set(Cred::user(1001, 1000), &i, INODE_NOATIME),
+            set(Cred::user(1001, 1000), &i, INODE_NOATIME),
             Err(FsError::NotPermitted)
         ));
         assert!(matches!(
-            may_set(owner, &i, INODE_IMMUTABLE),
+            set(owner, &i, INODE_IMMUTABLE),
             Err(FsError::NotPermitted)
         ));
-        assert!(may_set(Cred::ROOT, &i, INODE_IMMUTABLE | INODE_APPEND).is_ok());
+        assert!(set(Cred::ROOT, &i, INODE_IMMUTABLE | INODE_APPEND).is_ok());
         // The owner may change other flags of an immutable file, but not clear it.
         let imm = file(INODE_IMMUTABLE);
-        assert!(may_set(owner, &imm, INODE_IMMUTABLE | INODE_NOATIME).is_ok());
+        assert!(set(owner, &imm, INODE_IMMUTABLE | INODE_NOATIME).is_ok());
+        assert!(matches!(set(owner, &imm, 0), Err(FsError::NotPermitted)));
         assert!(matches!(
-            may_set(owner, &imm, 0),
-            Err(FsError::NotPermitted)
-        ));
-        assert!(matches!(
-            may_set(Cred::ROOT, &i, INODE_PREALLOC),
+            set(Cred::ROOT, &i, INODE_PREALLOC),
             Err(FsError::NotSupported(_))
         ));
+    }
+
+    #[test]
+    fn a_kernel_checked_caller_sets_immutable_by_its_capability_alone() {
+        let i = file(0);
+        let anyone = Cred::kernel_checked(42);
+        // The kernel checked ownership: any flag but the two that need the capability.
+        assert!(may_set(anyone, &i, INODE_NOATIME, |_| false).is_ok());
+        assert!(matches!(
+            may_set(anyone, &i, INODE_IMMUTABLE, |_| false),
+            Err(FsError::NotPermitted)
+        ));
+        let asked = |c| c == Capability::LinuxImmutable;
+        assert!(may_set(anyone, &i, INODE_IMMUTABLE | INODE_APPEND, asked).is_ok());
     }
 }

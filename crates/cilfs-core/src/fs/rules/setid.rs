@@ -4,7 +4,7 @@
 
 use crate::fs::error::FsResult;
 use crate::fs::items::inode::{Inode, S_IFMT, S_IFREG, S_ISGID, S_ISUID};
-use crate::fs::types::Cred;
+use crate::fs::types::{Caller, Capability, Cred};
 use crate::fs::{Fs, FsState};
 
 /// The xattr holding a file's capabilities (`setcap`): privileges granted to a program, which
@@ -12,27 +12,59 @@ use crate::fs::{Fs, FsState};
 pub(crate) const CAPS_XATTR: &[u8] = b"security.capability";
 
 impl Fs {
-    /// Whether the caller holds CAP_FSETID (Linux's `capable(CAP_FSETID)`), asked of
-    /// `FsOptions::holds_fsetid` when the caller's process is known; otherwise root is taken
-    /// to hold it and nobody else.
+    /// Whether the caller holds CAP_FSETID (Linux's `capable(CAP_FSETID)`): for a caller the
+    /// request names, asked of `FsOptions::holds_fsetid` when its process is known, otherwise
+    /// root is taken to hold it and nobody else; for a kernel-checked caller, what the kernel
+    /// said with the request (it asks for set-ID to go when the caller lacks CAP_FSETID), or
+    /// else its process ([`Fs::capable`]).
     pub(crate) fn holds_fsetid(&self, cred: Cred) -> bool {
+        let uid = match cred.caller {
+            Caller::Ids { uid, .. } => uid,
+            Caller::KernelChecked {
+                kill_setid: Some(kill),
+            } => return !kill,
+            Caller::KernelChecked { kill_setid: None } => {
+                return self.capable(cred, Capability::Fsetid)
+            }
+        };
         let known = match &self.opts.holds_fsetid {
-            Some(f) if cred.pid != 0 => f(cred.pid, cred.uid),
+            Some(f) if cred.pid != 0 => f(cred.pid, uid),
             _ => None,
         };
-        known.unwrap_or(cred.uid == 0)
+        known.unwrap_or(uid == 0)
     }
 
     /// Whether the caller counts as a member of group `gid` for the set-group-ID rules (Linux's
-    /// `in_group_or_capable`): its primary or a supplementary group, or CAP_FSETID.
+    /// `in_group_or_capable`): its primary or a supplementary group, or CAP_FSETID. A
+    /// kernel-checked caller's groups are its process's: right on a mount without an
+    /// idmapping; through an idmapped one they meet the file's group unmapped (the request
+    /// carries no idmapping), so a member by the mapping only counts as outside, and a
+    /// caller whose own group is the file's on-disk one as inside (docs/SEMANTICS.md).
     pub(crate) fn in_group_or_root(&self, cred: Cred, gid: u32) -> bool {
-        cred.gid == gid
+        cred.ids().is_some_and(|(_, g)| g == gid)
             || self
                 .opts
                 .groups_of
                 .as_ref()
-                .is_some_and(|f| f(cred.pid).contains(&gid))
+                .is_some_and(|f| cred.pid != 0 && f(cred.pid).contains(&gid))
             || self.holds_fsetid(cred)
+    }
+
+    /// Whether `cred` may do what Linux leaves to capability `cap`: for a caller the request
+    /// names, root (uid 0) and nobody else, as before idmapped mounts; for a kernel-checked
+    /// caller, its process's effective capabilities (`FsOptions::capable`), refused when they
+    /// cannot be read.
+    pub fn capable(&self, cred: Cred, cap: Capability) -> bool {
+        match cred.caller {
+            Caller::Ids { uid, .. } => uid == 0,
+            Caller::KernelChecked { .. } => {
+                let asked = match &self.opts.capable {
+                    Some(f) if cred.pid != 0 => f(cred.pid, cap),
+                    _ => None,
+                };
+                asked.unwrap_or(false)
+            }
+        }
     }
 
     /// The set-user-ID and set-group-ID bits a change of a regular file's data by `cred` clears
