@@ -463,3 +463,35 @@ fn a_block_written_back_during_a_body_survives_a_crash_after_its_commit() {
         }
     }
 }
+
+/// A record's tail may be behind the record's before it: under the ail policy a commit record
+/// stamps a tail its own pre-flush makes true, and the next checkpoint's body, written while
+/// that commit is still in flight, stamps an older one that holds without it. Recovery walks
+/// on through such a record instead of taking it for a stale one (the journal explorer's
+/// background mode found the ail policy's forced checkpoints refused as damage).
+#[test]
+fn a_tail_behind_the_record_before_is_walked_through() {
+    let dev = Arc::new(SimDevice::new(LOG_BYTES, 1));
+    let mut w = log_writer(dev.clone(), dev.clone(), false, 2, FlushPolicy::Reduced);
+    let region = region(&dev);
+    let a = item(5, 1000, 1);
+    let first = w
+        .write_checkpoint(1, [&a[..]].into_iter(), |h, _| h)
+        .unwrap();
+    let items: Vec<Vec<u8>> = (0..10).map(|i| item(i, 4000, 2)).collect();
+    let second = w
+        .write_checkpoint(2, items.iter().map(|v| &v[..]), |bound, _| bound)
+        .unwrap();
+    w.write_checkpoint(3, items.iter().map(|v| &v[..]), |_, _| first.start)
+        .unwrap();
+    assert!(second.tail > first.start);
+    let scan = scan_log(&region, 4096).unwrap();
+    assert_eq!(scan.end, LogEnd::Clean, "{:?}", scan.end);
+    let seqs: Vec<u64> = scan.checkpoints.iter().map(|c| c.seq).collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    let tails: Vec<Lsn> = scan.records.iter().map(|r| r.header.tail).collect();
+    assert!(
+        tails.windows(2).any(|p| p[1] < p[0]),
+        "no tail goes back: {tails:?}"
+    );
+}

@@ -370,8 +370,13 @@ impl Walk<'_, '_> {
     }
 
     /// Whether the walk goes on with the record at `pos`: it must be valid, chain on after
-    /// the last one (same or later generation, a tail not behind it) and fit in what is left
-    /// of the log. Sets `scan.end` where the walk stops.
+    /// the last one (same or later generation) and fit in what is left of the log. Sets
+    /// `scan.end` where the walk stops.
+    ///
+    /// A record's tail may be behind the one before it: with the ail policy a commit record
+    /// stamps a tail its own pre-flush makes true, while the next checkpoint's body, written as
+    /// that commit is in flight, stamps one that holds without it. Each claim holds where its
+    /// record is on disk, so the newest record's tail is where the walk starts, as in XFS.
     fn step(&mut self, pos: Lsn) -> Result<Step, RecoveryError> {
         let (h, rec) = match read_record(self.region, pos)? {
             RecordRead::Valid(h, rec) => (h, rec),
@@ -389,10 +394,10 @@ impl Walk<'_, '_> {
             }
         };
         if let Some(p) = self.prev {
-            if h.generation < p.generation || h.tail < p.tail {
+            if h.generation < p.generation {
                 let reason = format!(
-                    "stale record (generation {}, tail {}) after generation {}, tail {}",
-                    h.generation, h.tail, p.generation, p.tail
+                    "stale record (generation {}) after generation {}",
+                    h.generation, p.generation
                 );
                 self.scan.end = LogEnd::Torn {
                     lsn: pos,
@@ -545,7 +550,7 @@ fn corrupt(region: &LogRegion<'_>, lsn: Lsn, reason: String) -> RecoveryError {
 }
 
 /// Looks past `stop`, where the walk found no valid record, for valid records that chain on
-/// after `prev` (the last valid one: same or later generation, a tail not behind it), up to a
+/// after `prev` (the last valid one: same or later generation), up to a
 /// commit or unmount record. A crash can leave only iclogs that were in flight past a torn
 /// write, and a commit iclog is issued only once every iclog before it has completed, with a
 /// pre-flush: a commit record past `stop` means the record at `stop` was stable, and is
@@ -580,7 +585,7 @@ fn committed_past(
             let RecordRead::Valid(h, _) = read_record(region, at)? else {
                 continue;
             };
-            if h.generation < last.generation || h.tail < last.tail {
+            if h.generation < last.generation {
                 continue;
             }
             // A record that chains on: follow the run to its end, then search past it.
@@ -590,7 +595,7 @@ fn committed_past(
                     break;
                 };
                 let stream = unpack(&rec, h.payload_len as usize);
-                if h.generation < last.generation || h.tail < last.tail {
+                if h.generation < last.generation {
                     break;
                 }
                 let Ok(ops) = parse_ops(&stream) else {
