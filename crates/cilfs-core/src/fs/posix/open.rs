@@ -12,7 +12,7 @@ use crate::fs::tree::keys::{
 };
 use crate::fs::txn::TreeRead;
 use crate::fs::txn::Trees;
-use crate::fs::{Fs, FsState};
+use crate::fs::{log_inode, Fs, FsState};
 
 /// Tests: hooks for one filesystem's next open of one inode that reads it from the tree, each
 /// run once after that read (`set_open_after_read_hook`). Tests running side by side each add
@@ -103,10 +103,11 @@ impl Fs {
     }
 
     /// One bounded transaction of `reclaim`; true once nothing but the inode item is left.
-    fn reclaim_batch(&self, ino: u64) -> FsResult<bool> {
+    pub(crate) fn reclaim_batch(&self, ino: u64) -> FsResult<bool> {
         let mut st = self.write_state();
         let (done, _) = self.with_tx(&mut st, |t, inodes| {
             let mut n = 0;
+            let mut freed = 0;
             let mut at = key(ino, KIND_INODE + 1, 0);
             // Bounded by items and by the buffers its reservation covers (remote xattr values
             // cancel their blocks); the item that passes them is covered at commit
@@ -129,13 +130,19 @@ impl Fs {
                     let ext =
                         crate::fs::items::extent::Extent::decode_in(offset_of(k), &v, ino, area)?;
                     t.free_extent(ext.disk, ext.len)?;
-                    if let Some(m) = inodes.get_mut(&ino) {
-                        m.inode.blocks = m.inode.blocks.saturating_sub(ext.len);
-                    }
+                    freed += ext.len;
                 }
                 t.remove(TREE_FS, k)?;
                 n += 1;
                 at = k;
+            }
+            // The inode's block count goes down with the extents in the same transaction, so
+            // that each batch leaves a consistent image (a crash between two batches, a check
+            // beside them).
+            if freed > 0 {
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.blocks = m.inode.blocks.saturating_sub(freed);
+                log_inode(t, m, &self.stats)?;
             }
             Ok((n < 16 && room(t), vec![]))
         })?;
