@@ -64,6 +64,18 @@ const NAMES: u64 = 6;
 const FILE_MAX: u64 = 48 * 1024;
 /// The directory of the create/unlink bursts, outside the compared namespace.
 const CHURN: &[u8] = b"churn";
+/// Background mode's other operation threads, one directory each (`side`), outside the
+/// compared namespace.
+const SIDE_THREADS: usize = 2;
+
+fn side_dir(who: usize) -> Vec<u8> {
+    format!("side{who}").into_bytes()
+}
+
+/// A name of the root that the compared namespace leaves out.
+fn hidden(name: &[u8]) -> bool {
+    name == CHURN || (name.starts_with(b"side") && name.len() == 5)
+}
 
 #[derive(Debug, Clone, Copy)]
 pub struct FsCrashConfig {
@@ -74,6 +86,8 @@ pub struct FsCrashConfig {
     /// Only this run (numbered from 0, as failures name it), its crash points exactly as in the
     /// whole exploration: replays one failure in seconds instead of every run before it.
     pub only_run: Option<u64>,
+    /// The mount's threads instead of one (see the module comment).
+    pub background: bool,
 }
 
 pub use crate::journal_crash::CrashReport;
@@ -103,6 +117,8 @@ fn digest(v: &[u8]) -> u64 {
 struct Model {
     /// Metadata after each operation (index 0: before the first).
     states: Vec<Arc<Meta>>,
+    /// Background mode: the files the other operation threads fsynced.
+    side: Vec<SideFile>,
     /// Device operation count when each operation started.
     started_at: Vec<usize>,
     /// (device op count when it returned, operations that must survive).
@@ -207,7 +223,16 @@ fn layout() -> Layout {
     }
 }
 
-fn journal_config(policy: FlushPolicy, cil_limit: u64) -> JournalConfig {
+fn journal_config(policy: FlushPolicy, cil_limit: u64, background: bool) -> JournalConfig {
+    if background {
+        return JournalConfig {
+            push_mode: PushMode::Background,
+            // Idle pushes and covers as often as the worker allows, meeting the operations.
+            log_force_interval: Some(std::time::Duration::from_millis(10)),
+            cil_sharding: CilSharding::ByThread,
+            ..journal_config(policy, cil_limit, false)
+        };
+    }
     JournalConfig {
         log: LogConfig {
             logbufs: 2,
@@ -232,7 +257,7 @@ fn base_image() -> Result<(SparseImage, u64), String> {
     let j = Journal::open(
         dev.clone() as Arc<dyn Device>,
         None,
-        journal_config(FlushPolicy::Reduced, 64 * 1024),
+        journal_config(FlushPolicy::Reduced, 64 * 1024, false),
     )
     .map_err(|e| e.to_string())?;
     cilfs_core::fs::mkfs::format(&j, 0, 0).map_err(|e| e.to_string())?;
@@ -241,6 +266,10 @@ fn base_image() -> Result<(SparseImage, u64), String> {
     let fs = Fs::open(j, fs_options(DataMode::Ordered, &clock)).map_err(|e| e.to_string())?;
     fs.mkdir(Cred::ROOT, ROOT_INO, CHURN, 0o755)
         .map_err(|e| format!("mkdir churn: {e}"))?;
+    for who in 0..SIDE_THREADS {
+        fs.mkdir(Cred::ROOT, ROOT_INO, &side_dir(who), 0o755)
+            .map_err(|e| format!("mkdir side: {e}"))?;
+    }
     fs.unmount().map_err(|e| e.to_string())?;
     drop(fs);
     Ok((dev.stable_image(), len))
@@ -281,8 +310,12 @@ fn open_fs(
     cil: u64,
     clock: &Arc<AtomicI64>,
 ) -> Result<Arc<Fs>, String> {
-    let j = Journal::open(Arc::clone(dev), None, journal_config(cfg.policy, cil))
-        .map_err(|e| format!("journal: {e}"))?;
+    let j = Journal::open(
+        Arc::clone(dev),
+        None,
+        journal_config(cfg.policy, cil, cfg.background),
+    )
+    .map_err(|e| format!("journal: {e}"))?;
     Fs::open(j, fs_options(cfg.data, clock)).map_err(|e| format!("mount: {e}"))
 }
 
@@ -318,7 +351,7 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
     };
     while let Some(d) = dirs.pop() {
         for (e, _) in fs.readdir(d, 0, 1 << 20).map_err(|e| e.to_string())? {
-            if e.name == b"." || e.name == b".." || (d == ROOT_INO && e.name == CHURN) {
+            if e.name == b"." || e.name == b".." || (d == ROOT_INO && hidden(&e.name)) {
                 continue;
             }
             m.entries.insert((d, e.name.clone()), e.ino);
@@ -487,6 +520,10 @@ fn churn(fs: &Fs, rng: &mut SimRng, op: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The filesystem mounted now, for the flusher of background mode; None while the workload
+/// unmounts, shuts down or remounts it.
+type Mounted = parking_lot::RwLock<Option<Arc<Fs>>>;
+
 /// Runs one workload, recording the model.
 fn workload(
     seed: u64,
@@ -494,11 +531,166 @@ fn workload(
     cil: u64,
     report: &mut CrashReport,
 ) -> Result<(RecordedSet, Model), String> {
-    let set = RecordedSet::new(vec![base_image()?], seed);
+    let set = if cfg.background {
+        RecordedSet::with_jitter(vec![base_image()?], seed)
+    } else {
+        RecordedSet::new(vec![base_image()?], seed)
+    };
+    let mounted = Mounted::default();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let r = std::thread::scope(|scope| {
+        let flusher = cfg
+            .background
+            .then(|| scope.spawn(|| flusher(&mounted, &stop, seed)));
+        let sides: Vec<_> = (0..SIDE_THREADS)
+            .filter(|_| cfg.background)
+            .map(|who| {
+                let (mounted, stop, set) = (&mounted, &stop, &set);
+                scope.spawn(move || side_ops(mounted, stop, set, seed, who))
+            })
+            .collect();
+        let r = run_ops(&set, &mounted, seed, cfg, cil, report);
+        stop.store(true, Ordering::Relaxed);
+        let flushed = flusher.map_or(Ok(()), |f| {
+            f.join()
+                .unwrap_or_else(|_| Err("the flusher panicked".into()))
+        });
+        let flushed = flushed.map_err(|e| format!("flusher: {e}"));
+        let mut side = Vec::new();
+        let mut side_err = Ok(());
+        for (who, t) in sides.into_iter().enumerate() {
+            match t.join() {
+                Ok(Ok(files)) => side.extend(files),
+                Ok(Err(e)) => side_err = side_err.and(Err(format!("thread side{who}: {e}"))),
+                Err(_) => side_err = side_err.and(Err(format!("thread side{who} panicked"))),
+            }
+        }
+        r.and_then(|mut m| {
+            flushed?;
+            side_err?;
+            m.side = side;
+            Ok(m)
+        })
+    });
+    Ok((set, r?))
+}
+
+/// The flusher of background mode: the mount's 30 s write back of idle inodes' dirty pages,
+/// every few hundred microseconds here, beside the workload's operations.
+fn flusher(
+    mounted: &Mounted,
+    stop: &std::sync::atomic::AtomicBool,
+    seed: u64,
+) -> Result<(), String> {
+    let mut rng = SimRng::derive(seed, 3);
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(std::time::Duration::from_micros(rng.below(800)));
+        let m = mounted.read();
+        let Some(fs) = m.as_ref() else { continue };
+        match fs.writeback_idle() {
+            Ok(()) => {}
+            // A workload's shutdown leaves the mount refusing everything until it remounts.
+            Err(_) if fs.is_shut_down() => {}
+            Err(FsError::NoSpace) => {}
+            Err(e) => return Err(format!("write back: {e}")),
+        }
+    }
+    Ok(())
+}
+
+/// A file written once by one of background mode's other operation threads and fsynced.
+#[derive(Debug)]
+struct SideFile {
+    dir: Vec<u8>,
+    name: Vec<u8>,
+    data: Arc<Vec<u8>>,
+    /// Device operation count when its fsync returned.
+    synced_at: usize,
+    /// Device operation count when its unlink started, if it was unlinked.
+    unlink_started: Option<usize>,
+}
+
+/// One of background mode's other operation threads, in its own directory: files created,
+/// written once and fsynced (each must then survive, byte for byte, until its unlink starts),
+/// and unlinked, beside the workload's operations and each other, so that their transactions
+/// commit at once with the workload's (optimistic commits published side by side, one CIL
+/// shard per thread), in the same checkpoints. The thread stops when the workload ends, and
+/// pauses while the workload unmounts or remounts.
+fn side_ops(
+    mounted: &Mounted,
+    stop: &std::sync::atomic::AtomicBool,
+    set: &RecordedSet,
+    seed: u64,
+    who: usize,
+) -> Result<Vec<SideFile>, String> {
+    let mut rng = SimRng::derive(seed, 16 + who as u64);
+    let dir_name = side_dir(who);
+    let mut files: Vec<SideFile> = Vec::new();
+    let mut next = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::yield_now();
+        let m = mounted.read();
+        let Some(fs) = m.as_ref() else { continue };
+        let gone = |e: &FsError| matches!(e, FsError::NoSpace) || fs.is_shut_down();
+        let dir = match fs.lookup(ROOT_INO, &dir_name) {
+            Ok(a) => a.ino,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(format!("lookup: {e}")),
+        };
+        let live: Vec<usize> = (0..files.len())
+            .filter(|&i| files[i].unlink_started.is_none())
+            .collect();
+        if live.len() > 12 || (!live.is_empty() && rng.chance(1, 3)) {
+            let i = live[rng.below(live.len() as u64) as usize];
+            files[i].unlink_started = Some(set.op_count());
+            match fs.unlink(dir, &files[i].name) {
+                Ok(()) => {}
+                Err(e) if gone(&e) => {}
+                Err(e) => return Err(format!("unlink: {e}")),
+            }
+            continue;
+        }
+        next += 1;
+        let name = format!("s{next}").into_bytes();
+        let ino = match fs.mknod(Cred::ROOT, dir, &name, 0o100_644, 0) {
+            Ok(a) => a.ino,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(format!("create: {e}")),
+        };
+        let byte = (rng.next_u64() as u8) | 1;
+        let data = vec![byte; 1 + rng.below(6000) as usize];
+        let synced = fs
+            .write(Cred::ROOT, ino, 0, &data)
+            .and_then(|_| fs.fsync(ino));
+        match synced {
+            Ok(()) => files.push(SideFile {
+                dir: dir_name.clone(),
+                name,
+                data: Arc::new(data),
+                synced_at: set.op_count(),
+                unlink_started: None,
+            }),
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(format!("write and fsync: {e}")),
+        }
+    }
+    Ok(files)
+}
+
+/// The workload's operations, recording the model.
+fn run_ops(
+    set: &RecordedSet,
+    mounted: &Mounted,
+    seed: u64,
+    cfg: &FsCrashConfig,
+    cil: u64,
+    report: &mut CrashReport,
+) -> Result<Model, String> {
     let dev: Arc<dyn Device> = Arc::clone(&set.devs[0]) as Arc<dyn Device>;
     let clock = Arc::new(AtomicI64::new(1_000_000_000));
     let mut rng = SimRng::new(seed);
     let mut fs = open_fs(&dev, cfg, cil, &clock)?;
+    *mounted.write() = Some(Arc::clone(&fs));
     let mut m = Model::default();
     let mut history = RoleHistory::default();
     history.update(&roles(&fs)?, report);
@@ -527,7 +719,8 @@ fn workload(
             .map(|(k, _)| *k)
             .collect();
         let pick = |rng: &mut SimRng, v: &[u64]| v[rng.below(v.len() as u64) as usize];
-        let tx_before = fs.stats().transactions;
+        // This thread's own: the flusher commits beside it in background mode.
+        let tx_before = cilfs_core::fs::stats::transactions_by_this_thread();
         let mut touched: Vec<u64> = Vec::new();
         let mut set_value: Option<u64> = None;
         let ok_or_expected = |r: Result<(), FsError>| -> Result<(), String> {
@@ -821,6 +1014,7 @@ fn workload(
                 tmpfiles.clear();
                 fs.shutdown(cilfs_core::fs::types::ShutdownMode::Default)
                     .map_err(|e| format!("op {op}: shutdown: {e}"))?;
+                *mounted.write() = None;
                 if fs.unmount().is_ok() {
                     return Err(format!("op {op}: unmount after a shutdown succeeded"));
                 }
@@ -828,6 +1022,7 @@ fn workload(
                 drop(fs);
                 m.durable.push((set.op_count(), op - 1));
                 fs = open_fs(&dev, cfg, cil, &clock)?;
+                *mounted.write() = Some(Arc::clone(&fs));
             }
             112..=115 if !files.is_empty() => {
                 let f = pick(&mut rng, &files);
@@ -840,11 +1035,13 @@ fn workload(
                     fs.release_inode(f).map_err(|e| e.to_string())?;
                 }
                 tmpfiles.clear();
+                *mounted.write() = None;
                 fs.unmount().map_err(|e| format!("op {op}: unmount: {e}"))?;
                 tally(&fs, report);
                 drop(fs);
                 m.durable.push((set.op_count(), op - 1));
                 fs = open_fs(&dev, cfg, cil, &clock)?;
+                *mounted.write() = Some(Arc::clone(&fs));
             }
             109 | 110 => {
                 let d = pick(&mut rng, &dirs);
@@ -870,7 +1067,7 @@ fn workload(
             }
             _ => {}
         }
-        if fs.stats().transactions > tx_before {
+        if cilfs_core::fs::stats::transactions_by_this_thread() > tx_before {
             for t in touched {
                 m.last_commit.insert(t, op);
             }
@@ -881,9 +1078,10 @@ fn workload(
         }
         m.states.push(Arc::new(meta_of(&fs, Some(&mut m.values))?));
     }
+    *mounted.write() = None;
     tally(&fs, report);
     drop(fs);
-    Ok((set, m))
+    Ok(m)
 }
 
 /// A random fallocate of file `f` at operation `op`: preallocation (keeping the size or not),
@@ -991,6 +1189,28 @@ fn check_point(
             (None, None) => format!("recovered a namespace that no prefix of operations produced (durable up to {required}, newest possible {newest})"),
         });
     };
+    for f in m
+        .side
+        .iter()
+        .filter(|f| f.synced_at <= g && f.unlink_started.is_none_or(|u| u >= g))
+    {
+        let what = format!(
+            "{}/{} fsynced (device operation {}) before the crash",
+            String::from_utf8_lossy(&f.dir),
+            String::from_utf8_lossy(&f.name),
+            f.synced_at
+        );
+        let dir = fs
+            .lookup(ROOT_INO, &f.dir)
+            .map_err(|e| format!("{what}: its directory: {e}"))?;
+        let ino = fs
+            .lookup(dir.ino, &f.name)
+            .map_err(|e| format!("{what}: {e}"))?
+            .ino;
+        if contents(&fs, ino)? != *f.data {
+            return Err(format!("{what}: contents differ after recovery"));
+        }
+    }
     // Xattrs: the digests matched; compare each value byte for byte with the one set.
     for ((ino, n), d) in &got.xattrs {
         let v = fs

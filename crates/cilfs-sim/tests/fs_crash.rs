@@ -7,12 +7,17 @@ use cilfs_sim::{run_fs_crashtest, FsCrashConfig};
 const POINTS: usize = 2000;
 
 fn check(seed: u64, policy: FlushPolicy, data: DataMode) {
+    explore(seed, policy, data, false);
+}
+
+fn explore(seed: u64, policy: FlushPolicy, data: DataMode, background: bool) {
     let cfg = FsCrashConfig {
         seed,
         points: POINTS,
         policy,
         data,
         only_run: None,
+        background,
     };
     let r = run_fs_crashtest(&cfg, &mut |_, _| {});
     let mode = if data == DataMode::Ordered {
@@ -22,13 +27,14 @@ fn check(seed: u64, policy: FlushPolicy, data: DataMode) {
     };
     assert!(
         r.failed == 0,
-        "{} of {} crash points failed; replay: cilfs crashtest fs --seed {seed} --points {POINTS} --policy {policy} --data {mode}\n{}",
+        "{} of {} crash points failed; replay: cilfs crashtest fs --seed {seed} --points {POINTS} --policy {policy} --data {mode}{}\n{}",
         r.failed,
         r.passed + r.failed,
+        if background { " --background" } else { "" },
         r.failures.join("\n")
     );
     eprintln!(
-        "{policy} {mode}: {} passed, {} checkpoints, {} log bytes, {} runs",
+        "{policy} {mode} background={background}: {} passed, {} checkpoints, {} log bytes, {} runs",
         r.passed, r.checkpoints, r.log_bytes, r.runs
     );
     assert!(r.checkpoints > 100, "only {} checkpoints", r.checkpoints);
@@ -69,4 +75,26 @@ fn ail_ordered() {
 #[test]
 fn ail_writeback() {
     check(6, FlushPolicy::AilFlush, DataMode::Writeback);
+}
+
+// The mount's threads: the push and AIL workers, concurrent iclog IO and the flusher.
+
+#[test]
+fn background_reduced_ordered() {
+    explore(7, FlushPolicy::Reduced, DataMode::Ordered, true);
+}
+
+#[test]
+fn background_reduced_writeback() {
+    explore(8, FlushPolicy::Reduced, DataMode::Writeback, true);
+}
+
+#[test]
+fn background_legacy_ordered() {
+    explore(9, FlushPolicy::Legacy, DataMode::Ordered, true);
+}
+
+#[test]
+fn background_ail_ordered() {
+    explore(10, FlushPolicy::AilFlush, DataMode::Ordered, true);
 }

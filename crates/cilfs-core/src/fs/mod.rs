@@ -553,7 +553,7 @@ impl Fs {
                 .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         }
         *h = hdr;
-        self.stats.transactions.add(1);
+        stats::count_transaction(&self.stats);
         Ok(seq)
     }
 

@@ -97,6 +97,23 @@ pub(crate) fn bump(a: &Counter) {
     a.add(1);
 }
 
+thread_local! {
+    static BY_THIS_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A transaction committed: counted, and counted for the calling thread.
+pub(crate) fn count_transaction(c: &FsCounters) {
+    c.transactions.add(1);
+    BY_THIS_THREAD.with(|n| n.set(n.get() + 1));
+}
+
+/// Transactions the calling thread has committed so far, on any filesystem: how a caller that
+/// runs operations beside other threads (the flusher's write back, other callers) tells
+/// whether an operation of its own committed.
+pub fn transactions_by_this_thread() -> u64 {
+    BY_THIS_THREAD.with(std::cell::Cell::get)
+}
+
 /// Adds a byte count to a counter.
 pub(crate) fn bump_bytes(a: &Counter, n: usize) {
     a.add(n as u64);

@@ -47,6 +47,10 @@ pub struct FsArgs {
     /// Only this run of the seed (as a failure names it), with the crash points it has there
     #[arg(long)]
     run: Option<u64>,
+    /// Run the mount's threads (push worker, AIL worker, concurrent iclog IO, the flusher)
+    /// beside the operations; interleavings are not replayable
+    #[arg(long)]
+    background: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -97,15 +101,23 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     };
     let seed = a.seed.unwrap_or_else(random_seed);
     let replay = format!(
-        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}{}",
+        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}{}{}",
         a.points,
         a.policy,
         a.data,
-        a.run.map(|r| format!(" --run {r}")).unwrap_or_default()
+        a.run.map(|r| format!(" --run {r}")).unwrap_or_default(),
+        if a.background { " --background" } else { "" }
     );
     eprintln!(
-        "crashtest fs: seed {seed}, {} points, policy {}, data={}",
-        a.points, a.policy, a.data
+        "crashtest fs: seed {seed}, {} points, policy {}, data={}{}",
+        a.points,
+        a.policy,
+        a.data,
+        if a.background {
+            ", background threads"
+        } else {
+            ""
+        }
     );
     let bar = ProgressBar::new(a.points as u64);
     bar.set_style(
@@ -118,6 +130,7 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
         policy: a.policy,
         data,
         only_run: a.run,
+        background: a.background,
     };
     let r = cilfs_sim::run_fs_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();

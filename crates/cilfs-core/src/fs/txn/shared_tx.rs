@@ -601,7 +601,7 @@ impl Fs {
             &changed,
         );
         crate::fs::txn::retry::committed();
-        crate::fs::stats::bump(&self.stats.transactions);
+        crate::fs::stats::count_transaction(&self.stats);
         crate::fs::stats::bump(&self.stats.shared_publishes);
         {
             let mut inodes = st.inodes.lock_many(sc.inos());
