@@ -38,6 +38,13 @@
 //! of the compared namespace) grow and shrink the fs tree, so freed tree nodes are reused for
 //! xattr values and file data and the other way round; the checker runs after every operation
 //! and the blocks that change role are counted.
+//!
+//! In background mode the filesystem runs beside its operations what a mount runs: the
+//! journal's threads (push worker, AIL worker, concurrent iclog IO), the flusher (the mount's
+//! 30 s write back, every few hundred microseconds here), and two more operation threads in
+//! directories of their own (`side`), whose fsynced files must survive. The devices complete IO
+//! late and out of order (`RecordedSet::with_jitter`). The threads' timing is the machine's: a
+//! seed replays the workload's choices, not its interleaving.
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::check;
