@@ -165,13 +165,7 @@ fn layout(external: bool) -> Layout {
 /// a few iclogs (multi-iclog checkpoints whose body goes out without flags).
 fn journal_config(policy: FlushPolicy, cil_limit: u64, background: bool) -> JournalConfig {
     if background {
-        return JournalConfig {
-            push_mode: PushMode::Background,
-            // Idle pushes and covers as often as the worker allows, meeting the commits.
-            log_force_interval: Some(std::time::Duration::from_millis(10)),
-            cil_sharding: CilSharding::ByThread,
-            ..journal_config(policy, cil_limit, false)
-        };
+        return crate::recorded::with_mount_threads(journal_config(policy, cil_limit, false));
     }
     JournalConfig {
         log: LogConfig {

@@ -1,6 +1,8 @@
 //! One or two recorded devices with a global operation order, so that a crash can be taken at
-//! the same instant on both (an external log lives on its own device).
+//! the same instant on both (an external log lives on its own device); for the explorers'
+//! background mode, devices with latency and a write queue, and the journal as a mount runs it.
 
+use cilfs_core::journal::{CilSharding, JournalConfig, PushMode};
 use cilfs_device::rng::SimRng;
 use cilfs_device::{
     Device, IoStats, QueuedBuf, QueuedWrite, RecordingDevice, Result, SimDevice, SparseImage,
@@ -231,6 +233,18 @@ impl RecordedSet {
                 d.rec.crash_image(n, choose)
             })
             .collect()
+    }
+}
+
+/// `cfg` as a mount runs the journal, for the explorers' background mode: the push worker
+/// (idle pushes and covers as often as it allows, meeting the workload), the AIL worker with
+/// its queued write back, concurrent iclog IO, and CIL shards per thread.
+pub fn with_mount_threads(cfg: JournalConfig) -> JournalConfig {
+    JournalConfig {
+        push_mode: PushMode::Background,
+        log_force_interval: Some(std::time::Duration::from_millis(10)),
+        cil_sharding: CilSharding::ByThread,
+        ..cfg
     }
 }
 
