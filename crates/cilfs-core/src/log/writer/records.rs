@@ -168,6 +168,11 @@ impl LogWriter {
                 (base, split..bytes),
             ]
         };
+        // A record wrapping past the end of the log is two writes; through the queue the iclog
+        // would come back with one of them, and the commit iclog that waits for its ring could
+        // go out before the other completed. Written here instead (once a lap), after what the
+        // queue holds back.
+        let wrapped_in_queue = ios.len() > 1 && matches!(self.io, Some(AsyncIo::Queue { .. }));
         match (&mut self.io, wait) {
             (Some(_), false) if flags != WriteFlags::NONE && self.commit_io.is_some() => {
                 // A commit iclog: a copy goes to the commit thread, so the ring slot is free
@@ -196,19 +201,7 @@ impl LogWriter {
                     .map_err(|_| threads_gone(offset))?;
                 self.commit_in_flight = true;
             }
-            // A record wrapping past the end of the log is two writes; through the queue the
-            // iclog would come back with one of them, and the commit iclog that waits for its
-            // ring could go out before the other completed. Written here instead, once a lap.
-            (Some(io @ AsyncIo::Queue { .. }), false) if ios.len() > 1 => {
-                put_back(&mut self.ring, io.unplug())?;
-                let Some(buf) = self.ring[slot].as_ref() else {
-                    unreachable!("iclog {slot} in flight")
-                };
-                for (off, r) in ios {
-                    self.log_dev.write(off, &buf[r], flags)?;
-                }
-            }
-            (Some(io), false) => {
+            (Some(io), false) if !wrapped_in_queue => {
                 debug_assert!(
                     flags == WriteFlags::NONE || matches!(io, AsyncIo::Threads(_)),
                     "the write queue takes only unflagged iclogs"
@@ -227,7 +220,10 @@ impl LogWriter {
                 };
                 put_back(&mut self.ring, io.submit(job, may_hold))?;
             }
-            _ => {
+            (io, _) => {
+                if let (Some(io), true) = (io, wrapped_in_queue) {
+                    put_back(&mut self.ring, io.unplug())?;
+                }
                 let Some(buf) = self.ring[slot].as_ref() else {
                     unreachable!("iclog {slot} in flight")
                 };
