@@ -81,7 +81,7 @@ fn side_dir(who: usize) -> Vec<u8> {
 
 /// A name of the root that the compared namespace leaves out.
 fn hidden(name: &[u8]) -> bool {
-    name == CHURN || (name.starts_with(b"side") && name.len() == 5)
+    name == CHURN || (0..SIDE_THREADS).any(|who| side_dir(who) == name)
 }
 
 #[derive(Debug, Clone, Copy)]

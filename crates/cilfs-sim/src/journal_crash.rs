@@ -125,23 +125,37 @@ impl Model {
             .unwrap_or((0, 0))
     }
 
-    /// The (mount, checkpoint)s whose regions are exactly `got` (all regions, in order).
+    /// The (mount, checkpoint)s whose regions are exactly `got`.
     fn matching(&self, got: &[u8]) -> Vec<Key> {
-        let len = (REGION * u64::from(BS)) as usize;
-        let keys: std::collections::BTreeSet<Key> = self
-            .regions
-            .iter()
-            .flat_map(|r| r.states.keys().copied())
-            .collect();
-        keys.into_iter()
-            .filter(|&k| {
-                self.regions.iter().enumerate().all(|(i, r)| {
-                    r.at(k)
-                        .is_some_and(|s| s[..] == got[i * len..(i + 1) * len])
-                })
-            })
-            .collect()
+        let regions: Vec<&Region> = self.regions.iter().collect();
+        matching(&regions, got)
     }
+}
+
+/// The (mount, checkpoint)s whose `regions` are exactly `got` (all of them, in order).
+fn matching(regions: &[&Region], got: &[u8]) -> Vec<Key> {
+    let len = (REGION * u64::from(BS)) as usize;
+    let keys: std::collections::BTreeSet<Key> = regions
+        .iter()
+        .flat_map(|r| r.states.keys().copied())
+        .collect();
+    keys.into_iter()
+        .filter(|&k| {
+            regions.iter().enumerate().all(|(i, r)| {
+                r.at(k)
+                    .is_some_and(|s| s[..] == got[i * len..(i + 1) * len])
+            })
+        })
+        .collect()
+}
+
+/// The newest (mount, checkpoint) at or before `upto` that any of `regions` committed into.
+fn newest_at_or_before(regions: &[&Region], upto: Key) -> Option<Key> {
+    regions
+        .iter()
+        .filter_map(|r| r.states.range(..=upto).next_back())
+        .map(|(k, _)| *k)
+        .max()
 }
 
 fn layout(external: bool) -> Layout {
@@ -389,12 +403,7 @@ fn workload(
 /// The newest (mount, checkpoint) either committer committed into in mount `mount`: what an
 /// unmount or a cover makes durable.
 fn newest_key(main: &Region, side: &Region, mount: u32) -> Key {
-    [main, side]
-        .iter()
-        .filter_map(|r| r.states.range(..(mount + 1, 0)).next_back())
-        .map(|(k, _)| *k)
-        .max()
-        .unwrap_or((mount, 0))
+    newest_at_or_before(&[main, side], (mount, u64::MAX)).unwrap_or((mount, 0))
 }
 
 /// Mounts the journal on the run's devices.
@@ -491,34 +500,20 @@ fn main_committer(
                 }
                 let got = read_regions(&*devs[0], first)?;
                 let mut side = side.lock();
-                let model = Model {
-                    regions: vec![std::mem::take(main), std::mem::take(&mut *side)],
-                    durable: Vec::new(),
-                };
                 // Checkpoint `done` holds what the last commit at or before it left.
-                let floor = model
-                    .regions
-                    .iter()
-                    .filter_map(|r| r.states.range(..=(mount, done)).next_back())
-                    .map(|(k, _)| *k)
-                    .max()
-                    .unwrap_or((mount, 0));
-                let back = model
-                    .matching(&got[..])
+                let floor =
+                    newest_at_or_before(&[&*main, &*side], (mount, done)).unwrap_or((mount, 0));
+                let back = matching(&[&*main, &*side], &got)
                     .into_iter()
                     .rfind(|k| k.0 == mount)
                     .filter(|&k| k >= floor)
                     .ok_or_else(|| {
                         format!("mount {mount} died after checkpoint {done}: recovery came back to no state at or after it")
-                    });
-                let [mut a, mut b]: [Region; 2] =
-                    model.regions.try_into().map_err(|_| "regions")?;
-                let back = back?;
-                a.return_to(mount, back)?;
-                b.return_to(mount, back)?;
-                a.snapshot((mount + 1, 0));
-                b.snapshot((mount + 1, 0));
-                (*main, *side) = (a, b);
+                    })?;
+                for r in [&mut *main, &mut *side] {
+                    r.return_to(mount, back)?;
+                    r.snapshot((mount + 1, 0));
+                }
                 m.0 = mount + 1;
             }
             _ => {}
