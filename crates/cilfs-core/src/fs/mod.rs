@@ -166,6 +166,11 @@ pub struct FsOptions {
     /// Time source of the tenants' IO limits (tests use a virtual clock) [default: the
     /// system's].
     pub io_clock: Option<Arc<dyn cilfs_device::Clock>>,
+    /// An fsync whose file has at most this many bytes of dirty pages puts them in the log
+    /// with its checkpoint instead of writing them in place first, so that it costs one log
+    /// write and no data-device flush before it; 0 writes everything in place (the
+    /// `logdata` mount option) [default 64 KiB].
+    pub log_data_max: u64,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -180,6 +185,7 @@ impl std::fmt::Debug for FsOptions {
             .field("acl", &self.acl)
             .field("diratime", &self.diratime)
             .field("sync", &self.sync)
+            .field("log_data_max", &self.log_data_max)
             .finish()
     }
 }
@@ -216,9 +222,14 @@ impl Default for FsOptions {
             diratime: true,
             sync: SyncMode::None,
             io_clock: None,
+            log_data_max: DEFAULT_LOG_DATA_MAX,
         }
     }
 }
+
+/// `FsOptions::log_data_max` by default: as ZFS's intent log writes up to 32 KiB of a
+/// synchronous write into the log, a few blocks of small files and appends.
+pub const DEFAULT_LOG_DATA_MAX: u64 = 64 << 10;
 
 /// An inode in memory: the authoritative copy while cached (changes happen under the
 /// filesystem's write lock), its change counter, and who holds it open.
@@ -329,6 +340,10 @@ pub struct Fs {
     /// Raised by every recovery; folded into the change attribute users see.
     pub(crate) epoch: u64,
     pub(crate) stats: stats::FsCounters,
+    /// Inodes with file data written in place that no data-device flush since is known to
+    /// cover: fsync flushes for those only (`posix/sync.rs`); one whose data all went into
+    /// the log needs none. A leaf lock.
+    pub(crate) unflushed: parking_lot::Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Registers the read and write verifiers of the blocks the filesystem stamps (tree nodes and
@@ -427,6 +442,7 @@ impl Fs {
             opts,
             bs,
             epoch,
+            unflushed: Default::default(),
             stats: stats::FsCounters::default(),
         });
         if !fs.opts.read_only {

@@ -14,6 +14,8 @@ pub struct FsCounters {
     pub change_queries: Counter,
     pub data_read_bytes: Counter,
     pub data_write_bytes: Counter,
+    /// File data an fsync's write back put into the log (`posix/sync.rs` `log_runs`).
+    pub data_logged_bytes: Counter,
     pub fsyncs: Counter,
     pub orphans_reclaimed: Counter,
     /// Size changes kept in memory until the inode's next log (not logged by the write).
@@ -47,6 +49,7 @@ pub struct FsStats {
     pub change_queries: u64,
     pub data_read_bytes: u64,
     pub data_write_bytes: u64,
+    pub data_logged_bytes: u64,
     pub fsyncs: u64,
     pub orphans_reclaimed: u64,
     pub deferred_size_updates: u64,
@@ -76,6 +79,7 @@ impl FsCounters {
             change_queries: g(&self.change_queries),
             data_read_bytes: g(&self.data_read_bytes),
             data_write_bytes: g(&self.data_write_bytes),
+            data_logged_bytes: g(&self.data_logged_bytes),
             fsyncs: g(&self.fsyncs),
             orphans_reclaimed: g(&self.orphans_reclaimed),
             deferred_size_updates: g(&self.deferred_size_updates),
@@ -152,6 +156,7 @@ impl super::Fs {
             ("change_queries", f.change_queries),
             ("file_read_bytes", f.data_read_bytes),
             ("file_write_bytes", f.data_write_bytes),
+            ("file_logged_bytes", f.data_logged_bytes),
             ("fsyncs", f.fsyncs),
             ("orphans_reclaimed", f.orphans_reclaimed),
             ("deferred_size_updates", f.deferred_size_updates),

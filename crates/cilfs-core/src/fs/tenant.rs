@@ -95,19 +95,35 @@ fn parse_id(text: &[u8]) -> FsResult<u32> {
 
 impl Fs {
     /// Reads file data for project `project`, waiting for its read budget first.
+    /// Blocks whose data the log holds read as their buffers say (`Journal::
+    /// logged_data_buffers`, taken before the device read so none is evicted meanwhile).
     pub(crate) fn data_read(&self, project: u32, disk: u64, buf: &mut [u8]) -> FsResult<()> {
         self.throttle
             .admit(TenantId(project), IoDir::Read, buf.len());
+        let blocks = (buf.len() as u64).div_ceil(u64::from(self.bs));
+        let logged = self
+            .journal
+            .logged_data_buffers(disk, disk.saturating_add(blocks));
         self.journal
             .data
             .read(self.data_offset(disk)?, buf)
-            .map_err(FsError::from)
+            .map_err(FsError::from)?;
+        if !logged.is_empty() {
+            self.journal.overlay_logged_data(&logged, disk, buf);
+        }
+        Ok(())
     }
 
     /// The byte offset of data block `disk`, which a damaged extent may put past 2^64 bytes.
     fn data_offset(&self, disk: u64) -> FsResult<u64> {
         disk.checked_mul(u64::from(self.bs))
             .ok_or_else(|| FsError::corrupt(0, format!("data block {disk} past any device")))
+    }
+
+    /// Waits for project `project`'s budget to write `bytes` (file data that goes into the
+    /// log, which `data_write` does not see).
+    pub(crate) fn admit_write(&self, project: u32, bytes: usize) {
+        self.throttle.admit(TenantId(project), IoDir::Write, bytes);
     }
 
     /// Writes file data for project `project`, waiting for its write budget first.

@@ -2,11 +2,13 @@
 //! of metadata blocks. `open` recovers; `commit` never waits for IO; `force` makes a checkpoint
 //! stable; `unmount` leaves a log that needs no replay.
 
+mod logged_data;
 mod open;
 mod push;
 mod space;
 mod stats;
 
+pub use logged_data::LOGGED_BLOCKS_MAX;
 pub use open::{scan, RecoveryReport};
 pub use stats::JournalStats;
 
@@ -208,6 +210,10 @@ pub struct Journal {
     pub(crate) block_checks: parking_lot::RwLock<Vec<(u16, BlockCheck)>>,
     /// Blocks whose read check failed and was logged (each once, up to `BAD_BLOCKS_LOGGED`).
     pub(crate) bad_blocks: Mutex<std::collections::BTreeSet<u64>>,
+    /// File data blocks the log holds whole (`logged_data.rs`); a leaf lock.
+    pub(crate) logged_data: Mutex<logged_data::LoggedData>,
+    /// How many blocks `logged_data` holds, read without its lock (reads skip it at 0).
+    pub(crate) logged_data_len: std::sync::atomic::AtomicUsize,
 }
 
 /// Failed blocks logged one by one; past this many, only the count grows.
@@ -413,6 +419,76 @@ impl Journal {
     pub fn buf_fresh(&self, blkno: u64) -> Result<Arc<Buf>, JournalError> {
         self.check_metadata_block(blkno)?;
         Ok(self.cache.get_fresh(blkno))
+    }
+
+    /// Whether write back may put `n` more blocks of file data on the logged path now
+    /// (`LOGGED_BLOCKS_MAX`).
+    pub fn may_log_data(&self, n: usize) -> bool {
+        self.logged_data_len.load(Ordering::Relaxed) + n <= LOGGED_BLOCKS_MAX
+    }
+
+    /// Notes `blocks`, whose data a commit just logged whole: from now until the log is
+    /// covered each is written only through the log, read from its buffer, cancelled when
+    /// freed (`logged_data.rs`). Called after the commit, so the sequence open now is at least
+    /// the one it went into.
+    pub fn note_logged_data(&self, ino: u64, blocks: impl IntoIterator<Item = u64>) {
+        let seq = self.current_seq();
+        let mut d = self.logged_data.lock();
+        for b in blocks {
+            d.note(b, seq, ino);
+        }
+        self.logged_data_len.store(d.len(), Ordering::Relaxed);
+    }
+
+    /// The blocks of `[from, to)` on the logged path.
+    pub fn logged_data_in(&self, from: u64, to: u64) -> Vec<u64> {
+        if self.logged_data_len.load(Ordering::Relaxed) == 0 {
+            return Vec::new();
+        }
+        self.logged_data.lock().in_range(from, to)
+    }
+
+    /// How many blocks logged for inode `ino` are on the logged path.
+    pub fn logged_data_of(&self, ino: u64) -> usize {
+        if self.logged_data_len.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        self.logged_data.lock().of_inode(ino)
+    }
+
+    /// Whether block `blkno` is on the logged path.
+    pub fn is_logged_data(&self, blkno: u64) -> bool {
+        self.logged_data_len.load(Ordering::Relaxed) != 0 && self.logged_data.lock().contains(blkno)
+    }
+
+    /// The buffers of blocks of `[from, to)` on the logged path, taken before a device read of
+    /// them: held, they cannot be evicted, so after the read `overlay_logged_data` puts their
+    /// newest bytes over what the device gave (which the AIL may not have written yet).
+    pub fn logged_data_buffers(&self, from: u64, to: u64) -> Vec<Arc<Buf>> {
+        self.logged_data_in(from, to)
+            .into_iter()
+            .filter_map(|b| self.cached_buf(b))
+            .collect()
+    }
+
+    /// Copies the newest bytes of `bufs` (from `logged_data_buffers`) over `out`, which holds
+    /// blocks from `first` on as the device gave them. A cancelled buffer (the block was freed
+    /// since) means nothing.
+    pub fn overlay_logged_data(&self, bufs: &[Arc<Buf>], first: u64, out: &mut [u8]) {
+        let bs = self.block_size() as usize;
+        for b in bufs {
+            let Some(k) = b.blkno().checked_sub(first) else {
+                continue;
+            };
+            let at = k as usize * bs;
+            if at + bs > out.len() {
+                continue;
+            }
+            let g = b.read();
+            if !g.cancelled {
+                out[at..at + bs].copy_from_slice(&g.data[..bs]);
+            }
+        }
     }
 
     /// Whether `blkno` is in the metadata area.
@@ -666,6 +742,12 @@ impl Journal {
             .covered_head
             .store(w.head().raw(), Ordering::Relaxed);
         self.extra.covers.fetch_add(1, Ordering::Relaxed);
+        // Everything committed is written back and the record's tail is itself: no image of
+        // file data logged so far can be replayed, and its blocks may be written in place.
+        let mut d = self.logged_data.lock();
+        d.covered(self.completed_seq());
+        self.logged_data_len.store(d.len(), Ordering::Relaxed);
+        drop(d);
         let mut sp = self.space();
         sp.head = w.head();
         sp.safe_tail = sp.safe_tail.max(lsn);

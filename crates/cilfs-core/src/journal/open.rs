@@ -213,6 +213,8 @@ impl Journal {
             ahead_paused: AtomicBool::new(false),
             block_checks: parking_lot::RwLock::new(Vec::new()),
             bad_blocks: Mutex::new(std::collections::BTreeSet::new()),
+            logged_data: Mutex::new(Default::default()),
+            logged_data_len: std::sync::atomic::AtomicUsize::new(0),
         });
         if cfg.push_mode == PushMode::Background {
             *j.worker.lock() = Some(push::Worker::start(&j));

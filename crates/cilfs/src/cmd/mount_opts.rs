@@ -51,6 +51,10 @@ pub struct MountOpts {
     /// `noidmap`: every request names its caller, for a daemon that cannot read its callers'
     /// /proc status (hidepid, another pid namespace), which root-only operations need then.
     pub idmap: bool,
+    /// `logdata=SIZE`: an fsync of at most this much dirty data puts it into the log (one
+    /// log write, no data flush before it); `logdata=0` writes all data in place first, as
+    /// XFS does [default 64K].
+    pub log_data_max: u64,
 }
 
 impl Default for MountOpts {
@@ -80,6 +84,7 @@ impl Default for MountOpts {
             dirsync: false,
             uring: cilfs_fuse::native::UringMode::Auto,
             idmap: true,
+            log_data_max: cilfs_core::fs::DEFAULT_LOG_DATA_MAX,
             loop_dev: None,
         }
     }
@@ -256,9 +261,19 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                 no_value()?;
                 o.idmap = k == "idmap";
             }
+            "logdata" => {
+                let n = parse_size(need()?)?;
+                if n > LOG_DATA_MAX {
+                    return Err(format!(
+                        "logdata={}: at most 1M (0 turns the logged path off)",
+                        v.unwrap_or("")
+                    ));
+                }
+                o.log_data_max = n;
+            }
             "transport" => check_transport(need()?)?,
             "uring" => o.uring = parse_uring(need()?)?,
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, idmap, noidmap, transport, uring)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, idmap, noidmap, logdata, transport, uring)")),
         }
     }
     Ok(o)
@@ -302,10 +317,14 @@ impl MountOpts {
             sync: self.sync_mode(),
             groups_of: Some(std::sync::Arc::new(cilfs_fuse::process_groups)),
             acl: self.acl,
+            log_data_max: self.log_data_max,
             ..FsOptions::default()
         }
     }
 }
+
+/// The largest `logdata=`: an fsync's pages go into one checkpoint, 16 blocks a transaction.
+const LOG_DATA_MAX: u64 = 1 << 20;
 
 /// What `transport=fuser` is refused with: the fuser crate's transport is not built any more.
 pub const FUSER_REFUSED: &str = "transport=fuser: the fuser transport has been removed; cilfs \

@@ -52,13 +52,15 @@ impl Fs {
                 _ => return Ok(()),
             }
         };
-        self.zero_block_range(project, disk, from, to)
+        self.zero_block_range(ino, project, disk, from, to)
     }
 
-    /// Zeroes bytes `[from, to)` of disk block `disk` in place (read, zero, write), charged to
-    /// `project`.
+    /// Zeroes bytes `[from, to)` of disk block `disk` of inode `ino` (read, zero, write),
+    /// charged to `project`: in place, or through the log for a block the log holds (which
+    /// is never written in place, `journal/logged_data.rs`).
     pub(crate) fn zero_block_range(
         &self,
+        ino: u64,
         project: u32,
         disk: u64,
         from: usize,
@@ -67,6 +69,10 @@ impl Fs {
         let mut buf = AlignedBuf::zeroed(self.bs as usize);
         self.data_read(project, disk, &mut buf)?;
         buf[from..to].fill(0);
+        if self.journal.is_logged_data(disk) {
+            return self.log_blocks(ino, &[(disk, &buf[..])]);
+        }
+        self.unflushed.lock().insert(ino);
         self.data_write(project, disk, &buf)
     }
 

@@ -6,10 +6,15 @@ use crate::fs::cache::iolock::IoMode;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::NOT_DIRTY;
 use crate::fs::space::map::extents_in;
-use crate::fs::stats::bump;
+use crate::fs::stats::{bump, bump_bytes};
 use crate::fs::types::ShutdownMode;
 use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
+
+/// Blocks of file data one transaction of `Fs::log_runs` logs.
+const LOG_BLOCKS_PER_TX: usize = 16;
+/// `Fs::logged_blocks_per_inode` on a large log.
+const LOGGED_PER_INODE_MAX: u64 = 256;
 
 /// A dirty page to write back.
 struct Run {
@@ -26,23 +31,44 @@ impl Fs {
     /// pages or grows the size between the two, and an fsync of it waits for write back
     /// already in flight instead of finding the pages taken and returning early.
     pub(crate) fn writeback_locked(&self, ino: u64) -> FsResult<()> {
-        self.writeback_inode(ino, true)
+        self.writeback_inode(ino, true, None)
     }
 
     /// `writeback_locked`; with `wait` false only as many pages as the inode's project has the
     /// budget for now are written (the rest stay dirty, and its size unlogged), so the thread
-    /// writing back for everyone never waits for a throttled tenant.
-    fn writeback_inode(&self, ino: u64, wait: bool) -> FsResult<()> {
+    /// writing back for everyone never waits for a throttled tenant. `fsync`: for an fsync
+    /// (`Some(datasync)`), whose few pages may go into the log (`split_logged`).
+    fn writeback_inode(&self, ino: u64, wait: bool, fsync: Option<bool>) -> FsResult<()> {
         // After a shutdown no data is written either: the pages are lost with the mount.
         if self.journal.is_shut_down() {
             return Err(FsError::Journal(crate::journal::JournalError::Shutdown));
         }
-        let (project, mut runs) = self.take_runs(ino)?;
+        let (project, taken) = self.take_runs(ino)?;
+        let (logged, mut runs) = self.split_logged(ino, taken, fsync);
+        // Data into the log is charged to its tenant as data in place would be.
+        if !logged.is_empty() {
+            self.admit_write(project, logged.len() * self.bs as usize);
+        }
         let (done, written) = self.write_runs(project, &runs, wait);
+        if done > 0 || written.is_err() {
+            self.unflushed.lock().insert(ino);
+        }
         let mut left = runs.split_off(done);
+        // `runs` from here: pages on disk or in the log.
+        let logged = match self.log_runs(ino, &logged) {
+            Ok(()) => {
+                runs.extend(logged);
+                Ok(())
+            }
+            Err(e) => {
+                left.extend(logged);
+                Err(e)
+            }
+        };
         // Blocks of unwritten extents now on disk: marked written, or their pages stay dirty
         // (on disk they still read as zeros).
-        if let Err(e) = self.convert_runs(ino, &runs, left.is_empty() && written.is_ok()) {
+        let settled = left.is_empty() && written.is_ok() && logged.is_ok();
+        if let Err(e) = self.convert_runs(ino, &runs, settled) {
             left.extend(runs.into_iter().filter(|r| r.unwritten));
             self.redirty(ino, left);
             return Err(e);
@@ -52,6 +78,7 @@ impl Fs {
             self.redirty(ino, left);
         }
         written?;
+        logged?;
         if !all_written {
             return Ok(());
         }
@@ -61,6 +88,107 @@ impl Fs {
             m.inode.dirty_from = NOT_DIRTY;
         }
         self.log_unlogged(ino)
+    }
+
+    /// Splits pages taken for write back into those that go into the log (first) and those
+    /// written in place. A block the log holds already goes through it again
+    /// (`journal/logged_data.rs`); an fsync's pages go there all when they are few
+    /// (`FsOptions::log_data_max`), the fsync writes a log record anyway (new blocks to mark
+    /// written, or a change it must force: an overwrite that fdatasync need not force is
+    /// cheaper in place, one write and one flush), and the inode's share of the logged path
+    /// has room.
+    fn split_logged(&self, ino: u64, runs: Vec<Run>, fsync: Option<bool>) -> (Vec<Run>, Vec<Run>) {
+        let (Some(lo), Some(hi)) = (runs.first(), runs.last()) else {
+            return (Vec::new(), runs);
+        };
+        let n = runs.len();
+        if let Some(datasync) =
+            fsync.filter(|_| n as u64 * u64::from(self.bs) <= self.opts.log_data_max)
+        {
+            if (runs.iter().any(|r| r.unwritten) || self.fsync_forces_log(ino, datasync))
+                && self.journal.logged_data_of(ino) + n <= self.logged_blocks_per_inode()
+                && self.journal.may_log_data(n)
+            {
+                return (runs, Vec::new());
+            }
+        }
+        // `runs` are in disk order.
+        let held = self.journal.logged_data_in(lo.disk, hi.disk + 1);
+        if held.is_empty() {
+            return (Vec::new(), runs);
+        }
+        runs.into_iter()
+            .partition(|r| held.binary_search(&r.disk).is_ok())
+    }
+
+    /// Whether an fsync (`datasync`: an fdatasync) of `ino` forces a checkpoint whatever its
+    /// pages: its size is ahead of the log, or its last change is not stable.
+    fn fsync_forces_log(&self, ino: u64, datasync: bool) -> bool {
+        let done = self.journal.completed_seq();
+        self.read_state()
+            .inodes
+            .lock(ino)
+            .get(&ino)
+            .is_some_and(|m| {
+                m.unlogged
+                    || if datasync {
+                        m.last_data_seq
+                    } else {
+                        m.last_seq
+                    } > done
+            })
+    }
+
+    /// The most blocks logged for one inode the logged path holds: freeing the inode's
+    /// blocks cancels each in one transaction (`FsTx::free_extent`), which must stay well
+    /// inside the largest reservation the log grants.
+    pub(crate) fn logged_blocks_per_inode(&self) -> usize {
+        let per_block = u64::from(self.bs) + 64;
+        (self.journal.max_reservation_bytes() / 4 / per_block).min(LOGGED_PER_INODE_MAX) as usize
+    }
+
+    /// Puts the pages of `runs` into the log as images of their whole blocks, up to
+    /// `LOG_BLOCKS_PER_TX` a transaction, and raises the inode's checkpoint to theirs, so
+    /// that its fsync and fdatasync force them. The blocks are on the logged path from then
+    /// on (`Journal::note_logged_data`): the AIL writes them in place.
+    fn log_runs(&self, ino: u64, runs: &[Run]) -> FsResult<()> {
+        let blocks: Vec<(u64, &[u8])> = runs.iter().map(|r| (r.disk, &r.data[..])).collect();
+        self.log_blocks(ino, &blocks)
+    }
+
+    /// `log_runs` for blocks `(disk block, contents)` of inode `ino`.
+    pub(crate) fn log_blocks(&self, ino: u64, blocks: &[(u64, &[u8])]) -> FsResult<()> {
+        for chunk in blocks.chunks(LOG_BLOCKS_PER_TX) {
+            self.retrying(|| {
+                self.with_writeback_tx(&[ino], |_, t, _| {
+                    for &(disk, data) in chunk {
+                        let b = t.tx.buf_fresh(disk)?;
+                        // A block of the file's own: a stamp offset left from a tree node
+                        // means it is mapped twice.
+                        if t.tx.lsn_offset(b).is_some() {
+                            return Err(FsError::corrupt(
+                                disk,
+                                format!("block {disk} of inode {ino} keeps an LSN stamp offset"),
+                            ));
+                        }
+                        t.tx.write(b, 0, data);
+                    }
+                    Ok(((), Vec::new()))
+                })
+            })?;
+            // After the commit: the sequence open now is at least the one it went into.
+            self.journal
+                .note_logged_data(ino, chunk.iter().map(|&(d, _)| d));
+            let seq = self.journal.current_seq();
+            if let Some(m) = self.read_state().inodes.lock(ino).get_mut(&ino) {
+                m.committed(seq, true);
+            }
+            bump_bytes(
+                &self.stats.data_logged_bytes,
+                chunk.len() * self.bs as usize,
+            );
+        }
+        Ok(())
     }
 
     /// Puts pages taken for write back in the cache dirty again: what the budget leaves for
@@ -113,7 +241,7 @@ impl Fs {
                 self.io.try_lock(ino, IoMode::Exclusive)
             };
             if guard.is_some() {
-                self.writeback_inode(ino, wait)?;
+                self.writeback_inode(ino, wait, None)?;
             }
         }
         Ok(())
@@ -297,9 +425,9 @@ impl Fs {
     fn sync_inode(&self, ino: u64, datasync: bool) -> FsResult<()> {
         bump(&self.stats.operations);
         bump(&self.stats.fsyncs);
-        let seq = {
+        let (seq, in_place) = {
             let _io = self.io.lock(ino, IoMode::Exclusive);
-            self.writeback_locked(ino)?;
+            self.writeback_inode(ino, true, Some(datasync))?;
             let st = self.read_state();
             let seq = st.inodes.lock(ino).get(&ino).map_or(0, |m| {
                 if datasync {
@@ -308,12 +436,20 @@ impl Fs {
                     m.last_seq
                 }
             });
-            seq
+            // Taken under the IO lock: a write in place after it marks the inode again.
+            (seq, self.unflushed.lock().remove(&ino))
         };
         if seq > self.journal.completed_seq() {
             self.journal.force(seq)?;
         }
-        self.journal.data.flush()?;
+        // Data written in place since the last flush for this inode (overwrites, which no
+        // checkpoint orders): one flush of the data device. Data in the log needs none.
+        if in_place {
+            if let Err(e) = self.journal.data.flush() {
+                self.unflushed.lock().insert(ino);
+                return Err(e.into());
+            }
+        }
         Ok(())
     }
 
@@ -335,8 +471,16 @@ impl Fs {
     pub fn sync(&self) -> FsResult<()> {
         bump(&self.stats.operations);
         self.writeback_all()?;
-        self.journal.force_all()?;
-        self.journal.data.flush()?;
-        Ok(())
+        // Writes in place that completed before the flush below: covered by it.
+        let covered = std::mem::take(&mut *self.unflushed.lock());
+        let r = self
+            .journal
+            .force_all()
+            .map_err(FsError::from)
+            .and_then(|()| self.journal.data.flush().map_err(FsError::from));
+        if r.is_err() {
+            self.unflushed.lock().extend(covered);
+        }
+        r
     }
 }

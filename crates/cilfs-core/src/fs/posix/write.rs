@@ -386,6 +386,7 @@ impl Fs {
             if s < en {
                 let mut buf = AlignedBuf::zeroed(((en - s) * bs) as usize);
                 copy_overlap(&mut buf, s * bs, plan.off, data);
+                self.unflushed.lock().insert(plan.ino);
                 self.data_write(plan.project, e.disk + (s - e.file), &buf)?;
             }
         }
@@ -408,7 +409,7 @@ impl Fs {
         if let Some(t) = plan.eof.filter(|t| !t.cached && !t.unwritten) {
             if !staged.eof_zeroed {
                 // The write starts past this block: all of its tail is in the file now.
-                self.zero_block_range(plan.project, t.disk, t.from, self.bs as usize)?;
+                self.zero_block_range(plan.ino, plan.project, t.disk, t.from, self.bs as usize)?;
                 staged.eof_zeroed = true;
             }
         }

@@ -320,6 +320,12 @@ impl FsTx<'_> {
                 format!("freeing {s}+{l} outside the data area"),
             ));
         }
+        // File data the log holds: cancelled, so that neither the AIL nor a recovery writes
+        // an image of it over whatever reuses the block (`journal/logged_data.rs`).
+        for b in self.tx.journal.logged_data_in(s, s + l) {
+            let r = self.tx.buf_fresh(b)?;
+            self.tx.cancel(r);
+        }
         let mut start = s;
         let mut len = l;
         if let Some((k, _)) = self.seek_le(TREE_FREE_BY_BLOCK, Key::new(s + l - 1, u64::MAX))? {

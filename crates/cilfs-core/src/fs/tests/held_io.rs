@@ -132,9 +132,18 @@ impl Device for HoldingDevice {
     }
 }
 
+/// A mount whose fsyncs write their data in place, where these tests hold it (a few pages
+/// would go into the log instead, `logged_data.rs`).
 fn mount_holding(dev: &Arc<HoldingDevice>, opts: FsOptions) -> Arc<Fs> {
     let j = Journal::open(dev.clone() as Arc<dyn Device>, None, jcfg()).unwrap();
-    Fs::open(j, opts).unwrap()
+    Fs::open(
+        j,
+        FsOptions {
+            log_data_max: 0,
+            ..opts
+        },
+    )
+    .unwrap()
 }
 
 /// Runs `hold` on a thread until the device holds its IO, then `others` on another; returns

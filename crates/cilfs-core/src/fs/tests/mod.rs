@@ -29,6 +29,7 @@ mod iflags;
 mod label;
 mod log_damage;
 mod log_space;
+mod logged_data;
 mod logging;
 mod model;
 mod namespace;
