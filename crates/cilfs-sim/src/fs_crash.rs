@@ -1143,6 +1143,7 @@ fn tally(fs: &Fs, report: &mut CrashReport) {
     let s = fs.journal().stats();
     report.checkpoints += s.log.checkpoints;
     report.log_bytes += s.log.log_bytes;
+    report.data_logged_bytes += fs.stats().data_logged_bytes;
 }
 
 fn random_fate(rng: &mut SimRng, sectors: usize) -> Survival {

@@ -57,6 +57,8 @@ pub struct CrashReport {
     /// fs runs: blocks seen to change role (tree node, xattr value, file data) between two
     /// operations of a workload.
     pub blocks_changed_role: u64,
+    /// fs runs: file data fsyncs put into the log (`FsOptions::log_data_max`).
+    pub data_logged_bytes: u64,
 }
 
 impl CrashReport {

@@ -137,12 +137,13 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     let summary = format!(
         "{} workload runs, {} checkpoints, {} blocks changed role (tree node, xattr value, file \
          data)\n{} xattr values compared byte for byte after recovery, {} of them in blocks that \
-         had been tree nodes or file data",
+         had been tree nodes or file data\n{} KiB of file data put into the log by fsyncs",
         r.runs,
         r.checkpoints,
         r.blocks_changed_role,
         r.xattr_values_checked,
-        r.xattr_values_in_reused_blocks
+        r.xattr_values_in_reused_blocks,
+        r.data_logged_bytes / 1024
     );
     report(&r, &summary, &replay)
 }
