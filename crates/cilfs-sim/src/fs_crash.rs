@@ -95,6 +95,8 @@ pub struct FsCrashConfig {
     pub only_run: Option<u64>,
     /// The mount's threads instead of one (see the module comment).
     pub background: bool,
+    /// The log on a device of its own (`SbLog::External`), crashed with the data device.
+    pub external_log: bool,
 }
 
 pub use crate::journal_crash::CrashReport;
@@ -219,12 +221,18 @@ impl Model {
     }
 }
 
-fn layout() -> Layout {
+fn layout(external: bool) -> Layout {
     Layout {
         uuid: [0x3c; 16],
         block_size: BS,
         data_blocks: DATA_BLOCKS,
-        log: SbLog::Internal { start: 1 },
+        log: if external {
+            SbLog::External {
+                log_uuid: [0xc3; 16],
+            }
+        } else {
+            SbLog::Internal { start: 1 }
+        },
         log_blocks: LOG_BLOCKS,
         backups: false,
     }
@@ -251,13 +259,19 @@ fn journal_config(policy: FlushPolicy, cil_limit: u64, background: bool) -> Jour
 
 const CIL_LIMITS: [u64; 3] = [8 * 1024, 24 * 1024, 64 * 1024];
 
-fn base_image() -> Result<(SparseImage, u64), String> {
+/// Fresh images of the data device (and the log device), formatted with the directories the
+/// workload starts from.
+fn base_images(external: bool) -> Result<Vec<(SparseImage, u64)>, String> {
     let len = DATA_BLOCKS * u64::from(BS);
+    let log_len = (LOG_BLOCKS + 1) * u64::from(BS);
     let dev = Arc::new(SimDevice::new(len, 0));
-    write_filesystem(&*dev, None, &layout(), &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let log = Arc::new(SimDevice::new(log_len, 0));
+    let logdev = external.then(|| log.clone() as Arc<dyn Device>);
+    write_filesystem(&*dev, logdev.as_deref(), &layout(external), &mut |_, _| {})
+        .map_err(|e| e.to_string())?;
     let j = Journal::open(
         dev.clone() as Arc<dyn Device>,
-        None,
+        logdev,
         journal_config(FlushPolicy::Reduced, 64 * 1024, false),
     )
     .map_err(|e| e.to_string())?;
@@ -273,7 +287,11 @@ fn base_image() -> Result<(SparseImage, u64), String> {
     }
     fs.unmount().map_err(|e| e.to_string())?;
     drop(fs);
-    Ok((dev.stable_image(), len))
+    let mut v = vec![(dev.stable_image(), len)];
+    if external {
+        v.push((log.stable_image(), log_len));
+    }
+    Ok(v)
 }
 
 /// The tenants' time: moves only by the waits it is asked for, at once.
@@ -305,15 +323,16 @@ fn fs_options(data: DataMode, clock: &Arc<AtomicI64>) -> FsOptions {
     }
 }
 
+/// Mounts the data device `devs[0]`, with the log device `devs[1]` if there is one.
 fn open_fs(
-    dev: &Arc<dyn Device>,
+    devs: &[Arc<dyn Device>],
     cfg: &FsCrashConfig,
     cil: u64,
     clock: &Arc<AtomicI64>,
 ) -> Result<Arc<Fs>, String> {
     let j = Journal::open(
-        Arc::clone(dev),
-        None,
+        Arc::clone(&devs[0]),
+        devs.get(1).cloned(),
         journal_config(cfg.policy, cil, cfg.background),
     )
     .map_err(|e| format!("journal: {e}"))?;
@@ -533,9 +552,9 @@ fn workload(
     report: &mut CrashReport,
 ) -> Result<(RecordedSet, Model), String> {
     let set = if cfg.background {
-        RecordedSet::with_jitter(vec![base_image()?], seed)
+        RecordedSet::with_jitter(base_images(cfg.external_log)?, seed)
     } else {
-        RecordedSet::new(vec![base_image()?], seed)
+        RecordedSet::new(base_images(cfg.external_log)?, seed)
     };
     let mounted = Mounted::default();
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -687,7 +706,11 @@ fn run_ops(
     cil: u64,
     report: &mut CrashReport,
 ) -> Result<Model, String> {
-    let dev: Arc<dyn Device> = Arc::clone(&set.devs[0]) as Arc<dyn Device>;
+    let dev: Vec<Arc<dyn Device>> = set
+        .devs
+        .iter()
+        .map(|d| Arc::clone(d) as Arc<dyn Device>)
+        .collect();
     let clock = Arc::new(AtomicI64::new(1_000_000_000));
     let mut rng = SimRng::new(seed);
     let mut fs = open_fs(&dev, cfg, cil, &clock)?;
@@ -1164,11 +1187,14 @@ fn check_point(
     counts: &mut (u64, u64),
 ) -> Result<(), String> {
     let images = set.crash_images(g, &mut |_, n| random_fate(rng, n));
-    let len = set.devs[0].len();
-    let Some(img) = images.into_iter().next() else {
+    if images.is_empty() {
         return Err("no image".into());
-    };
-    let dev: Arc<dyn Device> = Arc::new(SimDevice::from_image(img, len, 1));
+    }
+    let dev: Vec<Arc<dyn Device>> = images
+        .into_iter()
+        .zip(&set.devs)
+        .map(|(img, d)| Arc::new(SimDevice::from_image(img, d.len(), 1)) as Arc<dyn Device>)
+        .collect();
     let clock = Arc::new(AtomicI64::new(2_000_000_000));
     let fs = open_fs(&dev, cfg, cil, &clock).map_err(|e| format!("recovery failed: {e}"))?;
     let report = check::check(&fs).map_err(|e| format!("check could not run: {e}"))?;

@@ -51,6 +51,9 @@ pub struct FsArgs {
     /// beside the operations; interleavings are not replayable
     #[arg(long)]
     background: bool,
+    /// Put the log on its own simulated device
+    #[arg(long)]
+    external_log: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -101,15 +104,20 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     };
     let seed = a.seed.unwrap_or_else(random_seed);
     let replay = format!(
-        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}{}{}",
+        "cilfs crashtest fs --seed {seed} --points {} --policy {} --data {}{}{}{}",
         a.points,
         a.policy,
         a.data,
         a.run.map(|r| format!(" --run {r}")).unwrap_or_default(),
-        if a.background { " --background" } else { "" }
+        if a.background { " --background" } else { "" },
+        if a.external_log {
+            " --external-log"
+        } else {
+            ""
+        }
     );
     eprintln!(
-        "crashtest fs: seed {seed}, {} points, policy {}, data={}{}",
+        "crashtest fs: seed {seed}, {} points, policy {}, data={}{}{}",
         a.points,
         a.policy,
         a.data,
@@ -117,7 +125,8 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
             ", background threads"
         } else {
             ""
-        }
+        },
+        if a.external_log { ", external log" } else { "" }
     );
     let bar = ProgressBar::new(a.points as u64);
     bar.set_style(
@@ -131,6 +140,7 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
         data,
         only_run: a.run,
         background: a.background,
+        external_log: a.external_log,
     };
     let r = cilfs_sim::run_fs_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
