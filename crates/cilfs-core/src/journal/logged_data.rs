@@ -7,8 +7,9 @@
 //! and freeing it cancels it (`Journal::logged_data_in`), so no older image is replayed over
 //! whatever reuses it.
 //!
-//! A block stays here after a free: its buffer is cancelled, reads skip a cancelled buffer,
-//! and the next write back of it goes through the log again, which is always correct.
+//! A block stays here after a free (its buffer cancelled, which reads skip) until it is
+//! allocated again, which happens only once the free, and so the cancel, is stable: from then
+//! on no image of it can be replayed or written back, and it leaves (`forget`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -64,6 +65,15 @@ impl LoggedData {
         self.blocks.range(from..to).map(|(&b, _)| b).collect()
     }
 
+    /// Drops the blocks of `[from, to)`.
+    pub(crate) fn forget(&mut self, from: u64, to: u64) {
+        for b in self.in_range(from, to) {
+            if let Some((_, i)) = self.blocks.remove(&b) {
+                self.forget_one(i);
+            }
+        }
+    }
+
     /// A cover wrote back everything through sequence `seq`: no image logged there can be
     /// replayed any more.
     pub(crate) fn covered(&mut self, seq: u64) {
@@ -102,6 +112,11 @@ mod tests {
         assert!(!d.contains(10) && !d.contains(12));
         assert!(d.contains(11));
         assert_eq!(d.len(), 1);
+        assert_eq!((d.of_inode(7), d.of_inode(8)), (1, 0));
+        d.note(20, 9, 8);
+        d.note(21, 9, 7);
+        d.forget(11, 21);
+        assert_eq!(d.in_range(0, 100), vec![21]);
         assert_eq!((d.of_inode(7), d.of_inode(8)), (1, 0));
     }
 }

@@ -448,6 +448,17 @@ impl Journal {
         self.logged_data.lock().in_range(from, to)
     }
 
+    /// Takes the blocks of `[from, to)` off the logged path: they are being allocated, so they
+    /// were freed (each cancelled) by a checkpoint that is stable.
+    pub fn forget_logged_data(&self, from: u64, to: u64) {
+        if self.logged_data_len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut d = self.logged_data.lock();
+        d.forget(from, to);
+        self.logged_data_len.store(d.len(), Ordering::Relaxed);
+    }
+
     /// How many blocks logged for inode `ino` are on the logged path.
     pub fn logged_data_of(&self, ino: u64) -> usize {
         if self.logged_data_len.load(Ordering::Relaxed) == 0 {

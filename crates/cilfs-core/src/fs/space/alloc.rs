@@ -271,6 +271,11 @@ impl FsTx<'_> {
             s >= fs && s + l <= fs + fl,
             "taking outside the free extent"
         );
+        // Free blocks that were file data the log held were cancelled when freed, and are
+        // handed out only once that is stable: no image of them can come back, and their next
+        // owner writes them as it likes (`journal/logged_data.rs`). Forgotten even if this
+        // transaction is dropped, which changes nothing of that.
+        self.tx.journal.forget_logged_data(s, s + l);
         // The header's count is read from disk: one below what the free-space trees hold is
         // damage (check reports the disagreement), refused before anything is changed.
         let Some(left) = self.hdr.free_blocks.checked_sub(l) else {

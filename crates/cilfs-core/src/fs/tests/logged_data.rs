@@ -222,3 +222,53 @@ fn a_cover_lets_a_logged_block_go_in_place_again() {
     assert_eq!(back.read(f, 0, BS).unwrap(), vec![0x55; BS as usize]);
     assert_clean(&back);
 }
+
+/// Blocks of many small files, logged, freed and then given to one large file leave the
+/// logged path when they are allocated again: truncating the large file cancels none of
+/// them, where cancelling every one in its batches would pass the log's largest reservation.
+#[test]
+fn blocks_allocated_again_leave_the_logged_path() {
+    let dev = new_dev(77);
+    let fs = mount(&dev, FsOptions::default());
+    let files = 300u64;
+    for i in 0..files {
+        let f = file_in_root(&fs, format!("s{i}").as_bytes());
+        fs.write(U, f, 0, &[0x61; BS as usize]).unwrap();
+        fs.fsync(f).unwrap();
+    }
+    assert!(fs.stats().data_logged_bytes >= files * B);
+    for i in 0..files {
+        fs.unlink(ROOT_INO, format!("s{i}").as_bytes()).unwrap();
+    }
+    fs.sync().unwrap();
+    let big = file_in_root(&fs, b"big");
+    let len = 4096 * B;
+    for at in (0..len).step_by((256 * B) as usize) {
+        fs.write_direct(U, big, at, &vec![0x62; (256 * B) as usize])
+            .unwrap();
+    }
+    let logged_in_big: usize = extents(&fs, big)
+        .iter()
+        .map(|e| fs.journal().logged_data_in(e.disk, e.disk + e.len).len())
+        .sum();
+    assert_eq!(
+        logged_in_big, 0,
+        "allocated blocks still on the logged path"
+    );
+    fs.setattr(
+        U,
+        big,
+        SetAttr {
+            size: Some(0),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    fs.fsync(big).unwrap();
+    let back = mount(
+        &Arc::new(dev.crash(CrashOptions { torn_writes: true })),
+        FsOptions::default(),
+    );
+    assert_eq!(back.getattr(big).unwrap().size, 0);
+    assert_clean(&back);
+}
