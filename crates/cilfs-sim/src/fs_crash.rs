@@ -1000,6 +1000,7 @@ fn run_ops(
                 let want = cilfs_core::fs::types::FileAttr {
                     flags,
                     project: fs.project(f).map_err(|e| format!("op {op}: {e}"))?,
+                    extsize: 0,
                 };
                 match fs.set_file_attr(Cred::ROOT, f, want) {
                     Ok(_) => touched.push(f),
