@@ -99,14 +99,16 @@ pub struct FsCrashConfig {
 
 pub use crate::journal_crash::CrashReport;
 
+/// Type, size (directories only), link count, permission bits (ACLs change them), project,
+/// inode flags (with the extent size hint's) and the extent size hint.
+type InodeMeta = (FileType, u64, u32, u16, u32, u32, u32);
+
 /// The visible metadata: names, per inode type, size and link count, and every xattr (by the
 /// digest of its value).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meta {
     entries: BTreeMap<(u64, Vec<u8>), u64>,
-    /// Type, size (directories only), link count, permission bits (ACLs change them),
-    /// project, inode flags (with the extent size hint's) and the extent size hint.
-    inodes: BTreeMap<u64, (FileType, u64, u32, u16, u32, u32, u32)>,
+    inodes: BTreeMap<u64, InodeMeta>,
     xattrs: BTreeMap<(u64, Vec<u8>), u64>,
 }
 
