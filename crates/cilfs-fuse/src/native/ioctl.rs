@@ -2,8 +2,8 @@
 //! (FS_IOC_GETFLAGS/SETFLAGS, which chattr and lsattr use, and FS_IOC_FSGETXATTR/FSSETXATTR,
 //! which xfs_io uses, with the project ID and the extent size hint; the kernel's
 //! `fuse_fileattr_get/set` turns both into these) and the shutdown (XFS_IOC_GOINGDOWN), the
-//! filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL) and FITRIM (`fstrim`). Each returns the bytes the caller reads back; errors become errno
-//! values in `errno.rs`.
+//! filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL) and FITRIM (`fstrim`). Each returns the
+//! bytes the caller reads back; errors become errno values in `errno.rs`.
 
 use crate::errno::errno;
 use cilfs_core::fs::items::inode::{
