@@ -7,7 +7,9 @@
 use cilfs_core::fs::items::dir::{decode_bucket, decode_slotted, encode_bucket};
 use cilfs_core::fs::items::extent::Extent;
 use cilfs_core::fs::items::header::{Header, TREE_FS};
-use cilfs_core::fs::items::inode::{Inode, Timespec, INODE_ITEM_BYTES, S_IFDIR, S_IFREG};
+use cilfs_core::fs::items::inode::{
+    Inode, Timespec, EXTSIZE_MAX_BLOCKS, INODE_ITEM_BYTES, S_IFDIR, S_IFREG,
+};
 use cilfs_core::fs::items::xattr;
 use cilfs_core::fs::rules::acl::Acl;
 use cilfs_core::fs::tree::btree::Root;
@@ -160,7 +162,13 @@ pub fn inode(data: &[u8]) {
             let _ = t.truncated(g);
         }
     }
-    let again = Inode::decode(7, &i.encode(), 3);
+    // An accepted extent size hint is one a regular file or directory may hold, and bounded;
+    // the item is long exactly when it carries one.
+    assert!(i.extsize <= EXTSIZE_MAX_BLOCKS, "{i:?}");
+    assert!(i.extsize == 0 || i.may_have_extsize(), "{i:?}");
+    let enc = i.encode();
+    assert_eq!(enc.len() == INODE_ITEM_BYTES, i.extsize == 0, "{i:?}");
+    let again = Inode::decode(7, &enc, 3);
     assert_eq!(again.as_ref().ok(), Some(&i), "re-encoded inode: {again:?}");
 }
 
@@ -188,6 +196,7 @@ pub fn inode_seeds() -> Vec<Vec<u8>> {
         flags: 0,
         parent: 0,
         project: 0,
+        extsize: 0,
     };
     let dir = Inode {
         mode: S_IFDIR | 0o755,
@@ -197,7 +206,26 @@ pub fn inode_seeds() -> Vec<Vec<u8>> {
     };
     let mut short = base.encode().to_vec();
     short.truncate(INODE_ITEM_BYTES - 1);
-    vec![base.encode().to_vec(), dir.encode().to_vec(), short]
+    // The long item, with an extent size hint: a file's own and a directory's to pass on.
+    let hinted = Inode {
+        blocks: 0,
+        extsize: 16,
+        ..base.clone()
+    };
+    let dir_hinted = Inode {
+        extsize: EXTSIZE_MAX_BLOCKS,
+        ..dir.clone()
+    };
+    let mut long = hinted.encode().to_vec();
+    long.push(0);
+    vec![
+        base.encode().to_vec(),
+        dir.encode().to_vec(),
+        short,
+        hinted.encode().to_vec(),
+        dir_hinted.encode().to_vec(),
+        long,
+    ]
 }
 
 /// A directory entry bucket of directory 9: what decodes encodes back to what decodes.

@@ -101,14 +101,16 @@ pub struct FsCrashConfig {
 
 pub use crate::journal_crash::CrashReport;
 
+/// Type, size (directories only), link count, permission bits (ACLs change them), project,
+/// inode flags (with the extent size hint's) and the extent size hint.
+type InodeMeta = (FileType, u64, u32, u16, u32, u32, u32);
+
 /// The visible metadata: names, per inode type, size and link count, and every xattr (by the
 /// digest of its value).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct Meta {
     entries: BTreeMap<(u64, Vec<u8>), u64>,
-    /// Type, size (directories only), link count, permission bits (ACLs change them),
-    /// project and inode flags.
-    inodes: BTreeMap<u64, (FileType, u64, u32, u16, u32, u32)>,
+    inodes: BTreeMap<u64, InodeMeta>,
     xattrs: BTreeMap<(u64, Vec<u8>), u64>,
 }
 
@@ -346,8 +348,8 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
     let mut dirs = vec![ROOT_INO];
     let a = fs.getattr(ROOT_INO).map_err(|e| e.to_string())?;
     let project = |ino| fs.project(ino).map_err(|e| format!("project {ino}: {e}"));
-    let flags = |ino| match fs.file_attr(ino) {
-        Ok(fa) => Ok(fa.flags),
+    let attrs = |ino| match fs.file_attr(ino) {
+        Ok(fa) => Ok((fa.flags, fa.extsize)),
         Err(e) => Err(format!("flags {ino}: {e}")),
     };
     m.inodes.insert(
@@ -358,7 +360,8 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
             a.nlink,
             a.perm,
             project(ROOT_INO)?,
-            flags(ROOT_INO)?,
+            attrs(ROOT_INO)?.0,
+            attrs(ROOT_INO)?.1,
         ),
     );
     // Regular files' sizes are left out (see the module comment).
@@ -379,13 +382,15 @@ fn meta_of(fs: &Fs, mut values: Option<&mut HashMap<u64, Arc<Vec<u8>>>>) -> Resu
                 let a = fs
                     .getattr(e.ino)
                     .map_err(|x| format!("entry {:?}: {x}", String::from_utf8_lossy(&e.name)))?;
+                let (flags, extsize) = attrs(e.ino)?;
                 v.insert((
                     a.kind,
                     size_of(&a),
                     a.nlink,
                     a.perm,
                     project(e.ino)?,
-                    flags(e.ino)?,
+                    flags,
+                    extsize,
                 ));
                 if a.kind == FileType::Directory {
                     dirs.push(e.ino);
@@ -1014,19 +1019,32 @@ fn run_ops(
                 }
             }
             107 => {
-                // Inode flags that forbid nothing (nodump, noatime, sync), set or cleared.
+                // Inode flags that forbid nothing (nodump, noatime, sync), set or cleared, and
+                // the extent size hint kept, cleared or set (the item changes length): refused,
+                // changing nothing, where XFS refuses it (a file with data blocks, a symlink).
                 use cilfs_core::fs::items::inode::{INODE_NOATIME, INODE_NODUMP, INODE_SYNC};
+                use cilfs_core::fs::types::{ATTR_EXTSIZE, ATTR_EXTSZINHERIT, ATTR_HINT_FLAGS};
                 let all: Vec<u64> = cur.inodes.keys().copied().collect();
                 let f = pick(&mut rng, &all);
                 let bits = [INODE_NODUMP, INODE_NOATIME, INODE_SYNC];
                 let flags = bits.iter().filter(|_| rng.bool()).fold(0, |a, b| a | b);
+                let now = fs.file_attr(f).map_err(|e| format!("op {op}: {e}"))?;
+                let hint_flag = match cur.inodes[&f].0 {
+                    FileType::Directory => ATTR_EXTSZINHERIT,
+                    _ => ATTR_EXTSIZE,
+                };
+                let (hint_flags, extsize) = match rng.below(4) {
+                    0 => (now.flags & ATTR_HINT_FLAGS, now.extsize),
+                    n => (hint_flag, [0, 2, 8][n as usize - 1] * BS),
+                };
                 let want = cilfs_core::fs::types::FileAttr {
-                    flags,
-                    project: fs.project(f).map_err(|e| format!("op {op}: {e}"))?,
+                    flags: flags | hint_flags,
+                    project: now.project,
+                    extsize,
                 };
                 match fs.set_file_attr(Cred::ROOT, f, want) {
                     Ok(_) => touched.push(f),
-                    Err(FsError::NoSpace) => {}
+                    Err(FsError::NoSpace | FsError::Invalid(_)) => {}
                     Err(e) => return Err(format!("op {op}: set flags: {e}")),
                 }
             }

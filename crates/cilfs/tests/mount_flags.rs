@@ -1,10 +1,12 @@
-//! Mount tests of the inode flags, the project ID, statx's birth time, the shutdown ioctl
-//! and FITRIM, through the real tools: chattr, lsattr, xfs_io, stat and fstrim. Needs root
-//! and /dev/fuse.
+//! Mount tests of the inode flags, the project ID, extent size hints, statx's birth time, the
+//! shutdown ioctl and FITRIM, through the real tools: chattr, lsattr, xfs_io, stat and fstrim
+//! (hints through the ioctl itself: xfs_io 6.1 runs `extsize` on XFS only). Needs root and
+//! /dev/fuse.
 #![allow(clippy::unwrap_used)]
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::process::Command;
 
 mod common;
@@ -203,4 +205,104 @@ fn fstrim_discards_free_space_and_files_read_back() {
         assert_eq!(fs::read(m.p(&format!("f{i}"))).unwrap(), data(i));
     }
     assert!(!m.p("f1").exists());
+}
+
+/// `struct fsxattr`, as FS_IOC_FSGETXATTR and FS_IOC_FSSETXATTR carry it.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+struct FsXattr {
+    xflags: u32,
+    extsize: u32,
+    nextents: u32,
+    projid: u32,
+    cowextsize: u32,
+    pad: [u8; 8],
+}
+
+const FS_IOC_FSGETXATTR: libc::c_ulong = 0x801c_581f;
+const FS_IOC_FSSETXATTR: libc::c_ulong = 0x401c_5820;
+const FS_XFLAG_EXTSIZE: u32 = 0x800;
+const FS_XFLAG_EXTSZINHERIT: u32 = 0x1000;
+
+#[allow(unsafe_code)]
+fn fsx_get(p: &std::path::Path) -> FsXattr {
+    let f = fs::File::open(p).unwrap();
+    let mut x = FsXattr::default();
+    // SAFETY: FS_IOC_FSGETXATTR writes one `struct fsxattr`, which `x` is, on an open fd.
+    let r = unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            FS_IOC_FSGETXATTR,
+            &mut x,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    x
+}
+
+/// What `xfs_io extsize N` does: the attributes read, the hint's flag added for the file's
+/// type, the hint set.
+#[allow(unsafe_code)]
+fn set_extsize(p: &std::path::Path, extsize: u32) -> std::io::Result<()> {
+    let mut x = fsx_get(p);
+    x.xflags |= if p.is_dir() {
+        FS_XFLAG_EXTSZINHERIT
+    } else {
+        FS_XFLAG_EXTSIZE
+    };
+    x.extsize = extsize;
+    let f = fs::File::open(p).unwrap();
+    // SAFETY: FS_IOC_FSSETXATTR reads one `struct fsxattr`, which `x` is, from an open fd.
+    let r = unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&f), FS_IOC_FSSETXATTR, &x) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Extent size hints through the kernel's FSSETXATTR (the VFS's checks, then cilfs's): set
+/// on an empty file and read back with FS_XFLAG_EXTSIZE, EINVAL for a file with data and
+/// for a size that is no multiple of the block size, cleared by 0, taken by a file made in a
+/// directory with one, and kept across a remount.
+#[test]
+fn extent_size_hints_through_fssetxattr() {
+    let m = Mounted::new("64M", &[]);
+    let bs = u32::try_from(fs::metadata(&m.dir).unwrap().blksize()).unwrap();
+    let f = m.p("hinted");
+    fs::write(&f, b"").unwrap();
+    set_extsize(&f, 2 * bs).unwrap();
+    let x = fsx_get(&f);
+    assert_eq!(
+        (x.xflags & FS_XFLAG_EXTSIZE, x.extsize),
+        (FS_XFLAG_EXTSIZE, 2 * bs)
+    );
+    let einval = |r: std::io::Result<()>| assert_eq!(errno(r.unwrap_err()), Errno::INVAL);
+    einval(set_extsize(&f, bs + 512));
+    set_extsize(&f, 0).unwrap();
+    assert_eq!(fsx_get(&f).xflags & FS_XFLAG_EXTSIZE, 0);
+    set_extsize(&f, 4 * bs).unwrap();
+    let full = m.p("full");
+    fs::write(&full, b"data").unwrap();
+    einval(set_extsize(&full, 2 * bs));
+    assert_eq!(fsx_get(&full).extsize, 0);
+    let d = m.p("dir");
+    fs::create_dir(&d).unwrap();
+    set_extsize(&d, 8 * bs).unwrap();
+    let x = fsx_get(&d);
+    assert_eq!(
+        (x.xflags & FS_XFLAG_EXTSZINHERIT, x.extsize),
+        (FS_XFLAG_EXTSZINHERIT, 8 * bs)
+    );
+    fs::write(d.join("child"), b"").unwrap();
+    m.unmount();
+    m.mount(&[]);
+    assert_eq!(fsx_get(&f).extsize, 4 * bs);
+    assert_eq!(fsx_get(&d).extsize, 8 * bs);
+    let x = fsx_get(&d.join("child"));
+    assert_eq!(
+        (x.xflags & FS_XFLAG_EXTSIZE, x.extsize),
+        (FS_XFLAG_EXTSIZE, 8 * bs)
+    );
+    m.unmount();
 }

@@ -156,13 +156,26 @@ pub struct XattrFlags {
     pub replace: bool,
 }
 
-/// What lsattr and `xfs_io lsproj` read (FS_IOC_GETFLAGS, FS_IOC_FSGETXATTR): the flags users
-/// set (`items::inode::INODE_USER_FLAGS`) and the project ID.
+/// What lsattr, `xfs_io lsproj` and `xfs_io extsize` read (FS_IOC_GETFLAGS,
+/// FS_IOC_FSGETXATTR): the flags users set (`items::inode::INODE_USER_FLAGS`, and the two hint
+/// flags below), the project ID and the extent size hint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileAttr {
     pub flags: u32,
     pub project: u32,
+    /// The extent size hint in bytes (fsx_extsize), a multiple of the block size; 0: none.
+    pub extsize: u32,
 }
+
+/// `FileAttr::flags`: the regular file has an extent size hint of its own (FS_XFLAG_EXTSIZE).
+/// Never an inode flag: reported exactly when the hint is not 0, as XFS keeps it; a hint set
+/// without it is refused, and it set with a hint of 0 says no hint.
+pub const ATTR_EXTSIZE: u32 = 1 << 30;
+/// `FileAttr::flags`: the directory has a hint that the files and directories made in it take
+/// (FS_XFLAG_EXTSZINHERIT); as `ATTR_EXTSIZE`, for directories.
+pub const ATTR_EXTSZINHERIT: u32 = 1 << 31;
+/// Both hint flags.
+pub const ATTR_HINT_FLAGS: u32 = ATTR_EXTSIZE | ATTR_EXTSZINHERIT;
 
 /// What a shutdown (XFS_IOC_GOINGDOWN) makes stable first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

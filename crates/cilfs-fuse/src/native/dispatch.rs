@@ -1187,6 +1187,127 @@ mod tests {
         ));
     }
 
+    /// Extent size hints as `xfs_io extsize` sends them (FSGETXATTR, then FSSETXATTR with
+    /// FS_XFLAG_EXTSIZE or FS_XFLAG_EXTSZINHERIT added and fsx_extsize set): read back with
+    /// their flag, EINVAL where XFS refuses them, taken by a file made in a directory with one,
+    /// and kept by a chattr (SETFLAGS, which carries no hint).
+    #[test]
+    fn extent_size_hint_ioctls_set_refuse_and_inherit_as_xfs() {
+        use super::super::ioctl::*;
+        use cilfs_fuse_proto::{IoctlIn, Opcode};
+        let fs = sim::mount(sim::new_dev());
+        let d = Dispatcher::new(Arc::clone(&fs), false);
+        let bs = fs.getattr(ROOT_ID).unwrap().blksize;
+        let ioctl = |unique: u64, ino: u64, cmd: u32, data: &[u8], out_size: u32| {
+            let arg = IoctlIn {
+                cmd,
+                in_size: data.len() as u32,
+                out_size,
+                ..IoctlIn::default()
+            };
+            match d.answer(&request(
+                header(Opcode::Ioctl, unique, ino),
+                Op::Ioctl { arg, data },
+            )) {
+                Answer::Data { data, .. } => Ok(data[IoctlOut::SIZE..].to_vec()),
+                Answer::Reply(r) => Err(i32::from_le_bytes(r.as_bytes()[4..8].try_into().unwrap())),
+                Answer::Nothing => panic!("ioctl: no answer"),
+            }
+        };
+        let fsx = |xflags: u32, extsize: u32| {
+            let mut b = [0u8; 28];
+            b[0..4].copy_from_slice(&xflags.to_ne_bytes());
+            b[4..8].copy_from_slice(&extsize.to_ne_bytes());
+            b
+        };
+        // (xflags, extsize) as FSGETXATTR reports them.
+        let get = |unique: u64, ino: u64| {
+            let b = ioctl(unique, ino, FS_IOC_FSGETXATTR, &[], 28).unwrap();
+            let at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
+            (at(0), at(4))
+        };
+        const EXTSIZE: u32 = 0x800;
+        const EXTSZINHERIT: u32 = 0x1000;
+        let f = fs
+            .mknod(Cred::ROOT, ROOT_ID, b"f", libc::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
+        assert_eq!(get(1, f), (0, 0));
+        assert_eq!(
+            ioctl(2, f, FS_IOC_FSSETXATTR, &fsx(EXTSIZE, 2 * bs), 0),
+            Ok(vec![])
+        );
+        assert_eq!(get(3, f), (EXTSIZE, 2 * bs));
+        // chattr +d: the hint and its flag stay; GETFLAGS shows no hint flag.
+        assert_eq!(
+            ioctl(4, f, FS_IOC_SETFLAGS, &0x40u32.to_ne_bytes(), 0),
+            Ok(vec![])
+        );
+        assert_eq!(get(5, f), (EXTSIZE | 0x80, 2 * bs));
+        assert_eq!(
+            ioctl(6, f, FS_IOC_GETFLAGS, &[], 4),
+            Ok(0x40u32.to_ne_bytes().to_vec())
+        );
+        // `extsize 0`: the flag set, the hint 0: no hint, no flag.
+        assert_eq!(
+            ioctl(7, f, FS_IOC_FSSETXATTR, &fsx(EXTSIZE, 0), 0),
+            Ok(vec![])
+        );
+        assert_eq!(get(8, f), (0, 0));
+        // Not a multiple of the block size, no flag, the directory's flag on a file.
+        for (u, (xflags, extsize)) in [(EXTSIZE, bs + 512), (0, 2 * bs), (EXTSZINHERIT, 2 * bs)]
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(
+                ioctl(
+                    10 + u as u64,
+                    f,
+                    FS_IOC_FSSETXATTR,
+                    &fsx(xflags, extsize),
+                    0
+                ),
+                Err(-libc::EINVAL),
+                "{xflags:#x} {extsize}"
+            );
+        }
+        // A file with data blocks keeps the hint it has.
+        fs.write(Cred::ROOT, f, 0, b"data").unwrap();
+        assert_eq!(
+            ioctl(20, f, FS_IOC_FSSETXATTR, &fsx(EXTSIZE, 2 * bs), 0),
+            Err(-libc::EINVAL)
+        );
+        assert_eq!(get(21, f), (0, 0));
+        // A directory's hint, which what is made in it takes.
+        assert_eq!(
+            ioctl(22, ROOT_ID, FS_IOC_FSSETXATTR, &fsx(EXTSIZE, 4 * bs), 0),
+            Err(-libc::EINVAL)
+        );
+        assert_eq!(
+            ioctl(
+                23,
+                ROOT_ID,
+                FS_IOC_FSSETXATTR,
+                &fsx(EXTSZINHERIT, 4 * bs),
+                0
+            ),
+            Ok(vec![])
+        );
+        assert_eq!(get(24, ROOT_ID), (EXTSZINHERIT, 4 * bs));
+        let g = fs
+            .mknod(Cred::ROOT, ROOT_ID, b"g", libc::S_IFREG | 0o644, 0)
+            .unwrap()
+            .ino;
+        assert_eq!(get(25, g), (EXTSIZE, 4 * bs));
+        // A copy-on-write hint is not kept.
+        let mut cow = fsx(0, 0);
+        cow[16..20].copy_from_slice(&bs.to_ne_bytes());
+        assert_eq!(
+            ioctl(26, g, FS_IOC_FSSETXATTR, &cow, 0),
+            Err(-libc::EOPNOTSUPP)
+        );
+    }
+
     /// STATX answers the basic attributes and the birth time: the inode's creation time,
     /// which later changes leave alone.
     #[test]

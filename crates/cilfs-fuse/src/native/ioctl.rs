@@ -1,15 +1,17 @@
 //! The ioctls cilfs answers through FUSE_IOCTL, in Linux's encodings: the inode flags
 //! (FS_IOC_GETFLAGS/SETFLAGS, which chattr and lsattr use, and FS_IOC_FSGETXATTR/FSSETXATTR,
-//! which xfs_io uses; the kernel's `fuse_fileattr_get/set` turns both into these) and the
-//! shutdown (XFS_IOC_GOINGDOWN), the filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL) and
-//! FITRIM (`fstrim`). Each returns the bytes the caller reads back; errors become errno
-//! values in `errno.rs`.
+//! which xfs_io uses, with the project ID and the extent size hint; the kernel's
+//! `fuse_fileattr_get/set` turns both into these) and the shutdown (XFS_IOC_GOINGDOWN), the
+//! filesystem label (FS_IOC_GETFSLABEL/SETFSLABEL) and FITRIM (`fstrim`). Each returns the
+//! bytes the caller reads back; errors become errno values in `errno.rs`.
 
 use crate::errno::errno;
 use cilfs_core::fs::items::inode::{
     INODE_APPEND, INODE_IMMUTABLE, INODE_NOATIME, INODE_NODUMP, INODE_SYNC,
 };
-use cilfs_core::fs::types::{Capability, Cred, FileAttr, ShutdownMode};
+use cilfs_core::fs::types::{
+    Capability, Cred, FileAttr, ShutdownMode, ATTR_EXTSIZE, ATTR_EXTSZINHERIT, ATTR_HINT_FLAGS,
+};
 use cilfs_core::fs::Fs;
 use cilfs_fuse_proto::{Errno, IoctlIn};
 
@@ -50,13 +52,25 @@ const FLAG_MAP: [(u32, u32, u32); 5] = [
     (INODE_NOATIME, 0x80, 0x40),
 ];
 
-/// Linux flags (`xflags` picks FS_XFLAG_* over FS_*_FL) to inode flags; None if one is not
-/// kept.
+/// The extent size hint flags and their FS_XFLAG_* values (FS_XFLAG_EXTSIZE,
+/// FS_XFLAG_EXTSZINHERIT), which have no FS_*_FL: FSGETXATTR/FSSETXATTR only.
+const HINT_XFLAG_MAP: [(u32, u32); 2] = [(ATTR_EXTSIZE, 0x800), (ATTR_EXTSZINHERIT, 0x1000)];
+
+/// The (`FileAttr` flag, Linux flag) pairs: FS_XFLAG_* (`xflags`) or FS_*_FL.
+fn flag_map(xflags: bool) -> impl Iterator<Item = (u32, u32)> {
+    let hints = if xflags { &HINT_XFLAG_MAP[..] } else { &[] };
+    FLAG_MAP
+        .iter()
+        .map(move |&(inode, fl, xfl)| (inode, if xflags { xfl } else { fl }))
+        .chain(hints.iter().copied())
+}
+
+/// Linux flags (`xflags` picks FS_XFLAG_* over FS_*_FL) to `FileAttr` flags; None if one is
+/// not kept.
 fn from_linux(v: u32, xflags: bool) -> Option<u32> {
     let mut rest = v;
     let mut out = 0;
-    for (inode, fl, xfl) in FLAG_MAP {
-        let bit = if xflags { xfl } else { fl };
+    for (inode, bit) in flag_map(xflags) {
         if v & bit != 0 {
             out |= inode;
             rest &= !bit;
@@ -66,11 +80,9 @@ fn from_linux(v: u32, xflags: bool) -> Option<u32> {
 }
 
 fn to_linux(flags: u32, xflags: bool) -> u32 {
-    FLAG_MAP
-        .iter()
-        .filter(|(inode, ..)| flags & inode != 0)
-        .map(|&(_, fl, xfl)| if xflags { xfl } else { fl })
-        .fold(0, |a, b| a | b)
+    flag_map(xflags)
+        .filter(|(inode, _)| flags & inode != 0)
+        .fold(0, |a, (_, bit)| a | bit)
 }
 
 fn u32_at(data: &[u8], at: usize) -> Option<u32> {
@@ -113,25 +125,30 @@ pub fn fileattr(
         FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => to_linux(cur.flags, false).to_ne_bytes().to_vec(),
         FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
             let flags = from_linux(flags_in(data)?, false).ok_or(Errno::EOPNOTSUPP)?;
+            // The hint flags have no FS_*_FL: they stay as they are (as the VFS keeps them).
+            let flags = flags | (cur.flags & ATTR_HINT_FLAGS);
             set(FileAttr { flags, ..cur })?;
             Vec::new()
         }
         FS_IOC_FSGETXATTR => {
             let mut b = vec![0u8; FSXATTR_BYTES];
             b[0..4].copy_from_slice(&to_linux(cur.flags, true).to_ne_bytes());
+            b[4..8].copy_from_slice(&cur.extsize.to_ne_bytes());
             b[12..16].copy_from_slice(&cur.project.to_ne_bytes());
             b
         }
         FS_IOC_FSSETXATTR => {
             let field = |at| u32_at(data, at).ok_or(Errno::EINVAL);
             let flags = from_linux(field(0)?, true).ok_or(Errno::EOPNOTSUPP)?;
-            // Extent size hints are not kept: only 0, what FSGETXATTR reports, is accepted.
-            if field(4)? != 0 || field(16)? != 0 {
+            // Copy-on-write extent size hints are not kept (cilfs has no reflink): only 0,
+            // what FSGETXATTR reports, is accepted.
+            if field(16)? != 0 {
                 return Err(Errno::EOPNOTSUPP);
             }
             set(FileAttr {
                 flags,
                 project: field(12)?,
+                extsize: field(4)?,
             })?;
             Vec::new()
         }
@@ -215,5 +232,14 @@ mod tests {
         // FS_EXTENT_FL, FS_XFLAG_PROJINHERIT: not kept.
         assert_eq!(from_linux(0x80000 | 0x10, false), None);
         assert_eq!(from_linux(0x200, true), None);
+        // The hint flags are FS_XFLAG_* only: no FS_*_FL reports or sets them.
+        let hints = ATTR_EXTSIZE | ATTR_EXTSZINHERIT;
+        assert_eq!(to_linux(hints, true), 0x1800);
+        assert_eq!(
+            from_linux(0x800 | 0x10, true),
+            Some(ATTR_EXTSIZE | INODE_APPEND)
+        );
+        assert_eq!(to_linux(hints, false), 0);
+        assert_eq!(from_linux(0x800, false), None);
     }
 }

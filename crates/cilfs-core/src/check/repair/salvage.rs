@@ -7,7 +7,9 @@ use super::{Img, RepairError};
 use crate::fs::items::dir::{decode_slotted, encode_bucket, DirEntry};
 use crate::fs::items::extent::Extent;
 use crate::fs::items::header::HEADER_LSN_OFFSET;
-use crate::fs::items::inode::{Inode, Timespec, INODE_KNOWN_FLAGS, ROOT_INO};
+use crate::fs::items::inode::{
+    Inode, Timespec, INODE_ITEM_BYTES, INODE_ITEM_HINT_BYTES, INODE_KNOWN_FLAGS, ROOT_INO,
+};
 use crate::fs::items::xattr;
 use crate::fs::rules::acl;
 use crate::fs::tree::keys::{
@@ -101,6 +103,22 @@ impl<'a> Model<'a> {
         }
     }
 
+    /// The inode item of `ino`, and whether it was changed to decode: a long item whose
+    /// extent size hint alone is damaged keeps the inode without the hint (as XFS's repair
+    /// clears a bad hint), since the short item is all the inode needs.
+    fn decode_inode(&mut self, ino: u64, v: &[u8]) -> Result<(Inode, bool), String> {
+        let e = match Inode::decode(ino, v, 0) {
+            Ok(i) => return Ok((i, false)),
+            Err(e) => e,
+        };
+        if v.len() != INODE_ITEM_HINT_BYTES {
+            return Err(e.to_string());
+        }
+        let i = Inode::decode(ino, &v[..INODE_ITEM_BYTES], 0).map_err(|_| e.to_string())?;
+        self.change(format!("inode {ino}: extent size hint cleared ({e})"));
+        Ok((i, true))
+    }
+
     /// Drops what does not decode, or decodes to what the checker refuses.
     pub fn salvage(&mut self) {
         let keys: Vec<Key> = self.items.keys().copied().collect();
@@ -118,15 +136,18 @@ impl<'a> Model<'a> {
                     Some(format!("item of inode {ino}, past the last inode number"))
                 }
                 (_, KIND_INODE) if off != 0 => Some(format!("inode item at offset {off:#x}")),
-                (_, KIND_INODE) => match Inode::decode(ino, &v, 0) {
-                    Err(e) => Some(e.to_string()),
-                    Ok(mut i) => {
+                (_, KIND_INODE) => match self.decode_inode(ino, &v) {
+                    Err(e) => Some(e),
+                    Ok((mut i, mut changed)) => {
                         if i.flags & !INODE_KNOWN_FLAGS != 0 {
                             self.change(format!(
                                 "inode {ino}: unknown flags {:#x} cleared",
                                 i.flags & !INODE_KNOWN_FLAGS
                             ));
                             i.flags &= INODE_KNOWN_FLAGS;
+                            changed = true;
+                        }
+                        if changed {
                             self.put_inode(&i);
                         }
                         None

@@ -7,6 +7,7 @@ use super::*;
 use crate::check::check_image;
 use crate::fs::items::extent::Extent;
 use crate::fs::items::header::{Header, HEADER_LSN_OFFSET};
+use crate::fs::items::inode::EXTSIZE_MAX_BLOCKS;
 use crate::fs::tests::{mount, new_dev, BS};
 use crate::fs::tree::btree::Root;
 use crate::fs::tree::keys::{key, KIND_DIRENT, KIND_EXTENT, KIND_INODE};
@@ -342,6 +343,38 @@ fn a_wrong_link_count_is_recomputed() {
     assert_eq!(fs.getattr(ino).unwrap().nlink, 1);
     fs.unmount().unwrap();
     assert_eq!(survivors(&dev), (FILES, 0, 0));
+}
+
+#[test]
+fn a_damaged_extent_size_hint_is_cleared_and_the_file_kept() {
+    let dev = populated();
+    let (a, b) = (ino_of(&dev, 7), ino_of(&dev, 8));
+    // A hint past XFS's bound; a long item that says no hint.
+    edit_item(&dev, key(a, KIND_INODE, 0), |v| {
+        v.extend_from_slice(&(EXTSIZE_MAX_BLOCKS + 1).to_le_bytes());
+    });
+    edit_item(&dev, key(b, KIND_INODE, 0), |v| {
+        v.extend_from_slice(&[0; 4])
+    });
+    let before = problems(&dev);
+    assert!(
+        before.iter().any(|p| p.contains("extent size hint")),
+        "{before:#?}"
+    );
+    let r = assert_repaired(&dev);
+    for ino in [a, b] {
+        let cleared = format!("inode {ino}: extent size hint cleared");
+        assert!(
+            r.changes.iter().any(|c| c.contains(&cleared)),
+            "{:#?}",
+            r.changes
+        );
+    }
+    assert_eq!(r.inodes_lost, 0);
+    assert_eq!(survivors(&dev), (FILES, 0, 0));
+    let fs = open(&dev);
+    assert_eq!(fs.file_attr(a).unwrap().extsize, 0);
+    fs.unmount().unwrap();
 }
 
 #[test]

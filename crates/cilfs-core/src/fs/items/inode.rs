@@ -16,7 +16,14 @@ pub const S_ISGID: u32 = 0o2000;
 pub const S_ISVTX: u32 = 0o1000;
 
 pub const ROOT_INO: u64 = 1;
+/// An inode item without an extent size hint: every inode of images made before hints, and
+/// every inode since that has none.
 pub const INODE_ITEM_BYTES: usize = 112;
+/// An inode item with an extent size hint (`Inode::extsize`): the short item and the hint.
+pub const INODE_ITEM_HINT_BYTES: usize = INODE_ITEM_BYTES + 4;
+/// The largest extent size hint in blocks: XFS's (XFS_MAX_BMBT_EXTLEN, the longest extent its
+/// block map holds).
+pub const EXTSIZE_MAX_BLOCKS: u32 = (1 << 21) - 1;
 /// No inode number reaches this: a header whose next number is past it is corrupt (no
 /// filesystem hands out 2^62 numbers), and no number handed out ever wraps round onto a live
 /// inode such as the root.
@@ -166,6 +173,11 @@ pub struct Inode {
     /// The project (tenant) the inode's data IO is charged to, inherited from the directory it
     /// was created in (as XFS project IDs); 0 is no project, never limited.
     pub project: u32,
+    /// The extent size hint in blocks (XFS's di_extsize), 0 for none: a regular file's own
+    /// (FS_XFLAG_EXTSIZE), a directory's the one the files and directories made in it take
+    /// (FS_XFLAG_EXTSZINHERIT). Only regular files and directories have one, at most
+    /// `EXTSIZE_MAX_BLOCKS`.
+    pub extsize: u32,
 }
 
 /// What getattr reports: the inode plus the block size.
@@ -225,6 +237,7 @@ impl Inode {
             flags: 0,
             parent: 0,
             project: 0,
+            extsize: 0,
         }
     }
 
@@ -289,9 +302,16 @@ impl Inode {
         self.dirty_from = self.dirty_from.min(from);
     }
 
-    /// The item, with the size the log holds (`disk_size`).
-    pub fn encode(&self) -> [u8; INODE_ITEM_BYTES] {
-        let mut b = [0u8; INODE_ITEM_BYTES];
+    /// Whether the inode may carry an extent size hint: a regular file or a directory.
+    pub fn may_have_extsize(&self) -> bool {
+        matches!(self.mode & S_IFMT, S_IFREG | S_IFDIR)
+    }
+
+    /// The item, with the size the log holds (`disk_size`): `INODE_ITEM_BYTES` long, or
+    /// `INODE_ITEM_HINT_BYTES` with an extent size hint (so that images where no hint was
+    /// ever set keep the item older binaries read).
+    pub fn encode(&self) -> InodeBytes {
+        let mut b = [0u8; INODE_ITEM_HINT_BYTES];
         b[0..4].copy_from_slice(&self.mode.to_le_bytes());
         b[4..8].copy_from_slice(&self.uid.to_le_bytes());
         b[8..12].copy_from_slice(&self.gid.to_le_bytes());
@@ -311,11 +331,17 @@ impl Inode {
         b[96..100].copy_from_slice(&self.flags.to_le_bytes());
         b[100..108].copy_from_slice(&self.parent.to_le_bytes());
         b[108..112].copy_from_slice(&self.project.to_le_bytes());
-        b
+        let len = if self.extsize == 0 {
+            INODE_ITEM_BYTES
+        } else {
+            b[112..116].copy_from_slice(&self.extsize.to_le_bytes());
+            INODE_ITEM_HINT_BYTES
+        };
+        InodeBytes { b, len }
     }
 
     pub fn decode(ino: u64, b: &[u8], blkno: u64) -> FsResult<Inode> {
-        if b.len() != INODE_ITEM_BYTES {
+        if b.len() != INODE_ITEM_BYTES && b.len() != INODE_ITEM_HINT_BYTES {
             return Err(FsError::corrupt(
                 blkno,
                 format!("inode {ino} item of {} bytes", b.len()),
@@ -345,6 +371,10 @@ impl Inode {
             flags: u32::from_le_bytes(arr4(&b[96..100])),
             parent: u64::from_le_bytes(arr8(&b[100..108])),
             project: u32::from_le_bytes(arr4(&b[108..112])),
+            extsize: match b.get(112..116) {
+                Some(h) => u32::from_le_bytes(arr4(h)),
+                None => 0,
+            },
         };
         if i.kind().is_none() {
             return Err(FsError::corrupt(
@@ -373,6 +403,32 @@ impl Inode {
                 ),
             ));
         }
+        // The long item exists for the hint: one that says none is not what `encode` writes.
+        if b.len() == INODE_ITEM_HINT_BYTES && i.extsize == 0 {
+            return Err(FsError::corrupt(
+                blkno,
+                format!("inode {ino} item carries an extent size hint of 0"),
+            ));
+        }
+        if i.extsize != 0 && !i.may_have_extsize() {
+            return Err(FsError::corrupt(
+                blkno,
+                format!(
+                    "inode {ino} has an extent size hint but is no regular file or directory \
+                     (mode {:o})",
+                    i.mode
+                ),
+            ));
+        }
+        if i.extsize > EXTSIZE_MAX_BLOCKS {
+            return Err(FsError::corrupt(
+                blkno,
+                format!(
+                    "inode {ino} has an extent size hint of {} blocks, past {EXTSIZE_MAX_BLOCKS}",
+                    i.extsize
+                ),
+            ));
+        }
         if i.change >= CHANGE_LIMIT {
             return Err(FsError::corrupt(
                 blkno,
@@ -383,5 +439,81 @@ impl Inode {
             ));
         }
         Ok(i)
+    }
+}
+
+/// An encoded inode item (`Inode::encode`): its bytes, as a slice.
+#[derive(Debug, Clone, Copy)]
+pub struct InodeBytes {
+    b: [u8; INODE_ITEM_HINT_BYTES],
+    len: usize,
+}
+
+impl std::ops::Deref for InodeBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.b[..self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> Inode {
+        Inode::empty(9, S_IFREG | 0o644, 1, 2, Timespec { sec: 5, nsec: 6 })
+    }
+
+    fn corrupt(b: &[u8]) {
+        let r = Inode::decode(9, b, 4);
+        assert!(matches!(r, Err(FsError::Corrupt { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn an_item_without_a_hint_is_the_short_one_older_images_hold() {
+        let i = file();
+        let b = i.encode();
+        assert_eq!(b.len(), INODE_ITEM_BYTES);
+        assert_eq!(Inode::decode(9, &b, 4).unwrap(), i);
+    }
+
+    #[test]
+    fn a_hint_makes_the_item_long_and_comes_back() {
+        for (mode, extsize) in [(S_IFREG | 0o600, 1), (S_IFDIR | 0o755, EXTSIZE_MAX_BLOCKS)] {
+            let i = Inode {
+                mode,
+                extsize,
+                ..file()
+            };
+            let b = i.encode();
+            assert_eq!(b.len(), INODE_ITEM_HINT_BYTES);
+            assert_eq!(Inode::decode(9, &b, 4).unwrap(), i);
+        }
+    }
+
+    #[test]
+    fn a_damaged_hint_is_corrupt() {
+        let hinted = Inode {
+            extsize: 16,
+            ..file()
+        };
+        let good = hinted.encode().to_vec();
+        // A long item saying no hint; one past the bound; a hint on a symlink or a device.
+        let mut zero = good.clone();
+        zero[112..116].copy_from_slice(&0u32.to_le_bytes());
+        corrupt(&zero);
+        let mut big = good.clone();
+        big[112..116].copy_from_slice(&(EXTSIZE_MAX_BLOCKS + 1).to_le_bytes());
+        corrupt(&big);
+        for kind in [S_IFLNK, S_IFCHR, S_IFIFO] {
+            let mut other = good.clone();
+            other[0..4].copy_from_slice(&(kind | 0o644).to_le_bytes());
+            corrupt(&other);
+        }
+        // Neither of the two lengths.
+        corrupt(&good[..good.len() - 1]);
+        let mut longer = good.clone();
+        longer.push(0);
+        corrupt(&longer);
     }
 }

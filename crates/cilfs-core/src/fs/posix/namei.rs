@@ -270,7 +270,8 @@ impl Fs {
 
     /// A new inode in directory `p` (not yet named), logged: its number from `p`'s run, its
     /// ACLs put, owned by `cred` with `p`'s group if `p` is set-group-ID (and then
-    /// set-group-ID itself if a directory), `p`'s project, linked once (a directory twice).
+    /// set-group-ID itself if a directory), `p`'s project and inherited extent size hint
+    /// (`rules/extsize.rs`), linked once (a directory twice).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new_inode(
         &self,
@@ -313,6 +314,7 @@ impl Fs {
             flags: 0,
             parent: if is_dir { p.ino } else { 0 },
             project: p.project,
+            extsize: crate::fs::rules::extsize::inherited(p, mode),
         };
         let mut m = InodeMem {
             inode,

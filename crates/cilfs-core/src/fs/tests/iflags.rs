@@ -13,8 +13,16 @@ use cilfs_device::CrashOptions;
 
 fn set(fs: &Fs, ino: u64, flags: u32) {
     let project = fs.file_attr(ino).unwrap().project;
-    fs.set_file_attr(Cred::ROOT, ino, FileAttr { flags, project })
-        .unwrap();
+    fs.set_file_attr(
+        Cred::ROOT,
+        ino,
+        FileAttr {
+            flags,
+            project,
+            extsize: 0,
+        },
+    )
+    .unwrap();
 }
 
 fn eperm<T: std::fmt::Debug>(r: FsResult<T>) {
@@ -130,7 +138,11 @@ fn setting_flags_is_for_the_owner_immutable_for_root_unknown_ones_not_at_all() {
     let fs = mount(&new_dev(4), FsOptions::default());
     let f = file_in_root(&fs, b"f");
     let other = Cred::user(1001, 1001);
-    let want = |flags| FileAttr { flags, project: 0 };
+    let want = |flags| FileAttr {
+        flags,
+        project: 0,
+        extsize: 0,
+    };
     fs.set_file_attr(U, f, want(INODE_NODUMP | INODE_NOATIME))
         .unwrap();
     eperm(fs.set_file_attr(other, f, want(0)));
@@ -142,6 +154,7 @@ fn setting_flags_is_for_the_owner_immutable_for_root_unknown_ones_not_at_all() {
         FileAttr {
             flags: INODE_NODUMP,
             project: 7,
+            extsize: 0,
         },
     ));
     assert!(matches!(
@@ -152,7 +165,8 @@ fn setting_flags_is_for_the_owner_immutable_for_root_unknown_ones_not_at_all() {
         fs.file_attr(f).unwrap(),
         FileAttr {
             flags: INODE_NODUMP | INODE_NOATIME,
-            project: 0
+            project: 0,
+            extsize: 0,
         }
     );
 }
@@ -192,6 +206,7 @@ fn flags_and_project_survive_a_remount_and_a_crash() {
     let fa = FileAttr {
         flags: INODE_IMMUTABLE | INODE_NODUMP,
         project: 42,
+        extsize: 0,
     };
     fs.set_file_attr(Cred::ROOT, f, fa).unwrap();
     set(&fs, d, INODE_APPEND);

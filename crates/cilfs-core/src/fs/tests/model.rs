@@ -612,6 +612,7 @@ fn apply_set_flags(fs: &Fs, m: &mut Model, op: Op) {
             .map(|i| bits[i])
             .fold(0, |a, b| a | b),
         project: u32::from(project),
+        extsize: 0,
     };
     fs.set_file_attr(Cred::ROOT, f, want).unwrap();
     m.attrs.insert(f, want);

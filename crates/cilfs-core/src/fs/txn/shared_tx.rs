@@ -369,7 +369,7 @@ impl Drop for FreeingMarks<'_> {
 fn only_times_differ(was: &Inode, now: &Inode) -> bool {
     let mut w = was.clone();
     (w.atime, w.mtime, w.ctime, w.change) = (now.atime, now.mtime, now.ctime, now.change);
-    w.encode() == now.encode()
+    *w.encode() == *now.encode()
 }
 
 /// Whether `now` differs from `was` only in what an overwrite that logs nothing changes (the
