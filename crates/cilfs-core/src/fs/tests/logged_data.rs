@@ -24,6 +24,15 @@ fn disk_of(fs: &Fs, ino: u64, fb: u64) -> u64 {
     e.disk + (fb - e.file)
 }
 
+/// The filesystem a crash of `dev` now leaves, recovered (volatile writes lost, kept and, if
+/// `torn`, torn).
+fn recovered(dev: &SimDevice, torn: bool) -> Arc<Fs> {
+    mount(
+        &Arc::new(dev.crash(CrashOptions { torn_writes: torn })),
+        FsOptions::default(),
+    )
+}
+
 fn log_data_max(bytes: u64) -> FsOptions {
     FsOptions {
         log_data_max: bytes,
@@ -54,10 +63,7 @@ fn a_small_fsync_logs_its_data_and_costs_one_flush() {
         fs.fsync(f).unwrap();
         assert_eq!(fs.stats().data_logged_bytes - logged0, logged);
         assert_eq!(flushes_since(&dev, before), flushes, "logged {logged}");
-        let back = mount(
-            &Arc::new(dev.crash(CrashOptions { torn_writes: true })),
-            FsOptions::default(),
-        );
+        let back = recovered(&dev, true);
         assert_eq!(back.read(f, 0, 3 * BS).unwrap(), data);
         assert!(extents(&back, f).iter().all(|e| !e.unwritten));
         assert_clean(&back);
@@ -105,10 +111,7 @@ fn an_overwrite_of_a_logged_block_is_logged_and_its_newest_image_survives() {
     // fdatasync of a third overwrite: its image must be forced too.
     fs.write(U, f, 0, &[0x33; BS as usize]).unwrap();
     fs.fdatasync(f).unwrap();
-    let back = mount(
-        &Arc::new(dev.crash(CrashOptions { torn_writes: true })),
-        FsOptions::default(),
-    );
+    let back = recovered(&dev, true);
     assert_eq!(back.read(f, 0, BS).unwrap(), vec![0x33; BS as usize]);
     assert_clean(&back);
 }
@@ -146,10 +149,7 @@ fn a_freed_logged_block_is_cancelled_before_its_next_owner_writes_it() {
         .unwrap();
     fs.fsync(g).unwrap();
     assert_eq!(fs.read(g, fb * B, BS).unwrap(), vec![0x77; BS as usize]);
-    let back = mount(
-        &Arc::new(dev.crash(CrashOptions { torn_writes: false })),
-        FsOptions::default(),
-    );
+    let back = recovered(&dev, false);
     assert_eq!(back.read(g, fb * B, BS).unwrap(), vec![0x77; BS as usize]);
     assert_clean(&back);
 }
@@ -215,10 +215,7 @@ fn a_cover_lets_a_logged_block_go_in_place_again() {
     fs.writeback_all().unwrap();
     assert_eq!(fs.stats().data_logged_bytes, logged0, "written in place");
     fs.fsync(f).unwrap();
-    let back = mount(
-        &Arc::new(dev.crash(CrashOptions { torn_writes: true })),
-        FsOptions::default(),
-    );
+    let back = recovered(&dev, true);
     assert_eq!(back.read(f, 0, BS).unwrap(), vec![0x55; BS as usize]);
     assert_clean(&back);
 }
@@ -265,10 +262,7 @@ fn blocks_allocated_again_leave_the_logged_path() {
     )
     .unwrap();
     fs.fsync(big).unwrap();
-    let back = mount(
-        &Arc::new(dev.crash(CrashOptions { torn_writes: true })),
-        FsOptions::default(),
-    );
+    let back = recovered(&dev, true);
     assert_eq!(back.getattr(big).unwrap().size, 0);
     assert_clean(&back);
 }
