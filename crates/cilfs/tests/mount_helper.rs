@@ -692,3 +692,56 @@ fn mount_o_remount_switches_ro_and_rw_and_flags() {
     f.unmount();
     assert_eq!(fs::read(f.dir.join("d/g")).ok(), None, "unmounted");
 }
+
+/// A second `mount -t fuse.cilfs` of a mounted image mounts the same filesystem there too, as
+/// a kernel filesystem's second mount of its device does (xfstests' generic/732): renames
+/// through one show through the other, unmounting the first leaves the second working, and the
+/// image is let go, clean, when the last is unmounted.
+#[test]
+fn a_second_mount_of_a_mounted_image_shares_its_filesystem() {
+    let Some(_h) = Helpers::install() else {
+        return;
+    };
+    let f = Fixture::new();
+    let second = f.tmp.path().join("second");
+    fs::create_dir(&second).unwrap();
+    assert_ok("mount", &f.mount(""));
+    assert_ok(
+        "second mount",
+        &run("mount", &["-t", "fuse.cilfs", s(&f.img), s(&second)]),
+    );
+    fs::create_dir(f.dir.join("A")).unwrap();
+    fs::create_dir(f.dir.join("B")).unwrap();
+    fs::write(f.dir.join("A/f"), b"one file, two mounts").unwrap();
+    fs::rename(f.dir.join("A/f"), f.dir.join("B/f")).unwrap();
+    assert_eq!(
+        fs::read(second.join("B/f")).unwrap(),
+        b"one file, two mounts"
+    );
+    fs::rename(second.join("B/f"), second.join("A/f")).unwrap();
+    assert!(f.dir.join("A/f").exists() && !f.dir.join("B/f").exists());
+    // The first mount goes; the second still serves, and then lets the image go.
+    let out = cilfs(&["unmount", s(&f.dir)]);
+    assert_ok("unmount the first", &out);
+    assert!(
+        text(&out.stdout).contains("stays mounted at"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        fs::read(second.join("A/f")).unwrap(),
+        b"one file, two mounts"
+    );
+    fs::write(second.join("later"), b"after the first went").unwrap();
+    assert_ok("umount the second", &run("umount", &[s(&second)]));
+    let lock = fs::File::open(&f.img).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    drop(lock);
+    assert_ok("check", &cilfs(&["check", s(&f.img)]));
+    assert_ok("mount again", &f.mount(""));
+    assert_eq!(
+        fs::read(f.dir.join("later")).unwrap(),
+        b"after the first went"
+    );
+    f.unmount();
+}

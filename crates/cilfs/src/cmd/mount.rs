@@ -85,11 +85,53 @@ pub fn run(a: Args) -> Result<(), Failure> {
             "option norecovery needs ro: a read-write mount must replay the log"
         )));
     }
+    // Mounted already: the same filesystem at a second place, as a kernel filesystem's second
+    // mount of its device shares the first's superblock.
+    if matches!(lock_image(&a.image, false), Ok(None)) {
+        if let Some(at) = super::mountinfo::cilfs_mount_of(&a.image) {
+            return bind_second_mount(&a, &opts, &at);
+        }
+    }
     if a.foreground {
         serve(&a, &opts)
     } else {
         spawn_background(&a)
     }
+}
+
+/// Mounts the filesystem already mounted at `at` on `a.dir` too, as a bind mount of it: one
+/// daemon serves both, changes through either show in the other at once, and the image is
+/// let go when the last of them is unmounted. Its own `ro` is kept; every other option is the
+/// first mount's.
+fn bind_second_mount(a: &Args, opts: &MountOpts, at: &Path) -> Result<(), Failure> {
+    use rustix::mount::{mount_bind, mount_remount, MountFlags};
+    mount_bind(at, &a.dir).map_err(|e| {
+        Failure::usage(anyhow!(
+            "{} is mounted at {}; mounting it on {} too (a bind mount): {e}",
+            a.image.display(),
+            at.display(),
+            a.dir.display()
+        ))
+    })?;
+    if opts.ro {
+        if let Err(e) = mount_remount(&a.dir, MountFlags::BIND | MountFlags::RDONLY, "") {
+            let _ = rustix::mount::unmount(&a.dir, rustix::mount::UnmountFlags::empty());
+            return Err(Failure::usage(anyhow!(
+                "{}: making the second mount read-only: {e}",
+                a.dir.display()
+            )));
+        }
+    }
+    if std::env::var_os(QUIET_ENV).is_none() {
+        println!(
+            "{} is mounted at {} already: mounted on {} too, served by the same daemon (options \
+             other than ro are the first mount's)",
+            a.image.display(),
+            at.display(),
+            a.dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// Refuses a directory that is already a mount point (of anything): a mount stacked on another

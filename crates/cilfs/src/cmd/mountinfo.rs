@@ -20,6 +20,15 @@ pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
     let Some(canon) = canonical(dir) else {
         return Vec::new();
     };
+    all_mounts()
+        .into_iter()
+        .filter(|(at, _)| *at == canon)
+        .map(|(_, m)| m)
+        .collect()
+}
+
+/// Every mount in /proc/self/mountinfo with its mount point, in the table's order.
+fn all_mounts() -> Vec<(PathBuf, MountEntry)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     info.lines()
         .filter_map(|l| {
@@ -32,15 +41,50 @@ pub fn mounts_on(dir: &Path) -> Vec<MountEntry> {
             let fstype = r.next()?;
             let source = r.next()?;
             let super_options = r.next().unwrap_or("");
-            (Path::new(&unescape(mnt)) == canon).then(|| MountEntry {
-                fstype: fstype.to_string(),
-                source: unescape(source),
-                read_only,
-                options: options.to_string(),
-                super_options: super_options.to_string(),
-            })
+            Some((
+                PathBuf::from(unescape(mnt)),
+                MountEntry {
+                    fstype: fstype.to_string(),
+                    source: unescape(source),
+                    read_only,
+                    options: options.to_string(),
+                    super_options: super_options.to_string(),
+                },
+            ))
         })
         .collect()
+}
+
+/// Whether `m` is a cilfs mount.
+fn is_cilfs(m: &MountEntry) -> bool {
+    // The pure-Rust mount reports the type as "fuse"; the source is the image path.
+    // fuseblk.cilfs: the native transport's mount of an image on a block device.
+    m.fstype == "fuse.cilfs"
+        || m.fstype == "fuseblk.cilfs"
+        || (m.fstype == "fuse" && Path::new(&m.source).exists())
+}
+
+/// Where the filesystem on `image` (an image file, or a block device) is mounted now, if it
+/// is: a cilfs mount whose source is it, or a loop device over it.
+pub fn cilfs_mount_of(image: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let id = |p: &Path| {
+        let m = std::fs::metadata(p).ok()?;
+        Some(if m.file_type().is_block_device() {
+            (0, m.rdev())
+        } else {
+            (m.dev(), m.ino())
+        })
+    };
+    let want = id(image)?;
+    all_mounts().into_iter().find_map(|(at, m)| {
+        if !is_cilfs(&m) {
+            return None;
+        }
+        let source = PathBuf::from(&m.source);
+        let image = cilfs_device::loopdev::backing_file(&source).unwrap_or(source);
+        (id(&image) == Some(want)).then_some(at)
+    })
 }
 
 /// `dir` made absolute without looking at `dir` itself, only its parent, when that fails: a
@@ -58,14 +102,10 @@ pub fn canonical(dir: &Path) -> Option<PathBuf> {
 
 /// The image (FUSE source) of the cilfs mount at `dir`, from /proc/self/mountinfo.
 pub fn mounted_image(dir: &Path) -> Option<PathBuf> {
-    mounts_on(dir).into_iter().rev().find_map(|m| {
-        // The pure-Rust mount reports the type as "fuse"; the source is the image path.
-        // fuseblk.cilfs: the native transport's mount of an image on a block device.
-        let ours = m.fstype == "fuse.cilfs"
-            || m.fstype == "fuseblk.cilfs"
-            || (m.fstype == "fuse" && Path::new(&m.source).exists());
-        ours.then(|| PathBuf::from(m.source))
-    })
+    mounts_on(dir)
+        .into_iter()
+        .rev()
+        .find_map(|m| is_cilfs(&m).then(|| PathBuf::from(m.source)))
 }
 
 /// mountinfo escapes space, tab, newline and backslash as octal.

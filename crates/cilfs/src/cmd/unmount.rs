@@ -25,6 +25,16 @@ pub fn run(a: Args) -> Result<(), Failure> {
     let image = cilfs_device::loopdev::backing_file(&source).unwrap_or(source);
     let read_only = mounts_on(&a.dir).last().is_some_and(|m| m.read_only);
     unmount(&a.dir)?;
+    // One of two mounts of the filesystem (`mount`'s second mount): the other goes on.
+    if let Some(at) = super::mountinfo::cilfs_mount_of(&image) {
+        println!(
+            "unmounted {}; {} stays mounted at {}",
+            a.dir.display(),
+            image.display(),
+            at.display()
+        );
+        return Ok(());
+    }
     // The daemon holds the image's lock until it has written the unmount record.
     let _lock = super::mount::lock_image(&image, true).map_err(Failure::usage)?;
     let dev = FileDevice::open(
