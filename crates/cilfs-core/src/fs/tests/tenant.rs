@@ -37,11 +37,18 @@ impl VirtualClock {
         let g = self.state.lock().unwrap();
         g.deadlines.iter().filter(|&&d| d > g.now).count()
     }
+    /// Waits until `n` threads sleep. A test whose threads never come to sleep (no IO waited
+    /// for its budget) fails after a minute instead of waiting forever.
     fn wait_for_sleepers(&self, n: usize) {
-        let mut g = self.state.lock().unwrap();
-        while g.deadlines.iter().filter(|&&d| d > g.now).count() < n {
-            g = self.moved.wait(g).unwrap();
-        }
+        let g = self.state.lock().unwrap();
+        let (g, _) = self
+            .moved
+            .wait_timeout_while(g, Duration::from_secs(60), |g| {
+                g.deadlines.iter().filter(|&&d| d > g.now).count() < n
+            })
+            .unwrap();
+        let sleeping = g.deadlines.iter().filter(|&&d| d > g.now).count();
+        assert!(sleeping >= n, "{sleeping} threads came to sleep, not {n}");
     }
     /// Moves time to the earliest deadline of a sleeping thread; false if none sleeps.
     fn advance_to_next(&self) -> bool {
