@@ -439,18 +439,21 @@ impl Fs {
             // Taken under the IO lock: a write in place after it marks the inode again.
             (seq, self.unflushed.lock().remove(&ino))
         };
-        if seq > self.journal.completed_seq() {
-            self.journal.force(seq)?;
-        }
+        let forced = match seq > self.journal.completed_seq() {
+            true => self.journal.force(seq).map_err(FsError::from),
+            false => Ok(()),
+        };
         // Data written in place since the last flush for this inode (overwrites, which no
         // checkpoint orders): one flush of the data device. Data in the log needs none.
-        if in_place {
-            if let Err(e) = self.journal.data.flush() {
-                self.unflushed.lock().insert(ino);
-                return Err(e.into());
-            }
+        let r = forced.and_then(|()| match in_place {
+            true => self.journal.data.flush().map_err(FsError::from),
+            false => Ok(()),
+        });
+        if r.is_err() && in_place {
+            // Not known flushed: the next fsync flushes again.
+            self.unflushed.lock().insert(ino);
         }
-        Ok(())
+        r
     }
 
     /// Shuts the filesystem down (XFS_IOC_GOINGDOWN): after `mode`'s flushes nothing more is
