@@ -344,6 +344,9 @@ pub struct Fs {
     /// cover: fsync flushes for those only (`posix/sync.rs`); one whose data all went into
     /// the log needs none. A leaf lock.
     pub(crate) unflushed: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    /// Orphans reclaimed, and their waiters (`posix/open.rs` `once_more_after_releases`). A
+    /// leaf lock.
+    pub(crate) orphans_reclaimed: (parking_lot::Mutex<u64>, parking_lot::Condvar),
 }
 
 /// Registers the read and write verifiers of the blocks the filesystem stamps (tree nodes and
@@ -443,6 +446,7 @@ impl Fs {
             bs,
             epoch,
             unflushed: Default::default(),
+            orphans_reclaimed: Default::default(),
             stats: stats::FsCounters::default(),
         });
         if !fs.opts.read_only {

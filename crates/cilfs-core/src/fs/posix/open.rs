@@ -43,6 +43,20 @@ fn run_open_after_read_hook(fs: &Fs, ino: u64) {
     }
 }
 
+/// How long an operation out of space waits for an open orphan's release
+/// (`Fs::once_more_after_releases`).
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(if cfg!(test) {
+    // Tests release when the waiter has come (no race with a loaded machine's scheduler).
+    30_000
+} else {
+    500
+});
+
+/// Operations that came to wait for an orphan's release (tests release it then).
+#[cfg(test)]
+pub(crate) static RELEASE_WAITERS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
 impl Fs {
     /// Frees `ino` if no name and no handle is left, under its IO lock (exclusive: a read or
     /// write back still in flight finishes before its blocks are freed) and outside any
@@ -62,7 +76,57 @@ impl Fs {
         if !unused(&self.read_state()) {
             return Ok(()); // Reclaimed meanwhile by the thread we waited for.
         }
-        self.reclaim(ino)
+        let r = self.reclaim(ino);
+        let (n, freed) = &self.orphans_reclaimed;
+        *n.lock() += 1;
+        freed.notify_all();
+        r
+    }
+
+    /// Runs `op` (which changes nothing when it fails with ENOSPC) once more if it runs out
+    /// of space while an unlinked file is still open, once that file's blocks are freed. A
+    /// file closed and then removed is often such a file for a moment: Linux sends FUSE's
+    /// RELEASE after close(2) returns, asynchronously, so `rm big; write small` on a full
+    /// filesystem would fail where a kernel filesystem frees the blocks at once. Waits at most
+    /// `RELEASE_WAIT` (a file that stays open keeps its blocks, and the error stands).
+    pub(crate) fn once_more_after_releases<R>(
+        &self,
+        mut op: impl FnMut() -> FsResult<R>,
+    ) -> FsResult<R> {
+        match op() {
+            Err(FsError::NoSpace) if self.wait_for_orphan_release() => op(),
+            r => r,
+        }
+    }
+
+    /// Whether an open orphan with blocks let them go within `RELEASE_WAIT`.
+    fn wait_for_orphan_release(&self) -> bool {
+        let (n, freed) = &self.orphans_reclaimed;
+        // Read before the look for open orphans: a reclaim between the two moves it.
+        let before = *n.lock();
+        let open_orphans = {
+            let st = self.read_state();
+            let mut any = false;
+            st.inodes.for_each_shard(|t| {
+                any |= t
+                    .iter()
+                    .any(|(_, m)| m.inode.nlink == 0 && m.open > 0 && m.inode.blocks > 0);
+            });
+            any
+        };
+        if !open_orphans {
+            return false;
+        }
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        let mut g = n.lock();
+        #[cfg(test)]
+        RELEASE_WAITERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        while *g == before {
+            if freed.wait_until(&mut g, deadline).timed_out() {
+                break;
+            }
+        }
+        *g != before
     }
 
     /// Frees an orphan: its extents, xattrs and symlink chunks (in transactions of bounded size,

@@ -92,7 +92,7 @@ struct Staged {
 impl Fs {
     /// Writes `data` at `off`. Returns the bytes written (all of them, or an error).
     pub fn write(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
-        self.write_through(cred, ino, off, data, false)
+        self.once_more_after_releases(|| self.write_through(cred, ino, off, data, false))
     }
 
     /// `write` for a file opened O_DIRECT: its data is on the device when this returns, as a
@@ -101,7 +101,7 @@ impl Fs {
     /// file's other dirty pages and marked written. Durable only after an fsync, which
     /// O_DIRECT alone never promises either.
     pub fn write_direct(&self, cred: Cred, ino: u64, off: u64, data: &[u8]) -> FsResult<usize> {
-        self.write_through(cred, ino, off, data, true)
+        self.once_more_after_releases(|| self.write_through(cred, ino, off, data, true))
     }
 
     fn write_through(

@@ -209,3 +209,45 @@ fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
     assert!(names.iter().any(|n| n == b));
     assert_clean(&fs);
 }
+
+/// A full filesystem, and its big file closed and removed, but its release not yet in (Linux
+/// sends FUSE's RELEASE after close returns): a write that runs out of space waits for that
+/// release and then succeeds, as it would on a kernel filesystem. The release comes only once
+/// the write is waiting, so without the wait the write fails.
+#[test]
+fn a_write_out_of_space_waits_for_an_open_orphans_release() {
+    use crate::fs::posix::open::RELEASE_WAITERS;
+    use std::sync::atomic::Ordering::SeqCst;
+    let clock = TestClock::new();
+    let dev = new_dev(78);
+    let fs = mount(&dev, opts(&clock));
+    let big = file_in_root(&fs, b"big");
+    fs.open_inode(big).unwrap();
+    let chunk = vec![7u8; 64 * BS as usize];
+    let mut at = 0u64;
+    while fs.write(U, big, at, &chunk).is_ok() {
+        at += chunk.len() as u64;
+    }
+    fs.unlink(ROOT_INO, b"big").unwrap();
+    let small = file_in_root(&fs, b"small");
+    let waiters = RELEASE_WAITERS.load(SeqCst);
+    let releaser = {
+        let fs = Arc::clone(&fs);
+        std::thread::spawn(move || {
+            // Released once the write waits for it (or after a minute, so a write that never
+            // waits fails instead of hanging the test).
+            for _ in 0..60_000 {
+                if RELEASE_WAITERS.load(SeqCst) > waiters {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            fs.release_inode(big).unwrap();
+        })
+    };
+    let wrote = fs.write(U, small, 0, &chunk);
+    releaser.join().unwrap();
+    assert_eq!(wrote.unwrap(), chunk.len());
+    assert_eq!(fs.read(small, 0, BS).unwrap(), vec![7u8; BS as usize]);
+    assert_clean(&fs);
+}
