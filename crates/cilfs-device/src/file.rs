@@ -60,7 +60,7 @@ pub struct FileDevice {
     /// Held across a flush: a flush asked for while another runs waits for it and then
     /// finds its writes stable (elided) if that one began after they completed, instead of
     /// issuing a second sync beside it. This is how several threads' fsyncs share a flush.
-    flushing: parking_lot::Mutex<()>,
+    flushing: cilfs_sync::Mutex<()>,
 }
 
 /// Opens with O_NONBLOCK: a FIFO (or a terminal or another character device) would otherwise
@@ -128,7 +128,7 @@ impl FileDevice {
             read_only: opts.read_only,
             counters: Arc::default(),
             volatile: Arc::default(),
-            flushing: parking_lot::Mutex::new(()),
+            flushing: cilfs_sync::Mutex::new(()),
         })
     }
 

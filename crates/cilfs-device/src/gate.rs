@@ -11,7 +11,7 @@
 
 use crate::queue::{QueuedBuf, QueuedWrite, WriteQueue};
 use crate::{check_io, AlignedBuf, Device, IoKind, IoStats, Result, WriteFlags, SECTOR_SIZE};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! `cilfs check` recovers the log through one, so checking never writes to the image.
 
 use crate::{Device, IoCounters, IoStats, Result, WriteFlags, SECTOR_SIZE};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@ use crate::cache_model::{CacheModel, Survival};
 use crate::counters::IoStats;
 use crate::image::SparseImage;
 use crate::{Device, Result, WriteFlags};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::sync::Arc;
 
 /// One recorded device operation, in completion order.

@@ -3,7 +3,7 @@ use crate::counters::{IoCounters, IoStats};
 use crate::image::SparseImage;
 use crate::rng::SimRng;
 use crate::{check_io, Device, DeviceError, IoKind, Result, WriteFlags};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 
 /// How an injected fault behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

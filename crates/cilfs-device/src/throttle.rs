@@ -1,6 +1,6 @@
 use crate::counters::IoStats;
 use crate::{Device, Result, WriteFlags};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -67,17 +67,17 @@ pub struct SystemClock {
 impl Default for SystemClock {
     fn default() -> Self {
         Self {
-            start: Instant::now(),
+            start: cilfs_sync::time::now(),
         }
     }
 }
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        self.start.elapsed()
+        cilfs_sync::time::now().saturating_duration_since(self.start)
     }
     fn sleep(&self, d: Duration) {
-        std::thread::sleep(d);
+        cilfs_sync::thread::sleep(d);
     }
 }
 

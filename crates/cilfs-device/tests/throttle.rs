@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)] // a test that cannot set up should fail loudly
 
 use cilfs_device::{Clock, Device, SimDevice, TenantId, TenantLimits, Throttle, WriteFlags};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 

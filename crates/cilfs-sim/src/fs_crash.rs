@@ -298,7 +298,7 @@ fn base_images(external: bool) -> Result<Vec<(SparseImage, u64)>, String> {
 
 /// The tenants' time: moves only by the waits it is asked for, at once.
 #[derive(Debug, Default)]
-struct InstantClock(parking_lot::Mutex<std::time::Duration>);
+struct InstantClock(cilfs_sync::Mutex<std::time::Duration>);
 
 impl cilfs_device::Clock for InstantClock {
     fn now(&self) -> std::time::Duration {
@@ -547,7 +547,7 @@ fn churn(fs: &Fs, rng: &mut SimRng, op: usize) -> Result<(), String> {
 
 /// The filesystem mounted now, for the flusher of background mode; None while the workload
 /// unmounts, shuts down or remounts it.
-type Mounted = parking_lot::RwLock<Option<Arc<Fs>>>;
+type Mounted = cilfs_sync::RwLock<Option<Arc<Fs>>>;
 
 /// Runs one workload, recording the model.
 fn workload(
@@ -563,7 +563,7 @@ fn workload(
     };
     let mounted = Mounted::default();
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let r = std::thread::scope(|scope| {
+    let r = cilfs_sync::thread::scope(|scope| {
         let flusher = cfg
             .background
             .then(|| scope.spawn(|| flusher(&mounted, &stop, seed)));
@@ -609,7 +609,7 @@ fn flusher(
 ) -> Result<(), String> {
     let mut rng = SimRng::derive(seed, 3);
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(std::time::Duration::from_micros(rng.below(800)));
+        cilfs_sync::thread::sleep(std::time::Duration::from_micros(rng.below(800)));
         let m = mounted.read();
         let Some(fs) = m.as_ref() else { continue };
         match fs.writeback_idle() {
@@ -653,7 +653,7 @@ fn side_ops(
     let mut files: Vec<SideFile> = Vec::new();
     let mut next = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        std::thread::yield_now();
+        cilfs_sync::thread::yield_now();
         let m = mounted.read();
         let Some(fs) = m.as_ref() else { continue };
         let gone = |e: &FsError| matches!(e, FsError::NoSpace) || fs.is_shut_down();
@@ -1204,6 +1204,13 @@ fn check_point(
     cil: u64,
     counts: &mut (u64, u64),
 ) -> Result<(), String> {
+    // Scheduled, recovery and the checks run on the run's main task alone: every task spawned
+    // lives until the end of the run there, and each costs every later step. What is explored
+    // is the workload's interleavings, not the checker's.
+    let cfg = &FsCrashConfig {
+        background: cfg.background && !crate::SCHEDULED,
+        ..*cfg
+    };
     let images = set.crash_images(g, &mut |_, n| random_fate(rng, n));
     if images.is_empty() {
         return Err("no image".into());
@@ -1359,42 +1366,61 @@ pub fn run_fs_crashtest(
             break;
         }
         let run_seed = SimRng::derive(cfg.seed, run).next_u64();
-        report.runs += 1;
-        let cil = CIL_LIMITS[(run % CIL_LIMITS.len() as u64) as usize];
-        let (set, model) = match workload(run_seed, cfg, cil, &mut report) {
-            Ok(w) => w,
+        let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
+        let c = *cfg;
+        match crate::recorded::scheduled(run_seed, move || one_run(&c, run, run_seed, todo)) {
+            Ok(r) => report.merge(r),
             Err(e) => {
+                report.runs += 1;
                 report.failed += 1;
                 report
                     .failures
-                    .push(format!("run {run} (seed {run_seed}): workload failed: {e}"));
-                run += 1;
-                continue;
+                    .push(format!("run {run} (seed {run_seed}): {e}"));
             }
-        };
-        let n = set.op_count();
-        let durability = set.durability_points();
-        let mut rng = SimRng::derive(run_seed, 1);
-        let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
-        for _ in 0..todo {
-            let g = pick_crash_point(&mut rng, &durability, n);
-            let mut counts = (0, 0);
-            match check_point(&set, &model, g, &mut rng, cfg, cil, &mut counts) {
-                Ok(()) => {
-                    report.passed += 1;
-                    report.xattr_values_checked += counts.0;
-                    report.xattr_values_in_reused_blocks += counts.1;
-                }
-                Err(e) => {
-                    report.failed += 1;
-                    report.failures.push(format!(
-                        "run {run} (seed {run_seed}) crash after device operation {g} of {n}: {e}"
-                    ));
-                }
-            }
-            progress(report.passed + report.failed, cfg.points);
         }
+        progress(report.passed + report.failed, cfg.points);
         run += 1;
+    }
+    report
+}
+
+/// Run `run` of the seed: its workload, then `todo` crash points.
+fn one_run(cfg: &FsCrashConfig, run: u64, run_seed: u64, todo: usize) -> CrashReport {
+    let mut report = CrashReport {
+        runs: 1,
+        ..CrashReport::default()
+    };
+    let cil = CIL_LIMITS[(run % CIL_LIMITS.len() as u64) as usize];
+    let (set, model) = match workload(run_seed, cfg, cil, &mut report) {
+        Ok(w) => w,
+        Err(e) => {
+            report.failed += 1;
+            report
+                .failures
+                .push(format!("run {run} (seed {run_seed}): workload failed: {e}"));
+            return report;
+        }
+    };
+    report.traces.push(set.fingerprint());
+    let n = set.op_count();
+    let durability = set.durability_points();
+    let mut rng = SimRng::derive(run_seed, 1);
+    for _ in 0..todo {
+        let g = pick_crash_point(&mut rng, &durability, n);
+        let mut counts = (0, 0);
+        match check_point(&set, &model, g, &mut rng, cfg, cil, &mut counts) {
+            Ok(()) => {
+                report.passed += 1;
+                report.xattr_values_checked += counts.0;
+                report.xattr_values_in_reused_blocks += counts.1;
+            }
+            Err(e) => {
+                report.failed += 1;
+                report.failures.push(format!(
+                    "run {run} (seed {run_seed}) crash after device operation {g} of {n}: {e}"
+                ));
+            }
+        }
     }
     report
 }

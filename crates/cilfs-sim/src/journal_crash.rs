@@ -59,9 +59,27 @@ pub struct CrashReport {
     pub blocks_changed_role: u64,
     /// fs runs: file data fsyncs put into the log (`FsOptions::log_data_max`).
     pub data_logged_bytes: u64,
+    /// Each run's IO trace fingerprint (`RecordedSet::fingerprint`), in run order.
+    pub traces: Vec<u64>,
 }
 
 impl CrashReport {
+    /// Adds one run's figures.
+    pub fn merge(&mut self, r: CrashReport) {
+        self.passed += r.passed;
+        self.failed += r.failed;
+        self.failures.extend(r.failures);
+        self.runs += r.runs;
+        self.checkpoints += r.checkpoints;
+        self.log_bytes += r.log_bytes;
+        self.cache_evicted += r.cache_evicted;
+        self.xattr_values_checked += r.xattr_values_checked;
+        self.xattr_values_in_reused_blocks += r.xattr_values_in_reused_blocks;
+        self.blocks_changed_role += r.blocks_changed_role;
+        self.data_logged_bytes += r.data_logged_bytes;
+        self.traces.extend(r.traces);
+    }
+
     /// How many times the workloads wrote the whole log.
     pub fn log_laps(&self) -> u64 {
         self.log_bytes / (LOG_BLOCKS * u64::from(BS))
@@ -243,7 +261,7 @@ fn read_regions(dev: &dyn Device, first: u64) -> Result<Vec<u8>, String> {
 }
 
 /// The journal now mounted, and which mount of the run it is.
-type Mounted = parking_lot::RwLock<(u32, Arc<Journal>)>;
+type Mounted = cilfs_sync::RwLock<(u32, Arc<Journal>)>;
 
 /// One random transaction on committer `who`'s region (block `first + who * REGION` on),
 /// recorded in `region`; returns the checkpoint it joined. `window`: relief-only runs touch a
@@ -305,8 +323,8 @@ fn side_committer(
     stop: &std::sync::atomic::AtomicBool,
     seed: u64,
     first: u64,
-    region: &parking_lot::Mutex<Region>,
-    durable: &parking_lot::Mutex<Vec<(usize, Key)>>,
+    region: &cilfs_sync::Mutex<Region>,
+    durable: &cilfs_sync::Mutex<Vec<(usize, Key)>>,
     set: &RecordedSet,
 ) -> Result<(), String> {
     let mut rng = SimRng::derive(seed, 2);
@@ -325,7 +343,7 @@ fn side_committer(
         drop(m);
         tx_no += 1;
         // Let the workload's thread take the journal for an unmount or a death.
-        std::thread::yield_now();
+        cilfs_sync::thread::yield_now();
     }
     Ok(())
 }
@@ -358,15 +376,15 @@ fn workload(
     };
     let j = open(&devs)?;
     let first = j.metadata_area().0;
-    let mounted: Mounted = parking_lot::RwLock::new((0, j));
+    let mounted: Mounted = cilfs_sync::RwLock::new((0, j));
     let mut main = Region::new();
     main.snapshot((0, 0));
-    let side = parking_lot::Mutex::new(Region::new());
+    let side = cilfs_sync::Mutex::new(Region::new());
     side.lock().snapshot((0, 0));
-    let side_durable = parking_lot::Mutex::new(Vec::new());
+    let side_durable = cilfs_sync::Mutex::new(Vec::new());
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut durable = Vec::new();
-    let r = std::thread::scope(|scope| {
+    let r = cilfs_sync::thread::scope(|scope| {
         let helper = cfg.background.then(|| {
             scope.spawn(|| {
                 let r = side_committer(&mounted, &stop, seed, first, &side, &side_durable, &set);
@@ -419,7 +437,7 @@ struct Run<'a> {
     devs: &'a [Arc<dyn Device>],
     open: &'a Opener<'a>,
     /// The second committer's region.
-    side: &'a parking_lot::Mutex<Region>,
+    side: &'a cilfs_sync::Mutex<Region>,
     stop: &'a std::sync::atomic::AtomicBool,
     /// The first block of the regions.
     first: u64,
@@ -568,6 +586,13 @@ fn check_point(
     cfg: &JournalCrashConfig,
     cil_limit: u64,
 ) -> Result<(), String> {
+    // Scheduled, recovery and the checks run on the run's main task alone: every task spawned
+    // lives until the end of the run there, and each costs every later step. What is explored
+    // is the workload's interleavings, not the checker's.
+    let cfg = &JournalCrashConfig {
+        background: cfg.background && !crate::SCHEDULED,
+        ..*cfg
+    };
     let mut images = set.crash_images(g, &mut |_, n| random_fate(rng, n));
     let lens: Vec<u64> = set.devs.iter().map(|d| d.len()).collect();
     if rng.chance(1, 4) {
@@ -613,37 +638,56 @@ pub fn run_journal_crashtest(
     let mut run = 0u64;
     while report.passed + report.failed < cfg.points {
         let run_seed = SimRng::derive(cfg.seed, run).next_u64();
-        report.runs += 1;
-        let cil_limit = CIL_LIMITS[(run % CIL_LIMITS.len() as u64) as usize];
-        let (set, model, first) = match workload(run_seed, cfg, cil_limit, &mut report) {
-            Ok(w) => w,
+        let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
+        let c = *cfg;
+        match crate::recorded::scheduled(run_seed, move || one_run(&c, run, run_seed, todo)) {
+            Ok(r) => report.merge(r),
             Err(e) => {
+                report.runs += 1;
                 report.failed += 1;
                 report
                     .failures
-                    .push(format!("run {run}: workload failed: {e}"));
-                run += 1;
-                continue;
+                    .push(format!("run {run} (seed {run_seed}): {e}"));
             }
-        };
-        let n = set.op_count();
-        let durability = set.durability_points();
-        let mut rng = SimRng::derive(run_seed, 1);
-        let todo = POINTS_PER_RUN.min(cfg.points - report.passed - report.failed);
-        for _ in 0..todo {
-            let g = pick_crash_point(&mut rng, &durability, n);
-            match check_point(&set, &model, first, g, &mut rng, cfg, cil_limit) {
-                Ok(()) => report.passed += 1,
-                Err(e) => {
-                    report.failed += 1;
-                    report.failures.push(format!(
-                        "run {run} (seed {run_seed}) crash after operation {g} of {n}: {e}"
-                    ));
-                }
-            }
-            progress(report.passed + report.failed, cfg.points);
         }
+        progress(report.passed + report.failed, cfg.points);
         run += 1;
+    }
+    report
+}
+
+/// Run `run` of the seed: its workload, then `todo` crash points.
+fn one_run(cfg: &JournalCrashConfig, run: u64, run_seed: u64, todo: usize) -> CrashReport {
+    let mut report = CrashReport {
+        runs: 1,
+        ..CrashReport::default()
+    };
+    let cil_limit = CIL_LIMITS[(run % CIL_LIMITS.len() as u64) as usize];
+    let (set, model, first) = match workload(run_seed, cfg, cil_limit, &mut report) {
+        Ok(w) => w,
+        Err(e) => {
+            report.failed += 1;
+            report
+                .failures
+                .push(format!("run {run}: workload failed: {e}"));
+            return report;
+        }
+    };
+    report.traces.push(set.fingerprint());
+    let n = set.op_count();
+    let durability = set.durability_points();
+    let mut rng = SimRng::derive(run_seed, 1);
+    for _ in 0..todo {
+        let g = pick_crash_point(&mut rng, &durability, n);
+        match check_point(&set, &model, first, g, &mut rng, cfg, cil_limit) {
+            Ok(()) => report.passed += 1,
+            Err(e) => {
+                report.failed += 1;
+                report.failures.push(format!(
+                    "run {run} (seed {run_seed}) crash after operation {g} of {n}: {e}"
+                ));
+            }
+        }
     }
     report
 }

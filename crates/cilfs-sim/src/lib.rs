@@ -12,3 +12,7 @@ mod recorded;
 pub use corrupt::{run_corrupt_campaign, CorruptConfig, CorruptReport};
 pub use fs_crash::{run_fs_crashtest, FsCrashConfig};
 pub use journal_crash::{run_journal_crashtest, CrashReport, JournalCrashConfig};
+
+/// Whether this build runs the explorers under the deterministic scheduler (`--cfg shuttle`,
+/// `scripts/sched-crashtest`), where a seed replays its runs' interleavings.
+pub const SCHEDULED: bool = cilfs_sync::SCHEDULED;

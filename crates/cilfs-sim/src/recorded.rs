@@ -8,7 +8,7 @@ use cilfs_device::{
     Device, IoStats, QueuedBuf, QueuedWrite, RecordingDevice, Result, SimDevice, SparseImage,
     Survival, WriteFlags, WriteQueue,
 };
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::sync::Arc;
 
 /// A recorded device that also appends its id to a shared completion order.
@@ -118,7 +118,7 @@ impl Tagged {
             }
             r.below(200)
         };
-        std::thread::sleep(std::time::Duration::from_micros(us));
+        cilfs_sync::thread::sleep(std::time::Duration::from_micros(us));
     }
 }
 
@@ -197,6 +197,31 @@ impl RecordedSet {
         Self { devs, order }
     }
 
+    /// A fingerprint of everything the devices were asked to do, in the order it completed:
+    /// every write (device, offset, flags, bytes, when it was issued) and flush. Two runs with
+    /// the same trace have the same fingerprint.
+    pub fn fingerprint(&self) -> u64 {
+        use cilfs_device::RecordedOp;
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same on every run and in every process.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.order.lock().hash(&mut h);
+        for d in &self.devs {
+            for op in d.rec.ops() {
+                match op {
+                    RecordedOp::Write {
+                        offset,
+                        data,
+                        flags,
+                        issued_at,
+                    } => (0u8, offset, &data[..], flags.bits(), issued_at).hash(&mut h),
+                    RecordedOp::Flush { issued_at } => (1u8, issued_at).hash(&mut h),
+                }
+            }
+        }
+        h.finish()
+    }
+
     /// Operations completed so far, over all devices.
     pub fn op_count(&self) -> usize {
         self.order.lock().len()
@@ -256,5 +281,45 @@ pub fn pick_crash_point(rng: &mut SimRng, durability: &[usize], n: usize) -> usi
         d + usize::from(rng.bool())
     } else {
         rng.below(n as u64 + 1) as usize
+    }
+}
+
+/// Runs one run of an explorer (its workload and its crash points) and returns what `f`
+/// returns. In every build that runs, `f` runs on this thread and the run's threads are the
+/// machine's. Under `--cfg shuttle` (`scripts/sched-crashtest`) `f` is the main task of a run
+/// of shuttle's scheduler seeded with `seed`: every thread the run starts (the mount's push
+/// worker, iclog IO, AIL worker and flusher, the other operation threads) is a task it
+/// interleaves at every lock, wait and yield, so the same seed gives the same interleaving and
+/// the same IO. A panic in any task is then returned as an error.
+pub fn scheduled<T: Send + 'static>(
+    seed: u64,
+    f: impl Fn() -> T + Send + Sync + 'static,
+) -> std::result::Result<T, String> {
+    #[cfg(not(shuttle))]
+    {
+        let _ = seed;
+        Ok(f())
+    }
+    #[cfg(shuttle)]
+    {
+        use std::sync::PoisonError;
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let out = Arc::clone(&slot);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            cilfs_sync::run_scheduled(seed, move || {
+                let v = f();
+                *out.lock().unwrap_or_else(PoisonError::into_inner) = Some(v);
+            })
+        }));
+        if let Err(p) = r {
+            let what = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a task panicked".into());
+            return Err(format!("scheduled run panicked: {what}"));
+        }
+        let v = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        v.ok_or_else(|| "the scheduled run returned nothing".into())
     }
 }

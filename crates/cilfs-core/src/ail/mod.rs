@@ -534,11 +534,13 @@ fn write_threaded(
     runs: &[Vec<(u64, AlignedBuf)>],
     threads: usize,
 ) -> Result<(), DeviceError> {
-    if threads <= 1 || runs.len() < 2 * threads {
+    // Under the deterministic scheduler one task writes: every task spawned lives until the
+    // end of its run there.
+    if threads <= 1 || runs.len() < 2 * threads || cilfs_sync::SCHEDULED {
         return write_runs(dev, runs);
     }
     let per = runs.len().div_ceil(threads);
-    std::thread::scope(|s| {
+    cilfs_sync::thread::scope(|s| {
         let others: Vec<_> = runs[per..]
             .chunks(per)
             .map(|c| s.spawn(move || write_runs(dev, c)))
@@ -733,7 +735,7 @@ mod tests {
     struct TailAtFlush {
         inner: SimDevice,
         ail: Arc<RankedMutex<Ail, { rank::AIL }>>,
-        seen: parking_lot::Mutex<Vec<(Option<Lsn>, usize)>>,
+        seen: cilfs_sync::Mutex<Vec<(Option<Lsn>, usize)>>,
     }
 
     impl Device for TailAtFlush {
@@ -768,7 +770,7 @@ mod tests {
         let dev = TailAtFlush {
             inner: SimDevice::new(64 * BS as u64, 1),
             ail: Arc::clone(&ail),
-            seen: parking_lot::Mutex::new(Vec::new()),
+            seen: cilfs_sync::Mutex::new(Vec::new()),
         };
         for (b, l) in [(3, 8), (4, 16), (5, 24)] {
             ail.lock().insert(block(b, b as u8, 0), lsn(l));

@@ -3,9 +3,9 @@
 //! themselves are the journal's (`Journal::ail_push_ahead`, `Journal::relieve_waiters`), which
 //! hands them in at start: this thread only decides when they run.
 
-use parking_lot::{Condvar, Mutex};
+use cilfs_sync::thread::JoinHandle;
+use cilfs_sync::{Condvar, Mutex};
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 
 #[derive(Debug, Default)]
 struct State {
@@ -33,29 +33,27 @@ impl AilWorker {
         let shared = Arc::new((Mutex::new(State::default()), Condvar::new()));
         let weak: Weak<T> = Arc::downgrade(owner);
         let s = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("cilfs-ail".into())
-            .spawn(move || loop {
-                let urgent = {
-                    let mut st = s.0.lock();
-                    while !st.kicked && !st.urgent && !st.stop {
-                        s.1.wait(&mut st);
-                    }
-                    if st.stop {
-                        return;
-                    }
-                    // Relief first; an ordinary kick stays set for the pass after it.
-                    if !st.urgent {
-                        st.kicked = false;
-                    }
-                    std::mem::take(&mut st.urgent)
-                };
-                let Some(owner) = weak.upgrade() else { return };
-                if !pass(&owner, urgent) {
+        let thread = cilfs_sync::thread::spawn_named("cilfs-ail", move || loop {
+            let urgent = {
+                let mut st = s.0.lock();
+                while !st.kicked && !st.urgent && !st.stop {
+                    s.1.wait(&mut st);
+                }
+                if st.stop {
                     return;
                 }
-            })
-            .ok();
+                // Relief first; an ordinary kick stays set for the pass after it.
+                if !st.urgent {
+                    st.kicked = false;
+                }
+                std::mem::take(&mut st.urgent)
+            };
+            let Some(owner) = weak.upgrade() else { return };
+            if !pass(&owner, urgent) {
+                return;
+            }
+        })
+        .ok();
         Self { shared, thread }
     }
 
@@ -76,7 +74,7 @@ impl AilWorker {
         self.shared.1.notify_one();
         if let Some(t) = self.thread.take() {
             // It may itself have dropped the last reference to the journal.
-            if t.thread().id() != std::thread::current().id() {
+            if t.thread().id() != cilfs_sync::thread::current().id() {
                 let _ = t.join();
             }
         }

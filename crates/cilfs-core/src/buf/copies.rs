@@ -32,7 +32,7 @@ struct NodeCopy {
     data: Box<[u8]>,
 }
 
-thread_local! {
+cilfs_sync::thread_local! {
     static COPIES: RefCell<[Option<NodeCopy>; SLOTS]> =
         const { RefCell::new([const { None }; SLOTS]) };
 }

@@ -14,19 +14,17 @@ use crate::log::Lsn;
 use crate::util::lockstat::LockWaits;
 use crate::util::sync::{rank, Ranked, RankedMutex, RankedMutexGuard};
 use cilfs_device::{AlignedBuf, Device, DeviceError};
-use parking_lot::{RawRwLock, RwLock};
+use cilfs_sync::RwLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// A buffer held to change it: no one else reads or writes it meanwhile.
-pub type BufGuard =
-    Ranked<parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>, { rank::BUF }>;
+pub type BufGuard = Ranked<cilfs_sync::ArcRwLockWriteGuard<BufData>, { rank::BUF }>;
 /// A buffer held to read it: readers share it (every descent reads the root and the upper
 /// nodes), a writer waits for them. Borrowed from the buffer rather than counted on its
 /// lock's `Arc`: reads are held for moments, and the count's increment and decrement moved
 /// the root's and the upper nodes' lines between the cores on every step of every descent.
-pub type BufReadGuard<'a> =
-    Ranked<parking_lot::lock_api::RwLockReadGuard<'a, RawRwLock, BufData>, { rank::BUF }>;
+pub type BufReadGuard<'a> = Ranked<cilfs_sync::RwLockReadGuard<'a, BufData>, { rank::BUF }>;
 
 /// The contents and log state of one block.
 #[derive(Debug)]
@@ -147,10 +145,7 @@ impl Buf {
 
     /// `lock` by the push's late write, under the log writer: a rank of its own
     /// (`rank::LATE_BUF`), since only the push waits for a block written late.
-    fn lock_late(
-        &self,
-    ) -> Ranked<parking_lot::lock_api::ArcRwLockWriteGuard<RawRwLock, BufData>, { rank::LATE_BUF }>
-    {
+    fn lock_late(&self) -> Ranked<cilfs_sync::ArcRwLockWriteGuard<BufData>, { rank::LATE_BUF }> {
         Ranked::acquire(|| self.state.write_arc())
     }
 
@@ -384,7 +379,7 @@ static NEXT_CACHE_ID: AtomicU64 = AtomicU64::new(1);
 
 type HotSlot = Option<(u64, u64, Arc<Buf>)>;
 
-thread_local! {
+cilfs_sync::thread_local! {
     /// Each thread's recently used buffers: (cache id, block, buffer). The upper tree nodes
     /// are looked up by every descent of every thread; finding them here saves taking a
     /// map's lock, whose cache line the cores otherwise pass between them on every lookup.

@@ -217,14 +217,17 @@ pub fn check_with(fs: &Fs, mode: ReadAheadMode) -> FsResult<CheckReport> {
     // tree must not see one of them half done.
     let st = fs.write_state();
     let hdr: Header = fs.hdr(&st).clone();
-    let read_ahead = match mode {
-        ReadAheadMode::Always => true,
-        ReadAheadMode::Never => false,
-        ReadAheadMode::Auto => hdr.data_end.saturating_sub(hdr.free_blocks) >= READ_AHEAD_FROM,
-    };
+    // Under the deterministic scheduler the walk reads for itself: every task spawned lives
+    // until the end of its run there, and the checker runs after every operation.
+    let read_ahead = !cilfs_sync::SCHEDULED
+        && match mode {
+            ReadAheadMode::Always => true,
+            ReadAheadMode::Never => false,
+            ReadAheadMode::Auto => hdr.data_end.saturating_sub(hdr.free_blocks) >= READ_AHEAD_FROM,
+        };
     let journal: &Journal = &fs.journal;
     let ra = ReadAhead::default();
-    std::thread::scope(|s| {
+    cilfs_sync::thread::scope(|s| {
         if read_ahead {
             for _ in 0..readahead::THREADS {
                 s.spawn(|| ra.worker(journal));

@@ -9,7 +9,7 @@
 use crate::journal::Journal;
 use crate::util::numhash::NumberMap;
 use cilfs_device::AlignedBuf;
-use parking_lot::{Condvar, Mutex};
+use cilfs_sync::{Condvar, Mutex};
 use std::collections::VecDeque;
 
 /// Threads reading: IOs in flight at once (the walk itself is one more reader).

@@ -44,7 +44,7 @@ struct Spare {
 
 pub static POOL: Pool = Pool::new();
 
-thread_local! {
+cilfs_sync::thread_local! {
     static STASH: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -72,7 +72,9 @@ impl Pool {
     pub fn take(&self) -> Vec<u8> {
         STASH.with(|s| {
             let mut s = s.borrow_mut();
-            if s.is_empty() {
+            // The spare list is a static: under the deterministic scheduler its lock would
+            // outlive the run that made it. Each task's stash does without it there.
+            if s.is_empty() && !cilfs_sync::SCHEDULED {
                 let mut spare = self.spare.lock();
                 let at = spare.vecs.len().saturating_sub(BATCH);
                 let batch: Vec<Vec<u8>> = spare.vecs.drain(at..).collect();
@@ -100,6 +102,9 @@ impl Pool {
     /// Takes a written checkpoint's images into the spare list, as many as it keeps; the rest
     /// stay in `images`, for the caller to free with no lock held.
     pub fn give_spare(&self, images: &mut Vec<Vec<u8>>) {
+        if cilfs_sync::SCHEDULED {
+            return;
+        }
         let mut spare = self.spare.lock();
         images.retain_mut(|v| {
             let c = v.capacity();

@@ -343,10 +343,10 @@ pub struct Fs {
     /// Inodes with file data written in place that no data-device flush since is known to
     /// cover: fsync flushes for those only (`posix/sync.rs`); one whose data all went into
     /// the log needs none. A leaf lock.
-    pub(crate) unflushed: parking_lot::Mutex<std::collections::HashSet<u64>>,
+    pub(crate) unflushed: cilfs_sync::Mutex<std::collections::HashSet<u64>>,
     /// Orphans reclaimed, and their waiters (`posix/open.rs` `once_more_after_releases`). A
     /// leaf lock.
-    pub(crate) orphans_reclaimed: (parking_lot::Mutex<u64>, parking_lot::Condvar),
+    pub(crate) orphans_reclaimed: (cilfs_sync::Mutex<u64>, cilfs_sync::Condvar),
 }
 
 /// Registers the read and write verifiers of the blocks the filesystem stamps (tree nodes and

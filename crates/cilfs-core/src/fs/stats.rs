@@ -101,7 +101,7 @@ pub(crate) fn bump(a: &Counter) {
     a.add(1);
 }
 
-thread_local! {
+cilfs_sync::thread_local! {
     static BY_THIS_THREAD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 

@@ -28,7 +28,7 @@ use crate::trans::{Reservation, TransJournal};
 use crate::util::lockstat::LockWaits;
 use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
 use cilfs_device::{Device, DeviceError, WriteFlags};
-use parking_lot::{Condvar, Mutex};
+use cilfs_sync::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use thiserror::Error;
@@ -207,7 +207,7 @@ pub struct Journal {
     /// and tests, see `set_ail_push_ahead`).
     pub(crate) ahead_paused: AtomicBool,
     /// The structure checks of stamped blocks, by stamp offset (`register_block_check`).
-    pub(crate) block_checks: parking_lot::RwLock<Vec<(u16, BlockCheck)>>,
+    pub(crate) block_checks: cilfs_sync::RwLock<Vec<(u16, BlockCheck)>>,
     /// Blocks whose read check failed and was logged (each once, up to `BAD_BLOCKS_LOGGED`).
     pub(crate) bad_blocks: Mutex<std::collections::BTreeSet<u64>>,
     /// File data blocks the log holds whole (`logged_data.rs`); a leaf lock.
@@ -668,7 +668,7 @@ impl Journal {
                     return Err(JournalError::FreezeTimedOut(DRAIN));
                 }
                 let step = std::time::Duration::from_millis(1);
-                std::thread::sleep(step);
+                cilfs_sync::thread::sleep(step);
                 waited += step;
             }
             self.force_all()?;

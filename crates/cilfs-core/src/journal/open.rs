@@ -21,7 +21,7 @@ use crate::trans::grant::GrantHead;
 use crate::util::lockstat::LockWaits;
 use crate::util::sync::RankedMutex;
 use cilfs_device::{Device, WriteFlags};
-use parking_lot::{Condvar, Mutex};
+use cilfs_sync::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
@@ -211,7 +211,7 @@ impl Journal {
             meta_end,
             recovered,
             ahead_paused: AtomicBool::new(false),
-            block_checks: parking_lot::RwLock::new(Vec::new()),
+            block_checks: cilfs_sync::RwLock::new(Vec::new()),
             bad_blocks: Mutex::new(std::collections::BTreeSet::new()),
             logged_data: Mutex::new(Default::default()),
             logged_data_len: std::sync::atomic::AtomicUsize::new(0),

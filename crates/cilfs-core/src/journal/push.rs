@@ -8,10 +8,10 @@ use crate::log::record::OP_HEADER_BYTES;
 use crate::log::writer::Written;
 use crate::log::{LogWriter, Lsn};
 use crate::util::sync::{rank, RankedMutexGuard};
-use parking_lot::{Condvar, Mutex};
+use cilfs_sync::thread::JoinHandle;
+use cilfs_sync::{Condvar, Mutex};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 
 impl Journal {
     /// Waits, holding nothing, while the CIL's current context is over its hard limit (2S)
@@ -31,7 +31,7 @@ impl Journal {
         let mut blocked_since = None;
         let mut room = self.cil_room.lock();
         while self.limits.commit_waits(&self.cil, adding) && self.check_alive().is_ok() {
-            blocked_since.get_or_insert_with(std::time::Instant::now);
+            blocked_since.get_or_insert_with(cilfs_sync::time::now);
             self.extra
                 .cil_blocked_commits
                 .fetch_add(1, Ordering::Relaxed);
@@ -40,9 +40,12 @@ impl Journal {
             room.wait(&self.cil_switched);
         }
         if let Some(t) = blocked_since {
-            self.extra
-                .cil_blocked_us
-                .fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+            self.extra.cil_blocked_us.fetch_add(
+                cilfs_sync::time::now()
+                    .saturating_duration_since(t)
+                    .as_micros() as u64,
+                Ordering::Relaxed,
+            );
         }
     }
 
@@ -511,47 +514,45 @@ impl Worker {
             .log_force_interval
             .unwrap_or(LOG_FORCE_INTERVAL)
             .max(MIN_LOG_FORCE_INTERVAL);
-        let thread = std::thread::Builder::new()
-            .name("cilfs-cil-push".into())
-            .spawn(move || {
-                let mut commits_seen = u64::MAX;
-                loop {
-                    let target = {
-                        let mut st = s.0.lock();
-                        while st.target == 0 && !st.stop {
-                            if s.1.wait_for(&mut st, interval).timed_out() {
-                                break;
-                            }
+        let thread = cilfs_sync::thread::spawn_named("cilfs-cil-push", move || {
+            let mut commits_seen = u64::MAX;
+            loop {
+                let target = {
+                    let mut st = s.0.lock();
+                    while st.target == 0 && !st.stop {
+                        if s.1.wait_for(&mut st, interval).timed_out() {
+                            break;
                         }
-                        if st.stop {
-                            return;
-                        }
-                        std::mem::take(&mut st.target)
-                    };
-                    let Some(j) = weak.upgrade() else { return };
-                    if target > 0 {
-                        if j.push(target).is_err() {
-                            return;
-                        }
-                        continue;
                     }
-                    // An interval without a push. Commits since the last look are forced into
-                    // a checkpoint, as XFS's log worker forces the log every 30 s: otherwise a
-                    // load that never fills the CIL to its limit would never be made durable
-                    // before a sync. A whole interval without commits covers the log.
-                    let commits = j.extra.commits.get();
-                    let r = if commits == commits_seen {
-                        j.cover().map(drop)
-                    } else {
-                        j.push(j.current_seq())
-                    };
-                    if r.is_err() {
+                    if st.stop {
                         return;
                     }
-                    commits_seen = commits;
+                    std::mem::take(&mut st.target)
+                };
+                let Some(j) = weak.upgrade() else { return };
+                if target > 0 {
+                    if j.push(target).is_err() {
+                        return;
+                    }
+                    continue;
                 }
-            })
-            .ok();
+                // An interval without a push. Commits since the last look are forced into
+                // a checkpoint, as XFS's log worker forces the log every 30 s: otherwise a
+                // load that never fills the CIL to its limit would never be made durable
+                // before a sync. A whole interval without commits covers the log.
+                let commits = j.extra.commits.get();
+                let r = if commits == commits_seen {
+                    j.cover().map(drop)
+                } else {
+                    j.push(j.current_seq())
+                };
+                if r.is_err() {
+                    return;
+                }
+                commits_seen = commits;
+            }
+        })
+        .ok();
         Self { shared, thread }
     }
 
@@ -567,7 +568,7 @@ impl Worker {
         if let Some(t) = self.thread.take() {
             // The worker itself may drop the last reference to the journal (it upgrades a weak
             // one while pushing); it then only has to return, not join itself.
-            if t.thread().id() != std::thread::current().id() {
+            if t.thread().id() != cilfs_sync::thread::current().id() {
                 let _ = t.join();
             }
         }

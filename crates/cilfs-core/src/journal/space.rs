@@ -156,7 +156,7 @@ impl Journal {
             // hold the tail: no push frees them, so pushing an empty CIL again and again only
             // spins. The holder's commit wakes the waiter, a reader's unlock wakes nobody: try
             // again shortly.
-            std::thread::sleep(BUSY_RETRY);
+            cilfs_sync::thread::sleep(BUSY_RETRY);
             return Ok(true);
         }
         Ok(false)

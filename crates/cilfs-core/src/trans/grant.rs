@@ -114,9 +114,11 @@ impl GrantHead {
                 if next_in_line {
                     self.changed.notify_all();
                 }
-                return Ok(waiting_since.map(|t: std::time::Instant| t.elapsed()));
+                return Ok(waiting_since.map(|t: std::time::Instant| {
+                    cilfs_sync::time::now().saturating_duration_since(t)
+                }));
             }
-            waiting_since.get_or_insert_with(std::time::Instant::now);
+            waiting_since.get_or_insert_with(cilfs_sync::time::now);
             if first {
                 let seen = g.version;
                 drop(g);

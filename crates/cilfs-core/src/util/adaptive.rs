@@ -11,7 +11,7 @@
 
 use crate::util::lockstat::LockWaits;
 use crate::util::spin::{now_ns, poll_then_block};
-use parking_lot::{Mutex, MutexGuard};
+use cilfs_sync::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A hold younger than this is taken to be running: its waiters spin.

@@ -15,6 +15,9 @@ pub(crate) struct Padded(pub(crate) AtomicU64);
 
 /// The shard of the calling thread: threads take them in turn as they first count.
 pub(crate) fn shard() -> usize {
+    if cilfs_sync::SCHEDULED {
+        return cilfs_sync::thread::task_index() % SHARDS;
+    }
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static SHARD: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SHARDS;

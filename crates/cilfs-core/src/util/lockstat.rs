@@ -10,7 +10,6 @@
 
 use crate::util::counter::{shard, Padded, SHARDS};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 /// The counters of one lock.
 #[derive(Debug)]
@@ -46,11 +45,15 @@ impl LockWaits {
         if let Some(g) = try_lock() {
             return g;
         }
-        let t = Instant::now();
+        let t = cilfs_sync::time::now();
         let g = lock();
         self.contended.fetch_add(1, Ordering::Relaxed);
-        self.wait_ns
-            .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.wait_ns.fetch_add(
+            cilfs_sync::time::now()
+                .saturating_duration_since(t)
+                .as_nanos() as u64,
+            Ordering::Relaxed,
+        );
         g
     }
 

@@ -9,7 +9,10 @@ use std::time::Instant;
 /// Nanoseconds on a monotonic clock shared by every lock.
 pub(crate) fn now_ns() -> u64 {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    let base = *BASE.get_or_init(cilfs_sync::time::now);
+    cilfs_sync::time::now()
+        .saturating_duration_since(base)
+        .as_nanos() as u64
 }
 
 /// Most a waiter for a lock held only for moments spins before it blocks (`spin_then_block`).
@@ -35,6 +38,11 @@ pub(crate) fn poll_then_block<G>(
     keeps_polling: impl Fn(u64, u64) -> bool,
     lock: impl FnOnce() -> G,
 ) -> G {
+    // Under the deterministic scheduler the clock stands still while a task spins: wait.
+    if cilfs_sync::SCHEDULED {
+        let _ = (try_lock, keeps_polling);
+        return lock();
+    }
     let start = now_ns();
     loop {
         for _ in 0..32 {
@@ -60,7 +68,7 @@ mod tests {
     /// it takes by its first poll.
     #[test]
     fn a_short_lock_waiter_polls_then_blocks() {
-        use parking_lot::Mutex;
+        use cilfs_sync::Mutex;
         let m = Arc::new(Mutex::new(0u32));
         let blocked = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let held = m.lock();

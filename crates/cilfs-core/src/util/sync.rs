@@ -1,19 +1,22 @@
 //! The lock facade. The locks of code that is model-checked with loom: `std` normally, loom's
-//! under `--cfg loom`. And the lock order of docs/concurrency.md, checked: every lock of its
-//! lock table is a ranked lock of this module, and debug builds assert that ranks rise.
+//! under `--cfg loom`, shuttle's under `--cfg shuttle` (the deterministic explorers, through
+//! `cilfs_sync`). And the lock order of docs/concurrency.md, checked: every lock of its lock
+//! table is a ranked lock of this module, and debug builds assert that ranks rise.
 
+#[cfg(not(loom))]
+pub(crate) use cilfs_sync::thread::JoinHandle;
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::AtomicU64;
 #[cfg(loom)]
 pub(crate) use loom::sync::{mpsc, Condvar, Mutex, MutexGuard};
 #[cfg(loom)]
 pub(crate) use loom::thread::JoinHandle;
+#[cfg(shuttle)]
+pub(crate) use shuttle::sync::{mpsc, Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::AtomicU64;
-#[cfg(not(loom))]
+#[cfg(not(any(loom, shuttle)))]
 pub(crate) use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
-#[cfg(not(loom))]
-pub(crate) use std::thread::JoinHandle;
 
 /// A full fence (loom's under `--cfg loom`, so that the model sees it).
 pub(crate) fn fence_seq_cst() {
@@ -35,7 +38,7 @@ where
     }
     #[cfg(not(loom))]
     {
-        std::thread::Builder::new().name(name).spawn(f).ok()
+        cilfs_sync::thread::spawn_named(&name, f).ok()
     }
 }
 
@@ -44,7 +47,7 @@ where
 /// push before committers, which only fill the CIL, get the CPU again. Best effort: without
 /// CAP_SYS_NICE the thread keeps its priority. Linux keeps nice values per thread.
 pub(crate) fn raise_priority() {
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     {
         let _ = rustix::process::setpriority_process(None, -10);
     }
@@ -55,14 +58,14 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Waits for a notification. Outside loom a timeout bounds the wait as a safety net.
+/// Waits for a notification. Outside loom and shuttle a timeout bounds the wait as a safety net.
 pub(crate) fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
-    #[cfg(loom)]
+    #[cfg(any(loom, shuttle))]
     {
         cv.wait(g)
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    #[cfg(not(loom))]
+    #[cfg(not(any(loom, shuttle)))]
     {
         cv.wait_timeout(g, std::time::Duration::from_millis(50))
             .map(|(g, _)| g)
@@ -130,7 +133,7 @@ pub mod rank {
     pub const DEVICE_FLUSH: u8 = 21;
 
     /// The names of the ranks, for the assertion's message.
-    #[cfg_attr(not(all(debug_assertions, not(loom))), allow(dead_code))]
+    #[cfg_attr(not(all(debug_assertions, not(loom), not(shuttle))), allow(dead_code))]
     pub(crate) const NAMES: [&str; 22] = [
         "-",
         "inode IO lock",
@@ -157,7 +160,7 @@ pub mod rank {
     ];
 }
 
-#[cfg(all(debug_assertions, not(loom)))]
+#[cfg(all(debug_assertions, not(loom), not(shuttle)))]
 mod order {
     use std::cell::Cell;
 
@@ -229,7 +232,7 @@ impl<const R: u8> Held<R> {
     /// Call it before waiting.
     #[inline]
     pub fn waiting() -> Self {
-        #[cfg(all(debug_assertions, not(loom)))]
+        #[cfg(all(debug_assertions, not(loom), not(shuttle)))]
         {
             order::check(R);
             order::push(R);
@@ -242,7 +245,7 @@ impl<const R: u8> Held<R> {
     /// For a lock taken by a try, which never waits: counted held, not checked.
     #[inline]
     pub fn tried() -> Self {
-        #[cfg(all(debug_assertions, not(loom)))]
+        #[cfg(all(debug_assertions, not(loom), not(shuttle)))]
         order::push(R);
         Held {
             _thread: std::marker::PhantomData,
@@ -250,7 +253,7 @@ impl<const R: u8> Held<R> {
     }
 }
 
-#[cfg(all(debug_assertions, not(loom)))]
+#[cfg(all(debug_assertions, not(loom), not(shuttle)))]
 impl<const R: u8> Drop for Held<R> {
     fn drop(&mut self) {
         order::pop(R);
@@ -260,9 +263,9 @@ impl<const R: u8> Drop for Held<R> {
 /// Asserts that a lock of rank `r` may be waited for now (debug builds; nothing in release).
 #[inline]
 pub fn check_order(r: u8) {
-    #[cfg(all(debug_assertions, not(loom)))]
+    #[cfg(all(debug_assertions, not(loom), not(shuttle)))]
     order::check(r);
-    #[cfg(not(all(debug_assertions, not(loom))))]
+    #[cfg(not(all(debug_assertions, not(loom), not(shuttle))))]
     let _ = r;
 }
 
@@ -325,17 +328,17 @@ impl<G: std::ops::DerefMut, const R: u8> std::ops::DerefMut for Ranked<G, R> {
     }
 }
 
-pub type RankedMutexGuard<'a, T, const R: u8> = Ranked<parking_lot::MutexGuard<'a, T>, R>;
-pub type RankedReadGuard<'a, T, const R: u8> = Ranked<parking_lot::RwLockReadGuard<'a, T>, R>;
-pub type RankedWriteGuard<'a, T, const R: u8> = Ranked<parking_lot::RwLockWriteGuard<'a, T>, R>;
+pub type RankedMutexGuard<'a, T, const R: u8> = Ranked<cilfs_sync::MutexGuard<'a, T>, R>;
+pub type RankedReadGuard<'a, T, const R: u8> = Ranked<cilfs_sync::RwLockReadGuard<'a, T>, R>;
+pub type RankedWriteGuard<'a, T, const R: u8> = Ranked<cilfs_sync::RwLockWriteGuard<'a, T>, R>;
 
 /// A parking_lot mutex of rank `R`.
 #[derive(Debug, Default)]
-pub struct RankedMutex<T, const R: u8>(parking_lot::Mutex<T>);
+pub struct RankedMutex<T, const R: u8>(cilfs_sync::Mutex<T>);
 
 impl<T, const R: u8> RankedMutex<T, R> {
     pub const fn new(v: T) -> Self {
-        RankedMutex(parking_lot::Mutex::new(v))
+        RankedMutex(cilfs_sync::Mutex::new(v))
     }
 
     #[inline]
@@ -394,10 +397,10 @@ impl<T, const R: u8> From<T> for RankedMutex<T, R> {
     }
 }
 
-impl<'a, T, const R: u8> Ranked<parking_lot::MutexGuard<'a, T>, R> {
+impl<'a, T, const R: u8> Ranked<cilfs_sync::MutexGuard<'a, T>, R> {
     /// Waits on `cv`, the lock let go meanwhile (parking_lot's `Condvar::wait`).
     #[inline]
-    pub fn wait(&mut self, cv: &parking_lot::Condvar) {
+    pub fn wait(&mut self, cv: &cilfs_sync::Condvar) {
         cv.wait(&mut self.guard);
     }
 
@@ -405,20 +408,20 @@ impl<'a, T, const R: u8> Ranked<parking_lot::MutexGuard<'a, T>, R> {
     #[inline]
     pub fn wait_for(
         &mut self,
-        cv: &parking_lot::Condvar,
+        cv: &cilfs_sync::Condvar,
         d: std::time::Duration,
-    ) -> parking_lot::WaitTimeoutResult {
+    ) -> cilfs_sync::WaitTimeoutResult {
         cv.wait_for(&mut self.guard, d)
     }
 }
 
 /// A parking_lot reader-writer lock of rank `R`.
 #[derive(Debug, Default)]
-pub struct RankedRwLock<T, const R: u8>(parking_lot::RwLock<T>);
+pub struct RankedRwLock<T, const R: u8>(cilfs_sync::RwLock<T>);
 
 impl<T, const R: u8> RankedRwLock<T, R> {
     pub const fn new(v: T) -> Self {
-        RankedRwLock(parking_lot::RwLock::new(v))
+        RankedRwLock(cilfs_sync::RwLock::new(v))
     }
 
     #[inline]
@@ -459,7 +462,7 @@ impl<T, const R: u8> RankedRwLock<T, R> {
     }
 }
 
-#[cfg(all(test, debug_assertions, not(loom)))]
+#[cfg(all(test, debug_assertions, not(loom), not(shuttle)))]
 mod tests {
     use super::*;
 

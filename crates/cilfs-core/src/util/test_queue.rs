@@ -7,7 +7,7 @@
 use cilfs_device::{
     Device, DeviceError, IoStats, QueuedBuf, QueuedWrite, SimDevice, WriteFlags, WriteQueue,
 };
-use parking_lot::{Condvar, Mutex};
+use cilfs_sync::{Condvar, Mutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -490,7 +490,7 @@ fn a_consistent_image_is_left_alone() {
     let dev = populated();
     let live = dev.live_image();
     let mut phases = Vec::new();
-    let seen = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let seen = Arc::new(cilfs_sync::Mutex::new(Vec::new()));
     let s = Arc::clone(&seen);
     let r = repair_image(
         dev.clone() as Arc<dyn Device>,

@@ -38,7 +38,7 @@ pub struct Timespec {
 
 impl Timespec {
     pub fn now() -> Self {
-        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        match cilfs_sync::time::wall_now().duration_since(std::time::UNIX_EPOCH) {
             Ok(d) => Timespec {
                 sec: d.as_secs() as i64,
                 nsec: d.subsec_nanos(),

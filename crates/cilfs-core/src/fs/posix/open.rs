@@ -117,7 +117,7 @@ impl Fs {
         if !open_orphans {
             return false;
         }
-        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        let deadline = cilfs_sync::time::now() + RELEASE_WAIT;
         let mut g = n.lock();
         #[cfg(test)]
         RELEASE_WAITERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -9,7 +9,7 @@ use crate::fs::types::XattrFlags;
 use crate::fs::types::{Cred, RenameFlags};
 use crate::fs::*;
 use cilfs_device::SimDevice;
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::sync::Barrier;
 
 const U: Cred = Cred::user(1000, 1000);

@@ -12,7 +12,7 @@ use crate::journal::{JournalConfig, PushMode};
 use crate::log::{FlushPolicy, LogConfig};
 use crate::mkfs::{write_filesystem, Layout};
 use cilfs_device::{CrashOptions, Device, SimDevice};
-use parking_lot::Mutex;
+use cilfs_sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 mod acls;

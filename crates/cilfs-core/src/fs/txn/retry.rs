@@ -41,7 +41,7 @@ struct OpState {
     force_to: u64,
 }
 
-thread_local! {
+cilfs_sync::thread_local! {
     static OP: Cell<OpState> = const {
         Cell::new(OpState {
             retrying: false,
@@ -162,7 +162,7 @@ impl Fs {
                 }
                 Err(FsError::Retry(Retry::Freeing)) => {
                     crate::fs::stats::bump(&self.stats.retries_freeing);
-                    std::thread::yield_now();
+                    cilfs_sync::thread::yield_now();
                 }
                 Err(FsError::Retry(Retry::ForceLog)) if !forced => {
                     crate::fs::stats::bump(&self.stats.retries_force);

@@ -628,7 +628,7 @@ impl Fs {
     /// Waits for the publish turn: a commit that changes interior nodes or the header's
     /// structure (roots, free list, data range), whose merge of the header must see the last
     /// such commit's.
-    fn take_turn(&self) -> Ranked<parking_lot::MutexGuard<'_, ()>, { rank::TURN }> {
+    fn take_turn(&self) -> Ranked<cilfs_sync::MutexGuard<'_, ()>, { rank::TURN }> {
         before_turn_hook(false);
         Ranked::acquire(|| self.publishing.lock(&self.publish_waits))
     }
@@ -646,7 +646,7 @@ struct SharedPublish<'a, 's, 'j> {
 }
 
 impl<'a> Publish for SharedPublish<'a, '_, '_> {
-    type Turn = Ranked<parking_lot::MutexGuard<'a, ()>, { rank::TURN }>;
+    type Turn = Ranked<cilfs_sync::MutexGuard<'a, ()>, { rank::TURN }>;
     type Locks = PublishLocks;
     type Checked = FreeingMarks<'a>;
     type Done = (u64, PublishLocks, FreeingMarks<'a>);
