@@ -610,6 +610,9 @@ fn flusher(
     let mut rng = SimRng::derive(seed, 3);
     while !stop.load(Ordering::Relaxed) {
         cilfs_sync::thread::sleep(std::time::Duration::from_micros(rng.below(800)));
+        if crate::SCHEDULED && rng.below(32) != 0 {
+            continue;
+        }
         let m = mounted.read();
         let Some(fs) = m.as_ref() else { continue };
         match fs.writeback_idle() {
@@ -654,6 +657,9 @@ fn side_ops(
     let mut next = 0u64;
     while !stop.load(Ordering::Relaxed) {
         cilfs_sync::thread::yield_now();
+        if crate::SCHEDULED && rng.below(16) != 0 {
+            continue;
+        }
         let m = mounted.read();
         let Some(fs) = m.as_ref() else { continue };
         let gone = |e: &FsError| matches!(e, FsError::NoSpace) || fs.is_shut_down();
@@ -728,7 +734,13 @@ fn run_ops(
     // O_TMPFILEs held open and not yet named (also in `open_files`).
     let mut tmpfiles: Vec<u64> = Vec::new();
     let cred = Cred::ROOT;
-    for i in 0..OPS_PER_RUN {
+    // Scheduled with the mount's threads, every lock is a step of the scheduler: shorter runs.
+    let ops = if crate::SCHEDULED && cfg.background {
+        OPS_PER_RUN / 4
+    } else {
+        OPS_PER_RUN
+    };
+    for i in 0..ops {
         let op = i + 1; // operation numbers start at 1; state i+1 is after it
         m.started_at.push(set.op_count());
         if rng.chance(1, 2) {
@@ -1185,6 +1197,7 @@ fn tally(fs: &Fs, report: &mut CrashReport) {
     report.checkpoints += s.log.checkpoints;
     report.log_bytes += s.log.log_bytes;
     report.data_logged_bytes += fs.stats().data_logged_bytes;
+    report.conflicts += fs.stats().conflicts;
 }
 
 fn random_fate(rng: &mut SimRng, sectors: usize) -> Survival {

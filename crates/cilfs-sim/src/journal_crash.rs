@@ -59,6 +59,9 @@ pub struct CrashReport {
     pub blocks_changed_role: u64,
     /// fs runs: file data fsyncs put into the log (`FsOptions::log_data_max`).
     pub data_logged_bytes: u64,
+    /// fs runs: optimistic commits that found what they read changed at publish, and ran
+    /// again (the operation threads met).
+    pub conflicts: u64,
     /// Each run's IO trace fingerprint (`RecordedSet::fingerprint`), in run order.
     pub traces: Vec<u64>,
 }
@@ -77,6 +80,7 @@ impl CrashReport {
         self.xattr_values_in_reused_blocks += r.xattr_values_in_reused_blocks;
         self.blocks_changed_role += r.blocks_changed_role;
         self.data_logged_bytes += r.data_logged_bytes;
+        self.conflicts += r.conflicts;
         self.traces.extend(r.traces);
     }
 

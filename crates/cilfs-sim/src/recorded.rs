@@ -227,19 +227,20 @@ impl RecordedSet {
         self.order.lock().len()
     }
 
-    /// Whether global operation `i` made something stable.
-    pub fn is_durability_point(&self, i: usize) -> bool {
-        let order = self.order.lock();
-        let id = order[i];
-        let nth = order[..i].iter().filter(|&&d| d == id).count();
-        self.devs[id].rec.ops()[nth].is_durability_point()
-    }
-
-    /// The global operations that made something stable.
+    /// The global operations that made something stable: one pass over the order, each
+    /// device's record copied once.
     pub fn durability_points(&self) -> Vec<usize> {
-        (0..self.op_count())
-            .filter(|&i| self.is_durability_point(i))
-            .collect()
+        let order = self.order.lock();
+        let ops: Vec<_> = self.devs.iter().map(|d| d.rec.ops()).collect();
+        let mut nth = vec![0usize; ops.len()];
+        let mut points = Vec::new();
+        for (i, &id) in order.iter().enumerate() {
+            if ops[id][nth[id]].is_durability_point() {
+                points.push(i);
+            }
+            nth[id] += 1;
+        }
+        points
     }
 
     /// Crash images of every device after the first `g` global operations; `choose` decides the

@@ -3,7 +3,6 @@
 
 use shuttle::rand::RngCore;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, TryLockError};
 use std::time::Duration;
 
@@ -301,25 +300,39 @@ pub mod thread {
     }
 }
 
-/// The virtual clock: it moves only by timeouts and sleeps.
+/// The virtual clock: it moves only by timeouts and sleeps. One per OS thread, which is one
+/// scheduled run's (all its tasks run on it), so that runs on other threads (tests side by
+/// side) do not move it.
 pub mod time {
-    use super::*;
+    use std::cell::Cell;
     pub use std::time::{Duration, Instant};
 
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    static OFFSET_NS: AtomicU64 = AtomicU64::new(0);
+    std::thread_local! {
+        static BASE: Cell<Option<Instant>> = const { Cell::new(None) };
+        static OFFSET_NS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn offset() -> Duration {
+        Duration::from_nanos(OFFSET_NS.with(Cell::get))
+    }
 
     /// Now, on the virtual clock.
     pub fn now() -> Instant {
-        *BASE.get_or_init(Instant::now) + Duration::from_nanos(OFFSET_NS.load(Ordering::Relaxed))
+        let base = BASE.with(|b| match b.get() {
+            Some(t) => t,
+            None => {
+                let t = Instant::now();
+                b.set(Some(t));
+                t
+            }
+        });
+        base + offset()
     }
 
     /// Now, on the wall clock (timestamps): a fixed date (2026-01-01) plus the virtual clock,
     /// so that the inodes a replay writes carry the same times.
     pub fn wall_now() -> std::time::SystemTime {
-        std::time::UNIX_EPOCH
-            + Duration::from_secs(1_767_225_600)
-            + Duration::from_nanos(OFFSET_NS.load(Ordering::Relaxed))
+        std::time::UNIX_EPOCH + Duration::from_secs(1_767_225_600) + offset()
     }
 
     /// Moves the clock on by `d`.
@@ -327,13 +340,13 @@ pub mod time {
         let ns = u64::try_from(d.as_nanos())
             .unwrap_or(u64::MAX / 4)
             .min(u64::MAX / 4);
-        OFFSET_NS.fetch_add(ns, Ordering::Relaxed);
+        OFFSET_NS.with(|o| o.set(o.get().saturating_add(ns)));
     }
 
     /// Sets the clock back to its start: at the start of each scheduled run, so that a seed's
-    /// run sees the same times whatever ran before it in the process.
+    /// run sees the same times whatever ran before it.
     pub fn reset() {
-        OFFSET_NS.store(0, Ordering::Relaxed);
+        OFFSET_NS.with(|o| o.set(0));
     }
 }
 

@@ -60,7 +60,11 @@ pub fn lock_in_block_order<B: PublishBlock>(
                 None => return Ok(None),
             }
         };
-        if B::version(&g) != w.version {
+        #[cfg(shuttle)]
+        let unchecked = crate::util::mutants::publish_check_off();
+        #[cfg(not(shuttle))]
+        let unchecked = false;
+        if B::version(&g) != w.version && !unchecked {
             return Err(w.block.blkno());
         }
         guards.push((w.index, w.block.blkno(), g));

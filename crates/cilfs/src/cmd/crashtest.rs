@@ -104,14 +104,6 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
             )))
         }
     };
-    if cilfs_sim::SCHEDULED && a.background {
-        // Under the scheduler the background workload (flusher, two side threads) makes
-        // steps without end and its schedule grows by tens of MB a second: not yet usable.
-        return Err(Failure::usage(anyhow::anyhow!(
-            "fs --background does not run under the deterministic scheduler yet; \
-             use the unscheduled build (cilfs crashtest fs --background) or drop --background"
-        )));
-    }
     let seed = a.seed.unwrap_or_else(random_seed);
     let replay = format!(
         "{} fs --seed {seed} --points {} --policy {} --data {}{}{}{}",
@@ -158,13 +150,15 @@ fn fs(a: FsArgs) -> Result<(), Failure> {
     let summary = format!(
         "{} workload runs, {} checkpoints, {} blocks changed role (tree node, xattr value, file \
          data)\n{} xattr values compared byte for byte after recovery, {} of them in blocks that \
-         had been tree nodes or file data\n{} KiB of file data put into the log by fsyncs",
+         had been tree nodes or file data\n{} KiB of file data put into the log by fsyncs; {} \
+         optimistic commits found what they read changed and ran again",
         r.runs,
         r.checkpoints,
         r.blocks_changed_role,
         r.xattr_values_checked,
         r.xattr_values_in_reused_blocks,
-        r.data_logged_bytes / 1024
+        r.data_logged_bytes / 1024,
+        r.conflicts
     );
     report(&r, &summary, &replay)
 }
