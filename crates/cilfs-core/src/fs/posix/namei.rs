@@ -142,11 +142,12 @@ impl Fs {
         if matches!(kind, FileType::Directory | FileType::Symlink) {
             return Err(FsError::Invalid("mknod of a directory or symlink"));
         }
-        self.create_node(cred, parent, name, mode, rdev, None)
+        self.once_more_after_releases(|| self.create_node(cred, parent, name, mode, rdev, None))
     }
 
     pub fn mkdir(&self, cred: Cred, parent: u64, name: &[u8], mode: u32) -> FsResult<Attr> {
-        self.create_node(cred, parent, name, S_IFDIR | (mode & 0o7777), 0, None)
+        let mode = S_IFDIR | (mode & 0o7777);
+        self.once_more_after_releases(|| self.create_node(cred, parent, name, mode, 0, None))
     }
 
     pub fn symlink(&self, cred: Cred, parent: u64, name: &[u8], target: &[u8]) -> FsResult<Attr> {
@@ -156,7 +157,9 @@ impl Fs {
         if target.len() > SYMLINK_MAX {
             return Err(FsError::NameTooLong);
         }
-        self.create_node(cred, parent, name, S_IFLNK | 0o777, 0, Some(target))
+        self.once_more_after_releases(|| {
+            self.create_node(cred, parent, name, S_IFLNK | 0o777, 0, Some(target))
+        })
     }
 
     fn create_node(

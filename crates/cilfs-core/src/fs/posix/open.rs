@@ -83,8 +83,10 @@ impl Fs {
         r
     }
 
-    /// Runs `op` (which changes nothing when it fails with ENOSPC) once more if it runs out
-    /// of space while an unlinked file is still open, once that file's blocks are freed. A
+    /// Runs `op` (which changes nothing when it fails with ENOSPC, or, for a write or a
+    /// fallocate, keeps what it did, which a second run completes) once more if it runs out
+    /// of space while an unlinked file is still open, once that file's blocks are freed:
+    /// writes, fallocate, creates and xattr values. A
     /// file closed and then removed is often such a file for a moment: Linux sends FUSE's
     /// RELEASE after close(2) returns, asynchronously, so `rm big; write small` on a full
     /// filesystem would fail where a kernel filesystem frees the blocks at once. Waits at most

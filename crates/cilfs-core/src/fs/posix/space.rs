@@ -129,6 +129,20 @@ impl Fs {
         keep_size: bool,
         punch_hole: bool,
     ) -> FsResult<()> {
+        self.once_more_after_releases(|| {
+            self.fallocate_once(cred, ino, off, len, keep_size, punch_hole)
+        })
+    }
+
+    fn fallocate_once(
+        &self,
+        cred: Cred,
+        ino: u64,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+        punch_hole: bool,
+    ) -> FsResult<()> {
         if punch_hole && !keep_size {
             bump(&self.stats.operations);
             return Err(FsError::NotSupported("PUNCH_HOLE without KEEP_SIZE"));

@@ -343,7 +343,7 @@ impl Fs {
         if name.starts_with(crate::fs::tenant::STORED_PREFIX) {
             return Err(FsError::NotPermitted);
         }
-        self.set_xattr_inner(cred, ino, name, value, flags)
+        self.once_more_after_releases(|| self.set_xattr_inner(cred, ino, name, value, flags))
     }
 
     /// `set_xattr_as` without the names kept for cilfs itself.

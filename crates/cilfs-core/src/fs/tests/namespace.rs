@@ -210,12 +210,13 @@ fn readdir_in_small_steps_returns_every_name_of_a_shared_hash_bucket() {
     assert_clean(&fs);
 }
 
-/// A full filesystem, and its big file closed and removed, but its release not yet in (Linux
-/// sends FUSE's RELEASE after close returns): a write that runs out of space waits for that
-/// release and then succeeds, as it would on a kernel filesystem. The release comes only once
-/// the write is waiting, so without the wait the write fails.
-#[test]
-fn a_write_out_of_space_waits_for_an_open_orphans_release() {
+/// A full filesystem, to its last block, and its big file closed and removed, but its release
+/// not yet in (Linux sends FUSE's RELEASE after close returns): runs `op`, which needs space,
+/// and releases the big file only once `op` waits for that release, so an `op` that does not
+/// wait fails. Returns the filesystem and what `op` returned.
+fn out_of_space_behind_an_open_orphan<R>(
+    op: impl FnOnce(&Fs) -> FsResult<R>,
+) -> (Arc<Fs>, FsResult<R>) {
     use crate::fs::posix::open::RELEASE_WAITERS;
     use std::sync::atomic::Ordering::SeqCst;
     let clock = TestClock::new();
@@ -223,18 +224,18 @@ fn a_write_out_of_space_waits_for_an_open_orphans_release() {
     let fs = mount(&dev, opts(&clock));
     let big = file_in_root(&fs, b"big");
     fs.open_inode(big).unwrap();
-    let chunk = vec![7u8; 64 * BS as usize];
     let mut at = 0u64;
-    while fs.write(U, big, at, &chunk).is_ok() {
-        at += chunk.len() as u64;
+    for chunk in [vec![7u8; 64 * BS as usize], vec![7u8; BS as usize]] {
+        while fs.write(U, big, at, &chunk).is_ok() {
+            at += chunk.len() as u64;
+        }
     }
     fs.unlink(ROOT_INO, b"big").unwrap();
-    let small = file_in_root(&fs, b"small");
     let waiters = RELEASE_WAITERS.load(SeqCst);
     let releaser = {
         let fs = Arc::clone(&fs);
         std::thread::spawn(move || {
-            // Released once the write waits for it (or after a minute, so a write that never
+            // Released once the operation waits for it (or after a minute, so one that never
             // waits fails instead of hanging the test).
             for _ in 0..60_000 {
                 if RELEASE_WAITERS.load(SeqCst) > waiters {
@@ -245,9 +246,59 @@ fn a_write_out_of_space_waits_for_an_open_orphans_release() {
             fs.release_inode(big).unwrap();
         })
     };
-    let wrote = fs.write(U, small, 0, &chunk);
+    let r = op(&fs);
     releaser.join().unwrap();
-    assert_eq!(wrote.unwrap(), chunk.len());
+    assert!(
+        RELEASE_WAITERS.load(SeqCst) > waiters,
+        "the operation never ran out of space"
+    );
+    (fs, r)
+}
+
+/// A write out of space waits for the removed file's release and then succeeds, as it would
+/// on a kernel filesystem.
+#[test]
+fn a_write_out_of_space_waits_for_an_open_orphans_release() {
+    let chunk = vec![7u8; 64 * BS as usize];
+    let (fs, wrote) = out_of_space_behind_an_open_orphan(|fs| {
+        let small = file_in_root(fs, b"small");
+        fs.write(U, small, 0, &chunk).map(|n| (small, n))
+    });
+    let (small, n) = wrote.unwrap();
+    assert_eq!(n, chunk.len());
     assert_eq!(fs.read(small, 0, BS).unwrap(), vec![7u8; BS as usize]);
+    assert_clean(&fs);
+}
+
+/// So do a fallocate, an xattr value and creates out of space.
+#[test]
+fn fallocate_xattrs_and_creates_out_of_space_wait_for_an_open_orphans_release() {
+    let (fs, r) = out_of_space_behind_an_open_orphan(|fs| {
+        let f = file_in_root(fs, b"prealloc");
+        fs.fallocate(U, f, 0, 64 * u64::from(BS), false, false)
+            .map(|()| f)
+    });
+    let f = r.unwrap();
+    assert_eq!(fs.getattr(f).unwrap().size, 64 * u64::from(BS));
+    assert_clean(&fs);
+    let value = vec![3u8; 65_536];
+    let (fs, r) = out_of_space_behind_an_open_orphan(|fs| {
+        fs.setxattr(ROOT_INO, b"user.v", &value, XattrFlags::default())
+    });
+    r.unwrap();
+    assert_eq!(fs.getxattr(ROOT_INO, b"user.v").unwrap(), value);
+    assert_clean(&fs);
+    // Directories until one needs a block the full filesystem lacks.
+    let (fs, r) = out_of_space_behind_an_open_orphan(|fs| {
+        (0..2000).try_for_each(|i| {
+            fs.mkdir(U, ROOT_INO, format!("d{i}").as_bytes(), 0o755)
+                .map(drop)
+        })
+    });
+    r.unwrap();
+    assert_eq!(
+        fs.lookup(ROOT_INO, b"d1999").unwrap().kind,
+        FileType::Directory
+    );
     assert_clean(&fs);
 }
