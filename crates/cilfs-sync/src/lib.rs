@@ -11,7 +11,7 @@
 //! Under shuttle, time is virtual (`time::now`): it moves only when a timed wait times out or a
 //! thread sleeps, by the time asked, so that code which decides by elapsed time decides the
 //! same way on every replay. A timed wait is a yield that the scheduler's random stream
-//! (replayed with the schedule) ends as a timeout one time in four, else as a spurious wake:
+//! (replayed with the schedule) ends as a timeout one time in 32, else as a spurious wake:
 //! callers loop on their condition, as every condition variable's callers must.
 
 #[cfg(not(shuttle))]
