@@ -108,3 +108,10 @@ fn an_allocation_past_the_headers_free_count_is_corrupt() {
         "008008020681010100d802021824fff61f00005f080200a3c43d00b5b63a",
     );
 }
+
+/// A superblock (resealed) whose log generation is at its largest value: the next mount's
+/// generation overflowed in recovery (overflow check). It is damage, refused with a message.
+#[test]
+fn a_log_generation_at_its_largest_value_is_damage() {
+    run("image", "2f54000000f8ffffffffffffff3ab4");
+}

@@ -12,6 +12,7 @@ use crate::buf::BufCache;
 use crate::cil::{Cil, CilLimits};
 use crate::format::geometry::{write_superblock, Geometry, LogLocation};
 use crate::format::superblock::Superblock;
+use crate::format::FormatError;
 use crate::log::recover::{
     replay, scan_log, LogEnd, LogRegion, LogScan, ReplayStats, ReplayTarget,
 };
@@ -259,11 +260,20 @@ impl Journal {
         if !replayed.damaged.is_empty() {
             sb.needs_check = true;
         }
+        // Counters at their largest value are damage (no image mounts 2^32 times): refused,
+        // not wrapped, since the change attribute and stale-record checks rely on them growing.
+        let exhausted = |field: &'static str| FormatError::Invalid {
+            what: "superblock",
+            field,
+            reason: "at its largest value; the image is damaged (run cilfs repair)".into(),
+        };
         if !sb.clean {
-            sb.unclean_epoch += 1;
+            sb.unclean_epoch = (sb.unclean_epoch.checked_add(1))
+                .ok_or_else(|| exhausted("unclean mount epoch"))?;
         }
         sb.clean = false;
-        sb.log_generation = sb.log_generation.max(s.generation) + 1;
+        sb.log_generation = (sb.log_generation.max(s.generation).checked_add(1))
+            .ok_or_else(|| exhausted("log generation"))?;
         // PREFLUSH: the replayed blocks are stable before the superblock says we moved on.
         write_superblock(data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
         Ok((sb, replayed))
