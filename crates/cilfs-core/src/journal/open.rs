@@ -265,7 +265,7 @@ impl Journal {
         let exhausted = |field: &'static str| FormatError::Invalid {
             what: "superblock",
             field,
-            reason: "at its largest value; the image is damaged (run cilfs repair)".into(),
+            reason: "at its largest value: the image is damaged".into(),
         };
         if !sb.clean {
             sb.unclean_epoch = (sb.unclean_epoch.checked_add(1))
