@@ -44,7 +44,9 @@
 //! 30 s write back, every few hundred microseconds here), and two more operation threads in
 //! directories of their own (`side`), whose fsynced files must survive. The devices complete IO
 //! late and out of order (`RecordedSet::with_jitter`). The threads' timing is the machine's: a
-//! seed replays the workload's choices, not its interleaving.
+//! seed replays the workload's choices, not its interleaving, except in the scheduled build
+//! (`scripts/sched-crashtest`, `recorded::scheduled`), where a seed replays the interleaving
+//! and the IO too.
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::check;

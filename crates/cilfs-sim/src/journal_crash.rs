@@ -10,7 +10,9 @@
 //! workload's thread, forcing now and then. A checkpoint then holds what both committed into
 //! it, and recovery must bring back both regions as of one checkpoint. The threads' timing is
 //! the machine's, so a run's IO differs from one try to the next: a seed replays the workload's
-//! choices, not its interleaving.
+//! choices, not its interleaving, except in the scheduled build
+//! (`scripts/sched-crashtest`, `recorded::scheduled`), where a seed replays the interleaving
+//! and the IO too.
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
