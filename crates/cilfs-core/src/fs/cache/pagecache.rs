@@ -7,6 +7,12 @@
 //! blocks a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
 //! nothing is ever written into a block after it changed hands.
 //!
+//! A page's contents are shared, not copied, with the write back that takes it: a write to a
+//! page under write back gives the page new contents and leaves the taken ones to the IO.
+//! Pages dropped from the cache are kept a few per shard for the next new page, so a stream
+//! of writes through a full cache reuses memory instead of faulting in fresh memory that the
+//! kernel must zero (a third of the daemon's samples in `fio` 4 KiB sequential writes).
+//!
 //! The pages are in shards by inode, each behind a lock of its own: writers of
 //! different files put their pages side by side under the state lock taken shared. One inode's
 //! pages are all in one shard, so a write sees and changes its pages under one hold of one
@@ -17,19 +23,51 @@ use crate::util::lockstat::LockWaits;
 use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 // Sharded as the inode cache is: an inode's pages and its inode hash to the same shard number.
 use crate::fs::cache::inode_cache::{shard_of, SHARDS};
 
+/// The contents of one page (a block), shared with a write back that took it.
+pub type PageData = Arc<[u8]>;
+
+/// Dropped pages a shard keeps for new ones.
+const SPARES_PER_SHARD: usize = 32;
+
 #[derive(Debug)]
 struct Page {
-    data: Box<[u8]>,
+    data: PageData,
     dirty: bool,
 }
 
 #[derive(Debug, Default)]
 struct Shard {
     pages: BTreeMap<(u64, u64), Page>,
+    /// Contents of dropped pages, held by nothing else, for new pages.
+    spares: Vec<PageData>,
+}
+
+impl Shard {
+    /// Contents for a new page: `block`, in a dropped page's memory where there is one.
+    fn new_data(&mut self, block: &[u8]) -> PageData {
+        while let Some(mut d) = self.spares.pop() {
+            if let Some(m) = Arc::get_mut(&mut d).filter(|m| m.len() == block.len()) {
+                m.copy_from_slice(block);
+                return d;
+            }
+        }
+        block.into()
+    }
+
+    /// Drops the page at `k`, keeping its memory for a new page if nothing else holds it.
+    /// Whether it was dirty; `None` if there was no page.
+    fn remove(&mut self, k: &(u64, u64)) -> Option<bool> {
+        let p = self.pages.remove(k)?;
+        if self.spares.len() < SPARES_PER_SHARD && Arc::strong_count(&p.data) == 1 {
+            self.spares.push(p.data);
+        }
+        Some(p.dirty)
+    }
 }
 
 #[derive(Debug)]
@@ -90,22 +128,25 @@ impl InodePages<'_> {
     /// Stores a whole block as the newest contents of page `fb`, dirty.
     pub fn put_dirty(&mut self, fb: u64, block: &[u8]) {
         let ino = self.ino;
-        match self.pages_mut().get_mut(&(ino, fb)) {
+        let shard = match &mut self.shard {
+            Some(s) => &mut **s,
+            None => unreachable!("held until dropped"),
+        };
+        match shard.pages.get_mut(&(ino, fb)) {
             Some(p) => {
-                p.data.copy_from_slice(block);
+                match Arc::get_mut(&mut p.data) {
+                    Some(d) => d.copy_from_slice(block),
+                    // A write back holds the older contents: it writes those.
+                    None => p.data = block.into(),
+                }
                 if !p.dirty {
                     p.dirty = true;
                     self.cache.dirty.fetch_add(1, Ordering::Relaxed);
                 }
             }
             None => {
-                self.pages_mut().insert(
-                    (ino, fb),
-                    Page {
-                        data: block.into(),
-                        dirty: true,
-                    },
-                );
+                let data = shard.new_data(block);
+                shard.pages.insert((ino, fb), Page { data, dirty: true });
                 self.cache.dirty.fetch_add(1, Ordering::Relaxed);
                 self.cache.pages.fetch_add(1, Ordering::Relaxed);
                 self.added = true;
@@ -119,7 +160,7 @@ impl InodePages<'_> {
         let Some(p) = self.pages_mut().get_mut(&(ino, fb)) else {
             return false;
         };
-        p.data[from..to].fill(0);
+        Arc::make_mut(&mut p.data)[from..to].fill(0);
         if !p.dirty {
             p.dirty = true;
             self.cache.dirty.fetch_add(1, Ordering::Relaxed);
@@ -211,8 +252,9 @@ impl PageCache {
         self.lock(ino).zero_range(fb, from, to)
     }
 
-    /// Dirty pages of `ino`, marked clean: the caller writes them back.
-    pub fn take_dirty(&self, ino: u64) -> Vec<(u64, u64, Box<[u8]>)> {
+    /// Dirty pages of `ino`, marked clean: the caller writes them back. Their contents are
+    /// shared, not copied: a later write to one of them gives the page new contents.
+    pub fn take_dirty(&self, ino: u64) -> Vec<(u64, u64, PageData)> {
         let mut shard = self.shard(ino);
         let mut out = Vec::new();
         for (&(i, fb), p) in shard.pages.range_mut((ino, 0)..=(ino, u64::MAX)) {
@@ -263,9 +305,9 @@ impl PageCache {
             .map(|(k, _)| *k)
             .collect();
         for k in keys {
-            if let Some(p) = shard.pages.remove(&k) {
+            if let Some(dirty) = shard.remove(&k) {
                 self.pages.fetch_sub(1, Ordering::Relaxed);
-                if p.dirty {
+                if dirty {
                     self.dirty.fetch_sub(1, Ordering::Relaxed);
                 }
             }
@@ -297,7 +339,7 @@ impl PageCache {
             .take(excess)
             .collect();
         for k in victims {
-            shard.pages.remove(&k);
+            shard.remove(&k);
             self.pages.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -373,5 +415,47 @@ mod tests {
         // Trimming only its own shard, it would keep some 79 pages.
         assert!(c.pages() <= 64, "{} pages kept", c.pages());
         assert_eq!(c.dirty_pages(), 16);
+    }
+
+    /// A taken page's contents are what write back writes: a write to the page meanwhile
+    /// gives the page new contents and leaves the taken ones alone, and so does zeroing.
+    #[test]
+    fn a_write_during_write_back_leaves_the_taken_contents_alone() {
+        let c = PageCache::new(1 << 20, 4096);
+        c.lock(3).put_dirty(0, &[1u8; 4096]);
+        c.lock(3).put_dirty(1, &[1u8; 4096]);
+        let taken = c.take_dirty(3);
+        c.lock(3).put_dirty(0, &[2u8; 4096]);
+        assert!(c.zero_range(3, 1, 0, 4096));
+        assert!(taken.iter().all(|(_, _, d)| d.iter().all(|&b| b == 1)));
+        let mut b = [9u8; 4096];
+        assert!(c.lock(3).read(0, &mut b) && b.iter().all(|&x| x == 2));
+        assert!(c.lock(3).read(1, &mut b) && b.iter().all(|&x| x == 0));
+        assert_eq!(c.dirty_pages(), 2);
+        // Written back and no longer shared: the next write changes the page in place.
+        drop(taken);
+        let again = c.take_dirty(3);
+        let at = Arc::as_ptr(&again[0].2);
+        drop(again);
+        c.lock(3).put_dirty(0, &[3u8; 4096]);
+        assert_eq!(Arc::as_ptr(&c.take_dirty(3)[0].2), at);
+    }
+
+    /// A dropped page's memory holds the next new page of its shard; memory a write back
+    /// still holds is not reused.
+    #[test]
+    fn dropped_pages_memory_is_used_again_unless_still_held() {
+        let c = PageCache::new(1 << 20, 4096);
+        c.lock(5).put_dirty(0, &[1u8; 4096]);
+        c.lock(5).put_dirty(1, &[1u8; 4096]);
+        let mut taken = c.take_dirty(5);
+        let held = taken.pop().unwrap().2;
+        let free = Arc::as_ptr(&taken.pop().unwrap().2);
+        c.drop_range(5, 0, 2);
+        c.lock(5).put_dirty(7, &[4u8; 4096]);
+        let d = c.take_dirty(5);
+        assert_eq!(Arc::as_ptr(&d[0].2), free);
+        assert!(d[0].2.iter().all(|&b| b == 4));
+        assert!(held.iter().all(|&b| b == 1));
     }
 }

@@ -3,6 +3,7 @@
 //! (exclusive), with the data IO outside the filesystem lock.
 
 use crate::fs::cache::iolock::IoMode;
+use crate::fs::cache::pagecache::PageData;
 use crate::fs::error::{FsError, FsResult};
 use crate::fs::items::inode::NOT_DIRTY;
 use crate::fs::space::map::extents_in;
@@ -10,17 +11,27 @@ use crate::fs::stats::{bump, bump_bytes};
 use crate::fs::types::ShutdownMode;
 use crate::fs::{log_inode, Fs};
 use cilfs_device::AlignedBuf;
+use std::cell::RefCell;
 
 /// Blocks of file data one transaction of `Fs::log_runs` logs.
 const LOG_BLOCKS_PER_TX: usize = 16;
 /// `Fs::logged_blocks_per_inode` on a large log.
 const LOGGED_PER_INODE_MAX: u64 = 256;
 
+/// The most bytes of adjacent blocks `Fs::write_runs` gathers into one IO.
+const GATHER_BYTES: usize = 1 << 20;
+
+cilfs_sync::thread_local! {
+    /// `Fs::write_runs`'s gather buffer, kept between calls: allocated afresh for every IO it
+    /// reached memory that the kernel faults in and zeroes.
+    static GATHER: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
+}
+
 /// A dirty page to write back.
 struct Run {
     disk: u64,
     fb: u64,
-    data: Box<[u8]>,
+    data: PageData,
     /// In an unwritten extent: marked written once on disk.
     unwritten: bool,
 }
@@ -335,27 +346,38 @@ impl Fs {
     /// whether an IO failed.
     fn write_runs(&self, project: u32, runs: &[Run], wait: bool) -> (usize, FsResult<()>) {
         let bsz = self.bs as usize;
+        let per_io = (GATHER_BYTES / bsz).max(1);
+        let mut buf = GATHER
+            .with(|g| g.borrow_mut().take())
+            .filter(|b| b.len() >= per_io * bsz)
+            .unwrap_or_else(|| AlignedBuf::zeroed(per_io * bsz));
         let mut at = 0;
+        let mut result = Ok(());
         while at < runs.len() {
             let mut end = at + 1;
-            while end < runs.len() && runs[end].disk == runs[end - 1].disk + 1 && end - at < 256 {
+            while end < runs.len() && runs[end].disk == runs[end - 1].disk + 1 && end - at < per_io
+            {
                 end += 1;
             }
-            let mut buf = AlignedBuf::zeroed((end - at) * bsz);
             for (k, r) in runs[at..end].iter().enumerate() {
                 buf[k * bsz..(k + 1) * bsz].copy_from_slice(&r.data);
             }
+            let io = &buf[..(end - at) * bsz];
             let made = match wait {
-                true => self.data_write(project, runs[at].disk, &buf).map(|()| true),
-                false => self.data_try_write(project, runs[at].disk, &buf),
+                true => self.data_write(project, runs[at].disk, io).map(|()| true),
+                false => self.data_try_write(project, runs[at].disk, io),
             };
             match made {
                 Ok(true) => at = end,
-                Ok(false) => return (at, Ok(())),
-                Err(e) => return (at, Err(e)),
+                Ok(false) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
         }
-        (runs.len(), Ok(()))
+        GATHER.with(|g| *g.borrow_mut() = Some(buf));
+        (at, result)
     }
 
     /// Writes every dirty page back, waiting for inodes in use (sync and unmount).
