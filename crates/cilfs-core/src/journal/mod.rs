@@ -9,7 +9,7 @@ mod space;
 mod stats;
 
 pub use logged_data::LOGGED_BLOCKS_MAX;
-pub use open::{scan, RecoveryReport};
+pub use open::{counters_exhausted, scan, RecoveryReport};
 pub use stats::JournalStats;
 
 use crate::ail::{Ail, AilWorker, WritebackIo};

@@ -52,6 +52,33 @@ pub struct RecoveryReport {
     pub torn: Option<String>,
     /// Salvage mode discarded committed checkpoints past damage in the log.
     pub damaged: bool,
+    /// Salvage mode found the log generation or the unclean-mount epoch at its largest
+    /// value: after replay it zeroed the log and started the counters again.
+    pub counters_reset: bool,
+}
+
+/// Whether a mount of this log would have to raise the log generation or the unclean-mount
+/// epoch past its largest value: only damage gets there (no image mounts 2^32 times).
+pub fn counters_exhausted(sb: &Superblock, s: &LogScan) -> bool {
+    sb.log_generation.max(s.generation) == u32::MAX || (!sb.clean && sb.unclean_epoch == u64::MAX)
+}
+
+/// Zeroes the whole log, as mkfs leaves it, and makes it stable: what a log generation
+/// started again needs (no record of an older generation may be left to chain after).
+fn zero_log(region: &LogRegion<'_>) -> Result<(), JournalError> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = cilfs_device::AlignedBuf::zeroed(CHUNK as usize);
+    let len = region.space.bytes();
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        region
+            .dev
+            .write(region.offset + done, &zeros[..n as usize], WriteFlags::NONE)?;
+        done += n;
+    }
+    region.dev.flush()?;
+    Ok(())
 }
 
 fn log_region<'a>(
@@ -138,7 +165,14 @@ impl Journal {
                 s.end.describe().unwrap_or_default(),
             ));
         }
-        let (sb, replayed) = Self::replay_and_mark(&geo, &*data, &s, recover)?;
+        let salvage = mode == Recovery::Salvage;
+        let (sb, replayed, counters_reset) =
+            Self::replay_and_mark(&geo, &*data, &region, &s, recover, salvage)?;
+        // A zeroed log is read again: its head and generation are the writer's start.
+        let s = match counters_reset {
+            true => scan_log(&region, bs)?,
+            false => s,
+        };
         let (meta_first, meta_end) = geo.metadata_area();
         let counters = Arc::new(LogCounters::default());
         let space_math = LogSpace::new(geo.log_bytes);
@@ -160,6 +194,7 @@ impl Journal {
             tail: s.tail,
             torn: s.end.describe(),
             damaged,
+            counters_reset,
         };
         let limits = CilLimits::new(geo.log_bytes, &cfg.log, cfg.cil_limit);
         // Inline mode (the crash explorers) keeps one IO at a time so runs replay exactly.
@@ -233,13 +268,17 @@ impl Journal {
 
     /// Replays the log's checkpoints (unless `recover` is off) and writes the superblock that
     /// says so: a mount generation past the log's, not clean, needing a check if a block was
-    /// damaged. Returns that superblock and what replay did.
+    /// damaged. Returns that superblock, what replay did, and whether the counters were
+    /// started again (only with `reset_exhausted`, salvage's: the log is then zeroed, and
+    /// the caller reads it again).
     fn replay_and_mark(
         geo: &Geometry,
         data: &dyn Device,
+        region: &LogRegion<'_>,
         s: &LogScan,
         recover: bool,
-    ) -> Result<(Superblock, ReplayStats), JournalError> {
+        reset_exhausted: bool,
+    ) -> Result<(Superblock, ReplayStats, bool), JournalError> {
         let (meta_first, meta_end) = geo.metadata_area();
         let target = ReplayTarget {
             dev: data,
@@ -265,18 +304,36 @@ impl Journal {
         let exhausted = |field: &'static str| FormatError::Invalid {
             what: "superblock",
             field,
-            reason: "at its largest value: the image is damaged".into(),
+            reason: "at its largest value: the image is damaged (cilfs repair starts it again)"
+                .into(),
         };
+        // Salvage starts them again, as a new filesystem's, once what the log held is in
+        // place and stable: the log is zeroed (nothing of an older generation is left) and the
+        // change attribute may repeat values clients saw before (repair says so).
+        let reset = reset_exhausted && counters_exhausted(&sb, s);
+        let mut log_generation = sb.log_generation.max(s.generation);
+        if reset {
+            data.flush()?;
+            zero_log(region)?;
+            log_generation = 0;
+            if sb.unclean_epoch == u64::MAX {
+                sb.unclean_epoch = 0;
+            }
+            tracing::warn!(
+                "recovery: the log generation or the unclean-mount epoch was at its largest \
+                 value; the log was replayed, zeroed and the counters started again"
+            );
+        }
         if !sb.clean {
             sb.unclean_epoch = (sb.unclean_epoch.checked_add(1))
                 .ok_or_else(|| exhausted("unclean mount epoch"))?;
         }
         sb.clean = false;
-        sb.log_generation = (sb.log_generation.max(s.generation).checked_add(1))
-            .ok_or_else(|| exhausted("log generation"))?;
+        sb.log_generation =
+            (log_generation.checked_add(1)).ok_or_else(|| exhausted("log generation"))?;
         // PREFLUSH: the replayed blocks are stable before the superblock says we moved on.
         write_superblock(data, &sb, WriteFlags::PREFLUSH | WriteFlags::FUA)?;
-        Ok((sb, replayed))
+        Ok((sb, replayed, reset))
     }
 
     /// The log writer, at the recovered head with the mount's generation; its iclog IO

@@ -422,7 +422,8 @@ fn close_log(
 ) -> Result<Lsn, RepairError> {
     let (geo, s) = crate::journal::scan(&**data, logdev.map(|l| &**l))?;
     let damaged = matches!(s.end, crate::log::recover::LogEnd::Damaged { .. });
-    if !geo.sb.clean || !s.checkpoints.is_empty() || damaged {
+    let exhausted = crate::journal::counters_exhausted(&geo.sb, &s);
+    if !geo.sb.clean || !s.checkpoints.is_empty() || damaged || exhausted {
         let j = Journal::open_salvage(Arc::clone(data), logdev.cloned(), JournalConfig::default())?;
         let rec = j.recovery_report().clone();
         j.unmount()?;
@@ -440,11 +441,20 @@ fn close_log(
                 rec.torn.as_deref().unwrap_or("damaged"),
                 rec.checkpoints_replayed
             ));
-        } else {
+        } else if !geo.sb.clean || !s.checkpoints.is_empty() {
             report.changes.push(format!(
                 "log: not clean, {} checkpoints replayed",
                 rec.checkpoints_replayed
             ));
+        }
+        if rec.counters_reset {
+            report.log_damaged = true;
+            report.changes.push(
+                "superblock: the log generation or the unclean-mount epoch was at its largest \
+                 value: the log was zeroed after replay and both started again (a file's \
+                 change attribute may repeat a value seen before)"
+                    .into(),
+            );
         }
     }
     let (_, s) = crate::journal::scan(&**data, logdev.map(|l| &**l))?;

@@ -708,3 +708,56 @@ fn a_lost_inode_item_is_made_again_and_keeps_what_it_held() {
     assert_eq!(&data[..content(9).len()], &content(9)[..]);
     fs.unmount().unwrap();
 }
+
+/// A superblock whose log generation (or unclean-mount epoch) is at its largest value no
+/// mount can raise: the mount refuses it; repair replays the log's checkpoints, zeroes the
+/// log and starts the counters again, and every file, the fsynced ones still in the log
+/// included, comes through.
+#[test]
+fn exhausted_log_counters_are_started_again_after_replay() {
+    use crate::format::geometry::{write_superblock, Geometry};
+    use cilfs_device::{CrashOptions, WriteFlags};
+    for field in ["log generation", "unclean epoch"] {
+        let dev = populated();
+        // Fsynced changes left in the log by a crash.
+        let fs = open(&dev);
+        let f = fs
+            .mknod(Cred::ROOT, ROOT_INO, b"in-the-log", 0o100_644, 0)
+            .unwrap()
+            .ino;
+        fs.write(Cred::ROOT, f, 0, &content(3)).unwrap();
+        fs.fsync(f).unwrap();
+        let dev = Arc::new(dev.crash(CrashOptions { torn_writes: false }));
+        drop(fs);
+        let mut sb = Geometry::read(&*dev, None).unwrap().sb;
+        assert!(!sb.clean);
+        match field {
+            "log generation" => sb.log_generation = u32::MAX,
+            _ => sb.unclean_epoch = u64::MAX,
+        }
+        write_superblock(&*dev, &sb, WriteFlags::FUA).unwrap();
+        let refused = crate::journal::Journal::open(
+            dev.clone() as Arc<dyn Device>,
+            None,
+            crate::journal::JournalConfig::default(),
+        )
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(refused.contains("largest value"), "{field}: {refused}");
+
+        let r = assert_repaired(&dev);
+        assert!(
+            r.changes.iter().any(|c| c.contains("started again")),
+            "{field}: {:#?}",
+            r.changes
+        );
+        let sb = Geometry::read(&*dev, None).unwrap().sb;
+        assert!(sb.log_generation < 16 && sb.unclean_epoch < 16, "{sb:?}");
+        assert_eq!(survivors(&dev), (FILES, 0, 0), "{field}");
+        let fs = open(&dev);
+        let got = fs.lookup(ROOT_INO, b"in-the-log").unwrap();
+        assert_eq!(fs.read(got.ino, 0, 1 << 16).unwrap(), content(3), "{field}");
+        fs.unmount().unwrap();
+    }
+}
