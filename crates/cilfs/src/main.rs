@@ -97,11 +97,6 @@ impl Failure {
 }
 
 fn main() -> ExitCode {
-    // No transparent huge pages for this process: mimalloc asks for them on its arenas, and
-    // a page it gives back and touches again is then a fresh 2 MiB for the kernel to zero.
-    // Half of the daemon's samples went there under random mmap writes and a third under
-    // 4 KiB sequential writes. Best effort: a kernel without the call just keeps them.
-    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some((name, helper)) = args.first().and_then(|a| cmd::helpers::called_as(a)) {
         return finish(name, cmd::helpers::run(helper, name, &args[1..]));
