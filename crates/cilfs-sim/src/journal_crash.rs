@@ -13,8 +13,13 @@
 //! choices, not its interleaving, except in the scheduled build
 //! (`scripts/sched-crashtest`, `recorded::scheduled`), where a seed replays the interleaving
 //! and the IO too.
+//!
+//! With IO errors, each run's devices fail once: from one write or flush on (the device died)
+//! or at one alone. Whatever returned before the error stays promised; the operation that
+//! meets it fails and the mount is taken as dead (recovered on the devices working again,
+//! and checked as after a death), and the crash points cover the failed IO's aftermath.
 
-use crate::recorded::{pick_crash_point, RecordedSet};
+use crate::recorded::{pick_crash_point, Fault, RecordedSet};
 use cilfs_core::format::superblock::SbLog;
 use cilfs_core::journal::{CilSharding, Journal, JournalConfig, PushMode};
 use cilfs_core::log::{FlushPolicy, LogConfig};
@@ -41,6 +46,8 @@ pub struct JournalCrashConfig {
     pub external_log: bool,
     /// The mount's threads instead of one (see the module comment).
     pub background: bool,
+    /// An injected IO error in each run (see the module comment).
+    pub io_errors: bool,
 }
 
 #[derive(Debug, Default)]
@@ -64,6 +71,8 @@ pub struct CrashReport {
     /// fs runs: optimistic commits that found what they read changed at publish, and ran
     /// again (the operation threads met).
     pub conflicts: u64,
+    /// Runs whose injected IO error failed an operation (the mount then died).
+    pub io_errors_met: u64,
     /// Each run's IO trace fingerprint (`RecordedSet::fingerprint`), in run order.
     pub traces: Vec<u64>,
 }
@@ -83,6 +92,7 @@ impl CrashReport {
         self.blocks_changed_role += r.blocks_changed_role;
         self.data_logged_bytes += r.data_logged_bytes;
         self.conflicts += r.conflicts;
+        self.io_errors_met += r.io_errors_met;
         self.traces.extend(r.traces);
     }
 
@@ -100,6 +110,9 @@ type Key = (u32, u64);
 struct Region {
     now: Vec<u8>,
     states: BTreeMap<Key, Arc<Vec<u8>>>,
+    /// After a commit that failed on an IO error: its state, which recovery may or may not
+    /// bring back (its checkpoint may have reached the log before the error).
+    maybe: Option<Arc<Vec<u8>>>,
 }
 
 impl Region {
@@ -107,6 +120,7 @@ impl Region {
         Self {
             now: vec![0u8; (REGION * u64::from(BS)) as usize],
             states: BTreeMap::new(),
+            maybe: None,
         }
     }
 
@@ -293,6 +307,9 @@ fn transaction(
     let mut tx = j
         .begin(Reservation::for_buffers(nbufs, BS))
         .map_err(|e| e.to_string())?;
+    // Until the commit nothing of the transaction can be recovered: an error before it
+    // leaves the region as it was.
+    let before = region.now.clone();
     for _ in 0..nbufs {
         let blk = if window {
             (tx_no as u64 / 4 + rng.below(16)) % REGION
@@ -311,14 +328,23 @@ fn transaction(
             .wrapping_add(who as u8 * 7)
             | 1;
         let data: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
-        let b = tx
-            .buf(first + who * REGION + blk)
-            .map_err(|e| e.to_string())?;
+        let b = match tx.buf(first + who * REGION + blk) {
+            Ok(b) => b,
+            Err(e) => {
+                region.now = before;
+                return Err(e.to_string());
+            }
+        };
         tx.write(b, off, &data);
         let at = (blk * u64::from(BS)) as usize + off;
         region.now[at..at + len].copy_from_slice(&data);
     }
-    tx.commit().map_err(|e| e.to_string())
+    tx.commit().map_err(|e| {
+        // A commit that fails may have reached the log: its state is a maybe, and the
+        // region's last committed state is where the next transaction starts.
+        region.maybe = Some(Arc::new(std::mem::replace(&mut region.now, before)));
+        e.to_string()
+    })
 }
 
 /// The second committer of background mode: transactions on its own region, as the workload's
@@ -339,14 +365,32 @@ fn side_committer(
         let m = mounted.read();
         let (mount, j) = (m.0, &m.1);
         let mut r = region.lock();
-        let seq = transaction(j, &mut rng, &mut r, first, 1, tx_no, false)?;
-        r.snapshot((mount, seq));
+        let step = transaction(j, &mut rng, &mut r, first, 1, tx_no, false).and_then(|seq| {
+            r.snapshot((mount, seq));
+            if rng.below(100) < 8 {
+                j.force(seq).map_err(|e| e.to_string())?;
+                durable.lock().push((set.op_count(), (mount, seq)));
+            }
+            Ok(())
+        });
         drop(r);
-        if rng.below(100) < 8 {
-            j.force(seq).map_err(|e| e.to_string())?;
-            durable.lock().push((set.op_count(), (mount, seq)));
-        }
+        // Down after an IO error (the only way a journal of this explorer shuts down but by
+        // unmounting, which the workload's thread does with the mount held).
+        let dead = j.is_shut_down();
         drop(m);
+        match step {
+            Ok(()) => {}
+            // The injected error (or the shutdown after it): the workload's thread finds the
+            // mount dead too, recovers (returning this region to what recovery brought back)
+            // and mounts again.
+            Err(_) if set.fault_hit() || dead => {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && mounted.read().0 == mount
+                {
+                    cilfs_sync::thread::yield_now();
+                }
+            }
+            Err(e) => return Err(e),
+        }
         tx_no += 1;
         // Let the workload's thread take the journal for an unmount or a death.
         cilfs_sync::thread::yield_now();
@@ -408,6 +452,9 @@ fn workload(
             stop: &stop,
             first,
             relief_only,
+            fault_tx: cfg
+                .io_errors
+                .then(|| rng.below(TXS_PER_RUN as u64) as usize),
         };
         let r = main_committer(run, &mut main, &mut durable, &mut rng, report);
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -448,6 +495,8 @@ struct Run<'a> {
     /// The first block of the regions.
     first: u64,
     relief_only: bool,
+    /// With IO errors: the transaction before which the devices are told to fail.
+    fault_tx: Option<usize>,
 }
 
 /// The workload's own thread: transactions, forces, unmounts, covers and deaths.
@@ -458,112 +507,188 @@ fn main_committer(
     rng: &mut SimRng,
     report: &mut CrashReport,
 ) -> Result<(), String> {
+    for tx_no in 0..TXS_PER_RUN {
+        if run.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        if run.fault_tx == Some(tx_no) {
+            run.set.inject(Fault {
+                at: run.set.op_count() + rng.below(40) as usize,
+                once: rng.bool(),
+            });
+        }
+        match step(run, main, durable, rng, report, tx_no) {
+            Ok(()) => {}
+            // The injected IO error: the mount is dead. The devices work again for the next.
+            Err(e) if run.set.fault_hit() => {
+                let failed = run.set.clear_fault().unwrap_or_default();
+                report.io_errors_met += 1;
+                let mut m = run.mounted.write();
+                die(run, &mut m, main, report).map_err(|d| {
+                    format!("{d} (after the IO error: {failed}; the operation: {e})")
+                })?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One transaction of the workload's thread and what follows it.
+fn step(
+    run: Run<'_>,
+    main: &mut Region,
+    durable: &mut Vec<(usize, Key)>,
+    rng: &mut SimRng,
+    report: &mut CrashReport,
+    tx_no: usize,
+) -> Result<(), String> {
     let Run {
         mounted,
         set,
         devs,
         open,
         side,
-        stop,
         first,
         relief_only,
+        ..
     } = run;
-    for tx_no in 0..TXS_PER_RUN {
-        if stop.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(());
+    let m = mounted.read();
+    let mount = m.0;
+    let last_seq = transaction(&m.1, rng, main, first, 0, tx_no, relief_only)?;
+    main.snapshot((mount, last_seq));
+    drop(m);
+    let mut event = rng.below(100);
+    if relief_only && (8..=12).contains(&event) && rng.below(8) != 0 {
+        // Unmounts, deaths and covers empty the AIL: rarer here, so the log can fill.
+        event = 99;
+    }
+    match event {
+        0..=7 => {
+            mounted
+                .read()
+                .1
+                .force(last_seq)
+                .map_err(|e| e.to_string())?;
+            durable.push((set.op_count(), (mount, last_seq)));
         }
-        let m = mounted.read();
-        let mount = m.0;
-        let last_seq = transaction(&m.1, rng, main, first, 0, tx_no, relief_only)?;
-        main.snapshot((mount, last_seq));
-        drop(m);
-        let mut event = rng.below(100);
-        if relief_only && (8..=12).contains(&event) && rng.below(8) != 0 {
-            // Unmounts, deaths and covers empty the AIL: rarer here, so the log can fill.
-            event = 99;
+        8..=9 => {
+            // Clean unmount and mount again.
+            let mut m = mounted.write();
+            m.1.unmount().map_err(|e| e.to_string())?;
+            tally(&m.1, report);
+            durable.push((set.op_count(), newest_key(main, &side.lock(), mount)));
+            let j = open(devs)?;
+            if !j.recovery_report().was_clean {
+                return Err("mount after a clean unmount found a dirty log".into());
+            }
+            *m = (mount + 1, j);
+            main.snapshot((mount + 1, 0));
+            side.lock().snapshot((mount + 1, 0));
         }
-        match event {
-            0..=7 => {
-                mounted
-                    .read()
-                    .1
-                    .force(last_seq)
-                    .map_err(|e| e.to_string())?;
-                durable.push((set.op_count(), (mount, last_seq)));
-            }
-            8..=9 => {
-                // Clean unmount and mount again.
-                let mut m = mounted.write();
-                m.1.unmount().map_err(|e| e.to_string())?;
-                tally(&m.1, report);
-                durable.push((set.op_count(), newest_key(main, &side.lock(), mount)));
-                let j = open(devs)?;
-                if !j.recovery_report().was_clean {
-                    return Err("mount after a clean unmount found a dirty log".into());
-                }
-                *m = (mount + 1, j);
-                main.snapshot((mount + 1, 0));
-                side.lock().snapshot((mount + 1, 0));
-            }
-            11..=12 => {
-                // Idle: cover the log (everything is forced and written back first).
-                let m = mounted.write();
-                m.1.cover().map_err(|e| e.to_string())?;
-                durable.push((set.op_count(), newest_key(main, &side.lock(), mount)));
-                drop(m);
-            }
-            10 => {
-                // The daemon dies: unpushed commits are gone, the rest is recovered from the log.
-                // In background mode a checkpoint written as it died may be recovered too.
-                let mut m = mounted.write();
-                let done = m.1.completed_seq();
-                tally(&m.1, report);
-                // Nothing of the dead mount may write once the next one mounts.
-                m.1.stop_threads();
-                let dead = std::mem::replace(&mut m.1, open(devs)?);
-                if Arc::into_inner(dead).is_none() {
-                    return Err("the dead mount's journal is still referenced".into());
-                }
-                let got = read_regions(&*devs[0], first)?;
-                let mut side = side.lock();
-                // Checkpoint `done` holds what the last commit at or before it left.
-                let floor =
-                    newest_at_or_before(&[&*main, &*side], (mount, done)).unwrap_or((mount, 0));
-                let back = matching(&[&*main, &*side], &got)
-                    .into_iter()
-                    .rfind(|k| k.0 == mount)
-                    .filter(|&k| k >= floor)
-                    .ok_or_else(|| {
-                        format!("mount {mount} died after checkpoint {done}: recovery came back to no state at or after it")
-                    })?;
-                for r in [&mut *main, &mut *side] {
-                    r.return_to(mount, back)?;
-                    r.snapshot((mount + 1, 0));
-                }
-                m.0 = mount + 1;
-            }
-            _ => {}
-        }
-        // The journal must always read back what the model holds.
-        if tx_no % 50 == 49 {
+        11..=12 => {
+            // Idle: cover the log (everything is forced and written back first).
             let m = mounted.write();
-            let side = side.lock();
-            for (who, region) in [&*main, &*side].into_iter().enumerate() {
-                for blk in 0..REGION {
-                    let b =
-                        m.1.buf(first + who as u64 * REGION + blk)
-                            .map_err(|e| e.to_string())?;
-                    let g = b.lock();
-                    let at = (blk * u64::from(BS)) as usize;
-                    if g.data[..] != region.now[at..at + BS as usize] {
-                        return Err(format!(
-                            "live read of block {blk} of committer {who} differs from the model"
-                        ));
-                    }
+            m.1.cover().map_err(|e| e.to_string())?;
+            durable.push((set.op_count(), newest_key(main, &side.lock(), mount)));
+            drop(m);
+        }
+        10 => {
+            let mut m = mounted.write();
+            die(run, &mut m, main, report)?;
+        }
+        _ => {}
+    }
+    // The journal must always read back what the model holds.
+    if tx_no % 50 == 49 {
+        let m = mounted.write();
+        let side = side.lock();
+        for (who, region) in [&*main, &*side].into_iter().enumerate() {
+            for blk in 0..REGION {
+                let b =
+                    m.1.buf(first + who as u64 * REGION + blk)
+                        .map_err(|e| e.to_string())?;
+                let g = b.lock();
+                let at = (blk * u64::from(BS)) as usize;
+                if g.data[..] != region.now[at..at + BS as usize] {
+                    return Err(format!(
+                        "live read of block {blk} of committer {who} differs from the model"
+                    ));
                 }
             }
         }
     }
+    Ok(())
+}
+
+/// The daemon dies: unpushed commits are gone, the rest is recovered from the log. In
+/// background mode a checkpoint written as it died may be recovered too. Recovery must come
+/// back to the state of a checkpoint of the dead mount at or after the last one it completed.
+fn die(
+    run: Run<'_>,
+    m: &mut (u32, Arc<Journal>),
+    main: &mut Region,
+    report: &mut CrashReport,
+) -> Result<(), String> {
+    let mount = m.0;
+    let done = m.1.completed_seq();
+    tally(&m.1, report);
+    // Nothing of the dead mount may write once the next one mounts.
+    m.1.stop_threads();
+    let dead = std::mem::replace(&mut m.1, (run.open)(run.devs)?);
+    if Arc::into_inner(dead).is_none() {
+        return Err("the dead mount's journal is still referenced".into());
+    }
+    let got = read_regions(&*run.devs[0], run.first)?;
+    let mut side = run.side.lock();
+    // Checkpoint `done` holds what the last commit at or before it left.
+    let floor = newest_at_or_before(&[&*main, &*side], (mount, done)).unwrap_or((mount, 0));
+    let len = (REGION * u64::from(BS)) as usize;
+    let regions = [&*main, &*side];
+    // Each region as of the checkpoint, or as after its failed commit (which joined that
+    // checkpoint or a later one).
+    let fits = |k: Key, i: usize, maybe: bool| {
+        let part = &got[i * len..(i + 1) * len];
+        match maybe {
+            false => regions[i].at(k).is_some_and(|s| s[..] == *part),
+            true => regions[i].maybe.as_ref().is_some_and(|s| s[..] == *part),
+        }
+    };
+    let keys: std::collections::BTreeSet<Key> = regions
+        .iter()
+        .flat_map(|r| r.states.keys().copied())
+        .filter(|k| k.0 == mount && *k >= floor)
+        .collect();
+    let back = keys
+        .into_iter()
+        .rev()
+        .find_map(|k| {
+            let choice: Option<Vec<bool>> = (0..regions.len())
+                .map(|i| {
+                    [false, true]
+                        .into_iter()
+                        .find(|&maybe| fits(k, i, maybe))
+                })
+                .collect();
+            choice.map(|c| (k, c))
+        })
+        .ok_or_else(|| {
+            format!(
+                "mount {mount} died after checkpoint {done}: recovery came back to no state at or after it"
+            )
+        })?;
+    for (r, maybe) in [&mut *main, &mut *side].into_iter().zip(back.1) {
+        r.return_to(mount, back.0)?;
+        if maybe {
+            r.now = r
+                .maybe
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.as_ref().clone());
+        }
+        r.maybe = None;
+        r.snapshot((mount + 1, 0));
+    }
+    m.0 = mount + 1;
     Ok(())
 }
 
@@ -627,7 +752,23 @@ fn check_point(
     let required = model.required_at(g);
     let matched = model.matching(&got);
     match matched.last() {
-        None => Err("recovered state is not the state after any checkpoint (partial checkpoint or corruption)".into()),
+        None => {
+            // Which checkpoints each committer's region matches alone: where they disagree.
+            let len = (REGION * u64::from(BS)) as usize;
+            let each: Vec<String> = model
+                .regions
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let own: Vec<Key> = matching(&[r], &got[i * len..(i + 1) * len]);
+                    format!("committer {i}'s region matches {own:?}")
+                })
+                .collect();
+            Err(format!(
+                "recovered state is not the state after any checkpoint (partial checkpoint or corruption); {}",
+                each.join("; ")
+            ))
+        }
         Some(&k) if k < required => Err(format!(
             "recovered the state of checkpoint {k:?}, but checkpoint {required:?} was forced before the crash"
         )),

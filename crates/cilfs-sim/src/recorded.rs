@@ -5,11 +5,29 @@
 use cilfs_core::journal::{CilSharding, JournalConfig, PushMode};
 use cilfs_device::rng::SimRng;
 use cilfs_device::{
-    Device, IoStats, QueuedBuf, QueuedWrite, RecordingDevice, Result, SimDevice, SparseImage,
-    Survival, WriteFlags, WriteQueue,
+    Device, DeviceError, IoKind, IoStats, QueuedBuf, QueuedWrite, RecordingDevice, Result,
+    SimDevice, SparseImage, Survival, WriteFlags, WriteQueue,
 };
 use cilfs_sync::Mutex;
 use std::sync::Arc;
+
+/// An IO error the devices of a set are told to give: every write and flush from global
+/// operation `at` on fails (the device died), or only the first of them (`once`). A failed
+/// operation is not recorded: it never reached the medium. Reads never fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub at: usize,
+    pub once: bool,
+}
+
+/// The set's fault, and whether an operation has failed by it.
+#[derive(Debug, Default)]
+struct FaultState {
+    fault: Option<Fault>,
+    hit: bool,
+    /// The first operation it failed.
+    first: Option<String>,
+}
 
 /// A recorded device that also appends its id to a shared completion order.
 #[derive(Debug)]
@@ -17,6 +35,7 @@ pub struct Tagged {
     pub rec: Arc<RecordingDevice<SimDevice>>,
     id: usize,
     order: Arc<Mutex<Vec<usize>>>,
+    fault: Arc<Mutex<FaultState>>,
     /// With threads: a random delay before some writes and flushes complete, and a write
     /// queue (`SimQueue`).
     jitter: Option<Mutex<SimRng>>,
@@ -29,10 +48,36 @@ fn complete(
     rec: &RecordingDevice<SimDevice>,
     id: usize,
     order: &Mutex<Vec<usize>>,
+    fault: &Mutex<FaultState>,
     issued: usize,
     write: Option<(u64, &[u8], WriteFlags)>,
 ) -> Result<()> {
     let mut order = order.lock();
+    {
+        let mut f = fault.lock();
+        if let Some(x) = f.fault {
+            if order.len() >= x.at && !(x.once && f.hit) {
+                f.hit = true;
+                if f.first.is_none() {
+                    f.first = Some(match write {
+                        Some((o, b, fl)) => format!(
+                            "device {id} failed operation {}: a write of {} bytes at {o} ({fl:?})",
+                            order.len(),
+                            b.len()
+                        ),
+                        None => format!("device {id} failed operation {}: a flush", order.len()),
+                    });
+                }
+                return Err(DeviceError::Injected {
+                    kind: match write {
+                        Some(_) => IoKind::Write,
+                        None => IoKind::Flush,
+                    },
+                    op_index: order.len() as u64,
+                });
+            }
+        }
+    }
     match write {
         Some((offset, buf, flags)) => rec.write_issued(issued, offset, buf, flags)?,
         None => rec.flush_issued(issued)?,
@@ -50,6 +95,7 @@ struct SimQueue {
     rec: Arc<RecordingDevice<SimDevice>>,
     id: usize,
     order: Arc<Mutex<Vec<usize>>>,
+    fault: Arc<Mutex<FaultState>>,
     rng: SimRng,
     /// (offset, buffers, operations of the device completed at submission).
     pending: Vec<(u64, Vec<QueuedBuf>, usize)>,
@@ -78,18 +124,30 @@ impl WriteQueue for SimQueue {
                     .iter()
                     .flat_map(|p| p.buf[p.range.clone()].iter().copied())
                     .collect();
-                // A simulated device fails only where told to; the explorers do not tell it.
-                complete(
+                // A simulated device fails only where told to (`RecordedSet::inject`): then
+                // each part of the write carries the error.
+                let result = complete(
                     &self.rec,
                     self.id,
                     &self.order,
+                    &self.fault,
                     issued,
                     Some((offset, &bytes, WriteFlags::NONE)),
-                )?;
+                );
+                let failed = match result {
+                    Ok(()) => None,
+                    Err(DeviceError::Injected { op_index, .. }) => Some(op_index),
+                    Err(e) => return Err(e),
+                };
                 done.extend(parts.into_iter().map(|p| QueuedWrite {
                     tag: p.tag,
                     buf: p.buf,
-                    result: Ok(()),
+                    result: failed.map_or(Ok(()), |op_index| {
+                        Err(DeviceError::Injected {
+                            kind: IoKind::Write,
+                            op_index,
+                        })
+                    }),
                 }));
             } else {
                 i += 1;
@@ -133,6 +191,7 @@ impl Device for Tagged {
             &self.rec,
             self.id,
             &self.order,
+            &self.fault,
             issued,
             Some((offset, buf, flags)),
         )
@@ -140,7 +199,7 @@ impl Device for Tagged {
     fn flush(&self) -> Result<()> {
         let issued = self.rec.op_count();
         self.delay();
-        complete(&self.rec, self.id, &self.order, issued, None)
+        complete(&self.rec, self.id, &self.order, &self.fault, issued, None)
     }
     fn write_queue(&self, _depth: usize) -> Option<Box<dyn WriteQueue>> {
         let seed = self.jitter.as_ref()?.lock().next_u64();
@@ -148,6 +207,7 @@ impl Device for Tagged {
             rec: Arc::clone(&self.rec),
             id: self.id,
             order: Arc::clone(&self.order),
+            fault: Arc::clone(&self.fault),
             rng: SimRng::new(seed),
             pending: Vec::new(),
         }))
@@ -165,6 +225,7 @@ impl Device for Tagged {
 pub struct RecordedSet {
     pub devs: Vec<Arc<Tagged>>,
     order: Arc<Mutex<Vec<usize>>>,
+    fault: Arc<Mutex<FaultState>>,
 }
 
 impl RecordedSet {
@@ -181,6 +242,7 @@ impl RecordedSet {
 
     fn recording(bases: Vec<(SparseImage, u64)>, seed: u64, jitter: bool) -> Self {
         let order = Arc::new(Mutex::new(Vec::new()));
+        let fault = Arc::new(Mutex::new(FaultState::default()));
         let devs = bases
             .into_iter()
             .enumerate()
@@ -190,11 +252,31 @@ impl RecordedSet {
                     rec: Arc::new(RecordingDevice::new(sim, img)),
                     id,
                     order: Arc::clone(&order),
+                    fault: Arc::clone(&fault),
                     jitter: jitter.then(|| Mutex::new(SimRng::derive(seed, 0x6a17 + id as u64))),
                 })
             })
             .collect();
-        Self { devs, order }
+        Self { devs, order, fault }
+    }
+
+    /// From now on the devices give `fault`'s IO errors.
+    pub fn inject(&self, fault: Fault) {
+        *self.fault.lock() = FaultState {
+            fault: Some(fault),
+            ..FaultState::default()
+        };
+    }
+
+    /// The devices work again (replaced, or the error passed); returns the first operation
+    /// that failed, if one did.
+    pub fn clear_fault(&self) -> Option<String> {
+        std::mem::take(&mut *self.fault.lock()).first
+    }
+
+    /// Whether an operation has failed by the injected fault.
+    pub fn fault_hit(&self) -> bool {
+        self.fault.lock().hit
     }
 
     /// A fingerprint of everything the devices were asked to do, in the order it completed:

@@ -11,21 +11,33 @@ fn check(seed: u64, policy: FlushPolicy, external_log: bool) {
 }
 
 fn explore(seed: u64, policy: FlushPolicy, external_log: bool, background: bool) {
+    explore_with(seed, policy, external_log, background, false);
+}
+
+fn explore_with(
+    seed: u64,
+    policy: FlushPolicy,
+    external_log: bool,
+    background: bool,
+    io_errors: bool,
+) -> cilfs_sim::CrashReport {
     let cfg = JournalCrashConfig {
         seed,
         points: POINTS,
         policy,
         external_log,
         background,
+        io_errors,
     };
     let r = run_journal_crashtest(&cfg, &mut |_, _| {});
     assert!(
         r.failed == 0,
-        "{} of {} crash points failed; replay: cilfs crashtest journal --seed {seed} --points {POINTS} --policy {policy}{}{}\n{}",
+        "{} of {} crash points failed; replay: cilfs crashtest journal --seed {seed} --points {POINTS} --policy {policy}{}{}{}\n{}",
         r.failed,
         r.passed + r.failed,
         if external_log { " --external-log" } else { "" },
         if background { " --background" } else { "" },
+        if io_errors { " --io-errors" } else { "" },
         r.failures.join("\n")
     );
     eprintln!(
@@ -42,6 +54,7 @@ fn explore(seed: u64, policy: FlushPolicy, external_log: bool, background: bool)
         "the log wrapped only {} times",
         r.log_laps()
     );
+    r
 }
 
 #[test]
@@ -94,4 +107,28 @@ fn background_ail_internal() {
 #[test]
 fn background_reduced_external() {
     explore(10, FlushPolicy::Reduced, true, true);
+}
+
+// IO errors: each run's devices fail a write or flush, from then on or once. With the mount's
+// threads they run in the scheduled build (tests/scheduled.rs), where a failing seed replays.
+
+fn with_io_errors(seed: u64, policy: FlushPolicy, external_log: bool, background: bool) {
+    let r = explore_with(seed, policy, external_log, background, true);
+    // Most runs meet their error (one placed past a run's last IO is not met).
+    assert!(
+        r.io_errors_met * 2 > r.runs as u64,
+        "{} of {} runs met their IO error",
+        r.io_errors_met,
+        r.runs
+    );
+}
+
+#[test]
+fn io_errors_reduced_internal() {
+    with_io_errors(11, FlushPolicy::Reduced, false, false);
+}
+
+#[test]
+fn io_errors_ail_external() {
+    with_io_errors(12, FlushPolicy::AilFlush, true, false);
 }

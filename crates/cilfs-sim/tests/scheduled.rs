@@ -8,17 +8,47 @@ use cilfs_core::log::FlushPolicy;
 use cilfs_sim::{run_fs_crashtest, run_journal_crashtest, FsCrashConfig, JournalCrashConfig};
 
 fn journal(seed: u64, points: usize, policy: FlushPolicy, external_log: bool) -> Vec<u64> {
+    journal_with(seed, points, policy, external_log, false).traces
+}
+
+fn journal_with(
+    seed: u64,
+    points: usize,
+    policy: FlushPolicy,
+    external_log: bool,
+    io_errors: bool,
+) -> cilfs_sim::CrashReport {
     let cfg = JournalCrashConfig {
         seed,
         points,
         policy,
         external_log,
         background: true,
+        io_errors,
     };
     let r = run_journal_crashtest(&cfg, &mut |_, _| {});
     assert_eq!(r.failed, 0, "seed {seed} {policy}: {:?}", r.failures);
     assert_eq!(r.passed, points);
-    r.traces
+    r
+}
+
+/// The mount's threads meet an injected IO error in each run (a write or flush failing from
+/// then on, or once): what returned before it stays, and the dead mount recovers.
+#[test]
+fn the_journal_explorer_scheduled_with_io_errors() {
+    for (seed, policy, external) in [
+        (61, FlushPolicy::Reduced, false),
+        (62, FlushPolicy::AilFlush, false),
+        (63, FlushPolicy::Legacy, true),
+    ] {
+        let r = journal_with(seed, 600, policy, external, true);
+        assert!(
+            r.io_errors_met * 2 > r.runs as u64,
+            "{policy}: {} of {} runs met their IO error",
+            r.io_errors_met,
+            r.runs
+        );
+    }
 }
 
 /// The same seed twice: every run's IO trace is the same. Another seed: they differ.

@@ -76,6 +76,10 @@ pub struct JournalArgs {
     /// the scheduled build (scripts/sched-crashtest)
     #[arg(long)]
     background: bool,
+    /// Make each run's devices fail a write or flush (from then on, or once): what returned
+    /// before stays promised, the mount dies and is recovered
+    #[arg(long)]
+    io_errors: bool,
 }
 
 pub fn run(k: Kind) -> Result<(), Failure> {
@@ -213,7 +217,7 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
             .unwrap_or(1)
     });
     let replay = format!(
-        "{} journal --seed {seed} --points {} --policy {}{}{}",
+        "{} journal --seed {seed} --points {} --policy {}{}{}{}",
         command(),
         a.points,
         a.policy,
@@ -222,7 +226,8 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         } else {
             ""
         },
-        if a.background { " --background" } else { "" }
+        if a.background { " --background" } else { "" },
+        if a.io_errors { " --io-errors" } else { "" }
     );
     eprintln!(
         "crashtest journal: seed {seed}, {} points, policy {}, {} log{}",
@@ -250,15 +255,19 @@ fn journal(a: JournalArgs) -> Result<(), Failure> {
         policy: a.policy,
         external_log: a.external_log,
         background: a.background,
+        io_errors: a.io_errors,
     };
     let r = run_journal_crashtest(&cfg, &mut |done, _| bar.set_position(done as u64));
     bar.finish_and_clear();
-    let summary = format!(
+    let mut summary = format!(
         "{} workload runs, {} checkpoints, log written {} times over",
         r.runs,
         r.checkpoints,
         r.log_laps()
     );
+    if a.io_errors {
+        summary += &format!("; {} runs met their injected IO error", r.io_errors_met);
+    }
     report(&r, &summary, &replay)
 }
 
