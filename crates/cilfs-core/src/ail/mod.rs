@@ -384,6 +384,9 @@ pub enum PushError {
     /// A block failed its check before write back (`WriteBack::Invalid`).
     #[error("metadata block {blkno} failed its check before write back: {what}")]
     Invalid { blkno: u64, what: String },
+    /// The journal shut down: nothing more is written.
+    #[error("the journal is shut down")]
+    Down,
 }
 
 /// How AIL write back IO goes out. Serialised by the mutex that holds it, so two images of
@@ -432,11 +435,19 @@ pub fn push(
     let entries = ail.lock().below(target);
     let mut written: Vec<Lsn> = Vec::new();
     for chunk in entries.chunks(WRITEBACK_BATCH) {
+        if ctx.is_down() {
+            return Err(PushError::Down);
+        }
         let b = ail.lock().prepare_batch(chunk, ctx, &mut r);
         if let Some((blkno, what)) = b.invalid {
             // Nothing of the batch went out; the journal shuts down.
             ail.lock().release(&b.held);
             return Err(PushError::Invalid { blkno, what });
+        }
+        // Down while the batch was copied: a copy may hold a failed transaction's changes.
+        if ctx.is_down() {
+            ail.lock().release(&b.held);
+            return Err(PushError::Down);
         }
         let runs = merge_runs(b.writes);
         match &mut *io {
@@ -657,6 +668,32 @@ mod tests {
         dev.read(blkno * BS as u64, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == b[0]), "block {blkno} torn");
         b[0]
+    }
+
+    /// After a shutdown write back writes nothing and keeps every item: a buffer may hold a
+    /// failed transaction's changes, which the log does not have.
+    #[test]
+    fn a_shut_down_journal_writes_nothing_back() {
+        let dev = SimDevice::new(64 * BS as u64, 1);
+        let ail = RankedMutex::new(Ail::default());
+        for b in 10..14u64 {
+            ail.lock().insert(block(b, b as u8, 0), lsn(b as u32));
+        }
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let ctx = WriteBackCtx {
+            down: Some(Arc::clone(&down)),
+            ..WriteBackCtx::default()
+        };
+        let io = RankedMutex::new(WritebackIo::Sync);
+        let r = push(&ail, &io, lsn(40), &dev, &ctx, Publish::Completed);
+        assert!(matches!(r, Err(PushError::Down)), "{r:?}");
+        assert_eq!(dev.stats().writes, 0);
+        assert_eq!(ail.lock().below(lsn(40)).len(), 4);
+        // Alive, the same push writes them.
+        down.store(false, std::sync::atomic::Ordering::Release);
+        let r = push(&ail, &io, lsn(40), &dev, &ctx, Publish::Completed).unwrap();
+        assert_eq!(r.written, 4);
+        assert!(ail.lock().below(lsn(40)).is_empty());
     }
 
     #[test]

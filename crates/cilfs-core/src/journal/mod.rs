@@ -192,7 +192,7 @@ pub struct Journal {
     pub(crate) ail_writeback: RankedMutex<WritebackIo, { rank::AIL_WRITEBACK }>,
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
-    pub(crate) shut_down: AtomicBool,
+    pub(crate) shut_down: Arc<AtomicBool>,
     /// The shutdown came from `shut_down_on_request`, not from an error.
     pub(crate) shut_down_requested: AtomicBool,
     /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.

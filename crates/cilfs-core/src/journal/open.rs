@@ -235,7 +235,7 @@ impl Journal {
             ail_writeback: RankedMutex::new(ail_io),
             counters,
             extra: Default::default(),
-            shut_down: AtomicBool::new(false),
+            shut_down: Arc::new(AtomicBool::new(false)),
             shut_down_requested: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
             worker: Mutex::new(None),

@@ -236,6 +236,7 @@ impl Journal {
         let ctx = WriteBackCtx {
             uuid: self.geo.sb.uuid,
             checks: self.block_checks.read().clone(),
+            down: Some(std::sync::Arc::clone(&self.shut_down)),
         };
         match ail::push(
             &self.ail,
@@ -258,6 +259,7 @@ impl Journal {
             Err(ail::PushError::Invalid { blkno, what }) => {
                 self.shut_down(JournalError::BadWrite { blkno, what })
             }
+            Err(ail::PushError::Down) => Err(JournalError::Shutdown),
         }
     }
 }

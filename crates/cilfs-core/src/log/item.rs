@@ -35,9 +35,20 @@ pub struct WriteBackCtx {
     pub uuid: [u8; 16],
     /// (stamp offset, check) for blocks that keep an LSN stamp there.
     pub checks: Vec<(u16, BlockCheck)>,
+    /// The journal's shutdown flag: once it is set, write back stops before its next batch.
+    /// Nothing is written after a shutdown: a buffer may then hold changes of a transaction
+    /// that failed, which the log does not have.
+    pub down: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl WriteBackCtx {
+    /// Whether the journal has shut down.
+    pub fn is_down(&self) -> bool {
+        self.down
+            .as_ref()
+            .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
+    }
+
     /// The check of blocks stamped at `lsn_offset`, if one is registered.
     pub fn check_at(&self, lsn_offset: u16) -> Option<BlockCheck> {
         self.checks
