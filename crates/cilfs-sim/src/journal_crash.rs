@@ -96,6 +96,12 @@ impl CrashReport {
         self.traces.extend(r.traces);
     }
 
+    /// Whether more than half the runs met their injected IO error (one placed past a run's
+    /// last IO is not met): the IO-error runs exercised what they are for.
+    pub fn most_runs_met_their_io_error(&self) -> bool {
+        self.io_errors_met * 2 > self.runs as u64
+    }
+
     /// How many times the workloads wrote the whole log.
     pub fn log_laps(&self) -> u64 {
         self.log_bytes / (LOG_BLOCKS * u64::from(BS))
