@@ -172,6 +172,26 @@ pub fn write_one_by_one<D: Device + ?Sized>(dev: &D, offset: u64, bufs: &[&[u8]]
     Ok(())
 }
 
+/// Writes `len` bytes of zeros from `offset` in unflagged writes of up to 1 MiB, telling
+/// `progress` the bytes written so far after each (mkfs's log, repair's log started again).
+pub fn write_zeros<D: Device + ?Sized>(
+    dev: &D,
+    offset: u64,
+    len: u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<()> {
+    const CHUNK: u64 = 1 << 20;
+    let zeros = AlignedBuf::zeroed(CHUNK.min(len) as usize);
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        dev.write(offset + done, &zeros[..n as usize], WriteFlags::NONE)?;
+        done += n;
+        progress(done);
+    }
+    Ok(())
+}
+
 /// Checks that an IO is sector aligned and inside the device.
 pub fn check_io(kind: IoKind, offset: u64, len: usize, device_len: u64) -> Result<()> {
     let align = u64::from(SECTOR_SIZE);

@@ -181,17 +181,22 @@ impl Model {
 /// The (mount, checkpoint)s whose `regions` are exactly `got` (all of them, in order).
 fn matching(regions: &[&Region], got: &[u8]) -> Vec<Key> {
     let len = (REGION * u64::from(BS)) as usize;
-    let keys: std::collections::BTreeSet<Key> = regions
-        .iter()
-        .flat_map(|r| r.states.keys().copied())
-        .collect();
-    keys.into_iter()
+    keys(regions)
+        .into_iter()
         .filter(|&k| {
             regions.iter().enumerate().all(|(i, r)| {
                 r.at(k)
                     .is_some_and(|s| s[..] == got[i * len..(i + 1) * len])
             })
         })
+        .collect()
+}
+
+/// Every (mount, checkpoint) any of `regions` committed into, in order.
+fn keys(regions: &[&Region]) -> std::collections::BTreeSet<Key> {
+    regions
+        .iter()
+        .flat_map(|r| r.states.keys().copied())
         .collect()
 }
 
@@ -660,13 +665,9 @@ fn die(
             true => regions[i].maybe.as_ref().is_some_and(|s| s[..] == *part),
         }
     };
-    let keys: std::collections::BTreeSet<Key> = regions
-        .iter()
-        .flat_map(|r| r.states.keys().copied())
-        .filter(|k| k.0 == mount && *k >= floor)
-        .collect();
-    let back = keys
+    let back = keys(&regions)
         .into_iter()
+        .filter(|k| k.0 == mount && *k >= floor)
         .rev()
         .find_map(|k| {
             let choice: Option<Vec<bool>> = (0..regions.len())

@@ -66,17 +66,7 @@ pub fn counters_exhausted(sb: &Superblock, s: &LogScan) -> bool {
 /// Zeroes the whole log, as mkfs leaves it, and makes it stable: what a log generation
 /// started again needs (no record of an older generation may be left to chain after).
 fn zero_log(region: &LogRegion<'_>) -> Result<(), JournalError> {
-    const CHUNK: u64 = 1 << 20;
-    let zeros = cilfs_device::AlignedBuf::zeroed(CHUNK as usize);
-    let len = region.space.bytes();
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(CHUNK);
-        region
-            .dev
-            .write(region.offset + done, &zeros[..n as usize], WriteFlags::NONE)?;
-        done += n;
-    }
+    cilfs_device::write_zeros(region.dev, region.offset, region.space.bytes(), &mut |_| {})?;
     region.dev.flush()?;
     Ok(())
 }

@@ -11,9 +11,6 @@ use crate::format::superblock::{SbLog, FRONT_BACKUP_BYTES};
 use crate::format::{LogDeviceHeader, Superblock};
 use cilfs_device::{AlignedBuf, Device, DeviceError, WriteFlags};
 
-/// Size of each zeroing write of the log region.
-const ZERO_CHUNK_BYTES: u64 = 1 << 20;
-
 /// Writes a new filesystem onto `data` (and `logdev` for an external log).
 ///
 /// Order: the old superblock (and log header) are zeroed first with FUA, so that a crash part way
@@ -41,14 +38,9 @@ pub fn write_filesystem(
         }
     };
     let log_bytes = layout.log_blocks * bs;
-    let zeros = AlignedBuf::zeroed(ZERO_CHUNK_BYTES as usize);
-    let mut done = 0;
-    while done < log_bytes {
-        let n = (log_bytes - done).min(ZERO_CHUNK_BYTES);
-        log_dev.write(log_offset + done, &zeros[..n as usize], WriteFlags::NONE)?;
-        done += n;
-        progress(done, log_bytes);
-    }
+    cilfs_device::write_zeros(log_dev, log_offset, log_bytes, &mut |done| {
+        progress(done, log_bytes)
+    })?;
     if let (SbLog::External { log_uuid }, Some(dev)) = (&layout.log, logdev) {
         let header = LogDeviceHeader {
             log_uuid: *log_uuid,

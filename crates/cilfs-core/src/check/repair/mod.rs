@@ -423,7 +423,8 @@ fn close_log(
     let (geo, s) = crate::journal::scan(&**data, logdev.map(|l| &**l))?;
     let damaged = matches!(s.end, crate::log::recover::LogEnd::Damaged { .. });
     let exhausted = crate::journal::counters_exhausted(&geo.sb, &s);
-    if !geo.sb.clean || !s.checkpoints.is_empty() || damaged || exhausted {
+    let dirty = !geo.sb.clean || !s.checkpoints.is_empty();
+    if dirty || damaged || exhausted {
         let j = Journal::open_salvage(Arc::clone(data), logdev.cloned(), JournalConfig::default())?;
         let rec = j.recovery_report().clone();
         j.unmount()?;
@@ -441,7 +442,7 @@ fn close_log(
                 rec.torn.as_deref().unwrap_or("damaged"),
                 rec.checkpoints_replayed
             ));
-        } else if !geo.sb.clean || !s.checkpoints.is_empty() {
+        } else if dirty {
             report.changes.push(format!(
                 "log: not clean, {} checkpoints replayed",
                 rec.checkpoints_replayed

@@ -98,11 +98,15 @@ impl InodePages<'_> {
         }
     }
 
-    fn pages_mut(&mut self) -> &mut BTreeMap<(u64, u64), Page> {
+    fn shard_mut(&mut self) -> &mut Shard {
         match &mut self.shard {
-            Some(s) => &mut s.pages,
+            Some(s) => s,
             None => unreachable!("held until dropped"),
         }
+    }
+
+    fn pages_mut(&mut self) -> &mut BTreeMap<(u64, u64), Page> {
+        &mut self.shard_mut().pages
     }
 
     /// Copies the cached page `fb` into `out`; false if it is not cached.
@@ -122,11 +126,8 @@ impl InodePages<'_> {
 
     /// Stores a whole block as the newest contents of page `fb`, dirty.
     pub fn put_dirty(&mut self, fb: u64, block: &[u8]) {
-        let ino = self.ino;
-        let shard = match &mut self.shard {
-            Some(s) => &mut **s,
-            None => unreachable!("held until dropped"),
-        };
+        let (ino, cache) = (self.ino, self.cache);
+        let shard = self.shard_mut();
         match shard.pages.get_mut(&(ino, fb)) {
             Some(p) => {
                 match Arc::get_mut(&mut p.data) {
@@ -136,14 +137,14 @@ impl InodePages<'_> {
                 }
                 if !p.dirty {
                     p.dirty = true;
-                    self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+                    cache.dirty.fetch_add(1, Ordering::Relaxed);
                 }
             }
             None => {
-                let data = shard.new_data(&self.cache.spares, block);
+                let data = shard.new_data(&cache.spares, block);
                 shard.pages.insert((ino, fb), Page { data, dirty: true });
-                self.cache.dirty.fetch_add(1, Ordering::Relaxed);
-                self.cache.pages.fetch_add(1, Ordering::Relaxed);
+                cache.dirty.fetch_add(1, Ordering::Relaxed);
+                cache.pages.fetch_add(1, Ordering::Relaxed);
                 self.added = true;
             }
         }
@@ -319,9 +320,6 @@ impl PageCache {
         self.pages.load(Ordering::Relaxed)
     }
 
-    /// Drops clean pages of one shard, while the cache is over its limit, down to 7/8 of it
-    /// (one file's pages all sit in one shard, so a shard has no share of its own). A shard
-    /// of dirty pages drops nothing: write back (`over_dirty_limit`) makes them clean.
     /// Drops the page at `k`, keeping its memory for a new page if nothing else holds it and
     /// the spares have room. Whether it was dirty; `None` if there was no page.
     fn remove(&self, shard: &mut Shard, k: &(u64, u64)) -> Option<bool> {
@@ -336,6 +334,9 @@ impl PageCache {
         Some(p.dirty)
     }
 
+    /// Drops clean pages of one shard, while the cache is over its limit, down to 7/8 of it
+    /// (one file's pages all sit in one shard, so a shard has no share of its own). A shard
+    /// of dirty pages drops nothing: write back (`over_dirty_limit`) makes them clean.
     fn trim_shard(&self, shard: &mut Shard) {
         let target = self.max_pages / 8 * 7;
         let excess = self.pages.load(Ordering::Relaxed).saturating_sub(target);
