@@ -645,7 +645,7 @@ fn die(
     let done = m.1.completed_seq();
     tally(&m.1, report);
     // Nothing of the dead mount may write once the next one mounts.
-    m.1.stop_threads();
+    m.1.kill();
     let dead = std::mem::replace(&mut m.1, (run.open)(run.devs)?);
     if Arc::into_inner(dead).is_none() {
         return Err("the dead mount's journal is still referenced".into());

@@ -110,7 +110,8 @@ fn background_reduced_external() {
 }
 
 // IO errors: each run's devices fail a write or flush, from then on or once. With the mount's
-// threads they run in the scheduled build (tests/scheduled.rs), where a failing seed replays.
+// threads they also run in the scheduled build (tests/scheduled.rs), where a failing seed
+// replays.
 
 fn with_io_errors(seed: u64, policy: FlushPolicy, external_log: bool, background: bool) {
     let r = explore_with(seed, policy, external_log, background, true);
@@ -130,4 +131,11 @@ fn io_errors_reduced_internal() {
 #[test]
 fn io_errors_ail_external() {
     with_io_errors(12, FlushPolicy::AilFlush, true, false);
+}
+
+/// Seed 81 found a dead mount's iclog writes landing after the next mount had recovered, and a
+/// committer left waiting in a killed journal (unscheduled threads, about a run in three).
+#[test]
+fn background_io_errors_reduced_internal() {
+    with_io_errors(81, FlushPolicy::Reduced, false, true);
 }

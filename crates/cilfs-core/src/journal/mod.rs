@@ -562,13 +562,21 @@ impl Journal {
                 e => tracing::error!("journal shut down, nothing more is written: {e}"),
             }
         }
+        self.stop_commits();
+        Err(e)
+    }
+
+    /// Sets the flag that fails every later commit and wakes every thread that waits for the
+    /// journal (for room in the CIL, for log space, for a checkpoint), so that none waits for
+    /// a worker that will not run again: after an error, or once an unmount is done.
+    pub(crate) fn stop_commits(&self) {
+        self.shut_down.store(true, Ordering::Release);
         self.grant.shut_down();
         {
             let _room = self.cil_room.lock();
             self.cil_switched.notify_all();
         }
         self.checkpoint_done.notify_all();
-        Err(e)
     }
 
     /// Records in the superblock that a corrupt metadata block was met, so that unmount, `info`
@@ -639,7 +647,7 @@ impl Journal {
         if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
             return self.shut_down(e);
         }
-        self.shut_down.store(true, Ordering::Release);
+        self.stop_commits();
         Ok(())
     }
 

@@ -455,11 +455,18 @@ impl Journal {
         }
     }
 
-    /// Stops the push and AIL workers, as a dying daemon's threads stop: they write nothing
-    /// more. What they had written stays as it is (nothing is forced); the crash explorers
-    /// kill a mount this way before they mount its devices again.
-    pub fn stop_threads(&self) {
+    /// Kills the journal as a dying daemon's threads stop: every commit from now on fails
+    /// (a committer waiting for the push is woken to fail), the push and AIL workers stop and
+    /// write nothing more, and the log writes in flight complete now, as a dead process's IO
+    /// does before its image can be opened again: none may land after the next mount read the
+    /// log. What was written stays as it is (nothing is forced). The crash explorers kill a
+    /// mount this way before they mount its devices again.
+    pub fn kill(&self) {
+        self.stop_commits();
         self.stop_worker();
+        let mut w = self.writer.lock();
+        // Failed or not, nothing of it is waited for again.
+        let _ = w.settle();
     }
 
     pub(crate) fn stop_worker(&self) {

@@ -869,6 +869,48 @@ fn force_of_a_completed_checkpoint_does_not_wait_for_the_writer() {
     assert_eq!(done, Ok(true), "the force waited for the writer");
 }
 
+/// A committer that waits for the push to make room in the CIL is woken when the journal stops
+/// taking commits (a kill, an unmount, a shutdown) and fails, rather than waiting for a push
+/// that will never come; later commits fail at once.
+#[test]
+fn a_committer_waiting_for_room_fails_when_the_journal_is_killed() {
+    let dev = fresh(44);
+    let j = open_background(&dev, |c| c.cil_limit = Some(2 * 1024));
+    // The push cannot switch contexts while the writer is held.
+    let busy = j.writer.lock();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let j2 = j.clone();
+    let t = std::thread::spawn(move || {
+        for i in 0u64.. {
+            let r = j2
+                .begin(Reservation::for_buffers(1, BS))
+                .and_then(|mut tx| {
+                    let b = tx.buf(300 + i % 50)?;
+                    tx.write(b, 0, &[i as u8 | 1; 1000]);
+                    tx.commit()
+                });
+            if let Err(e) = r {
+                tx.send(e).unwrap();
+                return;
+            }
+        }
+    });
+    while j.extra.cil_blocked_commits.load(Ordering::Relaxed) == 0 {
+        std::thread::yield_now();
+    }
+    j.stop_commits();
+    // A deadlock detector, not a timing assertion.
+    let r = rx.recv_timeout(std::time::Duration::from_secs(60));
+    assert!(matches!(r, Ok(JournalError::Shutdown)), "{r:?}");
+    drop(busy);
+    t.join().unwrap();
+    j.kill();
+    assert!(matches!(
+        j.begin(Reservation::for_buffers(1, BS)),
+        Err(JournalError::Shutdown)
+    ));
+}
+
 /// The lock order is checked by the code: waiting for the log writer (rank 10) while holding
 /// the log space lock (rank 17) is the reversal `writer_unless_done` avoids by only trying the
 /// writer there, and a debug build stops it before it waits.

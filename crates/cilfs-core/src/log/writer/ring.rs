@@ -38,6 +38,13 @@ impl LogWriter {
         first_err
     }
 
+    /// Waits until no iclog is in flight, commit iclogs included, whatever their outcome:
+    /// what a dying daemon's log IO does before the next mount may read the log (its writes
+    /// in flight land or fail, none lands later).
+    pub fn settle(&mut self) -> Result<(), DeviceError> {
+        self.wait_all()
+    }
+
     /// Waits until no iclog is in flight, commit iclogs included.
     pub(super) fn wait_all(&mut self) -> Result<(), DeviceError> {
         let mut r = Ok(());
