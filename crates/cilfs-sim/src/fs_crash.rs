@@ -41,12 +41,16 @@
 //!
 //! In background mode the filesystem runs beside its operations what a mount runs: the
 //! journal's threads (push worker, AIL worker, concurrent iclog IO), the flusher (the mount's
-//! 30 s write back, every few hundred microseconds here), and two more operation threads in
-//! directories of their own (`side`), whose fsynced files must survive. The devices complete IO
+//! 30 s write back, every few hundred microseconds here), and two more operation threads that
+//! create and unlink in one directory (`side`): what recovery brings back of them must be a cut
+//! of some serial order of their operations, and their fsynced files must be there whole. The
+//! devices complete IO
 //! late and out of order (`RecordedSet::with_jitter`). The threads' timing is the machine's: a
 //! seed replays the workload's choices, not its interleaving, except in the scheduled build
 //! (`scripts/sched-crashtest`, `recorded::scheduled`), where a seed replays the interleaving
 //! and the IO too.
+
+mod side;
 
 use crate::recorded::{pick_crash_point, RecordedSet};
 use cilfs_core::check;
@@ -73,17 +77,14 @@ const NAMES: u64 = 6;
 const FILE_MAX: u64 = 48 * 1024;
 /// The directory of the create/unlink bursts, outside the compared namespace.
 const CHURN: &[u8] = b"churn";
-/// Background mode's other operation threads, one directory each (`side`), outside the
-/// compared namespace.
+/// Background mode's other operation threads (`side`), and the directory they share, outside
+/// the compared namespace.
 const SIDE_THREADS: usize = 2;
-
-fn side_dir(who: usize) -> Vec<u8> {
-    format!("side{who}").into_bytes()
-}
+const SIDE_DIR: &[u8] = b"side";
 
 /// A name of the root that the compared namespace leaves out.
 fn hidden(name: &[u8]) -> bool {
-    name == CHURN || (0..SIDE_THREADS).any(|who| side_dir(who) == name)
+    name == CHURN || name == SIDE_DIR
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,8 +131,8 @@ fn digest(v: &[u8]) -> u64 {
 struct Model {
     /// Metadata after each operation (index 0: before the first).
     states: Vec<Arc<Meta>>,
-    /// Background mode: the files the other operation threads fsynced.
-    side: Vec<SideFile>,
+    /// Background mode: what each of the other operation threads did, in order.
+    side: Vec<Vec<side::SideOp>>,
     /// Device operation count when each operation started.
     started_at: Vec<usize>,
     /// (device op count when it returned, operations that must survive).
@@ -285,10 +286,8 @@ fn base_images(external: bool) -> Result<Vec<(SparseImage, u64)>, String> {
     let fs = Fs::open(j, fs_options(DataMode::Ordered, &clock)).map_err(|e| e.to_string())?;
     fs.mkdir(Cred::ROOT, ROOT_INO, CHURN, 0o755)
         .map_err(|e| format!("mkdir churn: {e}"))?;
-    for who in 0..SIDE_THREADS {
-        fs.mkdir(Cred::ROOT, ROOT_INO, &side_dir(who), 0o755)
-            .map_err(|e| format!("mkdir side: {e}"))?;
-    }
+    fs.mkdir(Cred::ROOT, ROOT_INO, SIDE_DIR, 0o755)
+        .map_err(|e| format!("mkdir side: {e}"))?;
     fs.unmount().map_err(|e| e.to_string())?;
     drop(fs);
     let mut v = vec![(dev.stable_image(), len)];
@@ -573,7 +572,7 @@ fn workload(
             .filter(|_| cfg.background)
             .map(|who| {
                 let (mounted, stop, set) = (&mounted, &stop, &set);
-                scope.spawn(move || side_ops(mounted, stop, set, seed, who))
+                scope.spawn(move || side::side_ops(mounted, stop, set, seed, who))
             })
             .collect();
         let r = run_ops(&set, &mounted, seed, cfg, cil, report);
@@ -587,7 +586,7 @@ fn workload(
         let mut side_err = Ok(());
         for (who, t) in sides.into_iter().enumerate() {
             match t.join() {
-                Ok(Ok(files)) => side.extend(files),
+                Ok(Ok(ops)) => side.push(ops),
                 Ok(Err(e)) => side_err = side_err.and(Err(format!("thread side{who}: {e}"))),
                 Err(_) => side_err = side_err.and(Err(format!("thread side{who} panicked"))),
             }
@@ -626,88 +625,6 @@ fn flusher(
         }
     }
     Ok(())
-}
-
-/// A file written once by one of background mode's other operation threads and fsynced.
-#[derive(Debug)]
-struct SideFile {
-    dir: Vec<u8>,
-    name: Vec<u8>,
-    data: Arc<Vec<u8>>,
-    /// Device operation count when its fsync returned.
-    synced_at: usize,
-    /// Device operation count when its unlink started, if it was unlinked.
-    unlink_started: Option<usize>,
-}
-
-/// One of background mode's other operation threads, in its own directory: files created,
-/// written once and fsynced (each must then survive, byte for byte, until its unlink starts),
-/// and unlinked, beside the workload's operations and each other, so that their transactions
-/// commit at once with the workload's (optimistic commits published side by side, one CIL
-/// shard per thread), in the same checkpoints. The thread stops when the workload ends, and
-/// pauses while the workload unmounts or remounts.
-fn side_ops(
-    mounted: &Mounted,
-    stop: &std::sync::atomic::AtomicBool,
-    set: &RecordedSet,
-    seed: u64,
-    who: usize,
-) -> Result<Vec<SideFile>, String> {
-    let mut rng = SimRng::derive(seed, 16 + who as u64);
-    let dir_name = side_dir(who);
-    let mut files: Vec<SideFile> = Vec::new();
-    let mut next = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        cilfs_sync::thread::yield_now();
-        if crate::SCHEDULED && rng.below(16) != 0 {
-            continue;
-        }
-        let m = mounted.read();
-        let Some(fs) = m.as_ref() else { continue };
-        let gone = |e: &FsError| matches!(e, FsError::NoSpace) || fs.is_shut_down();
-        let dir = match fs.lookup(ROOT_INO, &dir_name) {
-            Ok(a) => a.ino,
-            Err(e) if gone(&e) => continue,
-            Err(e) => return Err(format!("lookup: {e}")),
-        };
-        let live: Vec<usize> = (0..files.len())
-            .filter(|&i| files[i].unlink_started.is_none())
-            .collect();
-        if live.len() > 12 || (!live.is_empty() && rng.chance(1, 3)) {
-            let i = live[rng.below(live.len() as u64) as usize];
-            files[i].unlink_started = Some(set.op_count());
-            match fs.unlink(dir, &files[i].name) {
-                Ok(()) => {}
-                Err(e) if gone(&e) => {}
-                Err(e) => return Err(format!("unlink: {e}")),
-            }
-            continue;
-        }
-        next += 1;
-        let name = format!("s{next}").into_bytes();
-        let ino = match fs.mknod(Cred::ROOT, dir, &name, 0o100_644, 0) {
-            Ok(a) => a.ino,
-            Err(e) if gone(&e) => continue,
-            Err(e) => return Err(format!("create: {e}")),
-        };
-        let byte = (rng.next_u64() as u8) | 1;
-        let data = vec![byte; 1 + rng.below(6000) as usize];
-        let synced = fs
-            .write(Cred::ROOT, ino, 0, &data)
-            .and_then(|_| fs.fsync(ino));
-        match synced {
-            Ok(()) => files.push(SideFile {
-                dir: dir_name.clone(),
-                name,
-                data: Arc::new(data),
-                synced_at: set.op_count(),
-                unlink_started: None,
-            }),
-            Err(e) if gone(&e) => {}
-            Err(e) => return Err(format!("write and fsync: {e}")),
-        }
-    }
-    Ok(files)
 }
 
 /// The workload's operations, recording the model.
@@ -1068,9 +985,11 @@ fn run_ops(
                     fs.release_inode(f).map_err(|e| e.to_string())?;
                 }
                 tmpfiles.clear();
+                // The other threads stop first: an operation of theirs that returned after the
+                // log was forced would be lost, which their model does not follow.
+                *mounted.write() = None;
                 fs.shutdown(cilfs_core::fs::types::ShutdownMode::Default)
                     .map_err(|e| format!("op {op}: shutdown: {e}"))?;
-                *mounted.write() = None;
                 if fs.unmount().is_ok() {
                     return Err(format!("op {op}: unmount after a shutdown succeeded"));
                 }
@@ -1257,28 +1176,7 @@ fn check_point(
             (None, None) => format!("recovered a namespace that no prefix of operations produced (durable up to {required}, newest possible {newest})"),
         });
     };
-    for f in m
-        .side
-        .iter()
-        .filter(|f| f.synced_at <= g && f.unlink_started.is_none_or(|u| u >= g))
-    {
-        let what = format!(
-            "{}/{} fsynced (device operation {}) before the crash",
-            String::from_utf8_lossy(&f.dir),
-            String::from_utf8_lossy(&f.name),
-            f.synced_at
-        );
-        let dir = fs
-            .lookup(ROOT_INO, &f.dir)
-            .map_err(|e| format!("{what}: its directory: {e}"))?;
-        let ino = fs
-            .lookup(dir.ino, &f.name)
-            .map_err(|e| format!("{what}: {e}"))?
-            .ino;
-        if contents(&fs, ino)? != *f.data {
-            return Err(format!("{what}: contents differ after recovery"));
-        }
-    }
+    side::check_side(&fs, &m.side, g, cfg.data)?;
     // Xattrs: the digests matched; compare each value byte for byte with the one set.
     for ((ino, n), d) in &got.xattrs {
         let v = fs
