@@ -587,8 +587,8 @@ fn workload(
         for (who, t) in sides.into_iter().enumerate() {
             match t.join() {
                 Ok(Ok(ops)) => side.push(ops),
-                Ok(Err(e)) => side_err = side_err.and(Err(format!("thread side{who}: {e}"))),
-                Err(_) => side_err = side_err.and(Err(format!("thread side{who} panicked"))),
+                Ok(Err(e)) => side_err = side_err.and(Err(format!("side thread {who}: {e}"))),
+                Err(_) => side_err = side_err.and(Err(format!("side thread {who} panicked"))),
             }
         }
         r.and_then(|mut m| {
