@@ -114,3 +114,8 @@ fn reduced_ordered_external_log() {
 fn ail_writeback_external_log() {
     explore(12, FlushPolicy::AilFlush, DataMode::Writeback, false, true);
 }
+
+#[test]
+fn background_reduced_ordered_external_log() {
+    explore(13, FlushPolicy::Reduced, DataMode::Ordered, true, true);
+}
