@@ -245,12 +245,12 @@ impl Journal {
         if cfg.push_mode == PushMode::Background {
             *j.worker.lock() = Some(push::Worker::start(&j));
             *j.ail_worker.lock() = Some(AilWorker::start(&j, |j: &Journal, urgent| {
-                if urgent {
+                let r = if urgent {
                     j.relieve_waiters()
                 } else {
                     j.ail_push_ahead()
-                }
-                .is_ok()
+                };
+                r.map_err(|e| j.worker_failed(e)).is_ok()
             }));
         }
         Ok(j)

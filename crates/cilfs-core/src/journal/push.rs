@@ -449,6 +449,16 @@ impl Journal {
         Ok(())
     }
 
+    /// A worker (push or AIL) stops on an error: the journal must not stay up without it, or
+    /// committers at the CIL's hard limit, or reservations waiting for log space, would wait
+    /// for a worker that is gone. Every error of theirs shuts the journal down already; this
+    /// keeps it so for any that would not.
+    pub(crate) fn worker_failed(&self, e: JournalError) {
+        if !self.is_shut_down() {
+            let _ = self.shut_down::<()>(e);
+        }
+    }
+
     pub(crate) fn request_push(&self, seq: u64) {
         if let Some(w) = self.worker.lock().as_ref() {
             w.request(seq);
@@ -538,8 +548,8 @@ impl Worker {
                 };
                 let Some(j) = weak.upgrade() else { return };
                 if target > 0 {
-                    if j.push(target).is_err() {
-                        return;
+                    if let Err(e) = j.push(target) {
+                        return j.worker_failed(e);
                     }
                     continue;
                 }
@@ -553,8 +563,8 @@ impl Worker {
                 } else {
                     j.push(j.current_seq())
                 };
-                if r.is_err() {
-                    return;
+                if let Err(e) = r {
+                    return j.worker_failed(e);
                 }
                 commits_seen = commits;
             }
