@@ -133,6 +133,9 @@ struct Model {
     states: Vec<Arc<Meta>>,
     /// Background mode: what each of the other operation threads did, in order.
     side: Vec<Vec<side::SideOp>>,
+    /// Syncs, unmounts and shutdowns: (device op count when it began, when it returned).
+    /// Once it returned, everything any thread had returned from before it began is durable.
+    barriers: Vec<(usize, usize)>,
     /// Device operation count when each operation started.
     started_at: Vec<usize>,
     /// (device op count when it returned, operations that must survive).
@@ -820,8 +823,10 @@ fn run_ops(
                 }
             }
             84..=85 => {
+                let began = set.op_count();
                 fs.sync().map_err(|e| format!("op {op}: sync: {e}"))?;
                 m.durable.push((set.op_count(), op - 1));
+                m.barriers.push((began, set.op_count()));
             }
             86..=89 if !files.is_empty() => {
                 let f = pick(&mut rng, &files);
@@ -988,8 +993,10 @@ fn run_ops(
                 // The other threads stop first: an operation of theirs that returned after the
                 // log was forced would be lost, which their model does not follow.
                 *mounted.write() = None;
+                let began = set.op_count();
                 fs.shutdown(cilfs_core::fs::types::ShutdownMode::Default)
                     .map_err(|e| format!("op {op}: shutdown: {e}"))?;
+                m.barriers.push((began, set.op_count()));
                 if fs.unmount().is_ok() {
                     return Err(format!("op {op}: unmount after a shutdown succeeded"));
                 }
@@ -1011,7 +1018,9 @@ fn run_ops(
                 }
                 tmpfiles.clear();
                 *mounted.write() = None;
+                let began = set.op_count();
                 fs.unmount().map_err(|e| format!("op {op}: unmount: {e}"))?;
+                m.barriers.push((began, set.op_count()));
                 tally(&fs, report);
                 drop(fs);
                 m.durable.push((set.op_count(), op - 1));
@@ -1176,7 +1185,7 @@ fn check_point(
             (None, None) => format!("recovered a namespace that no prefix of operations produced (durable up to {required}, newest possible {newest})"),
         });
     };
-    side::check_side(&fs, &m.side, g, cfg.data)?;
+    side::check_side(&fs, &m.side, &m.barriers, g, cfg.data)?;
     // Xattrs: the digests matched; compare each value byte for byte with the one set.
     for ((ino, n), d) in &got.xattrs {
         let v = fs

@@ -126,9 +126,11 @@ pub(super) fn side_ops(
 
 /// Checks the shared directory of a filesystem recovered from the crash image at device
 /// operation `g` against what the threads did (`threads[who]`, in order).
+/// `barriers`: the workload's syncs, unmounts and shutdowns, (began, returned).
 pub(super) fn check_side(
     fs: &Fs,
     threads: &[Vec<SideOp>],
+    barriers: &[(usize, usize)],
     g: usize,
     data: DataMode,
 ) -> Result<(), String> {
@@ -150,14 +152,23 @@ pub(super) fn check_side(
         got[who].insert(e.name, e.ino);
     }
     // Per thread, the prefixes whose names are the ones found (a name created and unlinked
-    // again leaves the same names as before it), none shorter than its last fsynced create.
+    // again leaves the same names as before it), none shorter than its last fsynced create or
+    // than what it had returned from before a sync (or unmount) that returned by the crash.
+    let synced_before = barriers
+        .iter()
+        .filter(|&&(_, returned)| returned <= g)
+        .map(|&(began, _)| began)
+        .max();
     let mut prefixes: Vec<Vec<usize>> = Vec::with_capacity(threads.len());
     for (who, ops) in threads.iter().enumerate() {
         let found: BTreeSet<&[u8]> = got[who].keys().map(Vec::as_slice).collect();
-        let need = ops
+        let fsynced = ops
             .iter()
             .rposition(|o| o.synced_at.is_some_and(|s| s <= g))
             .map_or(0, |i| i + 1);
+        let need = synced_before.map_or(fsynced, |b| {
+            fsynced.max(ops.iter().take_while(|o| o.returned < b).count())
+        });
         let mut names: BTreeSet<&[u8]> = BTreeSet::new();
         let mut fits = Vec::new();
         for k in 0..=ops.len() {
@@ -178,7 +189,7 @@ pub(super) fn check_side(
         }
         if fits.is_empty() {
             return Err(format!(
-                "side: thread {who}'s names {:?} are those of no prefix of its operations from {need} (the last fsynced create) on",
+                "side: thread {who}'s names {:?} are those of no prefix of its operations from {need} (its last fsynced create, or its last before a sync) on",
                 found.iter().map(|n| show(n)).collect::<Vec<_>>()
             ));
         }
