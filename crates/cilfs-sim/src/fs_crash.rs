@@ -1122,6 +1122,21 @@ fn fallocate(fs: &Fs, rng: &mut SimRng, m: &mut Model, f: u64, op: usize) -> Res
     Ok(())
 }
 
+/// Where value `b` was written, for a stale-data failure: which file's old block it may be.
+fn sources_of(m: &Model, b: u8) -> String {
+    let mut v: Vec<String> = m
+        .writes
+        .iter()
+        .flat_map(|(ino, w)| {
+            w.iter()
+                .filter(|x| x.2 == b)
+                .map(move |&(o, l, _)| format!("inode {ino} [{o}, {})", o + l))
+        })
+        .collect();
+    v.extend(side::written_with(&m.side, b));
+    v.join(", ")
+}
+
 fn tally(fs: &Fs, report: &mut CrashReport) {
     let s = fs.journal().stats();
     report.checkpoints += s.log.checkpoints;
@@ -1258,7 +1273,8 @@ fn check_point(
                         .any(|&(o, l, v)| v == b && p >= o && p < o + l)
                 {
                     return Err(format!(
-                        "inode {ino} byte {p} is {b:#x}, a value never written there (stale data)"
+                        "inode {ino} byte {p} is {b:#x}, a value never written there (stale data); written elsewhere: {}",
+                        sources_of(m, b)
                     ));
                 }
             }

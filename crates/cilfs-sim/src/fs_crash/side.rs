@@ -257,6 +257,22 @@ fn cut_exists(threads: &[Vec<SideOp>], prefixes: &[Vec<usize>], chosen: &mut Vec
     })
 }
 
+/// The side files written with byte `b` (a stale-data failure's possible sources).
+pub(super) fn written_with(threads: &[Vec<SideOp>], b: u8) -> Vec<String> {
+    threads
+        .iter()
+        .flatten()
+        .filter(|o| o.create.as_ref().is_some_and(|d| d.first() == Some(&b)))
+        .map(|o| {
+            format!(
+                "side file {} ({} bytes)",
+                show(&o.name),
+                o.create.as_ref().map_or(0, |d| d.len())
+            )
+        })
+        .collect()
+}
+
 fn show(name: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
