@@ -298,6 +298,7 @@ impl Ail {
                     r.written_bytes += data.len() as u64;
                     b.writes.push((offset, data));
                     b.held.push(k.0);
+                    b.blocks.push(k.1);
                 }
                 WriteBack::Stale => r.stale += 1,
                 WriteBack::Pinned => {
@@ -372,6 +373,8 @@ pub struct WritebackBatch {
     pub done: Vec<(Lsn, ItemKey)>,
     /// The LSN of each write: held until `Ail::release`.
     pub held: Vec<Lsn>,
+    /// The block of each write.
+    pub blocks: Vec<ItemKey>,
     /// An item that failed its write check, and what failed: the batch is not written.
     pub invalid: Option<(ItemKey, String)>,
 }
@@ -450,6 +453,7 @@ pub fn push(
             return Err(PushError::Down);
         }
         let runs = merge_runs(b.writes);
+        let _writing = ctx.writing.as_ref().map(|w| w.begin(&b.blocks));
         match &mut *io {
             WritebackIo::Sync => write_runs(dev, &runs)?,
             WritebackIo::Threads(n) => write_threaded(dev, &runs, *n)?,

@@ -130,10 +130,19 @@ impl Fs {
     pub(crate) fn data_write(&self, project: u32, disk: u64, buf: &[u8]) -> FsResult<()> {
         self.throttle
             .admit(TenantId(project), IoDir::Write, buf.len());
+        let offset = self.data_offset(disk)?;
+        self.wait_write_back(disk, buf);
         self.journal
             .data
-            .write(self.data_offset(disk)?, buf, WriteFlags::NONE)
+            .write(offset, buf, WriteFlags::NONE)
             .map_err(FsError::from)
+    }
+
+    /// A block given to a file may have been freed while the AIL was writing an older image of
+    /// it back (a tree node, or file data the log held): the file's data goes after that.
+    fn wait_write_back(&self, disk: u64, buf: &[u8]) {
+        let blocks = (buf.len() as u64).div_ceil(u64::from(self.bs));
+        self.journal.wait_write_back(disk, disk + blocks);
     }
 
     /// Writes file data only if project `project` has the budget for it now (false: nothing
@@ -145,9 +154,9 @@ impl Fs {
         {
             return Ok(false);
         }
-        self.journal
-            .data
-            .write(self.data_offset(disk)?, buf, WriteFlags::NONE)?;
+        let offset = self.data_offset(disk)?;
+        self.wait_write_back(disk, buf);
+        self.journal.data.write(offset, buf, WriteFlags::NONE)?;
         Ok(true)
     }
 

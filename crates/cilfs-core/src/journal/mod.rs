@@ -193,6 +193,8 @@ pub struct Journal {
     pub(crate) counters: Arc<LogCounters>,
     pub(crate) extra: stats::ExtraCounters,
     pub(crate) shut_down: Arc<AtomicBool>,
+    /// Blocks whose write back is in flight (`WritingBack`).
+    pub(crate) writing_back: Arc<crate::log::item::WritingBack>,
     /// The shutdown came from `shut_down_on_request`, not from an error.
     pub(crate) shut_down_requested: AtomicBool,
     /// Remounted read-only (`freeze`): clean on disk, no transaction admitted, nothing written.
@@ -517,6 +519,13 @@ impl Journal {
             });
         }
         Ok(())
+    }
+
+    /// Waits until no write back of a block of `[from, to)` is in flight: file data written
+    /// straight to the device there lands after any older image of a block freed since
+    /// (`WritingBack`).
+    pub(crate) fn wait_write_back(&self, from: u64, to: u64) {
+        self.writing_back.wait(from, to);
     }
 
     pub(crate) fn check_alive(&self) -> Result<(), JournalError> {

@@ -226,6 +226,7 @@ impl Journal {
             counters,
             extra: Default::default(),
             shut_down: Arc::new(AtomicBool::new(false)),
+            writing_back: Arc::default(),
             shut_down_requested: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
             worker: Mutex::new(None),

@@ -237,6 +237,7 @@ impl Journal {
             uuid: self.geo.sb.uuid,
             checks: self.block_checks.read().clone(),
             down: Some(std::sync::Arc::clone(&self.shut_down)),
+            writing: Some(std::sync::Arc::clone(&self.writing_back)),
         };
         match ail::push(
             &self.ail,

@@ -39,6 +39,72 @@ pub struct WriteBackCtx {
     /// Nothing is written after a shutdown: a buffer may then hold changes of a transaction
     /// that failed, which the log does not have.
     pub down: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Where the blocks whose write back is in flight are listed.
+    pub writing: Option<std::sync::Arc<WritingBack>>,
+}
+
+/// The blocks whose write back is in flight. A block freed meanwhile may be given to a file
+/// whose data is written straight to the device, not through the AIL: that write waits until
+/// the older image landed, or the image would land on the new owner's data. (XFS keeps a
+/// buffer locked through its IO, and the free's lookup of it waits.) Writes of the AIL itself
+/// need no wait: one push at a time, each batch complete before the next.
+#[derive(Debug, Default)]
+pub struct WritingBack {
+    blocks: cilfs_sync::Mutex<std::collections::HashMap<u64, u32>>,
+    landed: cilfs_sync::Condvar,
+    /// How many `wait`s found a block in flight.
+    waits: std::sync::atomic::AtomicU64,
+}
+
+impl WritingBack {
+    /// Lists `blocks` until the guard drops (after their writes completed or failed).
+    pub fn begin<'a>(&'a self, blocks: &'a [u64]) -> WritingGuard<'a> {
+        let mut m = self.blocks.lock();
+        for &b in blocks {
+            *m.entry(b).or_default() += 1;
+        }
+        WritingGuard { of: self, blocks }
+    }
+
+    /// Waits until no block of `[from, to)` is being written back.
+    pub fn wait(&self, from: u64, to: u64) {
+        let mut m = self.blocks.lock();
+        let mut counted = false;
+        while m.keys().any(|b| (from..to).contains(b)) {
+            if !std::mem::replace(&mut counted, true) {
+                self.waits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            self.landed.wait(&mut m);
+        }
+    }
+
+    /// How many waits found a block in flight.
+    pub fn waits(&self) -> u64 {
+        self.waits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Blocks listed by `WritingBack::begin`.
+#[derive(Debug)]
+pub struct WritingGuard<'a> {
+    of: &'a WritingBack,
+    blocks: &'a [u64],
+}
+
+impl Drop for WritingGuard<'_> {
+    fn drop(&mut self) {
+        let mut m = self.of.blocks.lock();
+        for b in self.blocks {
+            if let Some(n) = m.get_mut(b) {
+                *n -= 1;
+                if *n == 0 {
+                    m.remove(b);
+                }
+            }
+        }
+        self.of.landed.notify_all();
+    }
 }
 
 impl WriteBackCtx {

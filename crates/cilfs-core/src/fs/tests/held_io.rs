@@ -538,3 +538,96 @@ fn a_namespace_operation_in_a_file_whose_write_is_held_is_refused_at_once() {
     assert_eq!(fs.read(a, 0, 16).unwrap(), MAGIC.to_vec());
     assert_clean(&fs);
 }
+
+/// The file block of `ino` at disk block `disk`, if it maps it.
+fn file_block_at(fs: &Fs, ino: u64, disk: u64) -> Option<u64> {
+    let st = fs.read_state();
+    let mut v = fs.view(&st);
+    crate::fs::space::map::extents_in(&mut v, ino, 0, crate::fs::tree::keys::OFFSET_MAX)
+        .unwrap()
+        .iter()
+        .find(|e| e.disk <= disk && disk < e.disk + e.len)
+        .map(|e| e.file + (disk - e.disk))
+}
+
+/// The AIL writes back a block the log holds as a file's data; the file is removed meanwhile,
+/// and the block goes to another file's direct write. That write waits until the older image
+/// landed: otherwise the image lands on the new owner's data, live and after a crash.
+#[test]
+fn a_freed_block_is_written_by_its_next_owner_after_its_write_back_landed() {
+    let sim = new_dev(63);
+    let dev = HoldingDevice::new(Arc::clone(&sim));
+    let mut cfg = jcfg();
+    cfg.push_mode = crate::journal::PushMode::Background;
+    let j = Journal::open(dev.clone() as Arc<dyn Device>, None, cfg).unwrap();
+    let fs = Fs::open(j, FsOptions::default()).unwrap();
+    let bs = u64::from(crate::fs::tests::BS);
+    let f = file(&fs, b"old");
+    let mut old = MAGIC.to_vec();
+    old.resize(bs as usize, 0x4d);
+    fs.write(U, f, 0, &old).unwrap();
+    fs.fsync(f).unwrap();
+    let disk = {
+        let st = fs.read_state();
+        let mut v = fs.view(&st);
+        crate::fs::space::map::extents_in(&mut v, f, 0, 1).unwrap()[0].disk
+    };
+    assert!(
+        fs.journal().is_logged_data(disk),
+        "the fsync logged the block"
+    );
+    // The AIL's write of the block in place is held.
+    dev.arm(Trigger::DataMagic);
+    let cover = {
+        let fs = Arc::clone(&fs);
+        std::thread::spawn(move || fs.journal().cover().map(drop))
+    };
+    dev.wait_until_held();
+    let (tx, rx) = mpsc::channel();
+    let other = {
+        let fs = Arc::clone(&fs);
+        std::thread::spawn(move || {
+            fs.unlink(ROOT_INO, b"old").unwrap();
+            fs.sync().unwrap();
+            // Direct writes until the freed block is the new file's.
+            let g = file(&fs, b"new");
+            let chunk = 64;
+            let mut at = 0;
+            while file_block_at(&fs, g, disk).is_none() {
+                fs.write_direct(U, g, at * bs, &vec![0x77; (chunk * bs) as usize])
+                    .unwrap();
+                at += chunk;
+                assert!(at < crate::fs::tests::BLOCKS, "block {disk} never reused");
+            }
+            tx.send(g).unwrap();
+        })
+    };
+    // Released once the new owner waits for the write back, or (the bug) is done without.
+    let waits = || fs.journal().writing_back.waits();
+    let mut done = None;
+    while done.is_none() && waits() == 0 {
+        done = rx.try_recv().ok();
+        std::thread::yield_now();
+    }
+    let waited = waits() > 0;
+    dev.release();
+    cover.join().unwrap().unwrap();
+    other.join().unwrap();
+    let g = done.unwrap_or_else(|| rx.recv().unwrap());
+    let mut raw = vec![0u8; bs as usize];
+    sim.read(disk * bs, &mut raw).unwrap();
+    assert!(
+        raw == vec![0x77; bs as usize],
+        "the older image landed over the new data: block {disk} starts {:?}",
+        &raw[..16]
+    );
+    let fb = file_block_at(&fs, g, disk).unwrap();
+    assert_eq!(
+        fs.read(g, fb * bs, bs as u32).unwrap(),
+        vec![0x77; bs as usize]
+    );
+    assert!(
+        waited,
+        "the new owner's write did not wait for the held write back"
+    );
+}
