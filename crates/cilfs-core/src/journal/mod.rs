@@ -651,9 +651,14 @@ impl Journal {
             sp.safe_tail = lsn;
             self.publish_space(&sp);
         }
-        let mut sb = self.sb.lock();
-        sb.clean = true;
-        if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
+        // The superblock's lock (rank 19) is let go before the shutdown's wakeups take the
+        // grant head's and the CIL room's.
+        let written = {
+            let mut sb = self.sb.lock();
+            sb.clean = true;
+            write_superblock(&*self.data, &sb, WriteFlags::FUA)
+        };
+        if let Err(e) = written {
             return self.shut_down(e);
         }
         self.stop_commits();
@@ -716,9 +721,12 @@ impl Journal {
             sp.safe_tail = sp.safe_tail.max(lsn);
             self.publish_space(&sp);
         }
-        let mut sb = self.sb.lock();
-        sb.clean = true;
-        if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
+        let written = {
+            let mut sb = self.sb.lock();
+            sb.clean = true;
+            write_superblock(&*self.data, &sb, WriteFlags::FUA)
+        };
+        if let Err(e) = written {
             return self.shut_down(e);
         }
         Ok(())
@@ -731,12 +739,13 @@ impl Journal {
         if !self.is_frozen() {
             return Ok(());
         }
-        {
+        let written = {
             let mut sb = self.sb.lock();
             sb.clean = false;
-            if let Err(e) = write_superblock(&*self.data, &sb, WriteFlags::FUA) {
-                return self.shut_down(e);
-            }
+            write_superblock(&*self.data, &sb, WriteFlags::FUA)
+        };
+        if let Err(e) = written {
+            return self.shut_down(e);
         }
         self.frozen.store(false, Ordering::SeqCst);
         Ok(())
