@@ -651,18 +651,24 @@ impl Journal {
             sp.safe_tail = lsn;
             self.publish_space(&sp);
         }
-        // The superblock's lock (rank 19) is let go before the shutdown's wakeups take the
-        // grant head's and the CIL room's.
-        let written = {
-            let mut sb = self.sb.lock();
-            sb.clean = true;
-            write_superblock(&*self.data, &sb, WriteFlags::FUA)
-        };
-        if let Err(e) = written {
-            return self.shut_down(e);
-        }
+        self.mark_clean(true)?;
         self.stop_commits();
         Ok(())
+    }
+
+    /// Writes the superblock (FUA) saying the log is clean or in use; shuts the journal down
+    /// if that fails. The superblock's lock (rank 19) is let go before a shutdown's wakeups
+    /// take the grant head's and the CIL room's.
+    fn mark_clean(&self, clean: bool) -> Result<(), JournalError> {
+        let written = {
+            let mut sb = self.sb.lock();
+            sb.clean = clean;
+            write_superblock(&*self.data, &sb, WriteFlags::FUA)
+        };
+        match written {
+            Ok(()) => Ok(()),
+            Err(e) => self.shut_down(e),
+        }
     }
 
     /// Whether a remount read-only froze the journal (`freeze`).
@@ -721,15 +727,7 @@ impl Journal {
             sp.safe_tail = sp.safe_tail.max(lsn);
             self.publish_space(&sp);
         }
-        let written = {
-            let mut sb = self.sb.lock();
-            sb.clean = true;
-            write_superblock(&*self.data, &sb, WriteFlags::FUA)
-        };
-        if let Err(e) = written {
-            return self.shut_down(e);
-        }
-        Ok(())
+        self.mark_clean(true)
     }
 
     /// Remount read-write after `freeze`: the superblock says the log is in use again (FUA,
@@ -739,14 +737,7 @@ impl Journal {
         if !self.is_frozen() {
             return Ok(());
         }
-        let written = {
-            let mut sb = self.sb.lock();
-            sb.clean = false;
-            write_superblock(&*self.data, &sb, WriteFlags::FUA)
-        };
-        if let Err(e) = written {
-            return self.shut_down(e);
-        }
+        self.mark_clean(false)?;
         self.frozen.store(false, Ordering::SeqCst);
         Ok(())
     }
