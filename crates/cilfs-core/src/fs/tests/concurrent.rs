@@ -1397,3 +1397,71 @@ fn small_writes_with_holes_and_truncates_side_by_side_keep_the_free_trees_in_ord
     assert!(grew, "the free-by-size tree never had three levels");
     assert_clean(&fs);
 }
+
+/// A reader under the shared lock that copied the roots before commits beside it freed the fs
+/// tree's root (collapsed onto its only child) and a split took the block for a leaf meets a
+/// leaf where its root was: it runs again (`Retry::Reshaped`) instead of calling the tree
+/// corrupt. The fs explorer's side threads, creating and unlinking in one directory, failed
+/// writes on this as "node at level 0 where 1 expected".
+#[test]
+fn a_reader_whose_root_was_freed_and_reused_as_a_leaf_runs_again() {
+    use crate::fs::tree::node::Node;
+    use crate::fs::tree::{btree, keys};
+    use std::sync::atomic::Ordering;
+    let (_clock, _dev, fs, d) = fresh_with(1716, b"d");
+    let root = |fs: &Fs| fs.hdr(&fs.read_state()).root(TREE_FS);
+    let mut made = 0;
+    while root(&fs).level == 0 {
+        fs.mknod(U, d, format!("g{made}").as_bytes(), 0o100_644, 0)
+            .unwrap();
+        made += 1;
+    }
+    let (old, seen) = (root(&fs), fs.roots_moved.load(Ordering::Acquire));
+    let old_roots = fs.hdr(&fs.read_state()).roots();
+    for i in 0..made {
+        fs.unlink(d, format!("g{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(root(&fs).level, 0, "the root collapsed onto one leaf");
+    let leaf_at_old_root = |fs: &Fs| {
+        fs.journal.cached_buf(old.blkno).is_some_and(|b| {
+            let g = b.read();
+            Node::decode(&g.data, old.blkno, TREE_FS).is_ok_and(|n| n.level == 0)
+        })
+    };
+    let mut more = 0;
+    while !leaf_at_old_root(&fs) {
+        assert!(more < 20_000, "block {} never became a leaf", old.blkno);
+        fs.mknod(U, d, format!("h{more}").as_bytes(), 0o100_644, 0)
+            .unwrap();
+        if more % 64 == 63 {
+            fs.sync().unwrap();
+        }
+        more += 1;
+    }
+    // The reader, as `Fs::view` made it before all that.
+    let mut first = None;
+    fs.retrying(|| {
+        if first.is_none() {
+            let st = fs.read_state();
+            let mut v = fs.view(&st);
+            v.roots = old_roots;
+            v.reshape.as_mut().unwrap().seen = seen;
+            first = Some(btree::get(
+                &mut v,
+                old,
+                TREE_FS,
+                keys::key(d, keys::KIND_INODE, 0),
+            ));
+        }
+        Ok(())
+    })
+    .unwrap();
+    let r = first.unwrap();
+    assert!(
+        matches!(
+            r,
+            Err(FsError::Retry(crate::fs::txn::retry::Retry::Reshaped))
+        ),
+        "{r:?}"
+    );
+}

@@ -526,6 +526,7 @@ impl<'a> FsTx<'a> {
         if self.fresh.contains(&blkno) {
             return Ok(None);
         }
+        self.trees_read |= 1 << tree;
         let mut block = self.node_read(blkno, <[u8]>::to_vec)?;
         let Some(crate::fs::tree::node::RawPut { old, used }) = edit(&mut block)? else {
             return Ok(None);
@@ -661,8 +662,10 @@ impl NodeStore for FsTx<'_> {
     }
 
     fn read_node(&mut self, blkno: u64, tree: u8) -> FsResult<Node> {
-        let n = self.node_read(blkno, |d| Node::decode(d, blkno, tree))??;
+        // Counted before any error met there: a root freed and reused since the transaction
+        // copied the header fails to decode, and only a moved root tells that apart.
         self.trees_read |= 1 << tree;
+        let n = self.node_read(blkno, |d| Node::decode(d, blkno, tree))??;
         if self.optimistic {
             let set = match n.level {
                 0 => &mut self.opt.strong_leaves,
@@ -708,6 +711,7 @@ impl NodeStore for FsTx<'_> {
         key: Key,
         seek: Seek,
     ) -> FsResult<Option<(Key, Vec<u8>)>> {
+        self.trees_read |= 1 << tree;
         let found = self.node_read(blkno, |d| {
             crate::fs::tree::node::raw_seek(d, blkno, tree, key, seek)
         })??;

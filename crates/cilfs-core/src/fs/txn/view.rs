@@ -41,6 +41,22 @@ pub(crate) struct Reshape<'a> {
     pub path: Vec<(Arc<crate::buf::Buf>, u64)>,
 }
 
+impl Reshape<'_> {
+    /// No root moved and no interior node on the path changed since they were read.
+    fn unmoved(&self) -> bool {
+        self.roots_moved.load(Ordering::Acquire) == self.seen
+            && self.path.iter().all(|(b, v)| b.version() == *v)
+    }
+}
+
+fn reshaped() -> FsError {
+    debug_assert!(
+        crate::fs::txn::retry::may_retry(),
+        "a reader under the shared lock outside Fs::retrying"
+    );
+    FsError::Retry(crate::fs::txn::retry::Retry::Reshaped)
+}
+
 impl<'a> ReadView<'a> {
     pub(crate) fn new(journal: &'a Journal, roots: Roots) -> Self {
         ReadView {
@@ -71,16 +87,21 @@ impl<'a> ReadView<'a> {
                     return Ok(());
                 }
             }
-        } else if r.roots_moved.load(Ordering::Acquire) == r.seen
-            && r.path.iter().all(|(b, v)| b.version() == *v)
-        {
+        } else if r.unmoved() {
             return Ok(());
         }
-        debug_assert!(
-            crate::fs::txn::retry::may_retry(),
-            "a reader under the shared lock outside Fs::retrying"
-        );
-        Err(FsError::Retry(crate::fs::txn::retry::Retry::Reshaped))
+        Err(reshaped())
+    }
+
+    /// `e`, met reading a block, unless a commit beside this reader reshaped its way there
+    /// since (a root or a node on the path changed): the block may then be one that commit
+    /// freed and another reused (a leaf where an interior node was), and the reader runs
+    /// again instead of failing on a state that is not the tree's.
+    fn unless_reshaped(&self, e: FsError) -> FsError {
+        match &self.reshape {
+            Some(r) if !matches!(e, FsError::Retry(_)) && !r.unmoved() => reshaped(),
+            _ => e,
+        }
     }
 
     /// A metadata block not in the buffer cache is read outside the filesystem lock when the
@@ -116,11 +137,15 @@ impl<'a> ReadView<'a> {
             return f(&g.data);
         }
         let buf = self.buf(blkno)?;
-        let (r, version) = {
+        let read = {
             let g = buf.read();
-            self.journal.verify_read(&buf, &g, NODE_LSN_OFFSET)?;
-            (f(&g.data)?, g.version)
+            self.journal
+                .verify_read(&buf, &g, NODE_LSN_OFFSET)
+                .map_err(FsError::from)
+                .and_then(|()| f(&g.data))
+                .map(|r| (r, g.version))
         };
+        let (r, version) = read.map_err(|e| self.unless_reshaped(e))?;
         let is_interior = interior(&r);
         self.after_read(buf, version, is_interior)?;
         Ok(r)
