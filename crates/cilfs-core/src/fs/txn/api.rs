@@ -736,18 +736,16 @@ impl NodeStore for FsTx<'_> {
         // thread's copy, taking no lock, and its commit checks the copy's state.
         // What it read counts before any error it met there: an error met in a state that
         // changed since (a root freed and reused) is not the operation's (`saw_one_state`).
+        self.trees_read |= 1 << tree;
         if self.optimistic && level > 0 && !self.tx.holds(blkno) {
             self.read_outside_if_uncached(blkno)?;
             let (seen, step) = self.tx.journal.read_copy(blkno, NODE_LSN_OFFSET, step_in)?;
-            self.trees_read |= 1 << tree;
             if !self.opt.interior_copies.contains(&(blkno, seen)) {
                 self.opt.interior_copies.push((blkno, seen));
             }
             return step;
         }
-        let step = self.node_read(blkno, step_in)?;
-        self.trees_read |= 1 << tree;
-        let step = step?;
+        let step = self.node_read(blkno, step_in)??;
         if self.optimistic {
             match &step {
                 RawStep::Child(..) if !self.opt.interior.contains(&blkno) => {
