@@ -171,6 +171,10 @@ pub struct FsOptions {
     /// write and no data-device flush before it; 0 writes everything in place (the
     /// `logdata` mount option) [default 64 KiB].
     pub log_data_max: u64,
+    /// Buffered writes into holes only promise blocks; write back chooses them, writes the
+    /// data and maps it written in one transaction (`space/delalloc.rs`). Off (`nodelalloc`),
+    /// such a write maps its blocks unwritten in a transaction of its own [default on].
+    pub delalloc: bool,
 }
 
 impl std::fmt::Debug for FsOptions {
@@ -186,6 +190,7 @@ impl std::fmt::Debug for FsOptions {
             .field("diratime", &self.diratime)
             .field("sync", &self.sync)
             .field("log_data_max", &self.log_data_max)
+            .field("delalloc", &self.delalloc)
             .finish()
     }
 }
@@ -223,6 +228,7 @@ impl Default for FsOptions {
             sync: SyncMode::None,
             io_clock: None,
             log_data_max: DEFAULT_LOG_DATA_MAX,
+            delalloc: true,
         }
     }
 }

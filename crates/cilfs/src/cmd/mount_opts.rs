@@ -55,6 +55,9 @@ pub struct MountOpts {
     /// log write, no data flush before it); `logdata=0` writes all data in place first, as
     /// XFS does [default 64K].
     pub log_data_max: u64,
+    /// `delalloc` (default) / `nodelalloc`: buffered writes into holes get their blocks at
+    /// write back, or map them unwritten at once (ext4's option names).
+    pub delalloc: bool,
 }
 
 impl Default for MountOpts {
@@ -85,6 +88,7 @@ impl Default for MountOpts {
             uring: cilfs_fuse::native::UringMode::Auto,
             idmap: true,
             log_data_max: cilfs_core::fs::DEFAULT_LOG_DATA_MAX,
+            delalloc: true,
             loop_dev: None,
         }
     }
@@ -237,6 +241,10 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
                     _ => AtimeMode::Strict,
                 };
             }
+            "delalloc" | "nodelalloc" => {
+                no_value()?;
+                o.delalloc = k == "delalloc";
+            }
             "lazytime" | "nolazytime" => {
                 no_value()?;
                 o.lazytime = k == "lazytime";
@@ -273,7 +281,7 @@ pub fn parse(list: &[String]) -> Result<MountOpts, String> {
             }
             "transport" => check_transport(need()?)?,
             "uring" => o.uring = parse_uring(need()?)?,
-            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, diratime, nodiratime, sync, async, dirsync, loop, noloop, idmap, noidmap, logdata, transport, uring)")),
+            _ => return Err(format!("unknown mount option '{k}' (known: logbufs, logbsize, logdev, flush, iversion, tsgran, data, threads, cache, writeback_cache, ro, rw, norecovery, allow_other, acl, noacl, suid, nosuid, dev, nodev, exec, noexec, default_permissions, defaults, auto, noauto, nofail, _netdev, user, nouser, users, owner, group, comment, x-*, noatime, relatime, strictatime, lazytime, nolazytime, delalloc, nodelalloc, diratime, nodiratime, sync, async, dirsync, loop, noloop, idmap, noidmap, logdata, transport, uring)")),
         }
     }
     Ok(o)
@@ -318,6 +326,7 @@ impl MountOpts {
             groups_of: Some(std::sync::Arc::new(cilfs_fuse::process_groups)),
             acl: self.acl,
             log_data_max: self.log_data_max,
+            delalloc: self.delalloc,
             ..FsOptions::default()
         }
     }

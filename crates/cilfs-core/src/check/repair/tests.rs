@@ -42,6 +42,8 @@ fn populated() -> Arc<SimDevice> {
             .unwrap()
             .ino;
         fs.write(Cred::ROOT, f, 0, &content(i)).unwrap();
+        // Its blocks mapped before its xattr is set, as the damage below expects the tree.
+        fs.fsync(f).unwrap();
         fs.setxattr(f, b"user.k", &xvalue(i), XattrFlags::default())
             .unwrap();
     }

@@ -38,11 +38,17 @@ const SPARES_PER_SHARD: usize = 32;
 struct Page {
     data: PageData,
     dirty: bool,
+    /// Written into a hole: its block is chosen at write back (delayed allocation), one
+    /// promised by the write (`BusyExtents::reserve_delalloc`). Never dropped to trim the
+    /// cache, even while its write back has it (clean) and has not mapped it yet.
+    delalloc: bool,
 }
 
 #[derive(Debug, Default)]
 struct Shard {
     pages: BTreeMap<(u64, u64), Page>,
+    /// Pages marked `delalloc`, by inode.
+    delalloc: std::collections::HashMap<u64, u64>,
     /// Contents of dropped pages, held by nothing else, for new pages.
     spares: Vec<PageData>,
 }
@@ -72,6 +78,8 @@ pub struct PageCache {
     max_pages: usize,
     /// Dirty pages beyond this make the writer write everything back.
     pub dirty_limit: usize,
+    /// Pages marked for delayed allocation in all shards.
+    delalloc: AtomicUsize,
     /// Dropped pages kept for new ones, in all shards, and the most kept: a bounded share of
     /// the cache, beyond `max_pages`.
     spares: AtomicUsize,
@@ -142,12 +150,49 @@ impl InodePages<'_> {
             }
             None => {
                 let data = shard.new_data(&cache.spares, block);
-                shard.pages.insert((ino, fb), Page { data, dirty: true });
+                shard.pages.insert(
+                    (ino, fb),
+                    Page {
+                        data,
+                        dirty: true,
+                        delalloc: false,
+                    },
+                );
                 cache.dirty.fetch_add(1, Ordering::Relaxed);
                 cache.pages.fetch_add(1, Ordering::Relaxed);
                 self.added = true;
             }
         }
+    }
+
+    /// Puts a write's pages (file block, contents), dirty, those in holes (`delalloc`)
+    /// marked for delayed allocation; how many of those were not marked before.
+    pub fn put_blocks(&mut self, blocks: Vec<(u64, Vec<u8>)>, delalloc: &[u64]) -> u64 {
+        for (fb, block) in blocks {
+            self.put_dirty(fb, &block);
+        }
+        delalloc
+            .iter()
+            .map(|&fb| u64::from(self.set_delalloc(fb)))
+            .sum()
+    }
+
+    /// Marks the cached page `fb`, written into a hole, for delayed allocation; whether it
+    /// was not marked before (one more block promised).
+    pub fn set_delalloc(&mut self, fb: u64) -> bool {
+        let ino = self.ino;
+        let cache = self.cache;
+        let shard = self.shard_mut();
+        let Some(p) = shard.pages.get_mut(&(ino, fb)) else {
+            return false;
+        };
+        if p.delalloc {
+            return false;
+        }
+        p.delalloc = true;
+        *shard.delalloc.entry(ino).or_default() += 1;
+        cache.delalloc.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Zeroes bytes `[from, to)` of page `fb`, if cached (marking it dirty).
@@ -200,6 +245,7 @@ impl PageCache {
             pages: AtomicUsize::new(0),
             max_pages,
             dirty_limit: max_pages / 2,
+            delalloc: AtomicUsize::new(0),
             spares: AtomicUsize::new(0),
             spares_max: max_pages / 32,
             waits: LockWaits::new("page cache"),
@@ -265,6 +311,78 @@ impl PageCache {
         out
     }
 
+    /// The file blocks of `ino`'s pages marked for delayed allocation, in order.
+    pub fn delalloc_blocks(&self, ino: u64) -> Vec<u64> {
+        let shard = self.shard(ino);
+        if !shard.delalloc.contains_key(&ino) {
+            return Vec::new();
+        }
+        shard
+            .pages
+            .range((ino, 0)..=(ino, u64::MAX))
+            .filter(|(_, p)| p.delalloc)
+            .map(|(&(_, fb), _)| fb)
+            .collect()
+    }
+
+    /// Pages of `ino` in file blocks `[from, to)` marked for delayed allocation.
+    pub fn delalloc_in(&self, ino: u64, from: u64, to: u64) -> u64 {
+        if from >= to {
+            return 0;
+        }
+        let shard = self.shard(ino);
+        if !shard.delalloc.contains_key(&ino) {
+            return 0;
+        }
+        shard
+            .pages
+            .range((ino, from)..(ino, to))
+            .filter(|(_, p)| p.delalloc)
+            .count() as u64
+    }
+
+    /// Pages of `ino` marked for delayed allocation.
+    pub fn delalloc_of(&self, ino: u64) -> u64 {
+        self.shard(ino).delalloc.get(&ino).copied().unwrap_or(0)
+    }
+
+    /// Pages marked for delayed allocation in the whole cache.
+    pub fn delalloc_pages(&self) -> u64 {
+        self.delalloc.load(Ordering::Relaxed) as u64
+    }
+
+    /// Clears the delayed allocation mark of `ino`'s pages `fbs`, now mapped; how many were
+    /// marked (the blocks no longer promised).
+    pub fn mapped(&self, ino: u64, fbs: &[u64]) -> u64 {
+        let mut shard = self.shard(ino);
+        let mut n = 0;
+        for fb in fbs {
+            if let Some(p) = shard.pages.get_mut(&(ino, *fb)).filter(|p| p.delalloc) {
+                p.delalloc = false;
+                n += 1;
+            }
+        }
+        self.unmark(&mut shard, ino, n);
+        n
+    }
+
+    /// Takes `n` pages of `ino` off the delayed allocation counts.
+    fn unmark(&self, shard: &mut Shard, ino: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let c = shard.delalloc.get_mut(&ino).expect("marked pages counted");
+        assert!(
+            *c >= n,
+            "inode {ino}: {n} of {c} delayed allocation pages unmarked"
+        );
+        *c -= n;
+        if *c == 0 {
+            shard.delalloc.remove(&ino);
+        }
+        self.delalloc.fetch_sub(n as usize, Ordering::Relaxed);
+    }
+
     /// The file blocks of `ino`'s dirty pages, in order.
     pub fn dirty_blocks(&self, ino: u64) -> Vec<u64> {
         self.shard(ino)
@@ -291,10 +409,12 @@ impl PageCache {
         out
     }
 
-    /// Forgets the pages of `ino` for file blocks `[from, to)`, dirty or not.
-    pub fn drop_range(&self, ino: u64, from: u64, to: u64) {
+    /// Forgets the pages of `ino` for file blocks `[from, to)`, dirty or not. How many of
+    /// them were marked for delayed allocation (blocks no longer promised).
+    #[must_use = "the blocks promised to dropped delayed allocation pages must be released"]
+    pub fn drop_range(&self, ino: u64, from: u64, to: u64) -> u64 {
         if from >= to {
-            return;
+            return 0;
         }
         let mut shard = self.shard(ino);
         let keys: Vec<(u64, u64)> = shard
@@ -302,14 +422,18 @@ impl PageCache {
             .range((ino, from)..(ino, to))
             .map(|(k, _)| *k)
             .collect();
+        let mut delalloc = 0;
         for k in keys {
-            if let Some(dirty) = self.remove(&mut shard, &k) {
+            if let Some((dirty, marked)) = self.remove(&mut shard, &k) {
                 self.pages.fetch_sub(1, Ordering::Relaxed);
                 if dirty {
                     self.dirty.fetch_sub(1, Ordering::Relaxed);
                 }
+                delalloc += u64::from(marked);
             }
         }
+        self.unmark(&mut shard, ino, delalloc);
+        delalloc
     }
 
     pub fn dirty_pages(&self) -> usize {
@@ -321,8 +445,9 @@ impl PageCache {
     }
 
     /// Drops the page at `k`, keeping its memory for a new page if nothing else holds it and
-    /// the spares have room. Whether it was dirty; `None` if there was no page.
-    fn remove(&self, shard: &mut Shard, k: &(u64, u64)) -> Option<bool> {
+    /// the spares have room. Whether it was dirty and marked for delayed allocation; `None`
+    /// if there was no page.
+    fn remove(&self, shard: &mut Shard, k: &(u64, u64)) -> Option<(bool, bool)> {
         let p = shard.pages.remove(k)?;
         if shard.spares.len() < SPARES_PER_SHARD
             && Arc::strong_count(&p.data) == 1
@@ -331,7 +456,7 @@ impl PageCache {
             self.spares.fetch_add(1, Ordering::Relaxed);
             shard.spares.push(p.data);
         }
-        Some(p.dirty)
+        Some((p.dirty, p.delalloc))
     }
 
     /// Drops clean pages of one shard, while the cache is over its limit, down to 7/8 of it
@@ -346,7 +471,7 @@ impl PageCache {
         let victims: Vec<(u64, u64)> = shard
             .pages
             .iter()
-            .filter(|(_, p)| !p.dirty)
+            .filter(|(_, p)| !p.dirty && !p.delalloc)
             .map(|(k, _)| *k)
             .take(excess)
             .collect();
@@ -375,7 +500,7 @@ mod tests {
         assert_eq!(d.len(), 2);
         assert_eq!(c.dirty_pages(), 1);
         assert_eq!(c.dirty_inodes(), [2]);
-        c.drop_range(1, 0, 10);
+        assert_eq!(c.drop_range(1, 0, 10), 0);
         assert!(!c.contains(1, 5));
         assert!(!c.has_pages(1));
         assert_eq!(c.pages(), 1);
@@ -463,7 +588,7 @@ mod tests {
         let mut taken = c.take_dirty(5);
         let held = taken.pop().unwrap().2;
         let free = Arc::as_ptr(&taken.pop().unwrap().2);
-        c.drop_range(5, 0, 2);
+        assert_eq!(c.drop_range(5, 0, 2), 0);
         c.lock(5).put_dirty(7, &[4u8; 4096]);
         let d = c.take_dirty(5);
         assert_eq!(Arc::as_ptr(&d[0].2), free);
@@ -480,7 +605,7 @@ mod tests {
                 c.lock(ino).put_dirty(fb, &[1u8; 4096]);
             }
             drop(c.take_dirty(ino));
-            c.drop_range(ino, 0, 4);
+            assert_eq!(c.drop_range(ino, 0, 4), 0);
         }
         let kept: usize = c.shards.iter().map(|s| s.lock().spares.len()).sum();
         assert_eq!(kept, 256 / 32);

@@ -9,15 +9,25 @@ use crate::fs::rules::{acl, iflags};
 use crate::fs::stats::bump;
 use crate::fs::types::XattrFlags;
 use crate::fs::types::{Capability, Cred, SetAttr, SetTime, StatFs, RESERVE_BLOCKS};
-use crate::fs::{log_inode, Fs};
+use crate::fs::{log_inode, Fs, FsState};
 
 impl Fs {
     pub fn getattr(&self, ino: u64) -> FsResult<Attr> {
         self.op();
         self.retrying(|| {
             let st = self.read_state();
-            Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+            Ok(self.with_delalloc(&st, self.peek_inode(&st, ino)?.attr(self.bs)))
         })
+    }
+
+    /// `a` with the blocks promised to its pages that wait for blocks counted in, as stat
+    /// shows them on XFS: `du` right after a write sees the file's space.
+    pub(crate) fn with_delalloc(&self, st: &FsState, mut a: Attr) -> Attr {
+        let n = st.cache.delalloc_of(a.ino);
+        a.blocks_512 = a
+            .blocks_512
+            .saturating_add(n.saturating_mul(u64::from(self.bs / 512)));
+        a
     }
 
     pub fn setattr(&self, cred: Cred, ino: u64, sa: SetAttr) -> FsResult<Attr> {
@@ -47,7 +57,8 @@ impl Fs {
                 && sa.mtime.is_none()
             {
                 let mut st = self.write_state();
-                return Ok(self.load(&mut st, ino)?.inode.attr(self.bs));
+                let a = self.load(&mut st, ino)?.inode.attr(self.bs);
+                return Ok(self.with_delalloc(&st, a));
             }
             let now = self.now();
             let bs = self.bs;
@@ -133,9 +144,14 @@ impl Fs {
     pub fn statfs(&self) -> StatFs {
         self.op();
         let st = self.read_state();
+        // Blocks promised to pages that wait for them are as good as used.
+        let promised = self.lock_busy().delalloc_blocks();
         let h = self.hdr(&st);
-        let free = h.free_blocks + h.freelist.len() as u64;
-        let avail = h.free_blocks.saturating_sub(RESERVE_BLOCKS);
+        let free = (h.free_blocks + h.freelist.len() as u64).saturating_sub(promised);
+        let avail = h
+            .free_blocks
+            .saturating_sub(RESERVE_BLOCKS)
+            .saturating_sub(promised);
         StatFs {
             blocks: h.data_end - h.data_start,
             bfree: free,

@@ -45,6 +45,8 @@ impl Fs {
         self.check_writable()?;
         let now = self.now();
         let r = self.retrying(|| {
+            // Pages waiting for blocks count as the file's data blocks (XFS's delayed blocks).
+            let delayed = self.read_state().cache.delalloc_of(ino);
             self.with_shared_tx(&[ino], |st, t, sc| {
                 let fs_blocks = t.hdr.data_end.saturating_sub(t.hdr.data_start);
                 let m = sc.load(st, t, ino)?;
@@ -53,8 +55,12 @@ impl Fs {
                 if want.project != m.inode.project && !self.capable(cred, Capability::SysAdmin) {
                     return Err(FsError::NotPermitted);
                 }
+                let with_delayed = crate::fs::items::inode::Inode {
+                    blocks: m.inode.blocks + delayed,
+                    ..m.inode.clone()
+                };
                 let hint =
-                    extsize::hint_for(&m.inode, want.flags, want.extsize, self.bs, fs_blocks)?;
+                    extsize::hint_for(&with_delayed, want.flags, want.extsize, self.bs, fs_blocks)?;
                 let grows = m.inode.extsize == 0 && hint != 0;
                 m.inode.flags = (m.inode.flags & !INODE_USER_FLAGS) | flags;
                 m.inode.project = want.project;

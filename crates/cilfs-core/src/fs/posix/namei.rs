@@ -108,7 +108,7 @@ impl Fs {
                 if p.nlink == 0 {
                     return Err(FsError::NotFound);
                 }
-                return Ok(p.attr(self.bs));
+                return Ok(self.with_delalloc(&st, p.attr(self.bs)));
             }
             if !p.is_dir() {
                 return Err(FsError::NotDir);
@@ -124,7 +124,7 @@ impl Fs {
                     }
                 }
             };
-            Ok(self.peek_inode(&st, ino)?.attr(self.bs))
+            Ok(self.with_delalloc(&st, self.peek_inode(&st, ino)?.attr(self.bs)))
         })
     }
 

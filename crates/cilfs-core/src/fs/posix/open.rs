@@ -109,10 +109,13 @@ impl Fs {
         let open_orphans = {
             let st = self.read_state();
             let mut any = false;
+            // Blocks of its own, or promised to its pages that wait for blocks.
             st.inodes.for_each_shard(|t| {
-                any |= t
-                    .iter()
-                    .any(|(_, m)| m.inode.nlink == 0 && m.open > 0 && m.inode.blocks > 0);
+                any |= t.iter().any(|(&i, m)| {
+                    m.inode.nlink == 0
+                        && m.open > 0
+                        && (m.inode.blocks > 0 || st.cache.delalloc_of(i) > 0)
+                });
             });
             any
         };
@@ -150,7 +153,7 @@ impl Fs {
             if named {
                 return Ok(());
             }
-            st.cache.drop_range(ino, 0, u64::MAX);
+            self.drop_pages(&st, ino, 0, u64::MAX);
         }
         // Everything keyed under the inode except the inode item itself.
         while !self.retrying(|| self.reclaim_batch(ino))? {}

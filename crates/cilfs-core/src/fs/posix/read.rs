@@ -106,8 +106,12 @@ impl Fs {
             }
             let bs = u64::from(self.bs);
             let mut v = self.view(&st);
-            let exts = extents_in(&mut v, ino, off / bs, i.size.div_ceil(bs))?;
-            Ok((i, data_runs(&exts, |a, b| st.cache.cached_in(ino, a, b))))
+            let (from, to) = (off / bs, i.size.div_ceil(bs));
+            let exts = extents_in(&mut v, ino, from, to)?;
+            Ok((
+                i,
+                data_runs(&exts, from, to, |a, b| st.cache.cached_in(ino, a, b)),
+            ))
         })?;
         let bs = u64::from(self.bs);
         let mut pos = off;
@@ -226,15 +230,26 @@ impl Fs {
     }
 }
 
-/// The file block runs `[first, end)` of `exts` that hold data: written extents whole, and of
-/// unwritten ones the blocks with a page cached (`cached(from, to)`, in order).
-fn data_runs(exts: &[Extent], cached: impl Fn(u64, u64) -> Vec<u64>) -> Vec<(u64, u64)> {
+/// The file block runs `[first, end)` of `[from, to)` that hold data: written extents whole,
+/// and of unwritten ones and of holes the blocks with a page cached (`cached(from, to)`, in
+/// order: a hole's pages wait for blocks, delayed allocation).
+fn data_runs(
+    exts: &[Extent],
+    from: u64,
+    to: u64,
+    cached: impl Fn(u64, u64) -> Vec<u64>,
+) -> Vec<(u64, u64)> {
     let mut runs: Vec<(u64, u64)> = Vec::new();
     let mut add = |a: u64, b: u64| match runs.last_mut() {
         Some(r) if r.1 == a => r.1 = b,
         _ => runs.push((a, b)),
     };
+    let mut at = from;
     for e in exts {
+        for fb in cached(at, e.file.max(at)) {
+            add(fb, fb + 1);
+        }
+        at = at.max(e.end());
         if !e.unwritten {
             add(e.file, e.end());
             continue;
@@ -242,6 +257,9 @@ fn data_runs(exts: &[Extent], cached: impl Fn(u64, u64) -> Vec<u64>) -> Vec<(u64
         for fb in cached(e.file, e.end()) {
             add(fb, fb + 1);
         }
+    }
+    for fb in cached(at, to) {
+        add(fb, fb + 1);
     }
     runs
 }

@@ -122,7 +122,7 @@ impl Fs {
     /// cache is keyed by file block).
     fn shift_prepare(&self, ino: u64, first: u64) -> FsResult<()> {
         self.writeback_locked(ino)?;
-        self.write_state().cache.drop_range(ino, first, OFFSET_MAX);
+        self.drop_pages(&self.write_state(), ino, first, OFFSET_MAX);
         Ok(())
     }
 

@@ -261,6 +261,8 @@ impl Fs {
         let bs = u64::from(self.bs);
         let first = off / bs;
         let last = (end - 1) / bs;
+        // Blocks mapped now must not land under pages that wait for blocks of their own.
+        self.flush_delalloc(ino)?;
         let (inode, fresh) = self.retrying(|| {
             let mut st = self.write_state();
             let m = self.load(&mut st, ino)?;

@@ -5,6 +5,7 @@
 use crate::fs::cache::iolock::IoMode;
 use crate::fs::cache::pagecache::PageData;
 use crate::fs::error::{FsError, FsResult};
+use crate::fs::items::extent::Extent;
 use crate::fs::items::inode::NOT_DIRTY;
 use crate::fs::space::map::extents_in;
 use crate::fs::stats::{bump, bump_bytes};
@@ -34,6 +35,9 @@ struct Run {
     data: PageData,
     /// In an unwritten extent: marked written once on disk.
     unwritten: bool,
+    /// A page written into a hole (delayed allocation; `unwritten` too): its block was
+    /// chosen by this write back, and is mapped written once on disk.
+    fresh: bool,
 }
 
 impl Fs {
@@ -54,8 +58,23 @@ impl Fs {
         if self.journal.is_shut_down() {
             return Err(FsError::Journal(crate::journal::JournalError::Shutdown));
         }
-        let (project, taken) = self.take_runs(ino)?;
-        let (logged, mut runs) = self.split_logged(ino, taken, fsync);
+        let (project, taken, fresh) = self.take_runs(ino)?;
+        let r = self.write_back_runs(ino, project, taken, wait, fsync);
+        // Chosen blocks now mapped are the file's; the others are free again.
+        self.unreserve(&fresh);
+        r
+    }
+
+    /// `writeback_inode` for the pages taken.
+    fn write_back_runs(
+        &self,
+        ino: u64,
+        project: u32,
+        taken: Vec<Run>,
+        wait: bool,
+        fsync: Option<bool>,
+    ) -> FsResult<()> {
+        let (mut logged, mut runs) = self.split_logged(ino, taken, fsync);
         // Data into the log is charged to its tenant as data in place would be.
         if !logged.is_empty() {
             self.admit_write(project, logged.len() * self.bs as usize);
@@ -66,7 +85,7 @@ impl Fs {
         }
         let mut left = runs.split_off(done);
         // `runs` from here: pages on disk or in the log.
-        let logged = match self.log_runs(ino, &logged) {
+        let logged = match self.log_runs(ino, &mut logged) {
             Ok(()) => {
                 runs.extend(logged);
                 Ok(())
@@ -162,9 +181,68 @@ impl Fs {
     /// `LOG_BLOCKS_PER_TX` a transaction, and raises the inode's checkpoint to theirs, so
     /// that its fsync and fdatasync force them. The blocks are on the logged path from then
     /// on (`Journal::note_logged_data`): the AIL writes them in place.
-    fn log_runs(&self, ino: u64, runs: &[Run]) -> FsResult<()> {
-        let blocks: Vec<(u64, &[u8])> = runs.iter().map(|r| (r.disk, &r.data[..])).collect();
-        self.log_blocks(ino, &blocks)
+    /// Pages written into holes are mapped in the transactions that log them (and are no
+    /// longer `fresh` once they are): mapped after, the allocation would take their blocks
+    /// off the logged path (`forget_logged_data`) with their images still to land.
+    fn log_runs(&self, ino: u64, runs: &mut [Run]) -> FsResult<()> {
+        let blocks: Vec<(u64, &[u8])> = runs
+            .iter()
+            .filter(|r| !r.fresh)
+            .map(|r| (r.disk, &r.data[..]))
+            .collect();
+        self.log_blocks(ino, &blocks)?;
+        let mut fresh: Vec<&mut Run> = runs.iter_mut().filter(|r| r.fresh).collect();
+        for chunk in fresh.chunks_mut(LOG_BLOCKS_PER_TX) {
+            self.log_fresh(ino, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Logs the pages of `chunk`, written into holes, as images of their blocks in one
+    /// transaction with the mapping of those blocks, written.
+    fn log_fresh(&self, ino: u64, chunk: &mut [&mut Run]) -> FsResult<()> {
+        let exts = fresh_extents(chunk.iter().map(|r| &**r));
+        self.retrying(|| {
+            let mut st = self.write_state();
+            self.with_tx(&mut st, |t, inodes| {
+                let n = self.map_reserved(t, ino, &exts, u64::MAX)?;
+                for r in chunk.iter() {
+                    let b = t.tx.buf_fresh(r.disk)?;
+                    if t.tx.lsn_offset(b).is_some() {
+                        return Err(FsError::corrupt(
+                            r.disk,
+                            format!("block {} of inode {ino} keeps an LSN stamp offset", r.disk),
+                        ));
+                    }
+                    t.tx.write(b, 0, &r.data);
+                }
+                let m = Fs::inode_mut(t, inodes, ino)?;
+                m.inode.blocks += n;
+                log_inode(t, m, &self.stats)?;
+                Ok(((), vec![ino]))
+            })
+        })?;
+        self.journal
+            .note_logged_data(ino, chunk.iter().map(|r| r.disk));
+        let seq = self.journal.current_seq();
+        let fbs: Vec<u64> = chunk.iter().map(|r| r.fb).collect();
+        let n = {
+            let st = self.read_state();
+            if let Some(m) = st.inodes.lock(ino).get_mut(&ino) {
+                m.committed(seq, true);
+            }
+            st.cache.mapped(ino, &fbs)
+        };
+        self.release_delalloc(n);
+        bump_bytes(
+            &self.stats.data_logged_bytes,
+            chunk.len() * self.bs as usize,
+        );
+        for r in chunk.iter_mut() {
+            r.fresh = false;
+            r.unwritten = false;
+        }
+        Ok(())
     }
 
     /// `log_runs` for blocks `(disk block, contents)` of inode `ino`.
@@ -206,6 +284,8 @@ impl Fs {
     /// later, or what a failed write or conversion did not finish (taken pages are marked
     /// clean; dropped, a later fsync would find nothing to write and succeed). Under the
     /// inode's IO lock (held by the caller), so no write put newer pages.
+    /// A page written into a hole keeps its delayed allocation mark (its block, chosen by
+    /// this write back, is free again).
     fn redirty(&self, ino: u64, runs: Vec<Run>) {
         let st = self.read_state();
         let mut pages = st.cache.lock(ino);
@@ -215,9 +295,19 @@ impl Fs {
     }
 
     /// Marks the blocks of written `runs` that were unwritten written, in runs of adjacent
-    /// file blocks; `settled`: they were the file's last dirty pages (`convert_written`).
+    /// file blocks, and maps those written into holes; `settled`: they were the file's last
+    /// dirty pages (`convert_written`).
     fn convert_runs(&self, ino: u64, runs: &[Run], settled: bool) -> FsResult<()> {
-        let mut fbs: Vec<u64> = runs.iter().filter(|r| r.unwritten).map(|r| r.fb).collect();
+        let fresh: Vec<&Run> = runs.iter().filter(|r| r.fresh).collect();
+        let unwritten = runs.iter().any(|r| r.unwritten && !r.fresh);
+        if !fresh.is_empty() {
+            self.map_written_fresh(ino, &fresh, settled && !unwritten)?;
+        }
+        let mut fbs: Vec<u64> = runs
+            .iter()
+            .filter(|r| r.unwritten && !r.fresh)
+            .map(|r| r.fb)
+            .collect();
         fbs.sort_unstable();
         let mut at = 0;
         while at < fbs.len() {
@@ -306,8 +396,11 @@ impl Fs {
     /// and the project their IO is charged to: under the state lock taken shared (the
     /// caller's exclusive IO lock keeps the pages and the mapping still), the mapping looked
     /// up before any page is taken, since after that the run can no longer give up.
-    fn take_runs(&self, ino: u64) -> FsResult<(u32, Vec<Run>)> {
-        self.retrying(|| {
+    /// Also the blocks chosen for its pages written into holes (`choose_fresh`), which the
+    /// caller gives back with `unreserve` once their mapping committed or failed.
+    fn take_runs(&self, ino: u64) -> FsResult<(u32, Vec<Run>, Vec<Extent>)> {
+        let fresh = self.retrying(|| self.choose_fresh(ino))?;
+        let r = self.retrying(|| {
             let st = self.read_state();
             let project = st.inodes.lock(ino).get(&ino).map_or(0, |m| m.inode.project);
             let fbs = st.cache.dirty_blocks(ino);
@@ -330,14 +423,89 @@ impl Fs {
                         fb,
                         data,
                         unwritten: x.unwritten,
+                        fresh: false,
                     }),
-                    // Unmapped meanwhile (its pages are dropped first, so this is a bug).
-                    _ => debug_assert!(false, "dirty page of inode {i} block {fb} has no block"),
+                    _ => match fresh.iter().find(|x| x.file <= fb && fb < x.end()) {
+                        Some(x) => runs.push(Run {
+                            disk: x.disk + (fb - x.file),
+                            fb,
+                            data,
+                            unwritten: true,
+                            fresh: true,
+                        }),
+                        // Pages over holes are marked, and every marked one got a block.
+                        None => {
+                            debug_assert!(false, "dirty page of inode {i} block {fb} has no block")
+                        }
+                    },
                 }
             }
             runs.sort_by_key(|r| r.disk);
             Ok((project, runs))
-        })
+        });
+        match r {
+            Ok((project, runs)) => Ok((project, runs, fresh)),
+            Err(e) => {
+                self.unreserve(&fresh);
+                Err(e)
+            }
+        }
+    }
+
+    /// Chooses blocks for `ino`'s pages written into holes, contiguous for adjacent pages,
+    /// and reserves them (`reserve_holes`). Under the exclusive lock, as a write that maps its
+    /// holes plans them: no commit beside it allocates from the trees the choice reads.
+    fn choose_fresh(&self, ino: u64) -> FsResult<Vec<Extent>> {
+        let fbs = self.read_state().cache.delalloc_blocks(ino);
+        if fbs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let st = self.write_state();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < fbs.len() {
+            let mut end = at + 1;
+            while end < fbs.len() && fbs[end] == fbs[end - 1] + 1 {
+                end += 1;
+            }
+            match self.reserve_holes(&st, &[], fbs[at], fbs[end - 1] + 1) {
+                Ok(v) => out.extend(v),
+                Err(e) => {
+                    self.unreserve(&out);
+                    return Err(e);
+                }
+            }
+            at = end;
+        }
+        Ok(out)
+    }
+
+    /// Maps the blocks chosen for pages written into holes (`fresh` runs, on disk now)
+    /// written, at most 16 extents a transaction, each with the inode logged and its block
+    /// count raised, and takes their delayed allocation off the pages.
+    fn map_written_fresh(&self, ino: u64, runs: &[&Run], settled: bool) -> FsResult<()> {
+        let exts = fresh_extents(runs.iter().copied());
+        let batches: Vec<&[Extent]> = exts.chunks(16).collect();
+        for (i, batch) in batches.iter().enumerate() {
+            let last = i + 1 == batches.len();
+            self.retrying(|| {
+                let mut st = self.write_state();
+                self.with_tx(&mut st, |t, inodes| {
+                    let n = self.map_reserved(t, ino, batch, u64::MAX)?;
+                    let m = Fs::inode_mut(t, inodes, ino)?;
+                    m.inode.blocks += n;
+                    if settled && last {
+                        m.inode.dirty_from = NOT_DIRTY;
+                    }
+                    log_inode(t, m, &self.stats)?;
+                    Ok(((), vec![ino]))
+                })
+            })?;
+            let fbs: Vec<u64> = batch.iter().flat_map(|e| e.file..e.end()).collect();
+            let n = self.read_state().cache.mapped(ino, &fbs);
+            self.release_delalloc(n);
+        }
+        Ok(())
     }
 
     /// Writes pages to their blocks, adjacent blocks in one IO, charged to `project`. With
@@ -508,4 +676,23 @@ impl Fs {
         }
         r
     }
+}
+
+/// The extents (written) that map `runs` to their blocks, adjacent ones merged.
+fn fresh_extents<'a>(runs: impl Iterator<Item = &'a Run>) -> Vec<Extent> {
+    let mut sorted: Vec<&Run> = runs.collect();
+    sorted.sort_by_key(|r| r.fb);
+    let mut exts: Vec<Extent> = Vec::new();
+    for r in sorted {
+        match exts.last_mut() {
+            Some(e) if e.end() == r.fb && e.disk + e.len == r.disk => e.len += 1,
+            _ => exts.push(Extent {
+                file: r.fb,
+                disk: r.disk,
+                len: 1,
+                unwritten: false,
+            }),
+        }
+    }
+    exts
 }

@@ -30,7 +30,7 @@ use crate::fs::items::inode::{Timespec, INODE_SYNC};
 use crate::fs::posix::xattr::drop_caps;
 use crate::fs::rules::iflags;
 use crate::fs::rules::setid::CAPS_XATTR;
-use crate::fs::space::map::extents_in;
+use crate::fs::space::map::{extents_in, holes};
 use crate::fs::stats::{bump, bump_bytes};
 use crate::fs::txn::shared_tx::FilePages;
 use crate::fs::types::{Cred, Reserve};
@@ -80,6 +80,11 @@ struct Plan {
     /// An O_DIRECT write: the data of its new blocks is written in place before the
     /// transaction that maps them written, and never cached; no speculative preallocation.
     direct: bool,
+    /// Blocks of `[first, last]` in holes, whose pages wait for blocks (delayed allocation,
+    /// `space/delalloc.rs`); the write marks them.
+    delalloc: Vec<u64>,
+    /// Blocks promised for those of them not yet marked: given back if the write fails.
+    promised: u64,
 }
 
 /// What step 2 read or did: the old contents of uncached edge blocks.
@@ -119,6 +124,10 @@ impl Fs {
         }
         let n = {
             let _io = self.io.lock(ino, IoMode::Exclusive);
+            if direct {
+                // Its new blocks are mapped under no page: pages waiting for blocks go first.
+                self.flush_delalloc(ino)?;
+            }
             let n = self.write_locked_as(cred, ino, off, data, direct)?;
             if direct {
                 self.writeback_locked(ino)?;
@@ -178,12 +187,15 @@ impl Fs {
         if self.over_dirty_limit() {
             self.writeback_pressure(ino)?;
         }
-        let mut plan = self.retrying(|| match self.plan_overwrite(ino, off, end)? {
+        let mut plan = self.retrying(|| match self.plan_overwrite(ino, off, end, direct)? {
             Some(p) => Ok(p),
             None => self.plan_write(ino, off, end, direct),
         })?;
         let r = self.stage_and_commit(cred, &mut plan, data);
         self.unreserve(&plan.fresh);
+        if r.is_err() {
+            self.release_delalloc(plan.promised);
+        }
         if r.is_ok() && !plan.spec.is_empty() {
             // Mapped now: the last release frees what of them is still past the end.
             if let Some(m) = self.write_state().inodes.get_mut(&ino) {
@@ -219,10 +231,12 @@ impl Fs {
         }
     }
 
-    /// Step 1 for an overwrite of blocks the file owns, under the state lock taken shared
-    /// (the inode's IO lock, held exclusively, keeps its mapping still). None: the range has
-    /// holes, or the inode is not in memory; `plan_write` plans it.
-    fn plan_overwrite(&self, ino: u64, off: u64, end: u64) -> FsResult<Option<Plan>> {
+    /// Step 1 for an overwrite of blocks the file owns, or a buffered write whose holes wait
+    /// for blocks (delayed allocation: their blocks promised here), under the state lock taken
+    /// shared (the inode's IO lock, held exclusively, keeps its mapping still). None: the
+    /// range has holes to map now (a direct write, `nodelalloc`), or the inode is not in
+    /// memory; `plan_write` plans it.
+    fn plan_overwrite(&self, ino: u64, off: u64, end: u64, direct: bool) -> FsResult<Option<Plan>> {
         let bs = u64::from(self.bs);
         let st = self.read_state();
         let (old_size, project) = match st.inodes.lock(ino).get(&ino) {
@@ -236,10 +250,24 @@ impl Fs {
         let first = off / bs;
         let last = (end - 1) / bs;
         let (exts, hole_blocks) = self.mapping(&st, ino, first, last)?;
-        if hole_blocks > 0 {
+        if hole_blocks > 0 && (direct || !self.opts.delalloc) {
             return Ok(None);
         }
+        let delalloc: Vec<u64> = holes(&exts, first, last + 1)
+            .into_iter()
+            .flat_map(|(a, b)| a..b)
+            .collect();
         let (edges, eof) = self.edges_of(&st, ino, off, end, old_size, &exts)?;
+        // Before anything can fail after it: the promise is given back only by a failed commit.
+        let promised = if delalloc.is_empty() {
+            0
+        } else {
+            let marked = st.cache.delalloc_in(ino, first, last + 1);
+            let promised = delalloc.len() as u64 - marked;
+            let free = self.hdr(&st).free_blocks;
+            self.reserve_delalloc(free, promised)?;
+            promised
+        };
         Ok(Some(Plan {
             ino,
             project,
@@ -252,7 +280,11 @@ impl Fs {
             spec: Vec::new(),
             edges,
             eof,
+            // A direct overwrite of blocks the file owns goes through the cache, written back
+            // before it returns.
             direct: false,
+            delalloc,
+            promised,
         }))
     }
 
@@ -282,6 +314,15 @@ impl Fs {
                     cached: st.cache.contains(ino, fb),
                     unwritten: e.unwritten,
                 });
+            } else if st.cache.contains(ino, fb) {
+                // A hole whose page waits for a block (delayed allocation): its contents
+                // are the page's.
+                edges.push(Edge {
+                    fb,
+                    disk: 0,
+                    cached: true,
+                    unwritten: true,
+                });
             }
         }
         // The old last block, when the write starts past it: zeroed from EOF (a write starting
@@ -289,15 +330,24 @@ impl Fs {
         let eof = if old_size % bs != 0 && off > old_size && off / bs != old_size / bs {
             let fb = old_size / bs;
             let mut v = self.view(st);
-            extents_in(&mut v, ino, fb, fb + 1)?
-                .first()
-                .map(|e| EofTail {
+            let cached = st.cache.contains(ino, fb);
+            match extents_in(&mut v, ino, fb, fb + 1)?.first() {
+                Some(e) => Some(EofTail {
                     fb,
                     disk: e.disk + (fb - e.file),
                     from: (old_size % bs) as usize,
-                    cached: st.cache.contains(ino, fb),
+                    cached,
                     unwritten: e.unwritten,
-                })
+                }),
+                // A hole: zeros on disk, but its page may wait for a block.
+                None => cached.then_some(EofTail {
+                    fb,
+                    disk: 0,
+                    from: (old_size % bs) as usize,
+                    cached: true,
+                    unwritten: true,
+                }),
+            }
         } else {
             None
         };
@@ -373,6 +423,8 @@ impl Fs {
             edges,
             eof,
             direct,
+            delalloc: Vec::new(),
+            promised: 0,
         })
     }
 
@@ -479,7 +531,7 @@ impl Fs {
             } else {
                 sc.logs_only_times_of(ino);
             }
-            sc.put_pages_at_publish(ino, blocks.clone());
+            sc.put_pages_at_publish(ino, blocks.clone(), plan.delalloc.clone(), plan.promised);
             Ok((d.kill, vec![ino]))
         })?;
         bump(&self.stats.change_bumps);
@@ -530,7 +582,8 @@ impl Fs {
         run_before_puts_hook(ino);
         crate::fs::txn::retry::changed_memory();
         self.note_dirty(&mut m.inode, first_block(&blocks));
-        put_blocks(&mut pages, blocks);
+        let marked = pages.put_blocks(blocks, &plan.delalloc);
+        debug_assert_eq!(marked, plan.promised, "pages marked as promised");
         drop(pages);
         bump_bytes(&self.stats.data_write_bytes, data.len());
         self.defer_inode_update(m, &d, plan.off + data.len() as u64, now);
@@ -587,7 +640,7 @@ impl Fs {
             };
             crate::fs::txn::retry::changed_memory();
             let first = first_block(&blocks);
-            put_blocks(&mut pages, blocks);
+            pages.put_blocks(blocks, &[]);
             first
         };
         bump_bytes(&self.stats.data_write_bytes, data.len());
@@ -720,8 +773,15 @@ impl Fs {
         } else {
             &plan.fresh[..]
         };
-        for e in plan.exts.iter().chain(fresh) {
-            for fb in e.file.max(plan.first)..e.end().min(plan.last + 1) {
+        // And the holes whose pages wait for blocks (delayed allocation).
+        let fbs = plan
+            .exts
+            .iter()
+            .chain(fresh)
+            .flat_map(|e| e.file.max(plan.first)..e.end().min(plan.last + 1))
+            .chain(plan.delalloc.iter().copied());
+        {
+            for fb in fbs {
                 let mut block = vec![0u8; bsz];
                 if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
                     if !pages.read(fb, &mut block) {
@@ -801,13 +861,6 @@ fn dropped_pages(plan: &Plan, pages: &InodePages<'_>) -> Vec<u64> {
 /// The lowest file block of `blocks`.
 fn first_block(blocks: &FilePages) -> Option<u64> {
     blocks.iter().map(|(fb, _)| *fb).min()
-}
-
-/// Puts the write's pages (`Fs::write_blocks`), dirty.
-fn put_blocks(pages: &mut InodePages<'_>, blocks: FilePages) {
-    for (fb, block) in blocks {
-        pages.put_dirty(fb, &block);
-    }
 }
 
 /// Copies the part of `data` (which starts at byte `data_off` of the file) that falls in `buf`

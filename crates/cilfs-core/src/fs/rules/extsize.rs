@@ -23,7 +23,7 @@ pub(crate) fn flags_of(i: &Inode) -> u32 {
 ///
 /// - FS_XFLAG_EXTSIZE is for regular files, FS_XFLAG_EXTSZINHERIT for directories;
 /// - a regular file with data blocks keeps the hint it has (XFS: once it has extents or
-///   delayed allocations; a cilfs write maps its blocks when it is made, so any block);
+///   delayed allocations; the caller counts pages waiting for blocks in `i.blocks`);
 /// - 0 is no hint, whatever the flags (the VFS clears them);
 /// - otherwise the hint is a multiple of the block size, comes with its flag, and is at most
 ///   `EXTSIZE_MAX_BLOCKS` blocks and half the filesystem (XFS: half an allocation group,

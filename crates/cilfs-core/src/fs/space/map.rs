@@ -247,7 +247,7 @@ impl Fs {
     /// lock, when it finds no log space). The caller holds `ino`'s IO lock exclusively.
     pub(crate) fn free_range(&self, ino: u64, from: u64, to: u64) -> FsResult<()> {
         // Pages of blocks about to change hands are never written back.
-        self.write_state().cache.drop_range(ino, from, to);
+        self.drop_pages(&self.write_state(), ino, from, to);
         while self.retrying(|| self.free_range_batch(ino, from, to))? {}
         Ok(())
     }

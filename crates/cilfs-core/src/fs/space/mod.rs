@@ -3,6 +3,7 @@
 //! takes blocks from the one and gives them back.
 
 pub mod alloc;
+pub(crate) mod delalloc;
 pub(crate) mod ino_alloc;
 pub(crate) mod map;
 pub(crate) mod trim;

@@ -11,6 +11,8 @@ fn checker_finds_damage() {
     let fs = mount(&dev, opts(&clock));
     let f = file_in_root(&fs, b"f");
     fs.write(U, f, 0, &[1u8; 5000]).unwrap();
+    // Its blocks mapped (delayed allocation chooses them at write back).
+    fs.fsync(f).unwrap();
     assert_clean(&fs);
     let damage = |what: &dyn Fn(&mut txn::FsTx<'_>)| {
         let mut st = fs.state.write();

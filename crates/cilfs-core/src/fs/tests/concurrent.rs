@@ -1330,7 +1330,13 @@ fn small_writes_with_holes_and_truncates_side_by_side_keep_the_free_trees_in_ord
     crate::fs::mkfs::format(&j, 0, 0).unwrap();
     j.unmount().unwrap();
     let clock = TestClock::new();
-    let fs = Fs::open(open(), opts(&clock)).unwrap();
+    // Each write maps its block as it comes, side by side with the other threads' (delayed
+    // allocation would choose them at write back, all together and contiguous).
+    let o = FsOptions {
+        delalloc: false,
+        ..opts(&clock)
+    };
+    let fs = Fs::open(open(), o).unwrap();
     let levels = || fs.read_state().hdr.lock().size_root.level;
     let barrier = Barrier::new(THREADS);
     let byte = |t: u64, f: u64, round: u64, k: u64| ((round + t + f + k) % 251) as u8 + 1;

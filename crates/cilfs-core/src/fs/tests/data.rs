@@ -167,6 +167,11 @@ fn appended_file(fs: &Fs, name: &[u8], n: u64) -> u64 {
 fn preallocation_left_by_a_crash_goes_at_the_next_last_release() {
     let clock = TestClock::new();
     let dev = new_dev(43);
+    // Speculative preallocation serves appends that map their blocks as they come.
+    let opts = |c: &TestClock| FsOptions {
+        delalloc: false,
+        ..opts(c)
+    };
     let fs = mount(&dev, opts(&clock));
     let bs = u64::from(BS);
     let f = appended_file(&fs, b"log", 100);
@@ -226,7 +231,14 @@ fn preallocation_left_by_a_crash_goes_at_the_next_last_release() {
 fn speculative_preallocation_is_trimmed_at_the_last_release() {
     let clock = TestClock::new();
     let dev = new_dev(42);
-    let fs = mount(&dev, opts(&clock));
+    // Speculative preallocation serves appends that map their blocks as they come.
+    let fs = mount(
+        &dev,
+        FsOptions {
+            delalloc: false,
+            ..opts(&clock)
+        },
+    );
     let bs = u64::from(BS);
     let blocks = |ino| fs.getattr(ino).unwrap().blocks_512 / (bs / 512);
     let appended = |name: &[u8], n: u64| appended_file(&fs, name, n);

@@ -84,7 +84,7 @@ fn a_logged_block_reads_from_its_buffer_until_written_back() {
     let mut raw = vec![0u8; BS as usize];
     dev.read(disk * B, &mut raw).unwrap();
     assert_ne!(raw, vec![0x5A; BS as usize], "not written in place yet");
-    fs.write_state().cache.drop_range(f, 0, u64::MAX);
+    fs.drop_pages(&fs.write_state(), f, 0, u64::MAX);
     assert_eq!(fs.read(f, 0, BS).unwrap(), vec![0x5A; BS as usize]);
     // A clean unmount writes it back.
     fs.unmount().unwrap();

@@ -22,6 +22,7 @@ mod checker;
 mod concurrent;
 mod damage;
 mod data;
+mod delalloc;
 mod extsize;
 mod fallocate;
 mod free_space;

@@ -22,6 +22,9 @@ pub struct BusyExtents {
     /// anyone else (`Fs::reserve_blocks`).
     reserved: BTreeMap<u64, u64>,
     reserved_blocks: u64,
+    /// Blocks promised to delayed allocation: pages written into holes that get their blocks
+    /// at write back (`cache/pagecache.rs`), counted but not chosen yet.
+    delalloc: u64,
 }
 
 /// `BusyExtents` behind their lock, with the two figures every transaction asks of them
@@ -107,7 +110,7 @@ impl Drop for BusyGuard<'_> {
             .store(oldest, Ordering::Release);
         self.busy
             .taken
-            .store(self.g.blocks + self.g.reserved_blocks, Ordering::Release);
+            .store(self.g.blocks + self.g.reserved_blocks(), Ordering::Release);
     }
 }
 
@@ -175,9 +178,28 @@ impl BusyExtents {
         self.overlapping(start, start + len).next().is_some()
     }
 
-    /// Blocks reserved by writes in flight.
+    /// Blocks reserved by writes in flight, chosen or promised to delayed allocation.
     pub fn reserved_blocks(&self) -> u64 {
-        self.reserved_blocks
+        self.reserved_blocks + self.delalloc
+    }
+
+    /// Promises `n` blocks to delayed allocation until `release_delalloc`.
+    pub fn reserve_delalloc(&mut self, n: u64) {
+        self.delalloc += n;
+    }
+
+    pub fn release_delalloc(&mut self, n: u64) {
+        assert!(
+            n <= self.delalloc,
+            "releasing {n} delayed allocation blocks of {}",
+            self.delalloc
+        );
+        self.delalloc -= n;
+    }
+
+    /// Blocks promised to delayed allocation.
+    pub fn delalloc_blocks(&self) -> u64 {
+        self.delalloc
     }
 
     /// Busy and reserved ranges overlapping `[start, end)` as `(start, end)`, in ascending

@@ -59,7 +59,7 @@ pub(crate) struct Scratch {
     /// File pages put at publish, under the same hold of the inodes' shards as the inodes
     /// (a write that logs its inode): a query sees the new contents and the bumped counter
     /// together or neither.
-    pages: Vec<(u64, FilePages)>,
+    pages: Vec<PagesAtPublish>,
     /// Inodes of which it logs the item alone, for new timestamps and a bumped counter (an
     /// overwrite's tick): fdatasync need not force it (`InodeMem::committed`).
     times_only: Vec<u64>,
@@ -67,6 +67,16 @@ pub(crate) struct Scratch {
 
 /// File pages: (file block, contents).
 pub(crate) type FilePages = Vec<(u64, Vec<u8>)>;
+
+/// A write's pages put at publish: the inode, its pages, those of them in holes (marked for
+/// delayed allocation), and how many of those the write promised blocks for.
+#[derive(Debug)]
+struct PagesAtPublish {
+    ino: u64,
+    blocks: FilePages,
+    delalloc: Vec<u64>,
+    promised: u64,
+}
 
 /// How an optimistic operation reaches the filesystem state: by taking the lock shared for a
 /// moment, or (run under the exclusive lock after too many conflicts) the state it holds.
@@ -170,9 +180,21 @@ impl Scratch {
         self.times_only.push(ino);
     }
 
-    /// Pages of `ino` (file block, contents) to put in the page cache when it publishes.
-    pub(crate) fn put_pages_at_publish(&mut self, ino: u64, blocks: FilePages) {
-        self.pages.push((ino, blocks));
+    /// Pages of `ino` (file block, contents) to put in the page cache when it publishes,
+    /// those in holes (`delalloc`) marked for delayed allocation, `promised` of them new.
+    pub(crate) fn put_pages_at_publish(
+        &mut self,
+        ino: u64,
+        blocks: FilePages,
+        delalloc: Vec<u64>,
+        promised: u64,
+    ) {
+        self.pages.push(PagesAtPublish {
+            ino,
+            blocks,
+            delalloc,
+            promised,
+        });
     }
 
     /// Every inode it copied, created or frees: the inode cache's shards to lock for its
@@ -253,13 +275,12 @@ impl Scratch {
         side_by_side: bool,
     ) {
         // Under the inodes' shards (held by the caller), as the inodes below.
-        for (ino, blocks) in &self.pages {
+        for p in self.pages {
             #[cfg(test)]
-            crate::fs::posix::write::run_before_puts_hook(*ino);
-            let mut pages = cache.lock(*ino);
-            for (fb, b) in blocks {
-                pages.put_dirty(*fb, b);
-            }
+            crate::fs::posix::write::run_before_puts_hook(p.ino);
+            let mut pages = cache.lock(p.ino);
+            let marked = pages.put_blocks(p.blocks, &p.delalloc);
+            debug_assert_eq!(marked, p.promised, "pages marked as promised");
         }
         for (ino, mut m) in self.inodes {
             if self.freed.contains(&ino) {
