@@ -1,10 +1,12 @@
 //! File data pages in memory, keyed by (inode, file block), like a kernel page cache.
 //!
 //! Buffered writes land here and return without data IO; `fsync`, `sync`, unmount, the
-//! periodic flush and memory pressure write them back in place. A write into a hole maps its
-//! blocks unwritten first (they read as zeros until write back has written them and marked
-//! them written: `fs/posix/sync.rs`), so a crash never shows a block's old contents. Pages of
-//! blocks a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
+//! periodic flush and memory pressure write them back in place. A page written into a hole is
+//! marked for delayed allocation: its block is chosen, written and mapped at write back
+//! (`fs/space/delalloc.rs`); with `nodelalloc` the write maps its blocks unwritten first (they
+//! read as zeros until write back has written them and marked them written:
+//! `fs/posix/sync.rs`). Either way a crash never shows a block's old contents. Pages of blocks
+//! a file gives up (truncate, punch, unlink) are dropped before the blocks are freed, so
 //! nothing is ever written into a block after it changed hands.
 //!
 //! A page's contents are shared, not copied, with the write back that takes it: a write to a

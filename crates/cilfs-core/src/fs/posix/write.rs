@@ -4,17 +4,20 @@
 //! only operations on the same inode wait for it.
 //!
 //! 1. Plan, under the filesystem lock: the range's mapping, the space check (so ENOSPC is
-//!    a write's error, not its write back's), free blocks reserved for its holes and for
-//!    speculative preallocation (`BusyExtents::reserve`: free on disk, given to no one else),
-//!    and which partial blocks at its edges the page cache holds.
+//!    a write's error, not its write back's), blocks promised to a buffered write's holes
+//!    (delayed allocation, `space/delalloc.rs`) or, for a direct write or `nodelalloc`, free
+//!    blocks reserved for its holes and for speculative preallocation
+//!    (`BusyExtents::reserve`: free on disk, given to no one else), and which partial blocks
+//!    at its edges the page cache holds.
 //! 2. IO, under no lock but the inode's: partial blocks the cache lacks read (an unwritten
 //!    block's are zeros, not read), the old last block zeroed past EOF when the file grows
 //!    past it.
-//! 3. Commit, under the filesystem lock: the reserved blocks mapped unwritten in one
-//!    transaction with the inode, and the write's pages put in the page cache dirty. Write
-//!    back writes them in place later, outside every lock but the inode's, and then marks
-//!    their blocks written (`sync.rs`): no data IO in the request, and a crash before that
-//!    shows zeros there, never a block's old contents. If a partial block the cache held in
+//! 3. Commit, under the filesystem lock: the write's pages put in the page cache dirty, those
+//!    in holes marked for delayed allocation; reserved blocks mapped unwritten in one
+//!    transaction with the inode. Write back writes them in place later, outside every lock
+//!    but the inode's, and then maps or marks their blocks written (`sync.rs`): no data IO
+//!    in the request, and a crash before that shows a hole or zeros there, never a block's
+//!    old contents. If a partial block the cache held in
 //!    step 1 has been dropped since (clean pages go when the cache is full), step 2 is run for
 //!    it and step 3 again.
 //!
