@@ -190,9 +190,19 @@ impl Fs {
         if self.over_dirty_limit() {
             self.writeback_pressure(ino)?;
         }
-        let mut plan = self.retrying(|| match self.plan_overwrite(ino, off, end, direct)? {
-            Some(p) => Ok(p),
-            None => self.plan_write(ino, off, end, direct),
+        let mut plan = self.retrying(|| {
+            if let Some(p) = self.plan_overwrite(ino, off, end, direct)? {
+                return Ok(p);
+            }
+            if !direct && self.opts.delalloc {
+                // Not in memory: loaded and planned as above, since a hole's page may wait for
+                // a block that `plan_write` would map under it.
+                self.load(&mut self.write_state(), ino)?;
+                if let Some(p) = self.plan_overwrite(ino, off, end, direct)? {
+                    return Ok(p);
+                }
+            }
+            self.plan_write(ino, off, end, direct)
         })?;
         let r = self.stage_and_commit(cred, &mut plan, data);
         self.unreserve(&plan.fresh);
