@@ -207,14 +207,7 @@ impl Fs {
             self.with_tx(&mut st, |t, inodes| {
                 let n = self.map_reserved(t, ino, &exts, u64::MAX)?;
                 for r in chunk.iter() {
-                    let b = t.tx.buf_fresh(r.disk)?;
-                    if t.tx.lsn_offset(b).is_some() {
-                        return Err(FsError::corrupt(
-                            r.disk,
-                            format!("block {} of inode {ino} keeps an LSN stamp offset", r.disk),
-                        ));
-                    }
-                    t.tx.write(b, 0, &r.data);
+                    log_image(t, ino, r.disk, &r.data)?;
                 }
                 let m = Fs::inode_mut(t, inodes, ino)?;
                 m.inode.blocks += n;
@@ -222,22 +215,9 @@ impl Fs {
                 Ok(((), vec![ino]))
             })
         })?;
-        self.journal
-            .note_logged_data(ino, chunk.iter().map(|r| r.disk));
-        let seq = self.journal.current_seq();
+        self.logged(ino, chunk.iter().map(|r| r.disk));
         let fbs: Vec<u64> = chunk.iter().map(|r| r.fb).collect();
-        let n = {
-            let st = self.read_state();
-            if let Some(m) = st.inodes.lock(ino).get_mut(&ino) {
-                m.committed(seq, true);
-            }
-            st.cache.mapped(ino, &fbs)
-        };
-        self.release_delalloc(n);
-        bump_bytes(
-            &self.stats.data_logged_bytes,
-            chunk.len() * self.bs as usize,
-        );
+        self.unmark_mapped(ino, &fbs);
         for r in chunk.iter_mut() {
             r.fresh = false;
             r.unwritten = false;
@@ -251,33 +231,27 @@ impl Fs {
             self.retrying(|| {
                 self.with_writeback_tx(&[ino], |_, t, _| {
                     for &(disk, data) in chunk {
-                        let b = t.tx.buf_fresh(disk)?;
-                        // A block of the file's own: a stamp offset left from a tree node
-                        // means it is mapped twice.
-                        if t.tx.lsn_offset(b).is_some() {
-                            return Err(FsError::corrupt(
-                                disk,
-                                format!("block {disk} of inode {ino} keeps an LSN stamp offset"),
-                            ));
-                        }
-                        t.tx.write(b, 0, data);
+                        log_image(t, ino, disk, data)?;
                     }
                     Ok(((), Vec::new()))
                 })
             })?;
-            // After the commit: the sequence open now is at least the one it went into.
-            self.journal
-                .note_logged_data(ino, chunk.iter().map(|&(d, _)| d));
-            let seq = self.journal.current_seq();
-            if let Some(m) = self.read_state().inodes.lock(ino).get_mut(&ino) {
-                m.committed(seq, true);
-            }
-            bump_bytes(
-                &self.stats.data_logged_bytes,
-                chunk.len() * self.bs as usize,
-            );
+            self.logged(ino, chunk.iter().map(|&(d, _)| d));
         }
         Ok(())
+    }
+
+    /// After the commit that logged images of `disks` for `ino`: they are on the logged path,
+    /// and the inode's checkpoint is raised to theirs (the sequence open now is at least the
+    /// one the commit went into).
+    fn logged(&self, ino: u64, disks: impl ExactSizeIterator<Item = u64>) {
+        let n = disks.len();
+        self.journal.note_logged_data(ino, disks);
+        let seq = self.journal.current_seq();
+        if let Some(m) = self.read_state().inodes.lock(ino).get_mut(&ino) {
+            m.committed(seq, true);
+        }
+        bump_bytes(&self.stats.data_logged_bytes, n * self.bs as usize);
     }
 
     /// Puts pages taken for write back in the cache dirty again: what the budget leaves for
@@ -309,14 +283,9 @@ impl Fs {
             .map(|r| r.fb)
             .collect();
         fbs.sort_unstable();
-        let mut at = 0;
-        while at < fbs.len() {
-            let mut end = at + 1;
-            while end < fbs.len() && fbs[end] == fbs[end - 1] + 1 {
-                end += 1;
-            }
-            self.convert_written(ino, fbs[at], fbs[end - 1] + 1, settled && end == fbs.len())?;
-            at = end;
+        let ranges = adjacent_ranges(&fbs);
+        for (i, &(from, to)) in ranges.iter().enumerate() {
+            self.convert_written(ino, from, to, settled && i + 1 == ranges.len())?;
         }
         Ok(())
     }
@@ -462,20 +431,14 @@ impl Fs {
         }
         let st = self.write_state();
         let mut out = Vec::new();
-        let mut at = 0;
-        while at < fbs.len() {
-            let mut end = at + 1;
-            while end < fbs.len() && fbs[end] == fbs[end - 1] + 1 {
-                end += 1;
-            }
-            match self.reserve_holes(&st, &[], fbs[at], fbs[end - 1] + 1) {
+        for (from, to) in adjacent_ranges(&fbs) {
+            match self.reserve_holes(&st, &[], from, to) {
                 Ok(v) => out.extend(v),
                 Err(e) => {
                     self.unreserve(&out);
                     return Err(e);
                 }
             }
-            at = end;
         }
         Ok(out)
     }
@@ -502,8 +465,7 @@ impl Fs {
                 })
             })?;
             let fbs: Vec<u64> = batch.iter().flat_map(|e| e.file..e.end()).collect();
-            let n = self.read_state().cache.mapped(ino, &fbs);
-            self.release_delalloc(n);
+            self.unmark_mapped(ino, &fbs);
         }
         Ok(())
     }
@@ -695,4 +657,30 @@ fn fresh_extents<'a>(runs: impl Iterator<Item = &'a Run>) -> Vec<Extent> {
         }
     }
     exts
+}
+
+/// Sorted file blocks as ranges `[from, to)` of adjacent ones.
+fn adjacent_ranges(fbs: &[u64]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for &fb in fbs {
+        match out.last_mut() {
+            Some(r) if r.1 == fb => r.1 = fb + 1,
+            _ => out.push((fb, fb + 1)),
+        }
+    }
+    out
+}
+
+/// Logs `data` as the whole image of file data block `disk` of `ino` in `t`.
+fn log_image(t: &mut crate::fs::txn::FsTx<'_>, ino: u64, disk: u64, data: &[u8]) -> FsResult<()> {
+    let b = t.tx.buf_fresh(disk)?;
+    // A block of the file's own: a stamp offset left from a tree node means it is mapped twice.
+    if t.tx.lsn_offset(b).is_some() {
+        return Err(FsError::corrupt(
+            disk,
+            format!("block {disk} of inode {ino} keeps an LSN stamp offset"),
+        ));
+    }
+    t.tx.write(b, 0, data);
+    Ok(())
 }

@@ -266,10 +266,14 @@ impl Fs {
         if hole_blocks > 0 && (direct || !self.opts.delalloc) {
             return Ok(None);
         }
-        let delalloc: Vec<u64> = holes(&exts, first, last + 1)
-            .into_iter()
-            .flat_map(|(a, b)| a..b)
-            .collect();
+        let delalloc: Vec<u64> = if hole_blocks == 0 {
+            Vec::new()
+        } else {
+            holes(&exts, first, last + 1)
+                .into_iter()
+                .flat_map(|(a, b)| a..b)
+                .collect()
+        };
         let (edges, eof) = self.edges_of(&st, ino, off, end, old_size, &exts)?;
         // Before anything can fail after it: the promise is given back only by a failed commit.
         let promised = if delalloc.is_empty() {
@@ -793,32 +797,30 @@ impl Fs {
             .chain(fresh)
             .flat_map(|e| e.file.max(plan.first)..e.end().min(plan.last + 1))
             .chain(plan.delalloc.iter().copied());
-        {
-            for fb in fbs {
-                let mut block = vec![0u8; bsz];
-                if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
-                    if !pages.read(fb, &mut block) {
-                        let Some((_, b)) = staged.edges.iter().find(|(f, _)| *f == edge.fb) else {
-                            // Planned as cached and checked under this hold of the shard.
-                            return Err(FsError::corrupt(
-                                edge.disk,
-                                format!("inode {}: block {fb} neither cached nor read", plan.ino),
-                            ));
-                        };
-                        block.copy_from_slice(b);
-                    }
-                    // Past EOF must read as zeros even if an old write left bytes there, up to
-                    // the write's end: past it may be data a truncate cut off that is not
-                    // logged yet (the module comment of `space.rs`).
-                    let eof_in_block = plan.old_size.saturating_sub(fb * bs);
-                    let end_in_block = (plan.off + data.len() as u64 - fb * bs).min(bs);
-                    if eof_in_block < end_in_block {
-                        block[eof_in_block as usize..end_in_block as usize].fill(0);
-                    }
+        for fb in fbs {
+            let mut block = vec![0u8; bsz];
+            if let Some(edge) = plan.edges.iter().find(|x| x.fb == fb) {
+                if !pages.read(fb, &mut block) {
+                    let Some((_, b)) = staged.edges.iter().find(|(f, _)| *f == edge.fb) else {
+                        // Planned as cached and checked under this hold of the shard.
+                        return Err(FsError::corrupt(
+                            edge.disk,
+                            format!("inode {}: block {fb} neither cached nor read", plan.ino),
+                        ));
+                    };
+                    block.copy_from_slice(b);
                 }
-                copy_overlap(&mut block, fb * bs, plan.off, data);
-                out.push((fb, block));
+                // Past EOF must read as zeros even if an old write left bytes there, up to
+                // the write's end: past it may be data a truncate cut off that is not
+                // logged yet (the module comment of `space.rs`).
+                let eof_in_block = plan.old_size.saturating_sub(fb * bs);
+                let end_in_block = (plan.off + data.len() as u64 - fb * bs).min(bs);
+                if eof_in_block < end_in_block {
+                    block[eof_in_block as usize..end_in_block as usize].fill(0);
+                }
             }
+            copy_overlap(&mut block, fb * bs, plan.off, data);
+            out.push((fb, block));
         }
         Ok(out)
     }

@@ -48,6 +48,13 @@ impl Fs {
         }
     }
 
+    /// Takes the delayed allocation mark off `ino`'s pages `fbs`, whose blocks are mapped
+    /// now, and gives their promise back.
+    pub(crate) fn unmark_mapped(&self, ino: u64, fbs: &[u64]) {
+        let n = self.read_state().cache.mapped(ino, fbs);
+        self.release_delalloc(n);
+    }
+
     /// Drops `ino`'s pages of file blocks `[from, to)`, giving back what was promised to
     /// those written into holes.
     pub(crate) fn drop_pages(&self, st: &FsState, ino: u64, from: u64, to: u64) {
