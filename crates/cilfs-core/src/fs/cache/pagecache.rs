@@ -23,7 +23,8 @@
 
 use crate::util::lockstat::LockWaits;
 use crate::util::sync::{rank, RankedMutex, RankedMutexGuard};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -36,10 +37,14 @@ pub type PageData = Arc<[u8]>;
 /// Dropped pages a shard keeps for new ones.
 const SPARES_PER_SHARD: usize = 32;
 
+/// The keys of all of `ino`'s pages.
+fn inode_keys(ino: u64) -> RangeInclusive<(u64, u64)> {
+    (ino, 0)..=(ino, u64::MAX)
+}
+
 #[derive(Debug)]
 struct Page {
     data: PageData,
-    dirty: bool,
     /// Written into a hole: its block is chosen at write back (delayed allocation), one
     /// promised by the write (`BusyExtents::reserve_delalloc`). Never dropped to trim the
     /// cache, even while its write back has it (clean) and has not mapped it yet.
@@ -49,6 +54,9 @@ struct Page {
 #[derive(Debug, Default)]
 struct Shard {
     pages: BTreeMap<(u64, u64), Page>,
+    /// The dirty ones among `pages`: an fsync of a large file with a few dirty pages (a
+    /// database's log) finds them without walking the clean ones.
+    dirty: BTreeSet<(u64, u64)>,
     /// Pages marked `delalloc`, by inode.
     delalloc: std::collections::HashMap<u64, u64>,
     /// Contents of dropped pages, held by nothing else, for new pages.
@@ -115,10 +123,6 @@ impl InodePages<'_> {
         }
     }
 
-    fn pages_mut(&mut self) -> &mut BTreeMap<(u64, u64), Page> {
-        &mut self.shard_mut().pages
-    }
-
     /// Copies the cached page `fb` into `out`; false if it is not cached.
     pub fn read(&self, fb: u64, out: &mut [u8]) -> bool {
         match self.pages().get(&(self.ino, fb)) {
@@ -145,8 +149,7 @@ impl InodePages<'_> {
                     // A write back holds the older contents: it writes those.
                     None => p.data = block.into(),
                 }
-                if !p.dirty {
-                    p.dirty = true;
+                if shard.dirty.insert((ino, fb)) {
                     cache.dirty.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -156,10 +159,10 @@ impl InodePages<'_> {
                     (ino, fb),
                     Page {
                         data,
-                        dirty: true,
                         delalloc: false,
                     },
                 );
+                shard.dirty.insert((ino, fb));
                 cache.dirty.fetch_add(1, Ordering::Relaxed);
                 cache.pages.fetch_add(1, Ordering::Relaxed);
                 self.added = true;
@@ -200,13 +203,14 @@ impl InodePages<'_> {
     /// Zeroes bytes `[from, to)` of page `fb`, if cached (marking it dirty).
     pub fn zero_range(&mut self, fb: u64, from: usize, to: usize) -> bool {
         let ino = self.ino;
-        let Some(p) = self.pages_mut().get_mut(&(ino, fb)) else {
+        let cache = self.cache;
+        let shard = self.shard_mut();
+        let Some(p) = shard.pages.get_mut(&(ino, fb)) else {
             return false;
         };
         Arc::make_mut(&mut p.data)[from..to].fill(0);
-        if !p.dirty {
-            p.dirty = true;
-            self.cache.dirty.fetch_add(1, Ordering::Relaxed);
+        if shard.dirty.insert((ino, fb)) {
+            cache.dirty.fetch_add(1, Ordering::Relaxed);
         }
         true
     }
@@ -288,7 +292,7 @@ impl PageCache {
     pub fn has_pages(&self, ino: u64) -> bool {
         self.shard(ino)
             .pages
-            .range((ino, 0)..=(ino, u64::MAX))
+            .range(inode_keys(ino))
             .next()
             .is_some()
     }
@@ -302,11 +306,15 @@ impl PageCache {
     /// shared, not copied: a later write to one of them gives the page new contents.
     pub fn take_dirty(&self, ino: u64) -> Vec<(u64, u64, PageData)> {
         let mut shard = self.shard(ino);
-        let mut out = Vec::new();
-        for (&(i, fb), p) in shard.pages.range_mut((ino, 0)..=(ino, u64::MAX)) {
-            if p.dirty {
-                p.dirty = false;
-                out.push((i, fb, p.data.clone()));
+        let shard = &mut *shard;
+        let keys: Vec<(u64, u64)> = shard.dirty.range(inode_keys(ino)).copied().collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            shard.dirty.remove(&k);
+            let p = shard.pages.get(&k);
+            assert!(p.is_some(), "dirty page {k:?} is not cached");
+            if let Some(p) = p {
+                out.push((k.0, k.1, p.data.clone()));
             }
         }
         self.dirty.fetch_sub(out.len(), Ordering::Relaxed);
@@ -321,7 +329,7 @@ impl PageCache {
         }
         shard
             .pages
-            .range((ino, 0)..=(ino, u64::MAX))
+            .range(inode_keys(ino))
             .filter(|(_, p)| p.delalloc)
             .map(|(&(_, fb), _)| fb)
             .collect()
@@ -388,10 +396,9 @@ impl PageCache {
     /// The file blocks of `ino`'s dirty pages, in order.
     pub fn dirty_blocks(&self, ino: u64) -> Vec<u64> {
         self.shard(ino)
-            .pages
-            .range((ino, 0)..=(ino, u64::MAX))
-            .filter(|(_, p)| p.dirty)
-            .map(|(&(_, fb), _)| fb)
+            .dirty
+            .range(inode_keys(ino))
+            .map(|&(_, fb)| fb)
             .collect()
     }
 
@@ -400,8 +407,8 @@ impl PageCache {
         let mut out: Vec<u64> = Vec::new();
         for s in self.shards.iter() {
             let shard = s.lock_short(&self.waits);
-            for (&(i, _), p) in &shard.pages {
-                if p.dirty && out.last() != Some(&i) {
+            for &(i, _) in &shard.dirty {
+                if out.last() != Some(&i) {
                     out.push(i);
                 }
             }
@@ -451,6 +458,7 @@ impl PageCache {
     /// if there was no page.
     fn remove(&self, shard: &mut Shard, k: &(u64, u64)) -> Option<(bool, bool)> {
         let p = shard.pages.remove(k)?;
+        let dirty = shard.dirty.remove(k);
         if shard.spares.len() < SPARES_PER_SHARD
             && Arc::strong_count(&p.data) == 1
             && self.spares.load(Ordering::Relaxed) < self.spares_max
@@ -458,7 +466,7 @@ impl PageCache {
             self.spares.fetch_add(1, Ordering::Relaxed);
             shard.spares.push(p.data);
         }
-        Some((p.dirty, p.delalloc))
+        Some((dirty, p.delalloc))
     }
 
     /// Drops clean pages of one shard, while the cache is over its limit, down to 7/8 of it
@@ -473,7 +481,7 @@ impl PageCache {
         let victims: Vec<(u64, u64)> = shard
             .pages
             .iter()
-            .filter(|(_, p)| !p.dirty && !p.delalloc)
+            .filter(|(k, p)| !p.delalloc && !shard.dirty.contains(k))
             .map(|(k, _)| *k)
             .take(excess)
             .collect();
@@ -509,6 +517,39 @@ mod tests {
         assert!(c.zero_range(2, 0, 10, 20));
         assert_eq!(c.take_dirty(2).len(), 1);
         assert_eq!(c.dirty_pages(), 0);
+    }
+
+    /// Among many clean pages of one file, the few made dirty again (by a write, a zeroed
+    /// range) are the ones found and taken; a dropped dirty page is neither.
+    #[test]
+    fn a_few_dirty_pages_among_clean_ones_are_found_and_taken() {
+        let c = PageCache::new(1 << 24, 4096);
+        for fb in 0..512 {
+            c.lock(9).put_dirty(fb, &[1u8; 4096]);
+        }
+        assert_eq!(c.take_dirty(9).len(), 512);
+        assert_eq!(c.dirty_blocks(9), Vec::<u64>::new());
+        c.lock(9).put_dirty(300, &[2u8; 4096]);
+        c.lock(9).put_dirty(7, &[2u8; 4096]);
+        c.lock(9).put_dirty(7, &[3u8; 4096]);
+        assert!(c.zero_range(9, 100, 0, 8));
+        assert!(
+            c.zero_range(9, 100, 8, 16),
+            "a dirty page zeroed again stays one page"
+        );
+        c.lock(9).put_dirty(400, &[2u8; 4096]);
+        assert_eq!(c.dirty_blocks(9), [7, 100, 300, 400]);
+        assert_eq!(c.dirty_pages(), 4);
+        assert_eq!(c.drop_range(9, 400, 401), 0);
+        assert_eq!(c.dirty_pages(), 3);
+        let taken = c.take_dirty(9);
+        let fbs: Vec<u64> = taken.iter().map(|&(_, fb, _)| fb).collect();
+        assert_eq!(fbs, [7, 100, 300]);
+        assert_eq!(taken[0].2[0], 3, "the newest contents");
+        assert_eq!(&taken[1].2[..16], &[0u8; 16]);
+        assert_eq!(c.dirty_pages(), 0);
+        assert_eq!(c.dirty_inodes(), Vec::<u64>::new());
+        assert_eq!(c.pages(), 511);
     }
 
     /// Over its limit the cache drops clean pages of the shard a write added to, never dirty
