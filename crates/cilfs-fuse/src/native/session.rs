@@ -355,6 +355,15 @@ impl Session {
             crate::requests::count(cilfs_fuse_proto::Opcode::Init as u32);
             match negotiate(&init, &config) {
                 Ok(InitReply::Accept { out, session }) => {
+                    // What the kernel can do, for whoever reads the log: which FUSE
+                    // features (passthrough, io_uring, extent maps) this kernel has.
+                    tracing::info!(
+                        "FUSE protocol 7.{} (the kernel offers 7.{}, INIT flags {:#x}; agreed {:#x})",
+                        session.minor,
+                        init.minor,
+                        init.flags(),
+                        session.flags
+                    );
                     if fs.options().acl && init.flags() & f::POSIX_ACL == 0 {
                         tracing::warn!(
                             "the kernel does not offer FUSE_POSIX_ACL: ACLs are not enforced"
