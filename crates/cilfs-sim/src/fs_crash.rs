@@ -568,6 +568,7 @@ fn workload(
     let mounted = Mounted::default();
     let stop = std::sync::atomic::AtomicBool::new(false);
     let r = cilfs_sync::thread::scope(|scope| {
+        let _stop_beside = crate::recorded::StopOnDrop(&stop);
         let flusher = cfg
             .background
             .then(|| scope.spawn(|| flusher(&mounted, &stop, seed)));

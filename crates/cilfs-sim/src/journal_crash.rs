@@ -446,6 +446,9 @@ fn workload(
     let stop = std::sync::atomic::AtomicBool::new(false);
     let mut durable = Vec::new();
     let r = cilfs_sync::thread::scope(|scope| {
+        // Stops the second committer however this thread leaves the scope: a panic here must
+        // fail the run, not leave the scope waiting for a committer that waits for a remount.
+        let _stop_side = crate::recorded::StopOnDrop(&stop);
         let helper = cfg.background.then(|| {
             scope.spawn(|| {
                 let r = side_committer(&mounted, &stop, seed, first, &side, &side_durable, &set);

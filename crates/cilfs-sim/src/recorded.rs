@@ -344,6 +344,17 @@ impl RecordedSet {
     }
 }
 
+/// Sets its flag when dropped, unwinding included: the workload's thread holds one for the
+/// threads beside it, so a panic in it fails the run instead of leaving the explorer's scope
+/// waiting for threads that wait for the workload (a remount, the end of the run).
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// `cfg` as a mount runs the journal, for the explorers' background mode: the push worker
 /// (idle pushes and covers as often as it allows, meeting the workload), the AIL worker with
 /// its queued write back, concurrent iclog IO, and CIL shards per thread.
