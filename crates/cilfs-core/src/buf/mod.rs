@@ -101,6 +101,13 @@ impl Buf {
         self.blkno
     }
 
+    /// Neither pinned (in the CIL or a checkpoint not yet stable) nor holding changes not yet
+    /// written back; a buffer whose lock is held counts as neither, to be safe.
+    fn is_clean_and_unpinned(&self) -> bool {
+        self.pins.load(Ordering::Acquire) == 0
+            && self.state.try_read().is_some_and(|g| g.dirty.is_empty())
+    }
+
     /// Runs `check` on the block's bytes if they came from the device and no one checked them
     /// yet (`g` is the caller's hold of this buffer's lock): once per read from the device,
     /// so a descent through blocks in memory pays one atomic load per block. A block changed
@@ -574,7 +581,11 @@ impl BufCache {
     }
 
     /// Drops buffers only the cache holds until the cache is at 7/8 of its limit, each map
-    /// down to its share, and sets when the next pass runs.
+    /// down to its share, and sets when the next pass runs. A pinned or dirty buffer holds the
+    /// only copy newer than the disk and is never dropped: in a live journal the CIL, a
+    /// checkpoint in flight or the AIL holds it too, but a journal shut down by an IO error
+    /// lets go of a failed checkpoint's items with their pins and changes, and its readers
+    /// must still see what was committed in memory.
     fn evict_pass(&self) {
         let target = (self.max_buffers / 8 * 7).div_ceil(MAP_SHARDS);
         for map in &self.bufs {
@@ -584,7 +595,7 @@ impl BufCache {
                 .iter()
                 // Clones are made under the map's lock, which we hold, or from a thread's
                 // hot slot, which is a holder itself: a count of 1 stays 1.
-                .filter(|(_, b)| Arc::strong_count(b) == 1)
+                .filter(|(_, b)| Arc::strong_count(b) == 1 && b.is_clean_and_unpinned())
                 .map(|(k, _)| *k)
                 .take(excess)
                 .collect();
@@ -598,15 +609,7 @@ impl BufCache {
                 if let Some(b) = bufs.remove(&k) {
                     self.count.fetch_sub(1, Ordering::Relaxed);
                     self.evicted.fetch_add(1, Ordering::Relaxed);
-                    debug_assert_eq!(
-                        b.pins.load(Ordering::Acquire),
-                        0,
-                        "evicting a pinned buffer"
-                    );
-                    debug_assert!(
-                        b.state.try_read().is_none_or(|g| g.dirty.is_empty()),
-                        "evicting a dirty buffer"
-                    );
+                    drop(b);
                 }
             }
         }
@@ -712,6 +715,46 @@ mod tests {
         // An evicted block is no longer in memory and is read again from the device.
         let evicted = (8..1000).find(|b| cache.cached(*b).is_none()).unwrap();
         assert_eq!(cache.get(evicted).unwrap().lock().data[0], 0);
+    }
+
+    /// A buffer still pinned, or holding changes not written back, stays cached when nothing
+    /// else holds it (a journal shut down by an IO error let go of its failed checkpoint's
+    /// items): reads must keep seeing what was committed in memory, not the older disk block.
+    #[test]
+    fn eviction_keeps_pinned_and_dirty_buffers_nobody_else_holds() {
+        let dev = Arc::new(SimDevice::new(4096 * 1024, 7));
+        // The smallest cache: a pass leaves about one buffer in each of its maps, so more kept
+        // buffers than maps can only be the rule at work.
+        let cache = BufCache::new(dev, 4096, 0);
+        // Each on a thread of its own, whose hot slots (holders too) end with it.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for b in 0..32u64 {
+                    let buf = cache.get(b).unwrap();
+                    let mut g = buf.lock();
+                    g.data[0] = 0xA0 | b as u8;
+                    if b < 16 {
+                        buf.pins().fetch_add(1, Ordering::AcqRel);
+                    } else {
+                        g.dirty.insert(0, 1);
+                    }
+                }
+            });
+        });
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for b in 32..1000 {
+                    cache.get(b).unwrap();
+                }
+            });
+        });
+        assert!(cache.evicted() >= 900, "{} evicted", cache.evicted());
+        for b in 0..32u64 {
+            let kept = cache.cached(b);
+            let what = if b < 16 { "pinned" } else { "dirty" };
+            let kept = kept.unwrap_or_else(|| panic!("{what} block {b} evicted"));
+            assert_eq!(kept.lock().data[0], 0xA0 | b as u8);
+        }
     }
 
     /// A thread's hot slots keep the buffer of a block only for the cache it came from: two
