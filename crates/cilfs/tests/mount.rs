@@ -673,6 +673,28 @@ fn killed_daemon_leaves_a_log_the_next_mount_replays() {
     m.unmount();
 }
 
+/// A plain FUSE mount (`noloop`) is not `fuseblk`: umount(8) returns before its daemon has
+/// written the image back and let go of it. A mount right after waits for that instead of
+/// calling the image in use, and finds every file whole.
+#[test]
+fn a_mount_right_after_a_plain_umount_waits_for_the_image() {
+    let m = Mounted::new("512M", &["noloop"]);
+    let data: Vec<u8> = (0..32u32 << 20).map(|i| (i % 251) as u8).collect();
+    for round in 0..3 {
+        let name = format!("f{round}");
+        fs::write(m.p(&name), &data).unwrap();
+        run(&["umount", m.dir.to_str().unwrap()]);
+        m.mount(&["noloop"]);
+        for r in 0..=round {
+            assert!(
+                fs::read(m.p(&format!("f{r}"))).unwrap() == data,
+                "f{r} after remount {round}"
+            );
+        }
+    }
+    m.unmount();
+}
+
 /// df comes back after a delete: 200 MiB written and deleted on a 512 MiB
 /// image, with `sync` around the delete as a user would run it, and the free blocks are back
 /// within 1%. `sync` need not reach cilfs (only a fuseblk.cilfs mount gets FUSE_SYNCFS), so

@@ -293,6 +293,40 @@ pub fn lock_image(image: &Path, wait: bool) -> std::io::Result<Option<ImageLock>
     }))
 }
 
+/// How long a mount waits for an image that no mount shows but something still holds.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The lock of an image (or log device), waiting up to [`RELEASE_WAIT`] while no mount of it
+/// is left: a plain FUSE mount's umount(2) returns before its daemon has written the image
+/// back and let go of it (only a `fuseblk` unmount waits for the daemon's DESTROY), so a mount
+/// right after one would otherwise find it in use. `None` if it is still held then, or held
+/// by a live mount.
+fn lock_once_released(image: &Path) -> std::io::Result<Option<ImageLock>> {
+    let deadline = std::time::Instant::now() + RELEASE_WAIT;
+    let mut said = false;
+    loop {
+        if let Some(l) = lock_image(image, false)? {
+            return Ok(Some(l));
+        }
+        if super::mountinfo::cilfs_mount_of(image).is_some()
+            || std::time::Instant::now() >= deadline
+        {
+            return Ok(None);
+        }
+        if !said {
+            tracing::info!(
+                target: QUIET,
+                "{} is held but mounted nowhere: waiting up to {} s for the last mount's daemon \
+                 to let go of it",
+                image.display(),
+                RELEASE_WAIT.as_secs()
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// `path` opened and locked exclusively (waiting for it when `wait`), or `None` when another
 /// holds it.
 fn flock_path(path: &Path, wait: bool) -> std::io::Result<Option<File>> {
@@ -390,7 +424,7 @@ fn serve_logged(
     mount_point: &Path,
     dlog: &DaemonLog,
 ) -> Result<(), Failure> {
-    let _lock = lock_image(&a.image, false)
+    let _lock = lock_once_released(&a.image)
         .map_err(Failure::usage)?
         .ok_or_else(|| {
             Failure::usage(anyhow!("{} is in use by another mount", a.image.display()))
@@ -398,7 +432,7 @@ fn serve_logged(
     // The log device is written as much as the image: one mount (or mkfs, or check) at a time.
     let _log_lock = match &opts.logdev {
         Some(p) => Some(
-            lock_image(p, false)
+            lock_once_released(p)
                 .map_err(Failure::usage)?
                 .ok_or_else(|| {
                     Failure::usage(anyhow!("{} is in use by another mount", p.display()))
