@@ -311,11 +311,10 @@ impl PageCache {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
             shard.dirty.remove(&k);
-            let p = shard.pages.get(&k);
-            assert!(p.is_some(), "dirty page {k:?} is not cached");
-            if let Some(p) = p {
-                out.push((k.0, k.1, p.data.clone()));
-            }
+            let Some(p) = shard.pages.get(&k) else {
+                panic!("dirty page {k:?} is not cached");
+            };
+            out.push((k.0, k.1, p.data.clone()));
         }
         self.dirty.fetch_sub(out.len(), Ordering::Relaxed);
         out
