@@ -10,7 +10,7 @@ use crate::fs::items::inode::NOT_DIRTY;
 use crate::fs::space::map::extents_in;
 use crate::fs::stats::{bump, bump_bytes};
 use crate::fs::types::ShutdownMode;
-use crate::fs::{log_inode, Fs};
+use crate::fs::{log_inode, AllShards, Fs, FsTx};
 use cilfs_device::AlignedBuf;
 use std::cell::RefCell;
 
@@ -205,13 +205,10 @@ impl Fs {
         self.retrying(|| {
             let mut st = self.write_state();
             self.with_tx(&mut st, |t, inodes| {
-                let n = self.map_reserved(t, ino, &exts, u64::MAX)?;
+                self.map_fresh_in(t, inodes, ino, &exts, false)?;
                 for r in chunk.iter() {
                     log_image(t, ino, r.disk, &r.data)?;
                 }
-                let m = Fs::inode_mut(t, inodes, ino)?;
-                m.inode.blocks += n;
-                log_inode(t, m, &self.stats)?;
                 Ok(((), vec![ino]))
             })
         })?;
@@ -381,33 +378,27 @@ impl Fs {
             crate::fs::txn::retry::changed_memory();
             let pages = st.cache.take_dirty(ino);
             let mut runs: Vec<Run> = Vec::with_capacity(pages.len());
-            let mut e = exts.iter().peekable();
+            // Both in ascending file order, as the pages are: one pass over each.
+            let (mut e, mut f) = (exts.iter().peekable(), fresh.iter().peekable());
             for (i, fb, data) in pages {
-                while e.peek().is_some_and(|x| x.end() <= fb) {
-                    e.next();
-                }
-                match e.peek() {
-                    Some(x) if x.file <= fb => runs.push(Run {
-                        disk: x.disk + (fb - x.file),
-                        fb,
-                        data,
-                        unwritten: x.unwritten,
-                        fresh: false,
-                    }),
-                    _ => match fresh.iter().find(|x| x.file <= fb && fb < x.end()) {
-                        Some(x) => runs.push(Run {
-                            disk: x.disk + (fb - x.file),
-                            fb,
-                            data,
-                            unwritten: true,
-                            fresh: true,
-                        }),
+                let (x, fresh) = match covering(&mut e, fb) {
+                    Some(x) => (x, false),
+                    None => match covering(&mut f, fb) {
+                        Some(x) => (x, true),
                         // Pages over holes are marked, and every marked one got a block.
                         None => {
-                            debug_assert!(false, "dirty page of inode {i} block {fb} has no block")
+                            debug_assert!(false, "dirty page of inode {i} block {fb} has no block");
+                            continue;
                         }
                     },
-                }
+                };
+                runs.push(Run {
+                    disk: x.disk + (fb - x.file),
+                    fb,
+                    data,
+                    unwritten: x.unwritten || fresh,
+                    fresh,
+                });
             }
             runs.sort_by_key(|r| r.disk);
             Ok((project, runs))
@@ -454,19 +445,34 @@ impl Fs {
             self.retrying(|| {
                 let mut st = self.write_state();
                 self.with_tx(&mut st, |t, inodes| {
-                    let n = self.map_reserved(t, ino, batch, u64::MAX)?;
-                    let m = Fs::inode_mut(t, inodes, ino)?;
-                    m.inode.blocks += n;
-                    if settled && last {
-                        m.inode.dirty_from = NOT_DIRTY;
-                    }
-                    log_inode(t, m, &self.stats)?;
+                    self.map_fresh_in(t, inodes, ino, batch, settled && last)?;
                     Ok(((), vec![ino]))
                 })
             })?;
             let fbs: Vec<u64> = batch.iter().flat_map(|e| e.file..e.end()).collect();
             self.unmark_mapped(ino, &fbs);
         }
+        Ok(())
+    }
+
+    /// In `t`: maps `exts`, blocks chosen for `ino`'s pages written into holes, written, with
+    /// the inode's block count raised and the inode logged; `settled`: those were its last
+    /// dirty pages.
+    fn map_fresh_in(
+        &self,
+        t: &mut FsTx<'_>,
+        inodes: &mut AllShards<'_>,
+        ino: u64,
+        exts: &[Extent],
+        settled: bool,
+    ) -> FsResult<()> {
+        let n = self.map_reserved(t, ino, exts, u64::MAX)?;
+        let m = Fs::inode_mut(t, inodes, ino)?;
+        m.inode.blocks += n;
+        if settled {
+            m.inode.dirty_from = NOT_DIRTY;
+        }
+        log_inode(t, m, &self.stats)?;
         Ok(())
     }
 
@@ -659,6 +665,18 @@ fn fresh_extents<'a>(runs: impl Iterator<Item = &'a Run>) -> Vec<Extent> {
     exts
 }
 
+/// The extent of `exts` (ascending, not overlapping) that maps file block `fb`, skipping those
+/// that end before it: called with ascending blocks, one pass over `exts` serves them all.
+fn covering<'a>(
+    exts: &mut std::iter::Peekable<std::slice::Iter<'a, Extent>>,
+    fb: u64,
+) -> Option<&'a Extent> {
+    while exts.peek().is_some_and(|x| x.end() <= fb) {
+        exts.next();
+    }
+    exts.peek().copied().filter(|x| x.file <= fb)
+}
+
 /// Sorted file blocks as ranges `[from, to)` of adjacent ones.
 fn adjacent_ranges(fbs: &[u64]) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::new();
@@ -672,7 +690,7 @@ fn adjacent_ranges(fbs: &[u64]) -> Vec<(u64, u64)> {
 }
 
 /// Logs `data` as the whole image of file data block `disk` of `ino` in `t`.
-fn log_image(t: &mut crate::fs::txn::FsTx<'_>, ino: u64, disk: u64, data: &[u8]) -> FsResult<()> {
+fn log_image(t: &mut FsTx<'_>, ino: u64, disk: u64, data: &[u8]) -> FsResult<()> {
     let b = t.tx.buf_fresh(disk)?;
     // A block of the file's own: a stamp offset left from a tree node means it is mapped twice.
     if t.tx.lsn_offset(b).is_some() {
