@@ -17,7 +17,10 @@
 //! request does not stop a CPU's callers) and at most 8 (each entry's payload buffer is
 //! max_write plus a page, a megabyte, though untouched pages cost nothing); a possible but
 //! offline CPU gets one. Threads of an online CPU are pinned to it: the caller just ran there
-//! and now sleeps waiting for the answer.
+//! and now sleeps waiting for the answer. The answer wakes the caller while that thread still
+//! runs, so the scheduler may move the caller to an idle CPU, whose queue takes its next
+//! request; unpinned threads avoid that hop but served metadata requests at half the rate
+//! (docs/performance-log.md, 2026-11-30, evening), so they stay pinned.
 //!
 //! FORGET, BATCH_FORGET and INTERRUPT still come through /dev/fuse (the kernel's
 //! `fuse_io_uring_ops` send them there), as do requests queued before the ring was ready, and
